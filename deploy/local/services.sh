@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Makes Redis, PostgreSQL and (with --cluster) a three-node Redis Cluster
+# available on loopback, then prints the URLs to use as shell assignments:
+#
+#   eval "$(deploy/local/services.sh)"
+#
+# Services that already answer are used as they are. Missing binaries are
+# installed with apt-get. Running it twice is harmless. Progress goes to
+# stderr; only the assignments go to stdout.
+set -euo pipefail
+
+want_cluster=0
+for arg in "$@"; do
+  case "$arg" in
+    --cluster) want_cluster=1 ;;
+    -h|--help)
+      sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+      echo "Options: --cluster  also start a Redis Cluster on 127.0.0.1:7000-7002"
+      exit 0 ;;
+    *) echo "services.sh: unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
+
+REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
+DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
+state_dir=${IDEMGATE_LOCAL_STATE:-/tmp/idemgate-local}
+mkdir -p "$state_dir"
+
+log() { echo "services: $*" >&2; }
+
+apt_updated=0
+apt_install() {
+  if [ "$(id -u)" != 0 ]; then
+    log "need root to install $*; install them and run again"; exit 1
+  fi
+  if [ "$apt_updated" = 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    apt_updated=1
+  fi
+  log "installing $*"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2
+}
+
+# port_open HOST PORT: true when something accepts TCP there.
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+wait_for() { # wait_for DESCRIPTION COMMAND...
+  local what=$1; shift
+  for _ in $(seq 1 100); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.2
+  done
+  log "$what did not come up"; return 1
+}
+
+hostport() { # hostport URL DEFAULTPORT -> "host port"
+  local rest=${1#*://}; rest=${rest#*@}; rest=${rest%%/*}; rest=${rest%%\?*}
+  local host=${rest%%:*} port=$2
+  [ "$rest" != "$host" ] && port=${rest##*:}
+  echo "$host $port"
+}
+
+ensure_redis_binaries() {
+  command -v redis-server >/dev/null && command -v redis-cli >/dev/null || apt_install redis-server redis-tools
+}
+
+ensure_redis() {
+  read -r host port < <(hostport "$REDIS_URL" 6379)
+  if port_open "$host" "$port"; then log "redis on $host:$port is up"; return; fi
+  ensure_redis_binaries
+  log "starting redis on $host:$port"
+  redis-server --daemonize yes --bind "$host" --port "$port" --save "" --appendonly no \
+    --dir "$state_dir" --logfile "$state_dir/redis-$port.log" --pidfile "$state_dir/redis-$port.pid" >&2
+  wait_for "redis" redis-cli -h "$host" -p "$port" ping
+}
+
+ensure_cluster() {
+  local ports=(7000 7001 7002)
+  if port_open 127.0.0.1 7000 && redis-cli -p 7000 cluster info 2>/dev/null | grep -q 'cluster_state:ok'; then
+    log "redis cluster on 127.0.0.1:7000-7002 is up"
+  else
+    ensure_redis_binaries
+    for p in "${ports[@]}"; do
+      if ! port_open 127.0.0.1 "$p"; then
+        mkdir -p "$state_dir/cluster-$p"
+        rm -f "$state_dir/cluster-$p/nodes.conf"
+        redis-server --daemonize yes --bind 127.0.0.1 --port "$p" --cluster-enabled yes \
+          --cluster-config-file "$state_dir/cluster-$p/nodes.conf" --save "" --appendonly no \
+          --dir "$state_dir/cluster-$p" --logfile "$state_dir/cluster-$p/redis.log" >&2
+      fi
+      wait_for "redis cluster node $p" redis-cli -p "$p" ping
+    done
+    if ! redis-cli -p 7000 cluster info | grep -q 'cluster_state:ok'; then
+      log "creating redis cluster"
+      redis-cli --cluster create 127.0.0.1:7000 127.0.0.1:7001 127.0.0.1:7002 \
+        --cluster-replicas 0 --cluster-yes >&2
+      wait_for "redis cluster" sh -c "redis-cli -p 7000 cluster info | grep -q cluster_state:ok"
+    fi
+  fi
+  REDIS_CLUSTER_URL=127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
+}
+
+pg_answers() { psql "$DATABASE_URL" -Atqc 'select 1' >/dev/null 2>&1; }
+
+ensure_postgres() {
+  read -r host port < <(hostport "$DATABASE_URL" 5432)
+  command -v psql >/dev/null || apt_install postgresql-client
+  if pg_answers; then log "postgresql on $host:$port is up"; return; fi
+  if ! port_open "$host" "$port"; then
+    if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then apt_install postgresql; fi
+    local version
+    version=$(ls /usr/lib/postgresql | sort -V | tail -n 1)
+    if ! pg_lsclusters -h 2>/dev/null | awk '{print $1" "$2}' | grep -q "^$version main$"; then
+      log "creating cluster $version/main"
+      pg_createcluster "$version" main -p "$port" >&2
+    fi
+    local conf=/etc/postgresql/$version/main
+    # Loopback trust for development and tests, as the README says.
+    if ! grep -q '^host all all 127.0.0.1/32 trust' "$conf/pg_hba.conf"; then
+      sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$conf/pg_hba.conf"
+    fi
+    log "starting postgresql $version on port $port"
+    pg_ctlcluster --skip-systemctl-redirect "$version" main start >&2 || true
+    wait_for "postgresql" port_open "$host" "$port"
+  fi
+  if ! pg_answers; then
+    # The server is up but the database (or trust) is missing.
+    local db=${DATABASE_URL##*/}; db=${db%%\?*}
+    log "creating database $db"
+    su postgres -c "psql -Atqc \"select 1 from pg_database where datname='$db'\" | grep -q 1 || createdb '$db'" >&2 || true
+    wait_for "postgresql database $db" pg_answers
+  fi
+}
+
+ensure_redis
+ensure_postgres
+[ "$want_cluster" = 1 ] && ensure_cluster
+
+printf 'REDIS_URL=%q\n' "$REDIS_URL"
+printf 'DATABASE_URL=%q\n' "$DATABASE_URL"
+[ "$want_cluster" = 1 ] && printf 'REDIS_CLUSTER_URL=%q\n' "$REDIS_CLUSTER_URL"
+exit 0
