@@ -1,0 +1,157 @@
+package idempotency
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+)
+
+// recorder buffers a handler's response so the record can be stored before
+// the client sees it. Two things make it send early: a body over the stored
+// limit (beforeSend stores the record without its body first) and Flush
+// (streaming: the body is sent as it comes and stored at the end if it
+// fits).
+type recorder struct {
+	rw    http.ResponseWriter
+	limit int64
+
+	status  int
+	body    bytes.Buffer
+	omitted bool // the body outgrew the limit; it is not all in body
+	sent    bool // status and buffered body have gone to rw
+	// beforeSend runs once, when the body outgrows the limit before the
+	// handler returned.
+	beforeSend func(status int)
+}
+
+var _ http.ResponseWriter = (*recorder)(nil)
+
+func (r *recorder) Header() http.Header { return r.rw.Header() }
+
+func (r *recorder) WriteHeader(code int) {
+	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+		r.rw.WriteHeader(code) // informational responses pass straight through
+		return
+	}
+	if r.status != 0 {
+		return
+	}
+	r.status = code
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.WriteHeader(http.StatusOK)
+	}
+	if r.sent {
+		r.capture(p)
+		return r.rw.Write(p)
+	}
+	if int64(r.body.Len()+len(p)) <= r.limit {
+		return r.body.Write(p)
+	}
+	// Over the limit while still buffering: store without the body, then
+	// hand the client everything.
+	r.omitted = true
+	if r.beforeSend != nil {
+		r.beforeSend(r.status)
+	}
+	if err := r.send(); err != nil {
+		return 0, err
+	}
+	r.body.Reset()
+	return r.rw.Write(p)
+}
+
+func (r *recorder) capture(p []byte) {
+	if r.omitted {
+		return
+	}
+	if int64(r.body.Len()+len(p)) > r.limit {
+		r.omitted = true
+		r.body.Reset()
+		return
+	}
+	r.body.Write(p)
+}
+
+// send writes the status and the buffered body to the client.
+func (r *recorder) send() error {
+	if r.sent {
+		return nil
+	}
+	r.sent = true
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	r.rw.WriteHeader(r.status)
+	if r.body.Len() == 0 {
+		return nil
+	}
+	_, err := r.rw.Write(r.body.Bytes())
+	return err
+}
+
+// Flush switches to streaming: what is buffered goes out now.
+func (r *recorder) Flush() {
+	_ = r.FlushError()
+}
+
+// FlushError is what http.ResponseController calls.
+func (r *recorder) FlushError() error {
+	if r.status == 0 {
+		r.WriteHeader(http.StatusOK)
+	}
+	if err := r.send(); err != nil {
+		return err
+	}
+	return http.NewResponseController(r.rw).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the real writer.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.rw }
+
+// response is what to store for the captured response.
+func (r *recorder) response() Response {
+	resp := Response{Status: r.status, Header: storableHeader(r.rw.Header()), BodyOmitted: r.omitted}
+	if resp.Status == 0 {
+		resp.Status = http.StatusOK
+	}
+	if !r.omitted && r.body.Len() > 0 {
+		resp.Body = bytes.Clone(r.body.Bytes())
+	}
+	return resp
+}
+
+// storableHeader drops what must not be replayed: hop-by-hop headers (and
+// those Connection names), Set-Cookie, and Content-Length, which the replay
+// recomputes.
+func storableHeader(h http.Header) http.Header {
+	out := make(http.Header, len(h))
+	drop := map[string]bool{}
+	for _, v := range h.Values("Connection") {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				drop[http.CanonicalHeaderKey(name)] = true
+			}
+		}
+	}
+	for k, vs := range h {
+		if drop[k] || notStored(k) {
+			continue
+		}
+		out[k] = append([]string(nil), vs...)
+	}
+	return out
+}
+
+// notStored reports whether a header is never stored for replay.
+func notStored(canonical string) bool {
+	switch canonical {
+	case "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+		"Set-Cookie", "Content-Length", HeaderReplayed:
+		return true
+	}
+	return false
+}

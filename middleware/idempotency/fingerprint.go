@@ -1,0 +1,257 @@
+package idempotency
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// FingerprintInput is what a request's fingerprint covers.
+type FingerprintInput struct {
+	Method      string
+	Route       string
+	Path        string
+	RawQuery    string
+	ContentType string
+	Header      http.Header // only the Fingerprinter's headers are read
+	Body        []byte
+}
+
+// Fingerprinter computes request fingerprints: SHA-256 over the method,
+// route, path, canonical query, media type, the configured headers and the
+// body. A JSON body is canonicalised first (object keys sorted, white space
+// dropped, numbers and strings kept as written), so key order and
+// formatting do not make two equal requests differ. With JSONFields (JSON
+// Pointers, RFC 6901) only those fields of a JSON body count.
+type Fingerprinter struct {
+	headers []string
+	fields  [][]string
+	raw     []string
+}
+
+// NewFingerprinter validates the header names and JSON Pointers.
+func NewFingerprinter(headers, jsonFields []string) (*Fingerprinter, error) {
+	f := &Fingerprinter{raw: jsonFields}
+	for _, h := range headers {
+		if h == "" || strings.ContainsAny(h, " \t:") {
+			return nil, fmt.Errorf("fingerprint header %q is not a header name", h)
+		}
+		f.headers = append(f.headers, http.CanonicalHeaderKey(h))
+	}
+	for _, p := range jsonFields {
+		tokens, err := parsePointer(p)
+		if err != nil {
+			return nil, err
+		}
+		f.fields = append(f.fields, tokens)
+	}
+	return f, nil
+}
+
+// Fingerprint returns the hex SHA-256 fingerprint of in.
+func (f *Fingerprinter) Fingerprint(in FingerprintInput) string {
+	h := sha256.New()
+	field(h, "idemgate-fingerprint-v1")
+	field(h, in.Method)
+	field(h, in.Route)
+	field(h, in.Path)
+	field(h, canonicalQuery(in.RawQuery))
+	mediaType, isJSON := canonicalMediaType(in.ContentType)
+	field(h, mediaType)
+	for _, name := range f.headers {
+		vals := in.Header.Values(name)
+		field(h, name)
+		field(h, strconv.Itoa(len(vals)))
+		for _, v := range vals {
+			field(h, strings.TrimSpace(v))
+		}
+	}
+	f.body(h, in.Body, isJSON)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func (f *Fingerprinter) body(h hash.Hash, body []byte, isJSON bool) {
+	if isJSON {
+		if doc, ok := decodeJSON(body); ok {
+			var buf bytes.Buffer
+			if len(f.fields) == 0 {
+				field(h, "json")
+				writeCanonical(&buf, doc)
+				fieldBytes(h, buf.Bytes())
+				return
+			}
+			field(h, "json-fields")
+			for i, tokens := range f.fields {
+				field(h, f.raw[i])
+				v, found := lookup(doc, tokens)
+				if !found {
+					field(h, "absent")
+					continue
+				}
+				buf.Reset()
+				writeCanonical(&buf, v)
+				fieldBytes(h, buf.Bytes())
+			}
+			return
+		}
+	}
+	field(h, "raw")
+	fieldBytes(h, body)
+}
+
+// field writes a length-prefixed string so that no two sequences of fields
+// hash alike ("ab","c" vs "a","bc").
+func field(h hash.Hash, s string) {
+	var n [binary.MaxVarintLen64]byte
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
+	io.WriteString(h, s)
+}
+
+func fieldBytes(h hash.Hash, b []byte) {
+	var n [binary.MaxVarintLen64]byte
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
+	h.Write(b)
+}
+
+// canonicalQuery sorts the parameters by name, keeping the order of
+// repeated values (a=1&a=2 is not a=2&a=1). A query that does not parse is
+// used as sent.
+func canonicalQuery(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	v, err := url.ParseQuery(raw)
+	if err != nil {
+		return "raw:" + raw
+	}
+	return v.Encode()
+}
+
+// canonicalMediaType lower-cases the media type, sorts its parameters, and
+// reports whether it is JSON (application/json or any +json type).
+func canonicalMediaType(ct string) (string, bool) {
+	if ct == "" {
+		return "", false
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return "raw:" + ct, false
+	}
+	isJSON := mt == "application/json" || strings.HasSuffix(mt, "+json")
+	if len(params) == 0 {
+		return mt, isJSON
+	}
+	return mime.FormatMediaType(mt, params), isJSON
+}
+
+// decodeJSON parses one JSON value, keeping numbers as written.
+func decodeJSON(body []byte) (any, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, false // trailing data: not one JSON document
+	}
+	return doc, true
+}
+
+// writeCanonical writes v with sorted object keys and no white space.
+func writeCanonical(buf *bytes.Buffer, v any) {
+	switch t := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		buf.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			writeString(buf, k)
+			buf.WriteByte(':')
+			writeCanonical(buf, t[k])
+		}
+		buf.WriteByte('}')
+	case []any:
+		buf.WriteByte('[')
+		for i, e := range t {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			writeCanonical(buf, e)
+		}
+		buf.WriteByte(']')
+	case string:
+		writeString(buf, t)
+	case json.Number:
+		buf.WriteString(t.String())
+	case bool:
+		buf.WriteString(strconv.FormatBool(t))
+	case nil:
+		buf.WriteString("null")
+	}
+}
+
+func writeString(buf *bytes.Buffer, s string) {
+	b, _ := json.Marshal(s) // a Go string always marshals
+	buf.Write(b)
+}
+
+// parsePointer splits an RFC 6901 JSON Pointer into unescaped tokens.
+func parsePointer(p string) ([]string, error) {
+	if p == "" {
+		return nil, nil
+	}
+	if p[0] != '/' {
+		return nil, fmt.Errorf("json_fields: %q is not a JSON Pointer (it must start with /)", p)
+	}
+	parts := strings.Split(p[1:], "/")
+	for i, part := range parts {
+		for j := 0; j < len(part); j++ {
+			if part[j] == '~' && (j+1 == len(part) || (part[j+1] != '0' && part[j+1] != '1')) {
+				return nil, fmt.Errorf("json_fields: %q has a ~ not followed by 0 or 1", p)
+			}
+		}
+		parts[i] = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
+	}
+	return parts, nil
+}
+
+func lookup(doc any, tokens []string) (any, bool) {
+	cur := doc
+	for _, tok := range tokens {
+		switch t := cur.(type) {
+		case map[string]any:
+			v, ok := t[tok]
+			if !ok {
+				return nil, false
+			}
+			cur = v
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(t) || (len(tok) > 1 && tok[0] == '0') {
+				return nil, false
+			}
+			cur = t[i]
+		default:
+			return nil, false
+		}
+	}
+	return cur, true
+}

@@ -1,0 +1,168 @@
+package idempotency_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/idemgate/idemgate/middleware/idempotency"
+)
+
+func fp(t testing.TB, f *idempotency.Fingerprinter, in idempotency.FingerprintInput) string {
+	t.Helper()
+	if in.Method == "" {
+		in.Method = "POST"
+	}
+	if in.Route == "" {
+		in.Route = "payments"
+	}
+	if in.Path == "" {
+		in.Path = "/v1/payments"
+	}
+	return f.Fingerprint(in)
+}
+
+func TestFingerprint(t *testing.T) {
+	t.Parallel()
+	plain, err := idempotency.NewFingerprinter([]string{"x-partner"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields, err := idempotency.NewFingerprinter(nil, []string{"/amount", "/items/0/sku", "/a~1b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := "application/json"
+	base := idempotency.FingerprintInput{ContentType: js, Body: []byte(`{"amount":100,"currency":"EUR"}`)}
+	with := func(mod func(*idempotency.FingerprintInput)) idempotency.FingerprintInput {
+		in := base
+		mod(&in)
+		return in
+	}
+	tests := []struct {
+		name string
+		f    *idempotency.Fingerprinter
+		a, b idempotency.FingerprintInput
+		same bool
+	}{
+		{"identical", plain, base, base, true},
+		{"json key order", plain, base, with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`{"currency":"EUR","amount":100}`) }), true},
+		{"json white space", plain, base, with(func(in *idempotency.FingerprintInput) {
+			in.Body = []byte("{ \"amount\" : 100,\n\t\"currency\":\"EUR\" }\n")
+		}), true},
+		{"nested key order", plain,
+			with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`{"a":{"x":1,"y":[{"p":1,"q":2}]}}`) }),
+			with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`{"a":{"y":[{"q":2,"p":1}],"x":1}}`) }), true},
+		{"string escapes equal", plain,
+			with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`{"s":"\u00e9"}`) }),
+			with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`{"s":"é"}`) }), true},
+		{"json +json type", plain,
+			with(func(in *idempotency.FingerprintInput) { in.ContentType = "application/merge-patch+json" }),
+			with(func(in *idempotency.FingerprintInput) {
+				in.ContentType = "application/merge-patch+json"
+				in.Body = []byte(`{"currency":"EUR","amount":100}`)
+			}), true},
+		{"media type case and params", plain,
+			with(func(in *idempotency.FingerprintInput) { in.ContentType = "Application/JSON; charset=utf-8" }),
+			with(func(in *idempotency.FingerprintInput) { in.ContentType = "application/json;charset=utf-8" }), true},
+		{"query order", plain,
+			with(func(in *idempotency.FingerprintInput) { in.RawQuery = "b=2&a=1" }),
+			with(func(in *idempotency.FingerprintInput) { in.RawQuery = "a=1&b=2" }), true},
+		{"unlisted header ignored", plain, base, with(func(in *idempotency.FingerprintInput) { in.Header = http.Header{"X-Other": {"1"}} }), true},
+		{"numbers keep their text", plain, base, with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`{"amount":100.0,"currency":"EUR"}`) }), false},
+		{"different value", plain, base, with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`{"amount":101,"currency":"EUR"}`) }), false},
+		{"array order matters", plain,
+			with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`[1,2]`) }),
+			with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`[2,1]`) }), false},
+		{"repeated query values keep order", plain,
+			with(func(in *idempotency.FingerprintInput) { in.RawQuery = "a=1&a=2" }),
+			with(func(in *idempotency.FingerprintInput) { in.RawQuery = "a=2&a=1" }), false},
+		{"method", plain, base, with(func(in *idempotency.FingerprintInput) { in.Method = "PATCH" }), false},
+		{"route", plain, base, with(func(in *idempotency.FingerprintInput) { in.Route = "refunds" }), false},
+		{"path", plain, base, with(func(in *idempotency.FingerprintInput) { in.Path = "/v1/payments/2" }), false},
+		{"content type", plain, base, with(func(in *idempotency.FingerprintInput) { in.ContentType = "text/plain" }), false},
+		{"listed header", plain, base, with(func(in *idempotency.FingerprintInput) { in.Header = http.Header{"X-Partner": {"acme"}} }), false},
+		{"non-JSON body is raw", plain,
+			with(func(in *idempotency.FingerprintInput) {
+				in.ContentType = "text/plain"
+				in.Body = []byte(`{"a":1,"b":2}`)
+			}),
+			with(func(in *idempotency.FingerprintInput) {
+				in.ContentType = "text/plain"
+				in.Body = []byte(`{"b":2,"a":1}`)
+			}), false},
+		{"invalid JSON is raw", plain,
+			with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`{"a":1,}`) }),
+			with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`{"a":1,} `) }), false},
+		{"trailing JSON value is not canonicalised away", plain,
+			with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`{"a":1}`) }),
+			with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`{"a":1}{"b":2}`) }), false},
+		{"fields: others ignored", fields,
+			with(func(in *idempotency.FingerprintInput) {
+				in.Body = []byte(`{"amount":1,"note":"x","items":[{"sku":"A"}]}`)
+			}),
+			with(func(in *idempotency.FingerprintInput) {
+				in.Body = []byte(`{"note":"y","items":[{"sku":"A","qty":3}],"amount":1}`)
+			}), true},
+		{"fields: listed differs", fields,
+			with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`{"amount":1}`) }),
+			with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`{"amount":2}`) }), false},
+		{"fields: escaped pointer", fields,
+			with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`{"a/b":1}`) }),
+			with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`{"a/b":2}`) }), false},
+		{"fields: absent is not null", fields,
+			with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`{}`) }),
+			with(func(in *idempotency.FingerprintInput) { in.Body = []byte(`{"amount":null}`) }), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a, b := fp(t, tc.f, tc.a), fp(t, tc.f, tc.b)
+			if (a == b) != tc.same {
+				t.Fatalf("fingerprints equal = %v, want %v\n a: %+v\n b: %+v", a == b, tc.same, tc.a, tc.b)
+			}
+			if len(a) != 64 {
+				t.Fatalf("fingerprint %q is not hex SHA-256", a)
+			}
+		})
+	}
+}
+
+func TestNewFingerprinterRejects(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name            string
+		headers, fields []string
+	}{
+		{"pointer without slash", nil, []string{"amount"}},
+		{"bad tilde", nil, []string{"/a~2"}},
+		{"header with colon", []string{"x:y"}, nil},
+		{"empty header", []string{""}, nil},
+	} {
+		if _, err := idempotency.NewFingerprinter(tc.headers, tc.fields); err == nil {
+			t.Errorf("%s: NewFingerprinter accepted %q %q", tc.name, tc.headers, tc.fields)
+		}
+	}
+}
+
+// FuzzFingerprint checks that reformatting a JSON body (reordering nothing,
+// adding white space) never changes its fingerprint, and that it is stable.
+func FuzzFingerprint(f *testing.F) {
+	for _, s := range []string{`{"a":1,"b":[1,2,{"c":"d"}]}`, `[]`, `"x"`, `1.50`, `{"a":{"b":{}}}`, `not json`, ``} {
+		f.Add([]byte(s))
+	}
+	fpr, _ := idempotency.NewFingerprinter(nil, nil)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		in := idempotency.FingerprintInput{Method: "POST", Route: "r", Path: "/p", ContentType: "application/json", Body: body}
+		a := fpr.Fingerprint(in)
+		if a != fpr.Fingerprint(in) {
+			t.Fatal("fingerprint is not deterministic")
+		}
+		spaced := append(append([]byte(" \n"), body...), '\t')
+		in2 := in
+		in2.Body = spaced
+		if json.Valid(body) && fpr.Fingerprint(in2) != a {
+			t.Fatalf("white space around valid JSON %q changed the fingerprint", body)
+		}
+	})
+}

@@ -1,0 +1,17 @@
+package memstore_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/idempotencytest"
+	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestConformance(t *testing.T) {
+	idempotencytest.Run(t, func(*testing.T) idempotency.Store { return memstore.New() })
+}

@@ -1,0 +1,182 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// Every state change is one Lua script, so it is atomic and costs one round
+// trip. Each script touches exactly one key (KEYS[1], the record's hash), so
+// it runs on the node that owns that key's slot in a Redis Cluster. Times are
+// Unix milliseconds from the server's clock (TIME), never the gateway's.
+//
+// A record's hash fields:
+//
+//	tenant route key   the scope, checked on every claim
+//	fp                 request fingerprint
+//	state              in_flight | completed | released | unknown
+//	token              fencing token
+//	owner              attempt token; absent unless in_flight
+//	lease              lease end (ms)
+//	created updated    (ms)
+//	expires            (ms); the key's PEXPIREAT is always this value
+//	status header body omitted   the stored response (completed only);
+//	                   header is JSON, body raw bytes, omitted "1" or "0"
+//
+// A record is replayed, claimed and changed only while expires is ahead of
+// the server clock. Because the key's own expiry equals expires, Redis
+// reclaims the memory by itself and no janitor is needed.
+//
+// Complete, Release, MarkUnknown and Resolve PUBLISH on KEYS[1]..":changed"
+// (see watch.go).
+
+// prelude is shared by the scripts. record returns the fields in the order
+// of the field* constants below.
+const prelude = `
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function record(key)
+  return redis.call('HMGET', key, 'fp', 'state', 'token', 'owner', 'lease',
+    'created', 'updated', 'expires', 'status', 'header', 'body', 'omitted')
+end
+`
+
+// Indexes into the reply of record() in Lua.
+const (
+	fieldFP = iota
+	fieldState
+	fieldToken
+	fieldOwner
+	fieldLease
+	fieldCreated
+	fieldUpdated
+	fieldExpires
+	fieldStatus
+	fieldHeader
+	fieldBody
+	fieldOmitted
+	numFields
+)
+
+// claimScript: ARGV tenant, route, key, fingerprint, owner, lease ms,
+// retention ms. Returns {claimed 0|1, takeover 0|1, record...}.
+//
+// A live record is taken over only by the same fingerprint, and only when it
+// was released or its lease ran out; anything else returns the record as it
+// is. A record that is missing or past its expiry is created afresh, but an
+// expired one still present keeps counting fencing tokens from where it was.
+const claimScript = prelude + `
+local key = KEYS[1]
+local tenant, route, ikey, fp, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local lease, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
+local now = now_ms()
+local cur = redis.call('HMGET', key, 'tenant', 'route', 'key', 'fp', 'state', 'token', 'lease', 'expires', 'created')
+local token, created, takeover = 0, now, 0
+if cur[5] then
+  if cur[1] ~= tenant or cur[2] ~= route or cur[3] ~= ikey then
+    return redis.error_reply('ERR redisstore: two scopes hash to one key')
+  end
+  token = tonumber(cur[6]) or 0
+  if (tonumber(cur[8]) or 0) > now then
+    local st = cur[5]
+    local free = st == 'released' or (st == 'in_flight' and (tonumber(cur[7]) or 0) <= now)
+    if cur[4] ~= fp or not free then
+      return {0, 0, unpack(record(key))}
+    end
+    takeover = 1
+    created = cur[9]
+  end
+  redis.call('HDEL', key, 'status', 'header', 'body', 'omitted')
+end
+token = token + 1
+local lease_until = now + lease
+local expires = math.max(now + retention, lease_until)
+redis.call('HSET', key, 'tenant', tenant, 'route', route, 'key', ikey, 'fp', fp,
+  'state', 'in_flight', 'token', token, 'owner', owner, 'lease', lease_until,
+  'created', created, 'updated', now, 'expires', expires)
+redis.call('PEXPIREAT', key, expires)
+return {1, takeover, unpack(record(key))}
+`
+
+// renewScript: ARGV owner, lease ms. Returns 1, or 0 when not the owner. The
+// key's expiry moves out with the lease when the lease would outlive it.
+const renewScript = prelude + `
+local key = KEYS[1]
+local cur = redis.call('HMGET', key, 'state', 'owner', 'expires')
+if cur[1] ~= 'in_flight' or cur[2] ~= ARGV[1] then return 0 end
+local now = now_ms()
+local lease_until = now + tonumber(ARGV[2])
+redis.call('HSET', key, 'lease', lease_until, 'updated', now)
+if lease_until > (tonumber(cur[3]) or 0) then
+  redis.call('HSET', key, 'expires', lease_until)
+  redis.call('PEXPIREAT', key, lease_until)
+end
+return 1
+`
+
+// completeScript: ARGV owner, status, header JSON, body, omitted "1"|"0",
+// retention ms. Returns 1, or 0 when not the owner. Retention counts from
+// completion.
+const completeScript = prelude + `
+local key = KEYS[1]
+local cur = redis.call('HMGET', key, 'state', 'owner')
+if cur[1] ~= 'in_flight' or cur[2] ~= ARGV[1] then return 0 end
+local now = now_ms()
+local expires = now + tonumber(ARGV[6])
+redis.call('HSET', key, 'state', 'completed', 'status', ARGV[2], 'header', ARGV[3],
+  'body', ARGV[4], 'omitted', ARGV[5], 'updated', now, 'expires', expires)
+redis.call('HDEL', key, 'owner')
+redis.call('PEXPIREAT', key, expires)
+redis.call('PUBLISH', key .. ':changed', 'completed')
+return 1
+`
+
+// finishScript ends a claim without a response: ARGV owner, new state
+// (released or unknown). Returns 1, or 0 when not the owner. The expiry set
+// by the claim stays.
+const finishScript = prelude + `
+local key = KEYS[1]
+local cur = redis.call('HMGET', key, 'state', 'owner')
+if cur[1] ~= 'in_flight' or cur[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', key, 'state', ARGV[2], 'updated', now_ms())
+redis.call('HDEL', key, 'owner')
+redis.call('PUBLISH', key .. ':changed', ARGV[2])
+return 1
+`
+
+// resolveScript turns unknown into released. Returns 1, 0 when the record is
+// in another state, -1 when there is none.
+const resolveScript = prelude + `
+local key = KEYS[1]
+local cur = redis.call('HMGET', key, 'state', 'expires')
+local now = now_ms()
+if not cur[1] or (tonumber(cur[2]) or 0) <= now then return -1 end
+if cur[1] ~= 'unknown' then return 0 end
+redis.call('HSET', key, 'state', 'released', 'updated', now)
+redis.call('PUBLISH', key .. ':changed', 'released')
+return 1
+`
+
+// getScript returns the record, or nil when there is none or it is past
+// its expiry by the server clock (the key itself may linger a moment).
+const getScript = prelude + `
+local r = record(KEYS[1])
+if not r[2] or (tonumber(r[8]) or 0) <= now_ms() then return false end
+return r
+`
+
+// scripts are per Store, not package variables: a redis.Script caches its
+// digest and is loaded into each node's script cache on first use.
+type scripts struct {
+	claim, renew, complete, finish, resolve, get *redis.Script
+}
+
+func newScripts() scripts {
+	return scripts{
+		claim:    redis.NewScript(claimScript),
+		renew:    redis.NewScript(renewScript),
+		complete: redis.NewScript(completeScript),
+		finish:   redis.NewScript(finishScript),
+		resolve:  redis.NewScript(resolveScript),
+		get:      redis.NewScript(getScript),
+	}
+}

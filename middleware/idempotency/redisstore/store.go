@@ -1,0 +1,311 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemgate/idemgate/middleware/idempotency"
+)
+
+var (
+	_ idempotency.Store   = (*Store)(nil)
+	_ idempotency.Watcher = (*Store)(nil)
+)
+
+// ErrClosed is returned by Watch after Close.
+var ErrClosed = errors.New("redisstore: store closed")
+
+// DefaultPrefix starts every key the store writes, unless WithPrefix says
+// otherwise.
+const DefaultPrefix = "idemgate:"
+
+// Store keeps idempotency records in Redis, one hash per record. It is safe
+// for concurrent use. Close it to stop the pub/sub connection that Watch
+// opens; the Redis client stays the caller's.
+type Store struct {
+	client  redis.UniversalClient
+	prefix  string
+	scripts scripts
+
+	// Watch state; see watch.go.
+	mu       sync.Mutex
+	closed   bool
+	done     chan struct{}
+	ps       *redis.PubSub
+	channels map[string]map[*watch]struct{}
+	markers  map[string]chan struct{}
+	seq      uint64
+	wg       sync.WaitGroup
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithPrefix sets the string every key and channel of the store starts with
+// (default DefaultPrefix), so that several deployments, or tests, can share
+// one Redis. It should not contain '{' or '}': the record's hash tag must be
+// the first pair of braces in the key for records to spread over a cluster.
+func WithPrefix(prefix string) Option {
+	return func(s *Store) { s.prefix = prefix }
+}
+
+// New returns a store on client: a *redis.Client, a *redis.ClusterClient or
+// anything else that implements redis.UniversalClient.
+func New(client redis.UniversalClient, opts ...Option) *Store {
+	s := &Store{
+		client:   client,
+		prefix:   DefaultPrefix,
+		scripts:  newScripts(),
+		done:     make(chan struct{}),
+		channels: make(map[string]map[*watch]struct{}),
+		markers:  make(map[string]chan struct{}),
+	}
+	for _, opt := range opts {
+		opt(s)
+	}
+	return s
+}
+
+// key returns the record's key: prefix + "idem:{" + 32 hex digits + "}". The
+// digits are the first half of SHA-256 over the length-prefixed tenant, route
+// and key, so no contents of theirs can make two scopes meet, and the braces
+// make the digits the cluster hash tag. The scope itself is kept in the
+// hash and checked on every claim.
+func (s *Store) key(scope idempotency.Scope) string {
+	var stack [256]byte
+	b := stack[:0]
+	b = binary.AppendUvarint(b, uint64(len(scope.Tenant)))
+	b = append(b, scope.Tenant...)
+	b = binary.AppendUvarint(b, uint64(len(scope.Route)))
+	b = append(b, scope.Route...)
+	b = append(b, scope.Key...)
+	sum := sha256.Sum256(b)
+	var digits [32]byte
+	hex.Encode(digits[:], sum[:16])
+
+	var k strings.Builder
+	k.Grow(len(s.prefix) + len("idem:{}") + len(digits))
+	k.WriteString(s.prefix)
+	k.WriteString("idem:{")
+	k.Write(digits[:])
+	k.WriteByte('}')
+	return k.String()
+}
+
+// millis converts d to whole milliseconds, at least one.
+func millis(d time.Duration) int64 {
+	return max(d.Milliseconds(), 1)
+}
+
+// Claim claims scope's record for req.Owner, or returns the record that
+// stands in the way. One script, one round trip.
+func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
+	sc := req.Scope
+	vals, err := s.scripts.claim.Run(ctx, s.client, []string{s.key(sc)},
+		sc.Tenant, sc.Route, sc.Key, req.Fingerprint, req.Owner, millis(req.Lease), millis(req.Retention)).Slice()
+	if err != nil {
+		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	if len(vals) != 2+numFields {
+		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", errMalformed)
+	}
+	rec, err := parseRecord(sc, vals[2:])
+	if err != nil {
+		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	claimed, _ := vals[0].(int64)
+	takeOver, _ := vals[1].(int64)
+	return idempotency.ClaimResult{Claimed: claimed == 1, TakeOver: takeOver == 1, Record: rec}, nil
+}
+
+// Renew extends the owner's lease.
+func (s *Store) Renew(ctx context.Context, scope idempotency.Scope, owner string, lease time.Duration) error {
+	n, err := s.scripts.renew.Run(ctx, s.client, []string{s.key(scope)}, owner, millis(lease)).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: renew: %w", err)
+	}
+	if n != 1 {
+		return idempotency.ErrNotOwner
+	}
+	return nil
+}
+
+// Complete stores resp and ends the owner's claim. The record then lives
+// for retention from now.
+func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner string, resp idempotency.Response, retention time.Duration) error {
+	header, err := json.Marshal(resp.Header)
+	if err != nil {
+		return fmt.Errorf("redisstore: complete: encode header: %w", err)
+	}
+	body, omitted := resp.Body, "0"
+	if resp.BodyOmitted {
+		body, omitted = nil, "1"
+	}
+	n, err := s.scripts.complete.Run(ctx, s.client, []string{s.key(scope)},
+		owner, resp.Status, header, body, omitted, millis(retention)).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: complete: %w", err)
+	}
+	if n != 1 {
+		return idempotency.ErrNotOwner
+	}
+	return nil
+}
+
+// Release marks the owner's attempt as not processed.
+func (s *Store) Release(ctx context.Context, scope idempotency.Scope, owner string) error {
+	return s.finish(ctx, scope, owner, idempotency.StateReleased)
+}
+
+// MarkUnknown holds the owner's ambiguous outcome for an operator.
+func (s *Store) MarkUnknown(ctx context.Context, scope idempotency.Scope, owner string) error {
+	return s.finish(ctx, scope, owner, idempotency.StateUnknown)
+}
+
+func (s *Store) finish(ctx context.Context, scope idempotency.Scope, owner string, state idempotency.State) error {
+	n, err := s.scripts.finish.Run(ctx, s.client, []string{s.key(scope)}, owner, string(state)).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: mark %s: %w", state, err)
+	}
+	if n != 1 {
+		return idempotency.ErrNotOwner
+	}
+	return nil
+}
+
+// Get returns scope's record, or idempotency.ErrNotFound.
+func (s *Store) Get(ctx context.Context, scope idempotency.Scope) (idempotency.Record, error) {
+	vals, err := s.scripts.get.Run(ctx, s.client, []string{s.key(scope)}).Slice()
+	if errors.Is(err, redis.Nil) {
+		return idempotency.Record{}, idempotency.ErrNotFound
+	}
+	if err != nil {
+		return idempotency.Record{}, fmt.Errorf("redisstore: get: %w", err)
+	}
+	rec, err := parseRecord(scope, vals)
+	if err != nil {
+		return idempotency.Record{}, fmt.Errorf("redisstore: get: %w", err)
+	}
+	return rec, nil
+}
+
+// Delete removes scope's record whatever its state.
+func (s *Store) Delete(ctx context.Context, scope idempotency.Scope) error {
+	if err := s.client.Del(ctx, s.key(scope)).Err(); err != nil {
+		return fmt.Errorf("redisstore: delete: %w", err)
+	}
+	return nil
+}
+
+// Resolve turns an unknown outcome into a released one.
+func (s *Store) Resolve(ctx context.Context, scope idempotency.Scope) error {
+	n, err := s.scripts.resolve.Run(ctx, s.client, []string{s.key(scope)}).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: resolve: %w", err)
+	}
+	switch n {
+	case 1:
+		return nil
+	case 0:
+		return idempotency.ErrNotUnknown
+	default:
+		return idempotency.ErrNotFound
+	}
+}
+
+var errMalformed = errors.New("malformed record")
+
+// parseRecord reads the fields of record() in the scripts. Redis returns
+// every field as a string, or nil when it is absent.
+func parseRecord(scope idempotency.Scope, v []any) (idempotency.Record, error) {
+	if len(v) != numFields {
+		return idempotency.Record{}, errMalformed
+	}
+	p := fieldParser{v: v}
+	rec := idempotency.Record{
+		Scope:        scope,
+		Fingerprint:  p.str(fieldFP),
+		State:        idempotency.State(p.str(fieldState)),
+		FencingToken: p.int(fieldToken),
+		Owner:        p.str(fieldOwner),
+		LeaseUntil:   p.time(fieldLease),
+		CreatedAt:    p.time(fieldCreated),
+		UpdatedAt:    p.time(fieldUpdated),
+		ExpiresAt:    p.time(fieldExpires),
+	}
+	if rec.State == idempotency.StateCompleted {
+		resp := &idempotency.Response{
+			Status:      int(p.int(fieldStatus)),
+			BodyOmitted: p.str(fieldOmitted) == "1",
+		}
+		if h := p.str(fieldHeader); h != "" && h != "null" {
+			var header http.Header
+			if err := json.Unmarshal([]byte(h), &header); err != nil {
+				return idempotency.Record{}, fmt.Errorf("%w: header: %w", errMalformed, err)
+			}
+			resp.Header = header
+		}
+		if b := p.str(fieldBody); b != "" {
+			resp.Body = []byte(b)
+		}
+		rec.Response = resp
+	}
+	if p.err != nil {
+		return idempotency.Record{}, p.err
+	}
+	return rec, nil
+}
+
+// fieldParser keeps the first error, so parseRecord reads straight through.
+type fieldParser struct {
+	v   []any
+	err error
+}
+
+func (p *fieldParser) str(i int) string {
+	switch x := p.v[i].(type) {
+	case string:
+		return x
+	case nil:
+		return ""
+	default:
+		if p.err == nil {
+			p.err = fmt.Errorf("%w: field %d is %T", errMalformed, i, x)
+		}
+		return ""
+	}
+}
+
+func (p *fieldParser) int(i int) int64 {
+	switch x := p.v[i].(type) {
+	case int64:
+		return x
+	case nil:
+		return 0
+	}
+	s := p.str(i)
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil && p.err == nil {
+		p.err = fmt.Errorf("%w: field %d: %w", errMalformed, i, err)
+	}
+	return n
+}
+
+func (p *fieldParser) time(i int) time.Time {
+	if p.v[i] == nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(p.int(i))
+}
