@@ -14,6 +14,10 @@ import (
 type recorder struct {
 	rw    http.ResponseWriter
 	limit int64
+	// header is the handler's own: what it sets is what is stored, apart
+	// from what the layers outside the middleware set on rw (a request id,
+	// rate limit headers), which belong to this response only.
+	header http.Header
 
 	status  int
 	body    bytes.Buffer
@@ -26,11 +30,20 @@ type recorder struct {
 
 var _ http.ResponseWriter = (*recorder)(nil)
 
-func (r *recorder) Header() http.Header { return r.rw.Header() }
+func (r *recorder) Header() http.Header { return r.header }
 
 func (r *recorder) WriteHeader(code int) {
 	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
-		r.rw.WriteHeader(code) // informational responses pass straight through
+		// Informational responses pass straight through with the headers
+		// set for them, which then leave the final response.
+		h := r.rw.Header()
+		for k, vs := range r.header {
+			h[k] = vs
+		}
+		r.rw.WriteHeader(code)
+		for k := range r.header {
+			h.Del(k)
+		}
 		return
 	}
 	if r.status != 0 {
@@ -84,6 +97,10 @@ func (r *recorder) send() error {
 	if r.status == 0 {
 		r.status = http.StatusOK
 	}
+	h := r.rw.Header()
+	for k, vs := range r.header {
+		h[k] = vs
+	}
 	r.rw.WriteHeader(r.status)
 	if r.body.Len() == 0 {
 		return nil
@@ -113,7 +130,7 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.rw }
 
 // response is what to store for the captured response.
 func (r *recorder) response() Response {
-	resp := Response{Status: r.status, Header: storableHeader(r.rw.Header()), BodyOmitted: r.omitted}
+	resp := Response{Status: r.status, Header: storableHeader(r.header), BodyOmitted: r.omitted}
 	if resp.Status == 0 {
 		resp.Status = http.StatusOK
 	}

@@ -152,10 +152,14 @@ func (m *Middleware) retryAfter(rec Record) time.Duration {
 	return min(max(d, time.Second), max(m.cfg.Lease, time.Second))
 }
 
+// replay writes a stored response. Headers already set by the layers
+// outside the middleware (this request's id, its rate limit) are kept.
 func replay(w http.ResponseWriter, resp Response) {
 	h := w.Header()
 	for k, vs := range resp.Header {
-		h[k] = slices.Clone(vs)
+		if _, set := h[k]; !set {
+			h[k] = slices.Clone(vs)
+		}
 	}
 	h.Set(HeaderReplayed, "true")
 	if resp.BodyOmitted {
@@ -260,7 +264,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		<-renewDone
 	}
 
-	rec := &recorder{rw: w, limit: m.cfg.MaxStoredResponseBytes}
+	rec := &recorder{rw: w, limit: m.cfg.MaxStoredResponseBytes, header: make(http.Header)}
 	finished := false
 	var early Stored // set when the record was stored before the handler returned
 	rec.beforeSend = func(status int) {

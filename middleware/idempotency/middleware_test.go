@@ -562,3 +562,25 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestOuterHeadersBelongToEachResponse(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int32
+	inner := newMW(t, memstore.New(), idempotency.Config{}).Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Upstream", "v"+strconv.Itoa(int(n.Add(1))))
+		w.WriteHeader(201)
+	}))
+	// An outer layer sets a per-request header before the middleware runs.
+	outer := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Request-Id", r.Header.Get("X-Req"))
+		inner.ServeHTTP(w, r)
+	})
+	first := do(outer, call{key: "k", header: http.Header{"X-Req": {"one"}}})
+	again := do(outer, call{key: "k", header: http.Header{"X-Req": {"two"}}})
+	if first.Header().Get("X-Request-Id") != "one" || again.Header().Get("X-Request-Id") != "two" {
+		t.Fatalf("request ids: first %q replay %q; each response must carry its own", first.Header().Get("X-Request-Id"), again.Header().Get("X-Request-Id"))
+	}
+	if again.Header().Get("X-Upstream") != "v1" || again.Header().Get(idempotency.HeaderReplayed) != "true" {
+		t.Fatalf("replay headers %v", again.Header())
+	}
+}

@@ -1,0 +1,156 @@
+package gateway
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/requestid"
+)
+
+// adminRoutes lists the whole admin API. Everything needs the admin token.
+func (g *Gateway) adminRoutes() http.Handler {
+	r := chi.NewRouter()
+	r.Use(g.requireAdmin)
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(g.opts.Metrics.Registry, promhttp.HandlerOpts{}))
+	r.Get("/admin/keys/{tenant}/{route}/{key}", g.handleKeyGet())
+	r.Delete("/admin/keys/{tenant}/{route}/{key}", g.handleKeyDelete())
+	r.Post("/admin/keys/{tenant}/{route}/{key}/resolve", g.handleKeyResolve())
+	notFound := func(w http.ResponseWriter, r *http.Request) {
+		g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "no admin endpoint " + r.Method + " " + r.URL.Path})
+	}
+	r.NotFound(notFound)
+	r.MethodNotAllowed(notFound)
+	return requestid.Middleware(g.recoverPanics(r))
+}
+
+// AdminMount adds h under prefix on the admin listener, behind the admin
+// token (asynqmon is mounted this way).
+func (g *Gateway) AdminMount(prefix string, h http.Handler) {
+	inner := g.private
+	authed := g.requireAdmin(h)
+	g.private = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == prefix || len(r.URL.Path) > len(prefix) && r.URL.Path[:len(prefix)+1] == prefix+"/" {
+			authed.ServeHTTP(w, r)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	})
+}
+
+func scopeOf(r *http.Request) idempotency.Scope {
+	return idempotency.Scope{Tenant: chi.URLParam(r, "tenant"), Route: chi.URLParam(r, "route"), Key: chi.URLParam(r, "key")}
+}
+
+// RecordDocument is how the admin API and `idemgate keys get` show a record.
+type RecordDocument struct {
+	Tenant       string              `json:"tenant"`
+	Route        string              `json:"route"`
+	Key          string              `json:"key"`
+	State        string              `json:"state"`
+	Fingerprint  string              `json:"fingerprint"`
+	FencingToken int64               `json:"fencing_token"`
+	LeaseUntil   *time.Time          `json:"lease_until,omitempty"`
+	CreatedAt    time.Time           `json:"created_at"`
+	UpdatedAt    time.Time           `json:"updated_at"`
+	ExpiresAt    time.Time           `json:"expires_at"`
+	Response     *ResponseDocument   `json:"response,omitempty"`
+	Header       map[string][]string `json:"-"`
+}
+
+// ResponseDocument is a stored response; the body is base64.
+type ResponseDocument struct {
+	Status      int                 `json:"status"`
+	Header      map[string][]string `json:"header"`
+	BodyBase64  string              `json:"body_base64"`
+	BodyOmitted bool                `json:"body_omitted"`
+}
+
+// NewRecordDocument renders rec.
+func NewRecordDocument(rec idempotency.Record) RecordDocument {
+	d := RecordDocument{
+		Tenant: rec.Scope.Tenant, Route: rec.Scope.Route, Key: rec.Scope.Key,
+		State: string(rec.State), Fingerprint: rec.Fingerprint, FencingToken: rec.FencingToken,
+		CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, ExpiresAt: rec.ExpiresAt,
+	}
+	if !rec.LeaseUntil.IsZero() {
+		lu := rec.LeaseUntil
+		d.LeaseUntil = &lu
+	}
+	if rec.Response != nil {
+		d.Response = &ResponseDocument{
+			Status: rec.Response.Status, Header: rec.Response.Header,
+			BodyBase64: base64.StdEncoding.EncodeToString(rec.Response.Body), BodyOmitted: rec.Response.BodyOmitted,
+		}
+	}
+	return d
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func (g *Gateway) storeError(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, idempotency.ErrNotFound):
+		g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "no idempotency record for this tenant, route and key"})
+	case errors.Is(err, idempotency.ErrNotUnknown):
+		g.problems.write(w, r, &Problem{Err: ErrBadRequest, Detail: "only a record whose outcome is unknown can be resolved; delete it instead"})
+	default:
+		g.problems.write(w, r, &Problem{Err: idempotency.ErrStoreUnavailable, Detail: "the idempotency store is unavailable", RetryAfter: time.Second, Cause: err})
+	}
+}
+
+func (g *Gateway) handleKeyGet() http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		rec, err := g.opts.Store.Get(r.Context(), scopeOf(r))
+		if err != nil {
+			g.storeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, NewRecordDocument(rec))
+	}
+}
+
+func (g *Gateway) handleKeyDelete() http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		scope := scopeOf(r)
+		if _, err := g.opts.Store.Get(r.Context(), scope); err != nil {
+			g.storeError(w, r, err)
+			return
+		}
+		if err := g.opts.Store.Delete(r.Context(), scope); err != nil {
+			g.storeError(w, r, err)
+			return
+		}
+		g.opts.Logger.InfoContext(r.Context(), "idempotency record deleted by an operator", "tenant", scope.Tenant, "route", scope.Route, "idempotency_key", scope.Key)
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+func (g *Gateway) handleKeyResolve() http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		scope := scopeOf(r)
+		if err := g.opts.Store.Resolve(r.Context(), scope); err != nil {
+			g.storeError(w, r, err)
+			return
+		}
+		g.opts.Logger.InfoContext(r.Context(), "unknown outcome released by an operator", "tenant", scope.Tenant, "route", scope.Route, "idempotency_key", scope.Key)
+		rec, err := g.opts.Store.Get(r.Context(), scope)
+		if err != nil {
+			g.storeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, NewRecordDocument(rec))
+	}
+}

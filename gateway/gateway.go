@@ -1,0 +1,297 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/idemgate/idemgate/middleware/auth"
+	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/ratelimit"
+	"github.com/idemgate/idemgate/middleware/requestid"
+)
+
+// Options is everything the gateway is built from. cmd/idemgate fills it
+// from the configuration file; tests fill it directly.
+type Options struct {
+	// ProblemBase prefixes every problem type. Default
+	// idempotency.DefaultProblemBase.
+	ProblemBase string
+	Auth        auth.Config
+	// RateLimits per tenant; a tenant without one is not limited.
+	RateLimits ratelimit.Limits
+	// RateLimitStore makes the store of each distinct limit. Default
+	// ratelimit.MemoryStore (per instance).
+	RateLimitStore ratelimit.StoreFunc
+	Routes         []RouteOptions
+	Transport      http.RoundTripper
+	// Store keeps idempotency records; StoreName labels its metrics.
+	Store     idempotency.Store
+	StoreName string
+	// Ready are the checks behind /readyz.
+	Ready []Check
+	// AdminTokenSHA256 is the hex SHA-256 of the admin bearer token.
+	AdminTokenSHA256 string
+	// OpenAPI is served at /openapi.yaml.
+	OpenAPI []byte
+	Logger  *slog.Logger
+	Metrics *Metrics
+}
+
+// RouteOptions is one configured route.
+type RouteOptions struct {
+	Name    string
+	Methods []string // empty: every method
+	Path    string
+	Prefix  bool
+	// Upstream is where a proxied route forwards; Timeout bounds the call.
+	Upstream *url.URL
+	Timeout  time.Duration
+	// Handler serves a route that is not proxied (an enqueue route).
+	Handler     http.Handler
+	Idempotency idempotency.Config
+}
+
+// Check is one dependency /readyz verifies.
+type Check struct {
+	Name  string
+	Check func(context.Context) error
+}
+
+// Gateway is the built gateway: its public and admin handlers.
+type Gateway struct {
+	opts     Options
+	problems problemWriter
+	auth     *auth.Authenticator
+	limiter  *ratelimit.Limiter
+	table    table
+	admin    [sha256.Size]byte
+	public   http.Handler
+	private  http.Handler
+}
+
+// New builds the whole middleware chain once, validating as it goes.
+func New(opts Options) (*Gateway, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics()
+	}
+	if opts.ProblemBase == "" {
+		opts.ProblemBase = idempotency.DefaultProblemBase
+	}
+	if opts.RateLimitStore == nil {
+		opts.RateLimitStore = ratelimit.MemoryStore
+	}
+	if opts.Transport == nil {
+		opts.Transport = http.DefaultTransport
+	}
+	if opts.Store == nil {
+		return nil, errors.New("gateway: no idempotency store")
+	}
+	g := &Gateway{opts: opts, problems: problemWriter{base: opts.ProblemBase, logger: opts.Logger}}
+	if opts.AdminTokenSHA256 != "" {
+		b, err := hex.DecodeString(opts.AdminTokenSHA256)
+		if err != nil || len(b) != sha256.Size {
+			return nil, errors.New("gateway: admin_token_sha256 is not a hex SHA-256")
+		}
+		copy(g.admin[:], b)
+	}
+	var err error
+	if g.auth, err = auth.New(opts.Auth); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	g.limiter, err = ratelimit.New(opts.RateLimits, opts.RateLimitStore, ratelimit.Config{
+		Key: func(r *http.Request) string { return auth.Tenant(r.Context()) },
+		OnLimited: func(w http.ResponseWriter, r *http.Request, err error) {
+			infoFrom(r.Context()).outcome = "rate_limited"
+			g.problems.write(w, r, err)
+		},
+		OnError: func(r *http.Request, err error) {
+			opts.Logger.WarnContext(r.Context(), "rate limit store failed; request let through", "err", err)
+		},
+		Timeout: time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	store := timedStore{Store: opts.Store, name: opts.StoreName, hist: opts.Metrics.store}
+	var routes []*route
+	for _, ro := range opts.Routes {
+		rt, err := g.buildRoute(ro, store)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: route %s: %w", ro.Name, err)
+		}
+		routes = append(routes, rt)
+	}
+	g.table = newTable(routes)
+	g.public = g.publicRoutes()
+	g.private = g.adminRoutes()
+	return g, nil
+}
+
+// Close releases the rate limiter's stores.
+func (g *Gateway) Close(ctx context.Context) error { return g.limiter.Close(ctx) }
+
+// Handler serves the public listener.
+func (g *Gateway) Handler() http.Handler { return g.public }
+
+// AdminHandler serves the admin listener.
+func (g *Gateway) AdminHandler() http.Handler { return g.private }
+
+func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, error) {
+	rt := &route{name: ro.Name, path: ro.Path, prefix: ro.Prefix}
+	if len(ro.Methods) > 0 {
+		rt.methods = map[string]bool{}
+		for _, m := range ro.Methods {
+			rt.methods[strings.ToUpper(m)] = true
+		}
+	}
+	var h http.Handler
+	switch {
+	case ro.Handler != nil:
+		h = ro.Handler
+	case ro.Upstream != nil:
+		strip := ""
+		if g.auth.Mode() == auth.ModeAPIKey {
+			strip = g.auth.Header()
+		}
+		h = timedUpstream(g.opts.Metrics, ro.Name, newProxy(ro.Upstream, g.opts.Transport, ro.Timeout, strip, g.problems))
+	default:
+		return nil, errors.New("neither an upstream nor a handler")
+	}
+	ic := ro.Idempotency
+	ic.Route = ro.Name
+	ic.Tenant = func(r *http.Request) string { return auth.Tenant(r.Context()) }
+	ic.ErrorHandler = g.problems.write
+	ic.Observe = observeIdempotency
+	ic.Logger = g.opts.Logger
+	mw, err := idempotency.New(store, ic)
+	if err != nil {
+		return nil, err
+	}
+	h = mw.Wrap(h)
+	h = g.limiter.Wrap(h)
+	h = recordTenant(h)
+	h = g.auth.Middleware(func(w http.ResponseWriter, r *http.Request, err error) {
+		infoFrom(r.Context()).outcome = "unauthorized"
+		g.problems.write(w, r, err)
+	})(h)
+	name := ro.Name
+	rt.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		infoFrom(r.Context()).route = name
+		h.ServeHTTP(w, r)
+	})
+	return rt, nil
+}
+
+// recordTenant notes the authenticated tenant for the access log.
+func recordTenant(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		infoFrom(r.Context()).tenant = auth.Tenant(r.Context())
+		next.ServeHTTP(w, r)
+	})
+}
+
+// publicRoutes lists the whole public API.
+func (g *Gateway) publicRoutes() http.Handler {
+	r := chi.NewRouter()
+	r.Get("/healthz", g.handleHealth())
+	r.Get("/readyz", g.handleReady())
+	r.Get("/openapi.yaml", g.handleOpenAPI())
+	r.NotFound(g.handleTable())
+	r.MethodNotAllowed(g.handleTable())
+	var h http.Handler = r
+	h = accessLog(g.opts.Logger, g.opts.Metrics, h)
+	h = g.recoverPanics(h)
+	return requestid.Middleware(h)
+}
+
+// handleTable serves every request that is not one of the gateway's own
+// endpoints: the longest matching route, or 404.
+func (g *Gateway) handleTable() http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		rt := g.table.match(r.Method, r.URL.Path)
+		if rt == nil {
+			g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "no route matches " + r.Method + " " + r.URL.Path})
+			return
+		}
+		rt.handler.ServeHTTP(w, r)
+	}
+}
+
+func (g *Gateway) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v) // the connection is to be dropped: let net/http do it
+			}
+			g.problems.write(w, r, fmt.Errorf("panic: %v", v))
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (g *Gateway) handleHealth() http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	}
+}
+
+func (g *Gateway) handleReady() http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		var failed []string
+		for _, c := range g.opts.Ready {
+			if err := c.Check(ctx); err != nil {
+				g.opts.Logger.WarnContext(ctx, "readiness check failed", "check", c.Name, "err", err)
+				failed = append(failed, c.Name)
+			}
+		}
+		if len(failed) > 0 {
+			g.problems.write(w, r, &Problem{Err: ErrNotReady, Detail: "unreachable: " + strings.Join(failed, ", "), RetryAfter: time.Second})
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
+	}
+}
+
+func (g *Gateway) handleOpenAPI() http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(g.opts.OpenAPI)
+	}
+}
+
+// requireAdmin checks the admin bearer token in constant time.
+func (g *Gateway) requireAdmin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
+		var zero [sha256.Size]byte
+		if g.admin == zero || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(sum[:], g.admin[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate-admin"`)
+			g.problems.write(w, r, &Problem{Err: auth.ErrUnauthorized, Detail: "the admin API needs the admin bearer token"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,54 @@
+package gateway
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics are the gateway's Prometheus series. Names are a public
+// interface: dashboards and alerts depend on them.
+type Metrics struct {
+	Registry        *prometheus.Registry
+	requests        *prometheus.CounterVec
+	requestDuration *prometheus.HistogramVec
+	upstream        *prometheus.HistogramVec
+	store           *prometheus.HistogramVec
+}
+
+// NewMetrics registers the gateway's series (and the Go and process
+// collectors) on a registry of their own.
+func NewMetrics() *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemgate_requests_total",
+			Help: "Requests by route and idempotency outcome (new, replay, conflict, mismatch, missing_key, invalid_key, too_large, store_error, rate_limited, unauthorized, passthrough, not_found).",
+		}, []string{"route", "outcome"}),
+		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemgate_request_duration_seconds",
+			Help:    "Time to answer a request, by route and outcome.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 14),
+		}, []string{"route", "outcome"}),
+		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemgate_upstream_duration_seconds",
+			Help:    "Time the upstream took to answer a proxied request.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 14),
+		}, []string{"route"}),
+		store: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemgate_store_operation_duration_seconds",
+			Help:    "Time of idempotency store operations.",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2.5, 14),
+		}, []string{"store", "op"}),
+	}
+	reg.MustRegister(m.requests, m.requestDuration, m.upstream, m.store,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *Metrics) request(route, outcome string, d time.Duration) {
+	m.requests.WithLabelValues(route, outcome).Inc()
+	m.requestDuration.WithLabelValues(route, outcome).Observe(d.Seconds())
+}

@@ -1,0 +1,141 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/idemgate/idemgate/middleware/auth"
+	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/ratelimit"
+	"github.com/idemgate/idemgate/middleware/requestid"
+)
+
+// Errors the gateway itself detects.
+var (
+	ErrNotFound            = errors.New("not found")
+	ErrUpstreamUnavailable = errors.New("upstream unavailable")
+	ErrUpstreamTimeout     = errors.New("upstream timeout")
+	ErrNotReady            = errors.New("not ready")
+	ErrBadRequest          = errors.New("bad request")
+	ErrInvalidPayload      = errors.New("invalid payload")
+)
+
+// Problem is an error with the detail a client may see. Cause is logged,
+// never shown.
+type Problem struct {
+	Err        error
+	Detail     string
+	RetryAfter time.Duration
+	Cause      error
+}
+
+func (p *Problem) Error() string {
+	if p.Cause != nil {
+		return p.Err.Error() + ": " + p.Cause.Error()
+	}
+	return p.Err.Error() + ": " + p.Detail
+}
+
+func (p *Problem) Unwrap() []error { return []error{p.Err, p.Cause} }
+
+// kind is one row of the table that maps errors to problem documents.
+type kind struct {
+	err    error
+	status int
+	slug   string
+	title  string
+}
+
+// kinds is the gateway's whole error contract (the middleware's own rows
+// come from idempotency.ProblemFor).
+var kinds = []kind{
+	{auth.ErrUnauthorized, http.StatusUnauthorized, "unauthorized", "Missing or invalid credentials"},
+	{ratelimit.ErrLimited, http.StatusTooManyRequests, "rate-limited", "Rate limit exceeded"},
+	{ErrNotFound, http.StatusNotFound, "not-found", "Not found"},
+	{ErrUpstreamUnavailable, http.StatusBadGateway, "upstream-unavailable", "Upstream unavailable"},
+	{ErrUpstreamTimeout, http.StatusGatewayTimeout, "upstream-timeout", "Upstream timed out"},
+	{ErrNotReady, http.StatusServiceUnavailable, "not-ready", "Not ready"},
+	{ErrBadRequest, http.StatusBadRequest, "bad-request", "Bad request"},
+	{ErrInvalidPayload, http.StatusUnprocessableEntity, "invalid-payload", "Invalid payload"},
+}
+
+func lookupKind(err error) (kind, bool) {
+	if p, ok := idempotency.ProblemFor(err); ok {
+		return kind{status: p.Status, slug: p.Slug, title: p.Title}, true
+	}
+	for _, k := range kinds {
+		if errors.Is(err, k.err) {
+			return k, true
+		}
+	}
+	return kind{}, false
+}
+
+// problemWriter renders every error the gateway answers with, as
+// application/problem+json (RFC 9457). It is the only place that turns an
+// error into a status.
+type problemWriter struct {
+	base   string
+	logger *slog.Logger
+}
+
+func (pw problemWriter) write(w http.ResponseWriter, r *http.Request, err error) {
+	k, known := lookupKind(err)
+	if !known {
+		k = kind{status: http.StatusInternalServerError, slug: "internal", title: "Internal error"}
+	}
+	detail, retryAfter := "", time.Duration(0)
+	var p *Problem
+	var ire *idempotency.RequestError
+	var rle *ratelimit.LimitedError
+	switch {
+	case errors.As(err, &p):
+		detail, retryAfter = p.Detail, p.RetryAfter
+	case errors.As(err, &ire):
+		detail, retryAfter = ire.Detail, ire.RetryAfter
+	case errors.As(err, &rle):
+		detail, retryAfter = "too many requests for this tenant; retry after the delay in Retry-After", rle.RetryAfter
+	}
+	if k.status >= 500 {
+		// 5xx details are fixed text; the cause goes to the log only.
+		if !known || detail == "" {
+			detail = "the gateway could not complete the request"
+		}
+		pw.logger.ErrorContext(r.Context(), "request failed", "request_id", requestid.FromContext(r.Context()),
+			"method", r.Method, "path", r.URL.Path, "status", k.status, "err", err)
+	}
+	if detail == "" {
+		detail = k.title
+	}
+	if retryAfter > 0 {
+		idempotency.SetRetryAfter(w.Header(), retryAfter)
+	}
+	body := problemBody{
+		Type:      pw.base + k.slug,
+		Title:     k.title,
+		Status:    k.status,
+		Detail:    detail,
+		Instance:  r.URL.Path,
+		RequestID: requestid.FromContext(r.Context()),
+	}
+	b, _ := json.Marshal(body)
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(len(b)+1))
+	h.Del("ETag")
+	w.WriteHeader(k.status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+type problemBody struct {
+	Type      string `json:"type"`
+	Title     string `json:"title"`
+	Status    int    `json:"status"`
+	Detail    string `json:"detail"`
+	Instance  string `json:"instance"`
+	RequestID string `json:"request_id"`
+}
