@@ -6,7 +6,10 @@ CREATE TABLE idempotency_records (
     key              text        NOT NULL,
     fingerprint      text        NOT NULL,
     state            text        NOT NULL CHECK (state IN ('in_flight', 'completed', 'released', 'unknown')),
-    owner            text,
+    -- The attempt that holds the claim (in_flight) or held it last. It is
+    -- kept when the claim ends so that an owner retrying a write whose answer
+    -- was lost with its connection recognises its own write.
+    owner            text        NOT NULL,
     fencing_token    bigint      NOT NULL CHECK (fencing_token > 0),
     lease_until      timestamptz,
     response_status  integer,
@@ -16,7 +19,9 @@ CREATE TABLE idempotency_records (
     created_at       timestamptz NOT NULL DEFAULT now(),
     updated_at       timestamptz NOT NULL DEFAULT now(),
     expires_at       timestamptz NOT NULL,
-    PRIMARY KEY (tenant, route, key)
+    PRIMARY KEY (tenant, route, key),
+    CHECK (state <> 'in_flight' OR lease_until IS NOT NULL),
+    CHECK (state <> 'completed' OR response_status IS NOT NULL)
 );
 
 -- The janitor deletes expired rows oldest first, in bounded batches.

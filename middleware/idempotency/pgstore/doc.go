@@ -1,0 +1,27 @@
+// Package pgstore keeps idempotency records in PostgreSQL, the gateway's
+// source of truth: one row per (tenant, route, key) in the
+// idempotency_records table of package migrations. Every decision is a single
+// statement the database serialises, and every time that matters (leases,
+// retention) is the database's now(), so gateway clocks need not agree. A
+// claim is one INSERT … ON CONFLICT … DO UPDATE that takes over a record only
+// when its retention passed, or, for the same fingerprint, when it was
+// released or its lease expired. Complete, Renew, Release and MarkUnknown
+// change the row only for the claim's owner, and the ones that end a claim
+// NOTIFY, in the same statement, the gateway instances watching the record.
+// Expired rows stay until DeleteExpired (or RunJanitor) removes them in
+// bounded batches.
+//
+//	store := pgstore.New(pool) // a *pgxpool.Pool on a migrated database
+//	defer store.Close()        // stops the LISTEN connection Watch opened
+//
+//	ctx, cancel := context.WithCancel(ctx)
+//	var wg sync.WaitGroup
+//	wg.Go(func() { _ = store.RunJanitor(ctx, time.Minute, 1000) })
+//	defer wg.Wait() // after cancel: defers run last first
+//	defer cancel()
+//
+//	res, err := store.Claim(ctx, idempotency.ClaimRequest{
+//		Scope: scope, Fingerprint: fp, Owner: owner,
+//		Lease: 30 * time.Second, Retention: 24 * time.Hour,
+//	})
+package pgstore
