@@ -14,7 +14,7 @@ import "github.com/redis/go-redis/v9"
 //	state              in_flight | completed | released | unknown
 //	token              fencing token
 //	owner              attempt token; absent unless in_flight
-//	lease              lease end (ms)
+//	lease              lease end (ms); absent unless in_flight
 //	created updated    (ms)
 //	expires            (ms); the key's PEXPIREAT is always this value
 //	status header body omitted   the stored response (completed only);
@@ -58,7 +58,10 @@ const (
 )
 
 // claimScript: ARGV tenant, route, key, fingerprint, owner, lease ms,
-// retention ms. Returns {claimed 0|1, takeover 0|1, record...}.
+// retention ms. Returns {0, 0, record...} when the existing record stands, or
+// {1, takeover 0|1, token, lease, created, updated, expires} when claimed:
+// the caller knows the rest, and a short reply of integers is cheaper to
+// read than the whole record.
 //
 // A live record is taken over only by the same fingerprint, and only when it
 // was released or its lease ran out; anything else returns the record as it
@@ -73,7 +76,7 @@ local cur = redis.call('HMGET', key, 'tenant', 'route', 'key', 'fp', 'state', 't
 local token, created, takeover = 0, now, 0
 if cur[5] then
   if cur[1] ~= tenant or cur[2] ~= route or cur[3] ~= ikey then
-    return redis.error_reply('ERR redisstore: two scopes hash to one key')
+    return redis.error_reply('ERR two scopes hash to one record key')
   end
   token = tonumber(cur[6]) or 0
   if (tonumber(cur[8]) or 0) > now then
@@ -83,7 +86,7 @@ if cur[5] then
       return {0, 0, unpack(record(key))}
     end
     takeover = 1
-    created = cur[9]
+    created = tonumber(cur[9]) or now
   end
   redis.call('HDEL', key, 'status', 'header', 'body', 'omitted')
 end
@@ -94,7 +97,7 @@ redis.call('HSET', key, 'tenant', tenant, 'route', route, 'key', ikey, 'fp', fp,
   'state', 'in_flight', 'token', token, 'owner', owner, 'lease', lease_until,
   'created', created, 'updated', now, 'expires', expires)
 redis.call('PEXPIREAT', key, expires)
-return {1, takeover, unpack(record(key))}
+return {1, takeover, token, lease_until, created, now, expires}
 `
 
 // renewScript: ARGV owner, lease ms. Returns 1, or 0 when not the owner. The
@@ -124,7 +127,7 @@ local now = now_ms()
 local expires = now + tonumber(ARGV[6])
 redis.call('HSET', key, 'state', 'completed', 'status', ARGV[2], 'header', ARGV[3],
   'body', ARGV[4], 'omitted', ARGV[5], 'updated', now, 'expires', expires)
-redis.call('HDEL', key, 'owner')
+redis.call('HDEL', key, 'owner', 'lease')
 redis.call('PEXPIREAT', key, expires)
 redis.call('PUBLISH', key .. ':changed', 'completed')
 return 1
@@ -138,7 +141,7 @@ local key = KEYS[1]
 local cur = redis.call('HMGET', key, 'state', 'owner')
 if cur[1] ~= 'in_flight' or cur[2] ~= ARGV[1] then return 0 end
 redis.call('HSET', key, 'state', ARGV[2], 'updated', now_ms())
-redis.call('HDEL', key, 'owner')
+redis.call('HDEL', key, 'owner', 'lease')
 redis.call('PUBLISH', key .. ':changed', ARGV[2])
 return 1
 `

@@ -118,16 +118,39 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	if err != nil {
 		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
-	if len(vals) != 2+numFields {
+	if len(vals) < 2 {
 		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", errMalformed)
 	}
-	rec, err := parseRecord(sc, vals[2:])
-	if err != nil {
-		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	if claimed, _ := vals[0].(int64); claimed != 1 {
+		rec, err := parseRecord(sc, vals[2:])
+		if err != nil {
+			return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+		}
+		return idempotency.ClaimResult{Record: rec}, nil
 	}
-	claimed, _ := vals[0].(int64)
-	takeOver, _ := vals[1].(int64)
-	return idempotency.ClaimResult{Claimed: claimed == 1, TakeOver: takeOver == 1, Record: rec}, nil
+	if len(vals) != 7 {
+		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", errMalformed)
+	}
+	p := fieldParser{v: vals}
+	res := idempotency.ClaimResult{
+		Claimed:  true,
+		TakeOver: p.int(1) == 1,
+		Record: idempotency.Record{
+			Scope:        sc,
+			Fingerprint:  req.Fingerprint,
+			State:        idempotency.StateInFlight,
+			FencingToken: p.int(2),
+			Owner:        req.Owner,
+			LeaseUntil:   p.time(3),
+			CreatedAt:    p.time(4),
+			UpdatedAt:    p.time(5),
+			ExpiresAt:    p.time(6),
+		},
+	}
+	if p.err != nil {
+		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", p.err)
+	}
+	return res, nil
 }
 
 // Renew extends the owner's lease.
