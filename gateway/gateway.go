@@ -121,7 +121,7 @@ func New(opts Options) (*Gateway, error) {
 		OnError: func(r *http.Request, err error) {
 			opts.Logger.WarnContext(r.Context(), "rate limit store failed; request let through", "err", err)
 		},
-		Timeout: time.Second,
+		Timeout: 100 * time.Millisecond,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)

@@ -38,8 +38,8 @@ const (
 type Config struct {
 	// Route names the route in every scope; required.
 	Route string
-	// Methods that require a key. Default POST, PATCH. Other methods pass
-	// through untouched.
+	// Methods that require a key. Default (nil) POST, PATCH; an empty,
+	// non-nil list means none. Other methods pass through untouched.
 	Methods []string
 	// KeySyntax: KeyCompat (default) or KeyStrict.
 	KeySyntax KeySyntax
@@ -86,7 +86,7 @@ type Config struct {
 const AnonymousTenant = "anonymous"
 
 func (c Config) withDefaults() Config {
-	if len(c.Methods) == 0 {
+	if c.Methods == nil {
 		c.Methods = []string{http.MethodPost, http.MethodPatch}
 	}
 	if c.KeySyntax == "" {

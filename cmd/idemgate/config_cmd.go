@@ -1,0 +1,29 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+)
+
+func runConfig(_ context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlags("config", "config check --config FILE", stdout)
+	path := fs.String("config", "", "configuration file (YAML)")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || pos[0] != "check" {
+		fs.Usage()
+		return usagef("config: want the subcommand check")
+	}
+	cfg, err := loadConfig(*path, getenv)
+	if err != nil {
+		return err
+	}
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d routes, %d tenants, store %s)\n", *path, len(cfg.Routes), len(cfg.Tenants), cfg.Store)
+	return nil
+}

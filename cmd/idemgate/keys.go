@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/middleware/idempotency"
+)
+
+func runKeys(ctx context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
+	fs := newFlags("keys", "keys get|delete|resolve TENANT ROUTE KEY --config FILE", stdout)
+	path := fs.String("config", "", "configuration file (YAML)")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 4 {
+		fs.Usage()
+		return usagef("keys: want an operation (get, delete, resolve) and TENANT ROUTE KEY")
+	}
+	op := pos[0]
+	scope := idempotency.Scope{Tenant: pos[1], Route: pos[2], Key: pos[3]}
+	if op != "get" && op != "delete" && op != "resolve" {
+		return usagef("keys: unknown operation %q (want get, delete or resolve)", op)
+	}
+	cfg, err := loadConfig(*path, getenv)
+	if err != nil {
+		return err
+	}
+	if cfg.Store == "memory" {
+		return usagef("keys: store memory lives inside the gateway process; use the admin API (/admin/keys/...)")
+	}
+	if _, ok := cfg.Route(scope.Route); !ok {
+		return usagef("keys: no route named %q in %s", scope.Route, *path)
+	}
+	svc, err := openServices(ctx, cfg, false)
+	if err != nil {
+		return err
+	}
+	defer svc.Close()
+	st := svc.store
+	switch op {
+	case "delete":
+		if _, err := st.Get(ctx, scope); err != nil {
+			return keyError(err)
+		}
+		if err := st.Delete(ctx, scope); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "deleted %s/%s/%s\n", scope.Tenant, scope.Route, scope.Key)
+		return nil
+	case "resolve":
+		if err := st.Resolve(ctx, scope); err != nil {
+			return keyError(err)
+		}
+		fmt.Fprintf(stdout, "resolved %s/%s/%s: released; the next retry runs again\n", scope.Tenant, scope.Route, scope.Key)
+	}
+	rec, err := st.Get(ctx, scope)
+	if err != nil {
+		return keyError(err)
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(gateway.NewRecordDocument(rec))
+}
+
+func keyError(err error) error {
+	switch {
+	case errors.Is(err, idempotency.ErrNotFound):
+		return errors.New("no idempotency record for this tenant, route and key")
+	case errors.Is(err, idempotency.ErrNotUnknown):
+		return errors.New("the record's outcome is not unknown; only an unknown outcome can be resolved (delete it to force a re-run)")
+	}
+	return err
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+
+	"github.com/idemgate/idemgate/migrations"
+)
+
+func runMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
+	fs := newFlags("migrate", "migrate up|down|status [--config FILE]", stdout)
+	path := fs.String("config", "", "configuration file (YAML); without it DATABASE_URL is used")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || (pos[0] != "up" && pos[0] != "down" && pos[0] != "status") {
+		fs.Usage()
+		return usagef("migrate: want one of up, down, status")
+	}
+	dbURL := getenv("DATABASE_URL")
+	if *path != "" {
+		cfg, err := loadConfig(*path, getenv)
+		if err != nil {
+			return err
+		}
+		dbURL = cfg.DatabaseURL
+	}
+	if dbURL == "" {
+		return usagef("migrate: no database: set database_url in the config or DATABASE_URL")
+	}
+	db, err := sql.Open("pgx", dbURL)
+	if err != nil {
+		return usagef("database_url: %v", err)
+	}
+	defer db.Close()
+	switch pos[0] {
+	case "up":
+		if err := migrations.Up(ctx, db); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "migrations applied")
+		return migrations.Status(ctx, db, stdout)
+	case "down":
+		done, err := migrations.Down(ctx, db)
+		if err != nil {
+			return err
+		}
+		if !done {
+			fmt.Fprintln(stdout, "nothing to roll back")
+		} else {
+			fmt.Fprintln(stdout, "rolled back the latest migration")
+		}
+		return nil
+	default:
+		return migrations.Status(ctx, db, stdout)
+	}
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/gateway/config"
+	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/openapi"
+)
+
+func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlags("serve", "serve --config FILE", stdout)
+	path := fs.String("config", "", "configuration file (YAML)")
+	if _, err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*path, getenv)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(cfg, stderr)
+	for _, w := range cfg.Warnings() {
+		logger.Warn("configuration: " + w)
+	}
+	svc, err := openServices(ctx, cfg, false)
+	if err != nil {
+		return err
+	}
+	defer svc.Close()
+	opts, err := gatewayOptions(cfg, svc, logger)
+	if err != nil {
+		return err
+	}
+	opts.OpenAPI = openapi.Spec
+	g, err := gateway.New(opts)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	defer func() { _ = g.Close(context.Background()) }()
+	return serve(ctx, cfg, logger, stdout, svc.store, []server{
+		{name: "public", addr: cfg.Listen, handler: g.Handler()},
+		{name: "admin", addr: cfg.AdminListen, handler: g.AdminHandler()},
+	})
+}
+
+// server is one listener of the process.
+type server struct {
+	name, addr string
+	handler    http.Handler
+}
+
+// serve listens on every server (an empty address is off), runs the
+// janitor when the store has one, and on ctx's end shuts down gracefully:
+// no new connections, in-flight requests finish and store their records.
+func serve(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout io.Writer, store idempotency.Store, servers []server) error {
+	var (
+		wg   sync.WaitGroup
+		errc = make(chan error, len(servers))
+		srvs []*http.Server
+	)
+	for _, s := range servers {
+		if s.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", s.addr)
+		if err != nil {
+			for _, srv := range srvs {
+				_ = srv.Close()
+			}
+			wg.Wait()
+			return fmt.Errorf("%s listener: %w", s.name, err)
+		}
+		srv := &http.Server{
+			Handler:           s.handler,
+			ReadHeaderTimeout: time.Duration(cfg.Server.ReadHeaderTimeout),
+			ReadTimeout:       time.Duration(cfg.Server.ReadTimeout),
+			WriteTimeout:      time.Duration(cfg.Server.WriteTimeout),
+			IdleTimeout:       time.Duration(cfg.Server.IdleTimeout),
+			MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		}
+		srvs = append(srvs, srv)
+		fmt.Fprintf(stdout, "idemgate: %s listening on http://%s\n", s.name, ln.Addr())
+		logger.Info("listening", "listener", s.name, "addr", ln.Addr().String())
+		wg.Go(func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("%s listener: %w", s.name, err)
+			}
+		})
+	}
+
+	janitorCtx, stopJanitor := context.WithCancel(ctx)
+	defer stopJanitor()
+	if j, ok := store.(idempotency.Janitor); ok {
+		wg.Go(func() { runJanitor(janitorCtx, j, cfg.Janitor, logger) })
+	}
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	stopJanitor()
+	logger.Info("shutting down", "timeout", cfg.Server.ShutdownTimeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Server.ShutdownTimeout))
+	defer cancel()
+	for _, srv := range srvs {
+		if e := srv.Shutdown(shutdownCtx); e != nil {
+			err = errors.Join(err, e)
+			_ = srv.Close()
+		}
+	}
+	wg.Wait()
+	return err
+}
+
+// runJanitor deletes expired records in bounded batches until ctx ends.
+func runJanitor(ctx context.Context, j idempotency.Janitor, c config.Janitor, logger *slog.Logger) {
+	t := time.NewTicker(time.Duration(c.Interval))
+	defer t.Stop()
+	for {
+		for {
+			n, err := j.DeleteExpired(ctx, c.Batch)
+			if err != nil {
+				if ctx.Err() == nil {
+					logger.Warn("janitor: deleting expired idempotency records failed", "err", err)
+				}
+				break
+			}
+			if n > 0 {
+				logger.Debug("janitor: deleted expired idempotency records", "count", n)
+			}
+			if n < c.Batch {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// enqueueUnavailable answers an enqueue route in a build without job
+// support.
+func enqueueUnavailable(task string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusNotImplemented)
+		fmt.Fprintf(w, `{"type":"about:blank","title":"Not implemented","status":501,"detail":"task %s is not served by this build"}`+"\n", task)
+	})
+}

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/sethvargo/go-limiter"
+
+	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/gateway/config"
+	"github.com/idemgate/idemgate/middleware/auth"
+	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
+	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
+	"github.com/idemgate/idemgate/middleware/idempotency/redisstore"
+	"github.com/idemgate/idemgate/middleware/ratelimit"
+	"github.com/idemgate/idemgate/middleware/ratelimit/redislimit"
+)
+
+// loadConfig reads the file named by --config. Every problem in it is a
+// usage error (exit 2), printed one per line.
+func loadConfig(path string, getenv func(string) string) (*config.Config, error) {
+	if path == "" {
+		return nil, usagef("--config FILE is required")
+	}
+	cfg, err := config.Load(path, getenv)
+	if err != nil {
+		var probs *config.Problems
+		if errors.As(err, &probs) {
+			return nil, usagef("invalid configuration:\n%s", probs.Error())
+		}
+		return nil, usagef("%v", err)
+	}
+	return cfg, nil
+}
+
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Log.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// services are the connections a command opened; close releases them.
+type services struct {
+	pool  *pgxpool.Pool
+	redis redis.UniversalClient
+	store idempotency.Store
+	close []func()
+}
+
+func (s *services) Close() {
+	for i := len(s.close) - 1; i >= 0; i-- {
+		s.close[i]()
+	}
+}
+
+// openPostgres connects to database_url.
+func openPostgres(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return nil, usagef("database_url: %v", err)
+	}
+	pc.MaxConns = max(pc.MaxConns, 32)
+	pc.ConnConfig.ConnectTimeout = 5 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	return pool, nil
+}
+
+// newRedis returns a client for redis_url: one node for a redis:// or
+// rediss:// URL, a cluster client for a comma list of nodes.
+func newRedis(redisURL string) (redis.UniversalClient, error) {
+	if strings.Contains(redisURL, "://") {
+		opt, err := redis.ParseURL(redisURL)
+		if err != nil {
+			return nil, usagef("redis_url: %v", err)
+		}
+		return redis.NewClient(opt), nil
+	}
+	var addrs []string
+	for _, a := range strings.Split(redisURL, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}), nil
+}
+
+// openServices connects what cfg needs: PostgreSQL when it is the store (or
+// needed), Redis when configured, and the idempotency store.
+func openServices(ctx context.Context, cfg *config.Config, needPostgres bool) (*services, error) {
+	s := &services{}
+	ok := false
+	defer func() {
+		if !ok {
+			s.Close()
+		}
+	}()
+	if cfg.DatabaseURL != "" && (needPostgres || cfg.Store == "postgres") {
+		pool, err := openPostgres(ctx, cfg.DatabaseURL)
+		if err != nil {
+			return nil, err
+		}
+		s.pool = pool
+		s.close = append(s.close, pool.Close)
+	}
+	if cfg.RedisURL != "" {
+		rdb, err := newRedis(cfg.RedisURL)
+		if err != nil {
+			return nil, err
+		}
+		s.redis = rdb
+		s.close = append(s.close, func() { _ = rdb.Close() })
+	}
+	switch cfg.Store {
+	case "postgres":
+		if s.pool == nil {
+			return nil, usagef("store postgres needs database_url (or DATABASE_URL)")
+		}
+		st := pgstore.New(s.pool)
+		s.store = st
+		s.close = append(s.close, st.Close)
+	case "redis":
+		if s.redis == nil {
+			return nil, usagef("store redis needs redis_url (or REDIS_URL)")
+		}
+		st := redisstore.New(s.redis)
+		s.store = st
+		s.close = append(s.close, func() { _ = st.Close() })
+	default:
+		s.store = memstore.New()
+	}
+	ok = true
+	return s, nil
+}
+
+// gatewayOptions turns the configuration into the gateway's options.
+func gatewayOptions(cfg *config.Config, svc *services, logger *slog.Logger) (gateway.Options, error) {
+	opts := gateway.Options{
+		ProblemBase:      cfg.ProblemBase,
+		Auth:             auth.Config{Mode: auth.Mode(cfg.Auth.Mode), Header: cfg.Auth.Header},
+		RateLimits:       ratelimit.Limits{},
+		Store:            svc.store,
+		StoreName:        cfg.Store,
+		AdminTokenSHA256: cfg.AdminTokenSHA256,
+		Logger:           logger,
+		Transport: gateway.NewTransport(gateway.TransportConfig{
+			DialTimeout:           time.Duration(cfg.Proxy.DialTimeout),
+			ResponseHeaderTimeout: time.Duration(cfg.Proxy.ResponseHeaderTimeout),
+			IdleConnTimeout:       time.Duration(cfg.Proxy.IdleConnTimeout),
+			MaxIdleConnsPerHost:   cfg.Proxy.MaxIdleConnsPerHost,
+		}),
+	}
+	for _, t := range cfg.Tenants {
+		opts.Auth.Tenants = append(opts.Auth.Tenants, auth.TenantKeys{Name: t.Name, APIKeySHA256s: t.APIKeySHA256})
+		if t.RateLimit != nil {
+			opts.RateLimits[t.Name] = ratelimit.Limit{Tokens: uint64(t.RateLimit.Tokens), Interval: time.Duration(t.RateLimit.Interval)}
+		}
+	}
+	if cfg.RateLimitStore == "redis" {
+		rdb := svc.redis
+		opts.RateLimitStore = func(l ratelimit.Limit) (limiter.Store, error) {
+			return redislimit.New(rdb, &redislimit.Config{Tokens: l.Tokens, Interval: l.Interval})
+		}
+	}
+	if svc.pool != nil {
+		pool := svc.pool
+		opts.Ready = append(opts.Ready, gateway.Check{Name: "postgres", Check: pool.Ping})
+	}
+	if svc.redis != nil {
+		rdb := svc.redis
+		opts.Ready = append(opts.Ready, gateway.Check{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
+	}
+	for i := range cfg.Routes {
+		r := &cfg.Routes[i]
+		ro := gateway.RouteOptions{
+			Name:        r.Name,
+			Methods:     r.Methods,
+			Path:        r.Path,
+			Timeout:     time.Duration(r.Timeout),
+			Idempotency: idempotencyConfig(r.Idempotency()),
+		}
+		if r.PathPrefix != "" {
+			ro.Path, ro.Prefix = r.PathPrefix, true
+		}
+		switch {
+		case r.Upstream != "":
+			u, err := url.Parse(r.Upstream)
+			if err != nil {
+				return opts, usagef("routes[%d].upstream: %v", i, err)
+			}
+			ro.Upstream = u
+		case r.Enqueue != nil:
+			ro.Handler = enqueueUnavailable(r.Enqueue.Task)
+		}
+		opts.Routes = append(opts.Routes, ro)
+	}
+	return opts, nil
+}
+
+func idempotencyConfig(d config.Idempotency) idempotency.Config {
+	return idempotency.Config{
+		Methods:                d.Methods,
+		KeySyntax:              idempotency.KeySyntax(d.KeySyntax),
+		MaxKeyLength:           d.MaxKeyLength,
+		Retention:              time.Duration(d.Retention),
+		Lease:                  time.Duration(d.Lease),
+		WaitInFlight:           time.Duration(d.WaitInFlight),
+		MaxRequestBytes:        d.MaxRequestBytes,
+		MaxStoredResponseBytes: d.MaxStoredResponseBytes,
+		FingerprintHeaders:     d.Fingerprint.Headers,
+		FingerprintJSONFields:  d.Fingerprint.JSONFields,
+		OnStoreError:           idempotency.StoreErrorPolicy(d.OnStoreError),
+		OnAmbiguous:            idempotency.AmbiguousPolicy(d.OnAmbiguous),
+	}
+}
