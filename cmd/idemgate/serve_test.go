@@ -66,8 +66,8 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.calls[id] = append(u.calls[id], r.Header.Clone())
 	n := len(u.calls[id])
 	u.mu.Unlock()
-	switch r.URL.Path {
-	case "/v1/slow":
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/v1/slow"):
 		// Only the first call of a key is slow.
 		ms, _ := strconv.Atoi(r.URL.Query().Get("ms"))
 		if n == 1 {
@@ -77,16 +77,16 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-	case "/v1/flaky":
+	case r.URL.Path == "/v1/flaky":
 		if n == 1 {
 			http.Error(w, "busy", http.StatusServiceUnavailable)
 			return
 		}
-	case "/v1/big":
+	case r.URL.Path == "/v1/big":
 		w.Header().Set("Content-Type", "application/octet-stream")
 		_, _ = w.Write(bytes.Repeat([]byte("x"), 2<<20))
 		return
-	case "/v1/hang":
+	case r.URL.Path == "/v1/hang":
 		<-r.Context().Done()
 		return
 	}
@@ -127,13 +127,14 @@ server:
 routes:
   - {name: payments, methods: [POST], path_prefix: /v1/payments, upstream: %q}
   - {name: payments-v2, methods: [POST], path: /v2/payments, upstream: %q}
-  - {name: slow, methods: [POST], path: /v1/slow, upstream: %q, idempotency: {lease: 1s}}
+  - {name: slow, methods: [POST], path: /v1/slow, upstream: %q, idempotency: {lease: 2s}}
+  - {name: held, methods: [POST], path: /v1/slow/held, upstream: %q}
   - {name: flaky, methods: [POST], path: /v1/flaky, upstream: %q}
   - {name: big, methods: [POST], path: /v1/big, upstream: %q, idempotency: {max_stored_response_bytes: 1024}}
   - {name: hang, methods: [POST], path: /v1/hang, upstream: %q, timeout: 300ms, idempotency: {on_ambiguous: hold}}
   - {name: dead, methods: [POST], path: /v1/dead, upstream: "http://127.0.0.1:1"}
 %s`, sha(adminToken), store, dbURL, redisURL, sha("acme-key"), sha("globex-key"), sha("tiny-key"),
-		upURL, upURL, upURL, upURL, upURL, upURL, extra)
+		upURL, upURL, upURL, upURL, upURL, upURL, upURL, extra)
 	path := filepath.Join(t.TempDir(), "idemgate.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -153,7 +154,9 @@ func startGateway(t *testing.T, cfgPath string) *gatewayProc {
 	ctx, cancel := context.WithCancel(context.Background())
 	out, errOut := &syncBuffer{}, &syncBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve", "--config", cfgPath}, func(string) string { return "" }, out, errOut) }()
+	go func() {
+		done <- run(ctx, []string{"serve", "--config", cfgPath}, func(string) string { return "" }, out, errOut)
+	}()
 	var a map[string]string
 	waitFor(t, "gateway listening", 30*time.Second, func() bool {
 		select {
@@ -173,7 +176,12 @@ func startGateway(t *testing.T, cfgPath string) *gatewayProc {
 		})
 		return stopErr
 	}}
-	t.Cleanup(func() { _ = g.stop() })
+	t.Cleanup(func() {
+		_ = g.stop()
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", errOut)
+		}
+	})
 	return g
 }
 
@@ -183,7 +191,14 @@ func startChild(t *testing.T, cfgPath string) (*gatewayProc, *exec.Cmd) {
 	t.Helper()
 	args, _ := json.Marshal([]string{"serve", "--config", cfgPath})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(args))
+	// The child reads its whole configuration from the file: an ambient
+	// DATABASE_URL or REDIS_URL would point it at another store.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "REDIS_URL=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, childEnv+"="+string(args))
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, io.Discard
 	if err := cmd.Start(); err != nil {
@@ -320,8 +335,8 @@ func TestServeEndToEnd(t *testing.T) {
 			t.Run("graceful shutdown completes in-flight requests", func(t *testing.T) {
 				key := k("drain")
 				done := make(chan resp, 1)
-				go func() { done <- send(t, g.public, req{path: "/v1/slow?ms=1000", key: key}) }()
-				waitFor(t, "upstream got the request", 20*time.Second, func() bool { return up.count("/v1/slow", key) == 1 })
+				go func() { done <- send(t, g.public, req{path: "/v1/slow/held?ms=1000", key: key}) }()
+				waitFor(t, "upstream got the request", 20*time.Second, func() bool { return up.count("/v1/slow/held", key) == 1 })
 				if err := g.stop(); err != nil {
 					t.Fatalf("run returned %v on shutdown, want nil", err)
 				}
@@ -332,9 +347,9 @@ func TestServeEndToEnd(t *testing.T) {
 					return
 				}
 				g2 := startGateway(t, cfg)
-				r := send(t, g2.public, req{path: "/v1/slow?ms=1000", key: key})
-				if r.status != 201 || r.header.Get("Idempotent-Replayed") != "true" || up.count("/v1/slow", key) != 1 {
-					t.Fatalf("after restart: %d replayed=%q calls=%d; the drained request's record must be stored", r.status, r.header.Get("Idempotent-Replayed"), up.count("/v1/slow", key))
+				r := send(t, g2.public, req{path: "/v1/slow/held?ms=1000", key: key})
+				if r.status != 201 || r.header.Get("Idempotent-Replayed") != "true" || up.count("/v1/slow/held", key) != 1 {
+					t.Fatalf("after restart: %d replayed=%q calls=%d; the drained request's record must be stored", r.status, r.header.Get("Idempotent-Replayed"), up.count("/v1/slow/held", key))
 				}
 			})
 			if st.shared {
@@ -352,8 +367,8 @@ func testStatusTable(t *testing.T, g *gatewayProc, up *upstream, k func(string) 
 	// A slow original holds its key for the 409 row.
 	inflight := k("inflight")
 	slowDone := make(chan resp, 1)
-	go func() { slowDone <- send(t, g.public, req{path: "/v1/slow?ms=1500", key: inflight}) }()
-	waitFor(t, "slow request reached the upstream", 20*time.Second, func() bool { return up.count("/v1/slow", inflight) == 1 })
+	go func() { slowDone <- send(t, g.public, req{path: "/v1/slow/held?ms=1500", key: inflight}) }()
+	waitFor(t, "slow request reached the upstream", 20*time.Second, func() bool { return up.count("/v1/slow/held", inflight) == 1 })
 
 	hang := k("hang")
 	tests := []struct {
@@ -367,7 +382,7 @@ func testStatusTable(t *testing.T, g *gatewayProc, up *upstream, k func(string) 
 		{"invalid key", req{path: "/v1/payments", key: "has space"}, 400, "idempotency-key-invalid", false},
 		{"repeated key", req{path: "/v1/payments", header: http.Header{"Idempotency-Key": {"a", "b"}}}, 400, "idempotency-key-invalid", false},
 		{"reused key", req{path: "/v1/payments", key: used, body: `{"amount_cents":999}`}, 422, "idempotency-key-reused", false},
-		{"in flight", req{path: "/v1/slow?ms=1500", key: inflight}, 409, "idempotency-key-in-use", true},
+		{"in flight", req{path: "/v1/slow/held?ms=1500", key: inflight}, 409, "idempotency-key-in-use", true},
 		{"too large", req{path: "/v1/payments", key: k("large"), body: `{"pad":"` + strings.Repeat("x", 5000) + `"}`}, 413, "request-too-large", false},
 		{"no credentials", req{path: "/v1/payments", key: k("anon"), apiKey: "-"}, 401, "unauthorized", false},
 		{"bad credentials", req{path: "/v1/payments", key: k("bad"), apiKey: "wrong"}, 401, "unauthorized", false},
@@ -505,11 +520,11 @@ func testReleaseAndOversize(t *testing.T, g *gatewayProc, up *upstream, k func(s
 }
 
 func testSlowLease(t *testing.T, g *gatewayProc, up *upstream, k func(string) string) {
-	// The route's lease is 1s; the upstream takes 2.5s. Renewal keeps the
+	// The route's lease is 2s; the upstream takes 5s. Renewal keeps the
 	// claim, so retries meanwhile get 409 and never reach the upstream.
 	key := k("lease")
 	done := make(chan resp, 1)
-	go func() { done <- send(t, g.public, req{path: "/v1/slow?ms=2500", key: key}) }()
+	go func() { done <- send(t, g.public, req{path: "/v1/slow?ms=5000", key: key}) }()
 	waitFor(t, "slow request reached the upstream", 20*time.Second, func() bool { return up.count("/v1/slow", key) == 1 })
 	retries := 0
 	for {
@@ -524,7 +539,7 @@ func testSlowLease(t *testing.T, g *gatewayProc, up *upstream, k func(string) st
 			return
 		default:
 		}
-		r := send(t, g.public, req{path: "/v1/slow?ms=2500", key: key})
+		r := send(t, g.public, req{path: "/v1/slow?ms=5000", key: key})
 		if r.status != 409 && r.header.Get("Idempotent-Replayed") != "true" {
 			t.Fatalf("retry during the slow request: %d %s", r.status, r.body)
 		}
@@ -601,7 +616,7 @@ func testKilled(t *testing.T, cfg string, up *upstream, k func(string) string) {
 		t.Fatal("the client of a killed gateway got an answer")
 	}
 	// A restarted gateway on the same store takes the claim over once the
-	// dead one's lease (1s) expires.
+	// dead one's lease (2s) expires.
 	g := startGateway(t, cfg)
 	var r resp
 	waitFor(t, "take-over after the lease", 30*time.Second, func() bool {

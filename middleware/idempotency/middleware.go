@@ -296,10 +296,13 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	_ = rec.send()
 }
 
-// renew keeps the lease alive every Lease/3 until stop closes. When the
-// claim is lost to someone else the handler's context is cancelled.
+// renew keeps the lease alive every Lease/3 until stop closes; a failed
+// renewal is retried sooner, so one slow store call does not cost the
+// claim. When the claim is lost to someone else the handler's context is
+// cancelled.
 func (m *Middleware) renew(ctx context.Context, req ClaimRequest, stop <-chan struct{}, cancel context.CancelCauseFunc) {
-	t := time.NewTicker(m.cfg.Lease / 3)
+	period := m.cfg.Lease / 3
+	t := time.NewTimer(period)
 	defer t.Stop()
 	for {
 		select {
@@ -308,12 +311,15 @@ func (m *Middleware) renew(ctx context.Context, req ClaimRequest, stop <-chan st
 		case <-t.C:
 		}
 		err := m.store.Renew(ctx, req.Scope, req.Owner, m.cfg.Lease)
-		if errors.Is(err, ErrNotOwner) {
+		switch {
+		case errors.Is(err, ErrNotOwner):
 			cancel(ErrNotOwner)
 			return
-		}
-		if err != nil {
+		case err != nil:
 			m.cfg.Logger.WarnContext(ctx, "idempotency lease renewal failed", "route", req.Scope.Route, "idempotency_key", req.Scope.Key, "err", err)
+			t.Reset(min(period, 100*time.Millisecond))
+		default:
+			t.Reset(period)
 		}
 	}
 }
