@@ -82,7 +82,8 @@ func openPostgres(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
 }
 
 // newRedis returns a client for redis_url: one node for a redis:// or
-// rediss:// URL, a cluster client for a comma list of nodes.
+// rediss:// URL or a single host:port, a cluster client for a comma list of
+// several nodes.
 func newRedis(redisURL string) (redis.UniversalClient, error) {
 	if strings.Contains(redisURL, "://") {
 		opt, err := redis.ParseURL(redisURL)
@@ -96,6 +97,9 @@ func newRedis(redisURL string) (redis.UniversalClient, error) {
 		if a = strings.TrimSpace(a); a != "" {
 			addrs = append(addrs, a)
 		}
+	}
+	if len(addrs) == 1 {
+		return redis.NewClient(&redis.Options{Addr: addrs[0]}), nil
 	}
 	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}), nil
 }

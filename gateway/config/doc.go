@@ -1,0 +1,30 @@
+// Package config reads idemgate's configuration: one YAML file, one struct
+// tree. Parse expands ${VAR} and ${VAR:-default} from an injected getenv,
+// decodes the file refusing unknown keys (a mistyped key must not quietly
+// switch a protection off), lets the environment's DATABASE_URL and
+// REDIS_URL replace the file's values, fills every default documented on
+// the fields and validates the whole. A bad file yields a *Problems error
+// that lists every mistake at once, one per line, as
+//
+//	FILE:LINE: KEY: MESSAGE
+//
+// so `idemgate config check` can print them all and a user fixes them in
+// one pass. Each route's idempotency block overrides the defaults field by
+// field; Route.Idempotency returns the merged, concrete settings.
+//
+// Expansion is textual, before the YAML is read, so a reference can stand
+// for a number (tokens: ${BURST}); references in comments are left alone,
+// and a value that might contain YAML syntax (": ", " #", a leading quote)
+// is best written inside quotes: "${VAR}". Write $${ for a literal ${.
+//
+//	cfg, err := config.Load("idemgate.yaml", os.Getenv)
+//	if err != nil {
+//		fmt.Fprintln(stderr, err) // every problem, one per line
+//		return err
+//	}
+//	for _, w := range cfg.Warnings() {
+//		logger.Warn(w)
+//	}
+//	r, _ := cfg.Route("payments")
+//	settings := r.Idempotency() // defaults with the route's overrides
+package config
