@@ -285,7 +285,7 @@ func TestReleaseByNonOwnerDoesNothing(t *testing.T) {
 func TestRenewalKeepsLeaseAlivePastTTL(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.Redis(t)
-	const ttl = 1500 * time.Millisecond
+	const ttl = 3 * time.Second
 	var renewals atomic.Int64
 	l := newLocker(t, rdb, lock.Options{
 		Prefix:    testenv.Prefix(),
@@ -440,7 +440,7 @@ func TestAbandonLeavesKeyToExpire(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix()
-	l := newLocker(t, rdb, lock.Options{Prefix: prefix, TTL: 500 * time.Millisecond})
+	l := newLocker(t, rdb, lock.Options{Prefix: prefix, TTL: 3 * time.Second})
 	lease := acquire(t, l, "order:10")
 	lease.Abandon()
 	if !errors.Is(lease.Err(), lock.ErrAbandoned) {
@@ -472,4 +472,48 @@ func TestLeaseEndsWithAcquireContext(t *testing.T) {
 	if err := lease.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestCluster runs a lease's whole life on a Redis Cluster: the key's hash
+// tag puts it in one slot, and every command and script routes there.
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.RedisCluster(t)
+	var renewals atomic.Int64
+	l := newLocker(t, rdb, lock.Options{
+		Prefix:    testenv.Prefix(),
+		TTL:       3 * time.Second,
+		OnRenewed: func(string) { renewals.Add(1) },
+	})
+	lease := acquire(t, l, "order:12")
+	if _, err := l.Acquire(t.Context(), "order:12"); !errors.Is(err, lock.ErrBusy) {
+		t.Fatalf("second Acquire on the cluster: %v, want ErrBusy", err)
+	}
+	waitFor(t, "renewals past the TTL", func() bool { return renewals.Load() >= 4 || lease.Err() != nil })
+	if err := lease.Err(); err != nil {
+		t.Fatalf("lease ended on the cluster after %d renewals: %v", renewals.Load(), err)
+	}
+	if err := lease.Release(t.Context()); err != nil {
+		t.Fatalf("Release on the cluster: %v", err)
+	}
+	if n := rdb.Exists(t.Context(), l.Key("order:12")).Val(); n != 0 {
+		t.Fatal("key still present after Release on the cluster")
+	}
+
+	stolen := acquire(t, l, "order:12")
+	if err := rdb.Set(t.Context(), stolen.Key(), "thief", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stolen.Context().Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("stolen lease still alive on the cluster")
+	}
+	if err := stolen.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := rdb.Get(t.Context(), stolen.Key()).Val(); got != "thief" {
+		t.Fatalf("key = %q after the stolen lease's Release, want the thief's", got)
+	}
+	rdb.Del(t.Context(), stolen.Key())
 }

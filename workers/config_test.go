@@ -1,0 +1,95 @@
+package workers
+
+import (
+	"errors"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+	c := Config{}.withDefaults()
+	if c.Concurrency != 10 || c.LockTTL != 30*time.Second || c.MaxAttempts != 10 || c.ShutdownTimeout != 25*time.Second {
+		t.Fatalf("defaults = %+v", c)
+	}
+	if !maps.Equal(c.Queues, map[string]int{"default": 1}) {
+		t.Fatalf("default queues = %v", c.Queues)
+	}
+	if c.Retry.Base != time.Second || c.Retry.Max != 10*time.Minute || c.Retry.Busy != 2*time.Second || c.Retry.Rand == nil {
+		t.Fatalf("default retry = %+v", c.Retry)
+	}
+	set := Config{Concurrency: 3, Queues: map[string]int{"critical": 6}, LockTTL: time.Minute, MaxAttempts: 4}.withDefaults()
+	if set.Concurrency != 3 || set.Queues["critical"] != 6 || len(set.Queues) != 1 || set.LockTTL != time.Minute || set.MaxAttempts != 4 {
+		t.Fatalf("explicit values overridden: %+v", set)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  Config
+		// want lists a fragment of each expected problem; nil = valid.
+		want []string
+	}{
+		{name: "zero config is valid", cfg: Config{}},
+		{name: "explicit valid config", cfg: Config{Concurrency: 2, Queues: map[string]int{"a": 1, "b": 3}, LockTTL: 5 * time.Second, MaxAttempts: 1, ShutdownTimeout: time.Second}},
+		{name: "negative concurrency", cfg: Config{Concurrency: -1}, want: []string{"worker.concurrency"}},
+		{name: "bad queues", cfg: Config{Queues: map[string]int{" ": 1, "low": 0}}, want: []string{"empty queue name", "worker.queues.low"}},
+		{name: "lock ttl too short", cfg: Config{LockTTL: time.Millisecond}, want: []string{"worker.lock_ttl"}},
+		{name: "lock ttl below a millisecond step", cfg: Config{LockTTL: 10*time.Millisecond + time.Microsecond}, want: []string{"worker.lock_ttl"}},
+		{name: "negative max attempts", cfg: Config{MaxAttempts: -2}, want: []string{"worker.max_attempts"}},
+		{name: "negative shutdown timeout", cfg: Config{ShutdownTimeout: -time.Second}, want: []string{"worker.shutdown_timeout"}},
+		{name: "retry max below base", cfg: Config{Retry: Backoff{Base: time.Minute, Max: time.Second}}, want: []string{"retry max"}},
+		{
+			name: "every problem at once",
+			cfg:  Config{Concurrency: -1, LockTTL: -time.Second, MaxAttempts: -1, ShutdownTimeout: -1, Retry: Backoff{Busy: -1}},
+			want: []string{"worker.concurrency", "worker.lock_ttl", "worker.max_attempts", "worker.shutdown_timeout", "retry busy"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.cfg.Validate()
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate accepted %+v", tt.cfg)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Validate: %q lacks %q", err, w)
+				}
+			}
+			if n := len(strings.Split(err.Error(), "\n")); n != len(tt.want) {
+				t.Errorf("Validate reported %d problems, want %d: %v", n, len(tt.want), err)
+			}
+		})
+	}
+}
+
+func TestNewServerValidates(t *testing.T) {
+	t.Parallel()
+	_, err := NewServer(nil, Config{MaxAttempts: -1}, nil)
+	if err == nil {
+		t.Fatal("NewServer accepted a nil connection, a nil handler and a bad config")
+	}
+	var joined interface{ Unwrap() []error }
+	if !errors.As(err, &joined) || len(joined.Unwrap()) != 3 {
+		t.Fatalf("NewServer: %v, want the three problems joined", err)
+	}
+}
+
+func TestConfigDeps(t *testing.T) {
+	t.Parallel()
+	d := Config{LockTTL: 7 * time.Second}.Deps(fakeDB{}, fakeRedis{})
+	if d.Lock.TTL != 7*time.Second || d.MaxAttempts != DefaultMaxAttempts || d.DB == nil || d.Redis == nil {
+		t.Fatalf("Deps = %+v", d)
+	}
+}

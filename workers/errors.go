@@ -1,0 +1,64 @@
+package workers
+
+import (
+	"errors"
+	"fmt"
+)
+
+// PermanentError marks an error retrying cannot fix: the job is marked
+// failed and its task archived (the dead-letter queue).
+type PermanentError struct {
+	Err error
+}
+
+func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent marks err as permanent. A business function returns it for a
+// job that can never succeed (a declined card, an order that does not
+// exist). Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, is permanent.
+func IsPermanent(err error) bool {
+	var p *PermanentError
+	return errors.As(err, &p)
+}
+
+// LockBusyError is returned when another worker holds the job's resource.
+// It is not a failure: the task is rescheduled after a short jittered
+// delay and the attempt is not counted.
+type LockBusyError struct {
+	Task     string
+	Key      string
+	Resource string
+	Err      error // wraps lock.ErrBusy
+}
+
+func (e *LockBusyError) Error() string {
+	return fmt.Sprintf("workers: %s %s: resource %s is locked by another worker", e.Task, e.Key, e.Resource)
+}
+func (e *LockBusyError) Unwrap() error { return e.Err }
+
+// OwnershipLostError is returned when an attempt lost its job to a newer
+// owner: its lease was lost while it ran, or a fence (in the business
+// transaction or in the execution state) refused its token. The attempt
+// stopped without deciding the job's fate; the newer owner decides it, so
+// this is retried after a short delay and never dead-letters the job.
+type OwnershipLostError struct {
+	Task     string
+	Key      string
+	Resource string
+	Token    int64
+	Err      error // a *fence.StaleTokenError, or the lease's loss
+}
+
+func (e *OwnershipLostError) Error() string {
+	return fmt.Sprintf("workers: %s %s: lost resource %s (fencing token %d): %v", e.Task, e.Key, e.Resource, e.Token, e.Err)
+}
+func (e *OwnershipLostError) Unwrap() error { return e.Err }

@@ -1,0 +1,252 @@
+package execution_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"unicode/utf8"
+
+	"go.uber.org/goleak"
+
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/workers/execution"
+	"github.com/idemgate/idemgate/workers/fence"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func attempt(token int64) execution.Attempt {
+	return execution.Attempt{Key: "invoice:1", Task: "invoice.create", Resource: "order:1", Token: token}
+}
+
+func TestLifecycle(t *testing.T) {
+	t.Parallel()
+	store := execution.New(testenv.Pool(t))
+	ctx := t.Context()
+	const key = "invoice:1"
+
+	if _, err := store.Get(ctx, key); !errors.Is(err, execution.ErrNotFound) {
+		t.Fatalf("Get of an unknown key: %v, want ErrNotFound", err)
+	}
+
+	// Each step runs in order against the same key.
+	steps := []struct {
+		name      string
+		do        func() error
+		wantErr   error // matched with errors.Is
+		want      execution.Status
+		attempts  int
+		token     int64
+		resultRef string
+		lastErr   string
+	}{
+		{
+			name: "first attempt creates the row",
+			do:   func() error { _, err := store.MarkProcessing(ctx, attempt(3)); return err },
+			want: execution.StatusProcessing, attempts: 1, token: 3,
+		},
+		{
+			name: "a transient error is recorded",
+			do:   func() error { return store.MarkRetrying(ctx, key, 3, "partner timeout") },
+			want: execution.StatusProcessing, attempts: 1, token: 3, lastErr: "partner timeout",
+		},
+		{
+			name:    "an older token cannot take the job",
+			do:      func() error { _, err := store.MarkProcessing(ctx, attempt(2)); return err },
+			wantErr: fence.ErrStaleToken,
+			want:    execution.StatusProcessing, attempts: 1, token: 3, lastErr: "partner timeout",
+		},
+		{
+			name: "the next attempt counts and takes over",
+			do:   func() error { _, err := store.MarkProcessing(ctx, attempt(5)); return err },
+			want: execution.StatusProcessing, attempts: 2, token: 5, lastErr: "partner timeout",
+		},
+		{
+			name:    "the old attempt cannot finish it",
+			do:      func() error { return store.MarkSucceeded(ctx, key, 3, "stale-result") },
+			wantErr: fence.ErrStaleToken,
+			want:    execution.StatusProcessing, attempts: 2, token: 5, lastErr: "partner timeout",
+		},
+		{
+			name:    "the old attempt cannot fail it",
+			do:      func() error { return store.MarkFailed(ctx, key, 3, "stale failure") },
+			wantErr: fence.ErrStaleToken,
+			want:    execution.StatusProcessing, attempts: 2, token: 5, lastErr: "partner timeout",
+		},
+		{
+			name: "the owner succeeds",
+			do:   func() error { return store.MarkSucceeded(ctx, key, 5, "invoice-7") },
+			want: execution.StatusSucceeded, attempts: 2, token: 5, resultRef: "invoice-7",
+		},
+		{
+			name: "succeeding again is a no-op",
+			do:   func() error { return store.MarkSucceeded(ctx, key, 5, "invoice-7") },
+			want: execution.StatusSucceeded, attempts: 2, token: 5, resultRef: "invoice-7",
+		},
+		{
+			name:    "a succeeded job is final",
+			do:      func() error { _, err := store.MarkProcessing(ctx, attempt(9)); return err },
+			wantErr: execution.ErrSucceeded,
+			want:    execution.StatusSucceeded, attempts: 2, token: 5, resultRef: "invoice-7",
+		},
+		{
+			name:    "and cannot be failed",
+			do:      func() error { return store.MarkFailed(ctx, key, 5, "late") },
+			wantErr: execution.ErrSucceeded,
+			want:    execution.StatusSucceeded, attempts: 2, token: 5, resultRef: "invoice-7",
+		},
+	}
+	for _, st := range steps {
+		ok := t.Run(st.name, func(t *testing.T) {
+			err := st.do()
+			if st.wantErr == nil && err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if st.wantErr != nil && !errors.Is(err, st.wantErr) {
+				t.Fatalf("err = %v, want %v", err, st.wantErr)
+			}
+			rec, err := store.Get(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.Status != st.want || rec.Attempts != st.attempts || rec.FencingToken != st.token ||
+				rec.ResultRef != st.resultRef || rec.LastError != st.lastErr {
+				t.Fatalf("record = %+v\nwant status %s, attempts %d, token %d, result %q, last error %q",
+					rec, st.want, st.attempts, st.token, st.resultRef, st.lastErr)
+			}
+			if finished := !rec.FinishedAt.IsZero(); finished != (st.want != execution.StatusProcessing) {
+				t.Fatalf("FinishedAt = %v with status %s", rec.FinishedAt, rec.Status)
+			}
+			if rec.Task != "invoice.create" || rec.Resource != "order:1" {
+				t.Fatalf("task/resource = %q/%q", rec.Task, rec.Resource)
+			}
+		})
+		if !ok {
+			break
+		}
+	}
+}
+
+func TestMarkProcessingReturnsSucceededRecord(t *testing.T) {
+	t.Parallel()
+	store := execution.New(testenv.Pool(t))
+	if _, err := store.MarkProcessing(t.Context(), attempt(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.MarkSucceeded(t.Context(), "invoice:1", 1, "invoice-1"); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := store.MarkProcessing(t.Context(), attempt(2))
+	if !errors.Is(err, execution.ErrSucceeded) {
+		t.Fatalf("MarkProcessing on a succeeded job: %v", err)
+	}
+	if rec.ResultRef != "invoice-1" {
+		t.Fatalf("returned record %+v, want the stored result", rec)
+	}
+}
+
+func TestFailedJobStartsAgain(t *testing.T) {
+	t.Parallel()
+	store := execution.New(testenv.Pool(t))
+	ctx := t.Context()
+	for _, tok := range []int64{1, 2} {
+		if _, err := store.MarkProcessing(ctx, attempt(tok)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := store.MarkFailed(ctx, "invoice:1", 2, "card declined"); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := store.Get(ctx, "invoice:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Status != execution.StatusFailed || rec.LastError != "card declined" || rec.FinishedAt.IsZero() {
+		t.Fatalf("after MarkFailed: %+v", rec)
+	}
+	rec, err = store.MarkProcessing(ctx, attempt(3))
+	if err != nil {
+		t.Fatalf("MarkProcessing of a failed job (a replay from the DLQ): %v", err)
+	}
+	if rec.Status != execution.StatusProcessing || rec.Attempts != 1 || rec.LastError != "" || !rec.FinishedAt.IsZero() {
+		t.Fatalf("replayed failed job = %+v, want processing, attempt 1, no error", rec)
+	}
+}
+
+func TestResourceChangeIsNotStale(t *testing.T) {
+	t.Parallel()
+	store := execution.New(testenv.Pool(t))
+	if _, err := store.MarkProcessing(t.Context(), attempt(9)); err != nil {
+		t.Fatal(err)
+	}
+	// Tokens of different resources are not comparable: a job whose resource
+	// changed (a new key derivation) is not locked out by the old counter.
+	moved := attempt(1)
+	moved.Resource = "customer:1"
+	rec, err := store.MarkProcessing(t.Context(), moved)
+	if err != nil {
+		t.Fatalf("MarkProcessing under a new resource: %v", err)
+	}
+	if rec.Resource != "customer:1" || rec.FencingToken != 1 || rec.Attempts != 2 {
+		t.Fatalf("record = %+v", rec)
+	}
+}
+
+func TestMarkProcessingConcurrently(t *testing.T) {
+	t.Parallel()
+	store := execution.New(testenv.Pool(t))
+	const n = 20
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		won  int
+		errs []error
+	)
+	for tok := int64(1); tok <= n; tok++ {
+		wg.Go(func() {
+			_, err := store.MarkProcessing(t.Context(), attempt(tok))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won++
+			case !errors.Is(err, fence.ErrStaleToken):
+				errs = append(errs, err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatal(errors.Join(errs...))
+	}
+	rec, err := store.Get(t.Context(), "invoice:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.FencingToken != n {
+		t.Fatalf("final token = %d, want the newest, %d", rec.FencingToken, n)
+	}
+	if rec.Attempts != won {
+		t.Fatalf("attempts = %d, want one per attempt that took the job (%d)", rec.Attempts, won)
+	}
+}
+
+func TestLongErrorIsClipped(t *testing.T) {
+	t.Parallel()
+	store := execution.New(testenv.Pool(t))
+	if _, err := store.MarkProcessing(t.Context(), attempt(1)); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("é", 5000) + "\xff"
+	if err := store.MarkRetrying(t.Context(), "invoice:1", 1, long); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := store.Get(t.Context(), "invoice:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.LastError) > 2100 || !utf8.ValidString(rec.LastError) || !strings.HasPrefix(rec.LastError, "éé") {
+		t.Fatalf("stored error: %d bytes, valid UTF-8 %v", len(rec.LastError), utf8.ValidString(rec.LastError))
+	}
+}

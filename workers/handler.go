@@ -1,0 +1,480 @@
+package workers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgate/idemgate/workers/execution"
+	"github.com/idemgate/idemgate/workers/fence"
+	"github.com/idemgate/idemgate/workers/lock"
+)
+
+// DB is the PostgreSQL handle the framework keeps its state in
+// (job_executions and the fence tables). A *pgxpool.Pool satisfies it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// StatusFunc is told each time a job's status changes (StatusProcessing,
+// StatusRetrying, StatusSucceeded, StatusFailed), with the attempts so far,
+// the result reference once succeeded and the last error. It also runs for
+// a replayed delivery of a succeeded job, so a record kept from it catches
+// up after a crash. It runs on the handler's goroutine: keep it short.
+type StatusFunc func(ctx context.Context, task *asynq.Task, key, status string, attempts int, resultRef, lastErr string)
+
+// Deps is what an idempotent handler needs. Config.Deps builds one from the
+// configuration.
+type Deps struct {
+	// DB holds job_executions and the fence tables. Required.
+	DB DB
+	// Redis holds the resource locks. Required. Give asynq a client of its
+	// own: its polling must not queue behind lock renewals.
+	Redis lock.Client
+	// Lock configures the locks: TTL is lock_ttl (default 30s), Prefix the
+	// key prefix (default none). Leave Wait at 0: a busy lock reschedules
+	// the task rather than holding a worker slot. The handler chains its
+	// own OnRenewed and OnLost after any set here.
+	Lock lock.Options
+	// MaxAttempts is how many real attempts a job gets. Default 10.
+	MaxAttempts int
+	// Logger receives one record per decision. Default: discarded.
+	Logger *slog.Logger
+	// Observer counts events. Default NopObserver.
+	Observer Observer
+	// OnStatus, if set, follows each job's status.
+	OnStatus StatusFunc
+
+	// crash simulates the worker dying at a stage (tests only): the handler
+	// abandons its lease and returns without another write.
+	crash func(stage string) bool
+}
+
+// Stages at which tests make a worker die.
+const (
+	stageTaken     = "taken"     // after marking processing, before the effect
+	stageEffect    = "effect"    // after the business function returned, before its outcome is recorded
+	stageSucceeded = "succeeded" // after marking succeeded, before the ack
+)
+
+// errCrashed is what a handler that "died" returns (tests only).
+var errCrashed = errors.New("workers: worker died (simulated)")
+
+// finishTimeout bounds the writes that record an attempt's outcome. They
+// run even when the task's context has just been cancelled (a shutdown), so
+// a finished effect is recorded instead of being run again.
+const finishTimeout = 10 * time.Second
+
+// Job is one delivery of a task to a business function.
+type Job[T any] struct {
+	// Key is the job's business identity (`invoice:{order_id}`).
+	Key string
+	// Resource is the entity the job is serialised on (`order:{order_id}`).
+	Resource string
+	// Payload is the task's decoded JSON payload.
+	Payload T
+	// Token is this attempt's fencing token. Every business write passes it
+	// to fence.Check, or compares it in its own WHERE clause, in the
+	// transaction that writes.
+	Token int64
+	// Attempt counts real attempts, from 1.
+	Attempt int
+	// Task is the asynq task.
+	Task *asynq.Task
+}
+
+// Func is a business function. It does the job's effect under ctx, which is
+// cancelled as soon as the job's lock is lost, and returns a reference to
+// the result (an invoice id). Its error is transient unless wrapped with
+// Permanent; a *fence.StaleTokenError means a newer owner took the job.
+//
+// A job can run again after its effect happened (a crash before it was
+// recorded), so the effect must itself be idempotent per Key: a unique
+// constraint, an `ON CONFLICT DO NOTHING` ledger row, a key forwarded to a
+// partner that honours it.
+type Func[T any] func(ctx context.Context, job Job[T]) (resultRef string, err error)
+
+// Option adjusts one handler.
+type Option func(*options)
+
+type options struct {
+	maxAttempts int
+}
+
+// WithMaxAttempts overrides Deps.MaxAttempts for one handler.
+func WithMaxAttempts(n int) Option { return func(o *options) { o.maxAttempts = n } }
+
+type handler[T any] struct {
+	kind        string
+	key         func(T) string
+	resource    func(T) string
+	fn          Func[T]
+	db          DB
+	store       *execution.Store
+	locker      *lock.Locker
+	maxAttempts int
+	log         *slog.Logger
+	obs         Observer
+	onStatus    StatusFunc
+	crash       func(string) bool
+}
+
+// Handle returns the asynq handler of the task kind (a stable name such as
+// `invoice.create`): it decodes the JSON payload into T, derives the job's
+// key and resource with key and resource, and runs fn at most once to
+// success per key, serialised per resource:
+//
+//  1. a job whose key has succeeded is acked at once (a replay);
+//  2. the resource lock is taken, or the task is rescheduled soon without
+//     counting an attempt (*LockBusyError);
+//  3. a fencing token is drawn and the job marked processing, counting the
+//     attempt;
+//  4. fn runs under the lease's context with the token;
+//  5. the job is marked succeeded with fn's result, and only then acked;
+//  6. a permanent error, or a transient one on the last attempt, marks the
+//     job failed and archives the task; a transient one is retried with
+//     backoff; a lost lease or stale token retries without failing;
+//  7. the lock is released if still ours.
+//
+// Handle panics if deps lacks DB or Redis, or if kind, key, resource or fn
+// is missing: those are wiring mistakes, found at start-up.
+func Handle[T any](deps Deps, kind string, key, resource func(T) string, fn Func[T], opts ...Option) asynq.Handler {
+	switch {
+	case deps.DB == nil:
+		panic("workers: Handle " + kind + ": Deps.DB is nil")
+	case deps.Redis == nil:
+		panic("workers: Handle " + kind + ": Deps.Redis is nil")
+	case kind == "":
+		panic("workers: Handle: empty task kind")
+	case key == nil || resource == nil || fn == nil:
+		panic("workers: Handle " + kind + ": nil key, resource or business function")
+	}
+	o := options{maxAttempts: deps.MaxAttempts}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.maxAttempts <= 0 {
+		o.maxAttempts = DefaultMaxAttempts
+	}
+	obs := deps.Observer
+	if obs == nil {
+		obs = NopObserver{}
+	}
+	log := deps.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	lockOpts := deps.Lock
+	onRenewed, onLost := lockOpts.OnRenewed, lockOpts.OnLost
+	lockOpts.OnRenewed = func(resource string) {
+		obs.LockRenewed()
+		if onRenewed != nil {
+			onRenewed(resource)
+		}
+	}
+	lockOpts.OnLost = func(resource string, cause error) {
+		obs.LockLost()
+		if onLost != nil {
+			onLost(resource, cause)
+		}
+	}
+	locker, err := lock.New(deps.Redis, lockOpts)
+	if err != nil {
+		panic(fmt.Sprintf("workers: Handle %s: %v", kind, err))
+	}
+	return &handler[T]{
+		kind:        kind,
+		key:         key,
+		resource:    resource,
+		fn:          fn,
+		db:          deps.DB,
+		store:       execution.New(deps.DB),
+		locker:      locker,
+		maxAttempts: o.maxAttempts,
+		log:         log.With("task", kind),
+		obs:         obs,
+		onStatus:    deps.OnStatus,
+		crash:       deps.crash,
+	}
+}
+
+// ProcessTask runs one delivery of the task.
+func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
+	log := h.log
+	if id, ok := asynq.GetTaskID(ctx); ok {
+		log = log.With("job_id", id)
+	}
+	var payload T
+	if err := json.Unmarshal(task.Payload(), &payload); err != nil {
+		return h.unprocessable(ctx, log, fmt.Errorf("decode payload: %w", err))
+	}
+	key, resource := h.key(payload), h.resource(payload)
+	if key == "" || resource == "" {
+		return h.unprocessable(ctx, log, fmt.Errorf("payload gives key %q, resource %q", key, resource))
+	}
+	log = log.With("job_key", key, "resource", resource)
+
+	rec, err := h.store.Get(ctx, key)
+	switch {
+	case err == nil && rec.Status == execution.StatusSucceeded:
+		return h.replay(ctx, log, task, rec)
+	case err != nil && !errors.Is(err, execution.ErrNotFound):
+		return h.transientBeforeAttempt(ctx, log, err)
+	}
+
+	lease, err := h.locker.Acquire(ctx, resource)
+	switch {
+	case errors.Is(err, lock.ErrBusy):
+		h.obs.LockAcquire(LockBusy)
+		h.obs.Attempt(h.kind, ClassLockBusy)
+		h.warnIfBudgetSpent(ctx, log)
+		log.DebugContext(ctx, "resource locked by another worker: rescheduling", "lock_event", "busy")
+		return &LockBusyError{Task: h.kind, Key: key, Resource: resource, Err: err}
+	case err != nil:
+		h.obs.LockAcquire(LockError)
+		return h.transientBeforeAttempt(ctx, log, err)
+	}
+	h.obs.LockAcquire(LockAcquired)
+	log.DebugContext(ctx, "lock acquired", "lock_event", "acquired")
+
+	r := &run[T]{h: h, log: log, task: task, lease: lease, key: key, resource: resource, payload: payload}
+	err = r.do(ctx)
+	if errors.Is(err, errCrashed) {
+		lease.Abandon()
+		return err
+	}
+	fctx, cancel := finishContext(ctx)
+	defer cancel()
+	if rerr := lease.Release(fctx); rerr != nil {
+		// The key expires by itself after the TTL; the job's outcome stands.
+		log.WarnContext(ctx, "lock release failed", "lock_event", "release_failed", "error", rerr)
+	} else {
+		log.DebugContext(ctx, "lock released", "lock_event", "released")
+	}
+	return err
+}
+
+// run is one attempt holding the lock.
+type run[T any] struct {
+	h        *handler[T]
+	log      *slog.Logger
+	task     *asynq.Task
+	lease    *lock.Lease
+	key      string
+	resource string
+	payload  T
+	token    int64
+	attempts int
+}
+
+func (r *run[T]) do(ctx context.Context) error {
+	h := r.h
+	lctx := r.lease.Context()
+	token, err := fence.Next(lctx, h.db, r.resource)
+	if err != nil {
+		return r.beforeAttempt(ctx, err)
+	}
+	r.token = token
+	r.log = r.log.With("fencing_token", token)
+
+	rec, err := h.store.MarkProcessing(lctx, execution.Attempt{Key: r.key, Task: h.kind, Resource: r.resource, Token: token})
+	switch {
+	case errors.Is(err, execution.ErrSucceeded):
+		return h.replay(ctx, r.log, r.task, rec)
+	case err != nil:
+		return r.beforeAttempt(ctx, err)
+	}
+	r.attempts = rec.Attempts
+	r.log = r.log.With("attempt", rec.Attempts)
+	if rec.Attempts > h.maxAttempts {
+		// The attempts ran out without a verdict (the last ones were
+		// cancelled by asynq or lost their lease): do not start another.
+		fctx, cancel := finishContext(ctx)
+		defer cancel()
+		cause := rec.LastError
+		if cause == "" {
+			cause = "no attempt reached a verdict"
+		}
+		return r.deadLetter(ctx, fctx, errors.New(cause), false)
+	}
+	r.log.InfoContext(ctx, "attempt started", "lock_event", "held")
+	h.status(ctx, r.task, r.key, StatusProcessing, rec.Attempts, "", rec.LastError)
+	if h.crashAt(stageTaken) {
+		return errCrashed
+	}
+
+	ref, ferr := h.fn(lctx, Job[T]{
+		Key: r.key, Resource: r.resource, Payload: r.payload,
+		Token: token, Attempt: rec.Attempts, Task: r.task,
+	})
+	if h.crashAt(stageEffect) {
+		return errCrashed
+	}
+	fctx, cancel := finishContext(ctx)
+	defer cancel()
+	if ferr != nil {
+		return r.failed(ctx, fctx, ferr)
+	}
+	if err := h.store.MarkSucceeded(fctx, r.key, token, ref); err != nil {
+		if lost := r.lost(ctx, err); lost != nil {
+			return lost
+		}
+		// The effect happened but is not recorded: the next attempt runs
+		// the idempotent effect again and records it. Never a verdict of
+		// failure for a job whose effect may be done.
+		h.obs.Attempt(h.kind, ClassTransient)
+		r.log.ErrorContext(ctx, "recording the success failed: will retry", "error", err)
+		return fmt.Errorf("workers: %s %s: record success: %w", h.kind, r.key, err)
+	}
+	h.status(fctx, r.task, r.key, StatusSucceeded, rec.Attempts, ref, "")
+	h.obs.JobFinished(h.kind, StatusSucceeded)
+	r.log.InfoContext(ctx, "job succeeded", "result_ref", ref)
+	if h.crashAt(stageSucceeded) {
+		return errCrashed
+	}
+	return nil
+}
+
+// beforeAttempt handles an error met holding the lock but before fn ran.
+func (r *run[T]) beforeAttempt(ctx context.Context, err error) error {
+	if lost := r.lost(ctx, err); lost != nil {
+		return lost
+	}
+	return r.h.transientBeforeAttempt(ctx, r.log, err)
+}
+
+// lost returns an *OwnershipLostError when err, or the lease, says a newer
+// owner has the job, and nil otherwise.
+func (r *run[T]) lost(ctx context.Context, err error) error {
+	var cause error
+	event := "lost"
+	switch {
+	case errors.Is(err, fence.ErrStaleToken):
+		r.h.obs.FencingRejected()
+		cause, event = err, "fenced"
+	case errors.Is(r.lease.Err(), lock.ErrLost):
+		cause = errors.Join(err, r.lease.Err())
+	default:
+		return nil
+	}
+	r.h.obs.Attempt(r.h.kind, ClassStaleToken)
+	r.log.WarnContext(ctx, "lost the job to a newer owner: stopping without a verdict",
+		"lock_event", event, "error", cause)
+	return &OwnershipLostError{Task: r.h.kind, Key: r.key, Resource: r.resource, Token: r.token, Err: cause}
+}
+
+// failed decides the fate of an attempt that ended in err.
+func (r *run[T]) failed(ctx, fctx context.Context, err error) error {
+	h := r.h
+	if lost := r.lost(ctx, err); lost != nil {
+		return lost
+	}
+	switch {
+	case IsPermanent(err):
+		return r.deadLetter(ctx, fctx, err, true)
+	case ctx.Err() != nil:
+		// asynq cancelled the task (shutdown, deadline) and has already
+		// requeued or rescheduled it, whatever we return: record the error
+		// and leave the verdict to the next attempt.
+	case r.attempts >= h.maxAttempts || budgetSpent(ctx):
+		return r.deadLetter(ctx, fctx, err, false)
+	}
+	if merr := h.store.MarkRetrying(fctx, r.key, r.token, err.Error()); merr != nil {
+		if lost := r.lost(ctx, merr); lost != nil {
+			return lost
+		}
+		r.log.WarnContext(ctx, "recording the retry failed", "error", merr)
+	}
+	h.obs.Attempt(h.kind, ClassTransient)
+	h.status(fctx, r.task, r.key, StatusRetrying, r.attempts, "", err.Error())
+	r.log.WarnContext(ctx, "attempt failed: will retry", "error", err)
+	return fmt.Errorf("workers: %s %s attempt %d: %w", h.kind, r.key, r.attempts, err)
+}
+
+// deadLetter marks the job failed and returns the error that makes asynq
+// archive its task.
+func (r *run[T]) deadLetter(ctx, fctx context.Context, err error, permanent bool) error {
+	h := r.h
+	class, reason := ClassPermanent, err.Error()
+	if !permanent {
+		class = ClassTransient
+		reason = fmt.Sprintf("attempts exhausted (%d of %d): %s", min(r.attempts, h.maxAttempts), h.maxAttempts, reason)
+	}
+	if merr := h.store.MarkFailed(fctx, r.key, r.token, reason); merr != nil {
+		if lost := r.lost(ctx, merr); lost != nil {
+			return lost
+		}
+		// Not recorded, so not archived: the next attempt decides again.
+		h.obs.Attempt(h.kind, ClassTransient)
+		r.log.ErrorContext(ctx, "recording the failure failed: will retry", "error", merr, "cause", err)
+		return fmt.Errorf("workers: %s %s: record failure: %w", h.kind, r.key, errors.Join(merr, err))
+	}
+	h.obs.Attempt(h.kind, class)
+	h.obs.JobFinished(h.kind, StatusFailed)
+	h.status(fctx, r.task, r.key, StatusFailed, r.attempts, "", reason)
+	r.log.ErrorContext(ctx, "job failed: archiving", "error", reason)
+	return fmt.Errorf("workers: %s %s failed: %w (%w)", h.kind, r.key, err, asynq.SkipRetry)
+}
+
+// replay acks a delivery of a job that has already succeeded.
+func (h *handler[T]) replay(ctx context.Context, log *slog.Logger, task *asynq.Task, rec execution.Record) error {
+	h.obs.JobReplay(h.kind)
+	h.status(ctx, task, rec.Key, StatusSucceeded, rec.Attempts, rec.ResultRef, "")
+	log.InfoContext(ctx, "job already succeeded: acking the duplicate", "result_ref", rec.ResultRef, "attempt", rec.Attempts)
+	return nil
+}
+
+// unprocessable archives a task whose payload names no job. There is no
+// key, so there is no execution state to mark.
+func (h *handler[T]) unprocessable(ctx context.Context, log *slog.Logger, err error) error {
+	h.obs.Attempt(h.kind, ClassPermanent)
+	log.ErrorContext(ctx, "unprocessable task: archiving", "error", err)
+	return fmt.Errorf("workers: %s: %w (%w)", h.kind, Permanent(err), asynq.SkipRetry)
+}
+
+// transientBeforeAttempt returns an error met before an attempt was
+// counted (PostgreSQL or Redis unreachable): asynq retries with backoff.
+func (h *handler[T]) transientBeforeAttempt(ctx context.Context, log *slog.Logger, err error) error {
+	h.obs.Attempt(h.kind, ClassTransient)
+	log.WarnContext(ctx, "could not start the attempt: will retry", "error", err)
+	return fmt.Errorf("workers: %s: %w", h.kind, err)
+}
+
+func (h *handler[T]) status(ctx context.Context, task *asynq.Task, key, status string, attempts int, resultRef, lastErr string) {
+	if h.onStatus != nil {
+		h.onStatus(ctx, task, key, status, attempts, resultRef, lastErr)
+	}
+}
+
+func (h *handler[T]) crashAt(stage string) bool { return h.crash != nil && h.crash(stage) }
+
+// budgetSpent reports whether asynq will archive the task on this failure
+// whatever the handler returns: it was enqueued with a MaxRetry the task
+// has used up.
+func budgetSpent(ctx context.Context) bool {
+	retried, ok1 := asynq.GetRetryCount(ctx)
+	maxRetry, ok2 := asynq.GetMaxRetry(ctx)
+	return ok1 && ok2 && retried >= maxRetry
+}
+
+func (h *handler[T]) warnIfBudgetSpent(ctx context.Context, log *slog.Logger) {
+	if budgetSpent(ctx) {
+		maxRetry, _ := asynq.GetMaxRetry(ctx)
+		log.WarnContext(ctx, "asynq will archive this task on a busy lock: enqueue with asynq.MaxRetry(workers.AsynqMaxRetry)",
+			"max_retry", maxRetry)
+	}
+}
+
+// finishContext keeps ctx's values but not its cancellation, bounded by
+// finishTimeout.
+func finishContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+}

@@ -1,0 +1,241 @@
+package workers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/workers/execution"
+	"github.com/idemgate/idemgate/workers/fence"
+	"github.com/idemgate/idemgate/workers/lock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const kind = "effect.apply"
+
+// order is the test tasks' payload.
+type order struct {
+	OrderID string `json:"order_id"`
+}
+
+// orderKey and orderResource derive nothing from a payload without an
+// order id, which makes the task unprocessable.
+func orderKey(o order) string {
+	if o.OrderID == "" {
+		return ""
+	}
+	return "effect:" + o.OrderID
+}
+
+func orderResource(o order) string {
+	if o.OrderID == "" {
+		return ""
+	}
+	return "order:" + o.OrderID
+}
+
+func newTask(t *testing.T, orderID string) *asynq.Task {
+	t.Helper()
+	b, err := json.Marshal(order{OrderID: orderID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return asynq.NewTask(kind, b)
+}
+
+// env is one test's services: a PostgreSQL schema with an effects table of
+// its own, Redis, and a lock key prefix nobody else uses.
+type env struct {
+	pool   *pgxpool.Pool
+	rdb    *redis.Client
+	prefix string
+	store  *execution.Store
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{pool: testenv.Pool(t), rdb: testenv.Redis(t), prefix: testenv.Prefix()}
+	e.store = execution.New(e.pool)
+	_, err := e.pool.Exec(t.Context(), `
+CREATE TABLE effects (
+    id       bigserial PRIMARY KEY,
+    job_key  text   NOT NULL,
+    resource text   NOT NULL,
+    token    bigint NOT NULL,
+    worker   text   NOT NULL
+)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// deps is a worker's dependencies; each worker of a test gets its own, as
+// separate processes would.
+func (e *env) deps(obs Observer, ttl time.Duration) Deps {
+	return Deps{
+		DB:       e.pool,
+		Redis:    e.rdb,
+		Lock:     lock.Options{Prefix: e.prefix, TTL: ttl},
+		Logger:   testLogger(),
+		Observer: obs,
+	}
+}
+
+func (e *env) lockKey(orderID string) string { return e.prefix + "lock:{order:" + orderID + "}" }
+
+type effect struct {
+	ID     int64
+	Token  int64
+	Worker string
+}
+
+func (e *env) effects(t *testing.T, jobKey string) []effect {
+	t.Helper()
+	rows, err := e.pool.Query(t.Context(), `SELECT id, token, worker FROM effects WHERE job_key = $1 ORDER BY id`, jobKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[effect])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func (e *env) record(t *testing.T, key string) execution.Record {
+	t.Helper()
+	rec, err := e.store.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("execution record of %s: %v", key, err)
+	}
+	return rec
+}
+
+// plainEffect writes one effect row per call, fenced but not deduplicated:
+// a test using it shows that the framework alone keeps the effect single.
+func plainEffect(pool *pgxpool.Pool, worker string, calls *atomic.Int64) Func[order] {
+	return func(ctx context.Context, job Job[order]) (string, error) {
+		calls.Add(1)
+		var id int64
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := fence.Check(ctx, tx, job.Resource, job.Token); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, `INSERT INTO effects (job_key, resource, token, worker) VALUES ($1, $2, $3, $4) RETURNING id`,
+				job.Key, job.Resource, job.Token, worker).Scan(&id)
+		})
+		return fmt.Sprintf("effect-%d", id), err
+	}
+}
+
+// idempotentEffect is the pattern a business function follows: inside the
+// fenced transaction (the fence row lock serialises it per resource) it
+// returns the existing effect instead of applying it again.
+func idempotentEffect(ctx context.Context, pool *pgxpool.Pool, job Job[order], worker string) (string, error) {
+	var id int64
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := fence.Check(ctx, tx, job.Resource, job.Token); err != nil {
+			return err
+		}
+		err := tx.QueryRow(ctx, `SELECT id FROM effects WHERE job_key = $1`, job.Key).Scan(&id)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		return tx.QueryRow(ctx, `INSERT INTO effects (job_key, resource, token, worker) VALUES ($1, $2, $3, $4) RETURNING id`,
+			job.Key, job.Resource, job.Token, worker).Scan(&id)
+	})
+	return fmt.Sprintf("effect-%d", id), err
+}
+
+// recorder is an Observer that counts events by name.
+type recorder struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func newRecorder() *recorder { return &recorder{counts: map[string]int{}} }
+
+func (r *recorder) inc(name string) {
+	r.mu.Lock()
+	r.counts[name]++
+	r.mu.Unlock()
+}
+
+func (r *recorder) count(name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.counts[name]
+}
+
+func (r *recorder) LockAcquire(result string)          { r.inc("lock:" + result) }
+func (r *recorder) LockRenewed()                       { r.inc("lock:renewed") }
+func (r *recorder) LockLost()                          { r.inc("lock:lost") }
+func (r *recorder) FencingRejected()                   { r.inc("fencing:rejected") }
+func (r *recorder) Attempt(task, class string)         { r.inc("attempt:" + class) }
+func (r *recorder) JobReplay(task string)              { r.inc("replay") }
+func (r *recorder) JobFinished(task string, st string) { r.inc("finished:" + st) }
+
+// statuses records what a StatusFunc is told.
+type statuses struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (s *statuses) fn(_ context.Context, _ *asynq.Task, key, status string, attempts int, resultRef, lastErr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, fmt.Sprintf("%s %s #%d %s", key, status, attempts, resultRef))
+}
+
+func (s *statuses) list() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.got...)
+}
+
+// waitFor polls cond until it holds; the long deadline only stops a broken
+// test and says nothing about speed.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// deliverUntilDone delivers task to h until it is acked, as asynq would
+// after each busy lock or lost ownership, and fails on any other error.
+func deliverUntilDone(t *testing.T, h asynq.Handler, task *asynq.Task) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := h.ProcessTask(t.Context(), task)
+		if err == nil {
+			return
+		}
+		if IsFailure(err) {
+			t.Fatalf("delivery failed: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task still not done: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

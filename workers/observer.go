@@ -1,0 +1,66 @@
+package workers
+
+// Lock acquisition results, as reported to Observer.LockAcquire.
+const (
+	LockAcquired = "acquired"
+	LockBusy     = "busy"
+	LockError    = "error"
+)
+
+// Error classes of a failed attempt, as reported to Observer.Attempt.
+const (
+	// ClassTransient: retried with exponential backoff; counts toward
+	// MaxAttempts.
+	ClassTransient = "transient"
+	// ClassPermanent: the job is marked failed and archived.
+	ClassPermanent = "permanent"
+	// ClassLockBusy: another worker holds the resource; rescheduled soon,
+	// not counted as an attempt.
+	ClassLockBusy = "lock_busy"
+	// ClassStaleToken: the attempt lost the resource to a newer owner (its
+	// lease was lost or a fence refused its token); not a failure of the job.
+	ClassStaleToken = "stale_token"
+)
+
+// Job statuses, as reported to Observer.JobFinished and StatusFunc.
+const (
+	StatusProcessing = "processing"
+	StatusRetrying   = "retrying"
+	StatusSucceeded  = "succeeded"
+	StatusFailed     = "failed"
+)
+
+// Observer receives the events the worker framework counts. Metrics
+// implement it; every method must be cheap and safe for concurrent use.
+type Observer interface {
+	// LockAcquire reports one attempt to take a resource lock: LockAcquired,
+	// LockBusy or LockError.
+	LockAcquire(result string)
+	// LockRenewed reports a successful lease renewal.
+	LockRenewed()
+	// LockLost reports a lease lost while its job was running.
+	LockLost()
+	// FencingRejected reports a write refused for a stale fencing token.
+	FencingRejected()
+	// Attempt reports an attempt that did not succeed, by error class
+	// (ClassTransient, ClassPermanent, ClassLockBusy, ClassStaleToken).
+	Attempt(task, errorClass string)
+	// JobReplay reports a delivery of a job that had already succeeded,
+	// acked without running it again.
+	JobReplay(task string)
+	// JobFinished reports a job reaching StatusSucceeded or StatusFailed.
+	JobFinished(task, status string)
+}
+
+// NopObserver ignores every event. It is the default Observer.
+type NopObserver struct{}
+
+var _ Observer = NopObserver{}
+
+func (NopObserver) LockAcquire(string)         {}
+func (NopObserver) LockRenewed()               {}
+func (NopObserver) LockLost()                  {}
+func (NopObserver) FencingRejected()           {}
+func (NopObserver) Attempt(string, string)     {}
+func (NopObserver) JobReplay(string)           {}
+func (NopObserver) JobFinished(string, string) {}

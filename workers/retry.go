@@ -1,0 +1,115 @@
+package workers
+
+import (
+	"errors"
+	"math"
+	mathrand "math/rand/v2"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// AsynqMaxRetry is the asynq.MaxRetry to enqueue every task of an
+// idempotent handler with: effectively unlimited. The handler counts real
+// attempts in job_executions and dead-letters the job itself after
+// MaxAttempts; a smaller asynq budget would also be spent by redeliveries
+// after a crash, and asynq archives a task whose budget is spent even when
+// it only met a busy lock.
+//
+//	client.Enqueue(task, asynq.MaxRetry(workers.AsynqMaxRetry))
+const AsynqMaxRetry = math.MaxInt32
+
+// Backoff computes retry delays: exponential backoff with full jitter for
+// failures, a short jittered delay for busy locks and lost ownership. The
+// zero value uses the defaults.
+type Backoff struct {
+	// Base is the cap of the first retry's delay; each failure doubles the
+	// cap. Default 1s.
+	Base time.Duration `yaml:"base"`
+	// Max bounds the cap. Default 10m.
+	Max time.Duration `yaml:"max"`
+	// Busy is the mean delay after a busy lock or a lost ownership; the
+	// delay is drawn from [Busy/2, 3·Busy/2). Default 2s.
+	Busy time.Duration `yaml:"busy"`
+	// Rand returns a number in [0, n). Default math/rand/v2.Int64N; tests
+	// make it deterministic.
+	Rand func(n int64) int64 `yaml:"-"`
+}
+
+// Defaults for Backoff.
+const (
+	DefaultRetryBase = time.Second
+	DefaultRetryMax  = 10 * time.Minute
+	DefaultRetryBusy = 2 * time.Second
+)
+
+func (b Backoff) withDefaults() Backoff {
+	if b.Base == 0 {
+		b.Base = DefaultRetryBase
+	}
+	if b.Max == 0 {
+		b.Max = DefaultRetryMax
+	}
+	if b.Busy == 0 {
+		b.Busy = DefaultRetryBusy
+	}
+	if b.Rand == nil {
+		b.Rand = mathrand.Int64N
+	}
+	return b
+}
+
+func (b Backoff) validate() error {
+	var errs []error
+	if b.Base <= 0 {
+		errs = append(errs, errors.New("retry base must be positive"))
+	}
+	if b.Max < b.Base {
+		errs = append(errs, errors.New("retry max must not be below retry base"))
+	}
+	if b.Busy <= 0 {
+		errs = append(errs, errors.New("retry busy delay must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// RetryDelay is an asynq.RetryDelayFunc. n is the number of failures the
+// task has had before this one. After a failure the delay is drawn
+// uniformly from [0, min(Max, Base·2ⁿ)) (full jitter, so retries of many
+// jobs that failed together spread out instead of returning together).
+// After a *LockBusyError or an *OwnershipLostError it is drawn from
+// [Busy/2, 3·Busy/2) whatever n is.
+func (b Backoff) RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
+	b = b.withDefaults()
+	var (
+		busy *LockBusyError
+		lost *OwnershipLostError
+	)
+	if errors.As(err, &busy) || errors.As(err, &lost) {
+		return b.Busy/2 + time.Duration(b.Rand(int64(b.Busy)))
+	}
+	ceiling := b.Base
+	for i := 0; i < n && ceiling < b.Max && ceiling <= math.MaxInt64/2; i++ {
+		ceiling *= 2
+	}
+	return time.Duration(b.Rand(int64(min(ceiling, b.Max))))
+}
+
+// RetryDelay is Backoff{}.RetryDelay: the default delays.
+func RetryDelay(n int, err error, task *asynq.Task) time.Duration {
+	return Backoff{}.RetryDelay(n, err, task)
+}
+
+// IsFailure is an asynq IsFailure predicate: a busy lock and a lost
+// ownership are not failures of the job, so asynq neither counts them
+// against the task's retry budget nor in its failure statistics.
+func IsFailure(err error) bool {
+	if err == nil {
+		return false
+	}
+	var (
+		busy *LockBusyError
+		lost *OwnershipLostError
+	)
+	return !errors.As(err, &busy) && !errors.As(err, &lost)
+}

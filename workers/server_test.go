@@ -1,0 +1,308 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/workers/execution"
+	"github.com/idemgate/idemgate/workers/lock"
+)
+
+// serverEnv adds a real asynq server on a queue of the test's own.
+type serverEnv struct {
+	*env
+	redisOpt  asynq.RedisConnOpt
+	queue     string
+	client    *asynq.Client
+	inspector *asynq.Inspector
+}
+
+func newServerEnv(t *testing.T) *serverEnv {
+	t.Helper()
+	e := newEnv(t)
+	opt, err := asynq.ParseRedisURI(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &serverEnv{
+		env:       e,
+		redisOpt:  opt,
+		queue:     strings.ReplaceAll(strings.TrimSuffix(testenv.Prefix(), ":"), ":", "-"),
+		client:    asynq.NewClient(opt),
+		inspector: asynq.NewInspector(opt),
+	}
+	t.Cleanup(func() {
+		_ = s.inspector.DeleteQueue(s.queue, true)
+		_ = s.inspector.Close()
+		_ = s.client.Close()
+	})
+	return s
+}
+
+// start runs a Server for h on the test's queue with short polling and
+// retry delays, and returns a function that stops it and returns Run's
+// error. The test's cleanup stops it too.
+func (s *serverEnv) start(t *testing.T, h asynq.Handler, cfg Config) (stop func() error) {
+	t.Helper()
+	cfg.Queues = map[string]int{s.queue: 1}
+	if cfg.Retry.Base == 0 && cfg.Retry.Busy == 0 {
+		cfg.Retry = Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond, Busy: 50 * time.Millisecond}
+	}
+	srv, err := NewServer(s.redisOpt, cfg, h,
+		WithLogger(testLogger()),
+		WithAsynqConfig(func(c *asynq.Config) {
+			c.TaskCheckInterval = 50 * time.Millisecond
+			c.DelayedTaskCheckInterval = 100 * time.Millisecond
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	var (
+		once   sync.Once
+		runErr error
+	)
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			runErr = <-done
+		})
+		return runErr
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return stop
+}
+
+func (s *serverEnv) enqueue(t *testing.T, task *asynq.Task) *asynq.TaskInfo {
+	t.Helper()
+	info, err := s.client.Enqueue(task, asynq.Queue(s.queue), asynq.MaxRetry(AsynqMaxRetry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+func (s *serverEnv) queueInfo(t *testing.T) *asynq.QueueInfo {
+	t.Helper()
+	qi, err := s.inspector.GetQueueInfo(s.queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return qi
+}
+
+func (s *serverEnv) status(t *testing.T, key string) execution.Status {
+	t.Helper()
+	rec, err := s.store.Get(t.Context(), key)
+	if errors.Is(err, execution.ErrNotFound) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec.Status
+}
+
+func TestServerDuplicateDeliveries(t *testing.T) {
+	t.Parallel()
+	s := newServerEnv(t)
+	obs := newRecorder()
+	var calls atomic.Int64
+	h := Handle(s.deps(obs, 20*time.Second), kind, orderKey, orderResource, plainEffect(s.pool, "A", &calls))
+	s.start(t, h, Config{Concurrency: 10})
+
+	const deliveries = 20
+	for range deliveries { // the same job, delivered as 20 tasks
+		s.enqueue(t, newTask(t, "20"))
+	}
+	waitFor(t, "every delivery to be acked", func() bool {
+		return obs.count("finished:succeeded")+obs.count("replay") == deliveries
+	})
+	waitFor(t, "the queue to drain", func() bool {
+		qi := s.queueInfo(t)
+		return qi.Pending+qi.Active+qi.Scheduled+qi.Retry == 0
+	})
+	if qi := s.queueInfo(t); qi.Archived != 0 {
+		t.Fatalf("%d tasks archived", qi.Archived)
+	}
+	if got := calls.Load(); got != 1 {
+		t.Fatalf("business function ran %d times, want 1", got)
+	}
+	if got := s.effects(t, "effect:20"); len(got) != 1 {
+		t.Fatalf("effects = %+v, want one", got)
+	}
+	if rec := s.record(t, "effect:20"); rec.Status != execution.StatusSucceeded || rec.Attempts != 1 {
+		t.Fatalf("record = %+v", rec)
+	}
+}
+
+func TestServerLockContentionDoesNotDeadLetter(t *testing.T) {
+	t.Parallel()
+	s := newServerEnv(t)
+	obs := newRecorder()
+	var calls atomic.Int64
+	deps := s.deps(obs, 20*time.Second)
+	deps.MaxAttempts = 3
+	h := Handle(deps, kind, orderKey, orderResource, plainEffect(s.pool, "A", &calls))
+
+	holder, err := lock.New(s.rdb, lock.Options{Prefix: s.prefix, TTL: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := holder.Acquire(t.Context(), "order:21")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+
+	s.start(t, h, Config{MaxAttempts: 3})
+	s.enqueue(t, newTask(t, "21"))
+	// Twice as many busy deliveries as there are attempts.
+	waitFor(t, "six busy deliveries", func() bool { return obs.count("attempt:lock_busy") >= 6 })
+	if st := s.status(t, "effect:21"); st != "" {
+		t.Fatalf("busy deliveries created execution state %q", st)
+	}
+	if qi := s.queueInfo(t); qi.Archived != 0 {
+		t.Fatal("a busy lock dead-lettered the task")
+	}
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the job to succeed", func() bool { return s.status(t, "effect:21") == execution.StatusSucceeded })
+	if rec := s.record(t, "effect:21"); rec.Attempts != 1 {
+		t.Fatalf("record = %+v, want 1 attempt", rec)
+	}
+	if qi := s.queueInfo(t); qi.Archived != 0 {
+		t.Fatalf("%d tasks archived", qi.Archived)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("business function ran %d times", calls.Load())
+	}
+}
+
+func TestServerDeadLetters(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name         string
+		err          error
+		wantAttempts int
+		wantLastErr  string
+	}{
+		{name: "permanent error", err: Permanent(errors.New("card declined")), wantAttempts: 1, wantLastErr: "card declined"},
+		{name: "transient errors until max attempts", err: errors.New("partner down"), wantAttempts: 3, wantLastErr: "attempts exhausted (3 of 3): partner down"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := newServerEnv(t)
+			var calls atomic.Int64
+			deps := s.deps(nil, 20*time.Second)
+			deps.MaxAttempts = 3
+			h := Handle(deps, kind, orderKey, orderResource, func(context.Context, Job[order]) (string, error) {
+				calls.Add(1)
+				return "", tt.err
+			})
+			s.start(t, h, Config{})
+			info := s.enqueue(t, newTask(t, "22"))
+
+			waitFor(t, "the task to be archived", func() bool { return s.queueInfo(t).Archived == 1 })
+			rec := s.record(t, "effect:22")
+			if rec.Status != execution.StatusFailed || rec.Attempts != tt.wantAttempts || !strings.Contains(rec.LastError, tt.wantLastErr) {
+				t.Fatalf("record = %+v, want failed after %d attempts with %q", rec, tt.wantAttempts, tt.wantLastErr)
+			}
+			if got := calls.Load(); got != int64(tt.wantAttempts) {
+				t.Fatalf("business function ran %d times, want %d", got, tt.wantAttempts)
+			}
+			ti, err := s.inspector.GetTaskInfo(s.queue, info.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ti.State != asynq.TaskStateArchived || !strings.Contains(ti.LastErr, tt.err.Error()) {
+				t.Fatalf("archived task = %s, %q", ti.State, ti.LastErr)
+			}
+		})
+	}
+}
+
+func TestServerShutdownLetsRunningJobFinish(t *testing.T) {
+	t.Parallel()
+	s := newServerEnv(t)
+	started, finish := make(chan struct{}), make(chan struct{})
+	h := Handle(s.deps(nil, 20*time.Second), kind, orderKey, orderResource, func(ctx context.Context, job Job[order]) (string, error) {
+		close(started)
+		<-finish
+		return idempotentEffect(ctx, s.pool, job, "A")
+	})
+	stop := s.start(t, h, Config{ShutdownTimeout: time.Minute})
+	s.enqueue(t, newTask(t, "23"))
+	<-started
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	select {
+	case err := <-stopped:
+		t.Fatalf("Run returned (%v) while a job was still running", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(finish)
+	if err := <-stopped; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if st := s.status(t, "effect:23"); st != execution.StatusSucceeded {
+		t.Fatalf("status after a graceful shutdown = %q, want succeeded", st)
+	}
+	if qi := s.queueInfo(t); qi.Pending+qi.Active+qi.Retry != 0 {
+		t.Fatalf("the finished job's task was not acked: %+v", qi)
+	}
+}
+
+func TestServerShutdownTimeoutCancelsJob(t *testing.T) {
+	t.Parallel()
+	s := newServerEnv(t)
+	var runs atomic.Int64
+	h := Handle(s.deps(nil, 20*time.Second), kind, orderKey, orderResource, func(ctx context.Context, job Job[order]) (string, error) {
+		if runs.Add(1) == 1 {
+			<-ctx.Done() // too slow for the shutdown
+			return "", context.Cause(ctx)
+		}
+		return idempotentEffect(ctx, s.pool, job, "B")
+	})
+	stop := s.start(t, h, Config{ShutdownTimeout: 300 * time.Millisecond})
+	s.enqueue(t, newTask(t, "24"))
+	waitFor(t, "the job to start", func() bool { return runs.Load() == 1 })
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	// Run has returned, so the cancelled handler has: its lock is released
+	// and its task is back in the queue for the next worker.
+	if n := s.rdb.Exists(t.Context(), s.lockKey("24")).Val(); n != 0 {
+		t.Fatal("the cancelled job's lock outlived Run")
+	}
+	rec := s.record(t, "effect:24")
+	if rec.Status != execution.StatusProcessing || !strings.Contains(rec.LastError, "context canceled") {
+		t.Fatalf("record = %+v, want processing with the cancellation recorded", rec)
+	}
+	if qi := s.queueInfo(t); qi.Pending != 1 {
+		t.Fatalf("queue = %+v, want the task pending again", qi)
+	}
+
+	s.start(t, h, Config{})
+	waitFor(t, "the next server to finish the job", func() bool { return s.status(t, "effect:24") == execution.StatusSucceeded })
+	if got := s.effects(t, "effect:24"); len(got) != 1 {
+		t.Fatalf("effects = %+v", got)
+	}
+}
