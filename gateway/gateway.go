@@ -42,6 +42,8 @@ type Options struct {
 	Ready []Check
 	// AdminTokenSHA256 is the hex SHA-256 of the admin bearer token.
 	AdminTokenSHA256 string
+	// Jobs accepts and shows jobs; required when a route enqueues.
+	Jobs Jobs
 	// OpenAPI is served at /openapi.yaml.
 	OpenAPI []byte
 	Logger  *slog.Logger
@@ -57,7 +59,9 @@ type RouteOptions struct {
 	// Upstream is where a proxied route forwards; Timeout bounds the call.
 	Upstream *url.URL
 	Timeout  time.Duration
-	// Handler serves a route that is not proxied (an enqueue route).
+	// Enqueue makes the route an enqueue route.
+	Enqueue *EnqueueOptions
+	// Handler serves a route that is neither proxied nor enqueued.
 	Handler     http.Handler
 	Idempotency idempotency.Config
 }
@@ -160,6 +164,11 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 	}
 	var h http.Handler
 	switch {
+	case ro.Enqueue != nil:
+		if g.opts.Jobs == nil {
+			return nil, errors.New("an enqueue route needs the job queue")
+		}
+		h = g.handleEnqueue(ro.Name, *ro.Enqueue)
 	case ro.Handler != nil:
 		h = ro.Handler
 	case ro.Upstream != nil:
@@ -210,6 +219,7 @@ func (g *Gateway) publicRoutes() http.Handler {
 	r.Get("/healthz", g.handleHealth())
 	r.Get("/readyz", g.handleReady())
 	r.Get("/openapi.yaml", g.handleOpenAPI())
+	r.Method(http.MethodGet, "/v1/jobs/{id}", g.handleJobGet())
 	r.NotFound(g.handleTable())
 	r.MethodNotAllowed(g.handleTable())
 	var h http.Handler = r

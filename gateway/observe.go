@@ -13,9 +13,9 @@ import (
 // info is what the layers of one request learn about it, for the access
 // log line and the metrics written when it ends.
 type info struct {
-	route, tenant, key, outcome, stored string
-	token                               int64
-	takeOver                            bool
+	route, tenant, key, outcome, stored, job string
+	token                                    int64
+	takeOver                                 bool
 }
 
 type infoKey struct{}
@@ -85,6 +85,9 @@ func accessLog(logger *slog.Logger, m *Metrics, next http.Handler) http.Handler 
 		}
 		if in.stored != "" {
 			attrs = append(attrs, slog.String("stored", in.stored))
+		}
+		if in.job != "" {
+			attrs = append(attrs, slog.String("job_id", in.job))
 		}
 		if in.takeOver {
 			attrs = append(attrs, slog.Bool("take_over", true))

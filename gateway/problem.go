@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
@@ -22,6 +23,7 @@ var (
 	ErrNotReady            = errors.New("not ready")
 	ErrBadRequest          = errors.New("bad request")
 	ErrInvalidPayload      = errors.New("invalid payload")
+	ErrQueueUnavailable    = errors.New("queue unavailable")
 )
 
 // Problem is an error with the detail a client may see. Cause is logged,
@@ -31,6 +33,8 @@ type Problem struct {
 	Detail     string
 	RetryAfter time.Duration
 	Cause      error
+	// Fields names the bad fields of a payload (400/422).
+	Fields []enqueue.FieldError
 }
 
 func (p *Problem) Error() string {
@@ -61,6 +65,7 @@ var kinds = []kind{
 	{ErrNotReady, http.StatusServiceUnavailable, "not-ready", "Not ready"},
 	{ErrBadRequest, http.StatusBadRequest, "bad-request", "Bad request"},
 	{ErrInvalidPayload, http.StatusUnprocessableEntity, "invalid-payload", "Invalid payload"},
+	{ErrQueueUnavailable, http.StatusServiceUnavailable, "queue-unavailable", "Queue unavailable"},
 }
 
 func lookupKind(err error) (kind, bool) {
@@ -89,12 +94,13 @@ func (pw problemWriter) write(w http.ResponseWriter, r *http.Request, err error)
 		k = kind{status: http.StatusInternalServerError, slug: "internal", title: "Internal error"}
 	}
 	detail, retryAfter := "", time.Duration(0)
+	var fields []enqueue.FieldError
 	var p *Problem
 	var ire *idempotency.RequestError
 	var rle *ratelimit.LimitedError
 	switch {
 	case errors.As(err, &p):
-		detail, retryAfter = p.Detail, p.RetryAfter
+		detail, retryAfter, fields = p.Detail, p.RetryAfter, p.Fields
 	case errors.As(err, &ire):
 		detail, retryAfter = ire.Detail, ire.RetryAfter
 	case errors.As(err, &rle):
@@ -121,6 +127,7 @@ func (pw problemWriter) write(w http.ResponseWriter, r *http.Request, err error)
 		Detail:    detail,
 		Instance:  r.URL.Path,
 		RequestID: requestid.FromContext(r.Context()),
+		Errors:    fields,
 	}
 	b, _ := json.Marshal(body)
 	h := w.Header()
@@ -132,10 +139,11 @@ func (pw problemWriter) write(w http.ResponseWriter, r *http.Request, err error)
 }
 
 type problemBody struct {
-	Type      string `json:"type"`
-	Title     string `json:"title"`
-	Status    int    `json:"status"`
-	Detail    string `json:"detail"`
-	Instance  string `json:"instance"`
-	RequestID string `json:"request_id"`
+	Type      string               `json:"type"`
+	Title     string               `json:"title"`
+	Status    int                  `json:"status"`
+	Detail    string               `json:"detail"`
+	Instance  string               `json:"instance"`
+	RequestID string               `json:"request_id"`
+	Errors    []enqueue.FieldError `json:"errors,omitempty"`
 }

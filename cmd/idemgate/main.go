@@ -54,6 +54,8 @@ Usage:
   idemgate migrate up|down|status --config FILE
   idemgate keys    get|delete|resolve TENANT ROUTE KEY --config FILE
   idemgate config  check --config FILE  validate a config, printing every problem
+  idemgate dlq     list|replay|delete [JOB_ID...] --config FILE
+  idemgate reconcile --config FILE      check the business invariants
 
 Every command takes --help. Exit codes: 0 ok, 1 failure, 2 usage or config error.
 `
@@ -79,6 +81,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runConfig(ctx, rest, getenv, stdout, stderr)
 	case "worker":
 		return runWorker(ctx, rest, getenv, stdout, stderr)
+	case "dev":
+		return runDev(ctx, rest, getenv, stdout, stderr)
+	case "dlq":
+		return runDLQ(ctx, rest, getenv, stdout, stderr)
+	case "reconcile":
+		return runReconcile(ctx, rest, getenv, stdout, stderr)
 	default:
 		fmt.Fprint(stderr, usage)
 		return usagef("unknown command %q", cmd)

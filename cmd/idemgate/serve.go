@@ -46,7 +46,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return usagef("%v", err)
 	}
 	defer func() { _ = g.Close(context.Background()) }()
-	return serve(ctx, cfg, logger, stdout, svc.store, []server{
+	return runAll(ctx, cfg, logger, stdout, svc.store, []server{
 		{name: "public", addr: cfg.Listen, handler: g.Handler()},
 		{name: "admin", addr: cfg.AdminListen, handler: g.AdminHandler()},
 	})
@@ -149,14 +149,4 @@ func runJanitor(ctx context.Context, j idempotency.Janitor, c config.Janitor, lo
 		case <-t.C:
 		}
 	}
-}
-
-// enqueueUnavailable answers an enqueue route in a build without job
-// support.
-func enqueueUnavailable(task string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/problem+json")
-		w.WriteHeader(http.StatusNotImplemented)
-		fmt.Fprintf(w, `{"type":"about:blank","title":"Not implemented","status":501,"detail":"task %s is not served by this build"}`+"\n", task)
-	})
 }

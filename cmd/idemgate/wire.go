@@ -10,10 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/sethvargo/go-limiter"
 
+	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/gateway/config"
 	"github.com/idemgate/idemgate/middleware/auth"
@@ -57,6 +59,8 @@ type services struct {
 	pool  *pgxpool.Pool
 	redis redis.UniversalClient
 	store idempotency.Store
+	// jobs is set when a route enqueues.
+	jobs  *enqueue.Enqueuer
 	close []func()
 }
 
@@ -108,6 +112,11 @@ func newRedis(redisURL string) (redis.UniversalClient, error) {
 // needed), Redis when configured, and the idempotency store.
 func openServices(ctx context.Context, cfg *config.Config, needPostgres bool) (*services, error) {
 	s := &services{}
+	enqueues := false
+	for _, r := range cfg.Routes {
+		enqueues = enqueues || r.Enqueue != nil
+	}
+	needPostgres = needPostgres || enqueues
 	ok := false
 	defer func() {
 		if !ok {
@@ -148,6 +157,18 @@ func openServices(ctx context.Context, cfg *config.Config, needPostgres bool) (*
 	default:
 		s.store = memstore.New()
 	}
+	if enqueues {
+		if s.pool == nil || cfg.RedisURL == "" {
+			return nil, usagef("enqueue routes need database_url and redis_url")
+		}
+		opt, err := asynqRedis(cfg.RedisURL)
+		if err != nil {
+			return nil, err
+		}
+		client := asynq.NewClient(opt)
+		s.close = append(s.close, func() { _ = client.Close() })
+		s.jobs = enqueue.New(s.pool, client)
+	}
 	ok = true
 	return s, nil
 }
@@ -181,6 +202,9 @@ func gatewayOptions(cfg *config.Config, svc *services, logger *slog.Logger) (gat
 			return redislimit.New(rdb, &redislimit.Config{Tokens: l.Tokens, Interval: l.Interval})
 		}
 	}
+	if svc.jobs != nil {
+		opts.Jobs = svc.jobs
+	}
 	if svc.pool != nil {
 		pool := svc.pool
 		opts.Ready = append(opts.Ready, gateway.Check{Name: "postgres", Check: pool.Ping})
@@ -209,7 +233,7 @@ func gatewayOptions(cfg *config.Config, svc *services, logger *slog.Logger) (gat
 			}
 			ro.Upstream = u
 		case r.Enqueue != nil:
-			ro.Handler = enqueueUnavailable(r.Enqueue.Task)
+			ro.Enqueue = &gateway.EnqueueOptions{Task: r.Enqueue.Task, Queue: r.Enqueue.Queue}
 		}
 		opts.Routes = append(opts.Routes, ro)
 	}
@@ -232,3 +256,4 @@ func idempotencyConfig(d config.Idempotency) idempotency.Config {
 		OnAmbiguous:            idempotency.AmbiguousPolicy(d.OnAmbiguous),
 	}
 }
+

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/idemgate/idemgate/enqueue"
+)
+
+func runDLQ(ctx context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
+	fs := newFlags("dlq", "dlq list|replay JOB_ID...|delete JOB_ID... --config FILE", stdout)
+	path := fs.String("config", "", "configuration file (YAML)")
+	limit := fs.Int("limit", 100, "list: at most this many jobs, newest first")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		fs.Usage()
+		return usagef("dlq: want list, replay or delete")
+	}
+	op, ids := pos[0], pos[1:]
+	switch {
+	case op == "list" && len(ids) == 0:
+	case (op == "replay" || op == "delete") && len(ids) > 0:
+	default:
+		fs.Usage()
+		return usagef("dlq: want list, or replay/delete followed by job ids")
+	}
+	cfg, err := loadConfig(*path, getenv)
+	if err != nil {
+		return err
+	}
+	if cfg.DatabaseURL == "" || cfg.RedisURL == "" {
+		return usagef("dlq: database_url and redis_url are required")
+	}
+	pool, err := openPostgres(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	opt, err := asynqRedis(cfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	client := asynq.NewClient(opt)
+	defer client.Close()
+	inspector := asynq.NewInspector(opt)
+	defer inspector.Close()
+	dl := enqueue.NewDeadLetters(enqueue.New(pool, client), inspector)
+
+	switch op {
+	case "list":
+		list, err := dl.List(ctx, *limit)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "JOB ID\tTASK\tQUEUE\tATTEMPTS\tFAILED AT\tIN ARCHIVE\tERROR")
+		for _, d := range list {
+			archived := "no (replay re-enqueues it)"
+			if d.Archived {
+				archived = "yes"
+			}
+			lastErr := ""
+			if d.Error != nil {
+				lastErr = *d.Error
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", d.ID, d.Task, d.Queue, d.Attempts, d.UpdatedAt.UTC().Format(time.RFC3339), archived, lastErr)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%d failed job(s)\n", len(list))
+		return nil
+	case "replay":
+		var errs []error
+		for _, id := range ids {
+			job, err := dl.Replay(ctx, id)
+			if err != nil {
+				errs = append(errs, dlqError(id, err))
+				continue
+			}
+			fmt.Fprintf(stdout, "%s: replayed, now %s\n", id, job.Status)
+		}
+		return errors.Join(errs...)
+	default:
+		var errs []error
+		for _, id := range ids {
+			if err := dl.Delete(ctx, id); err != nil {
+				errs = append(errs, dlqError(id, err))
+				continue
+			}
+			fmt.Fprintf(stdout, "%s: deleted\n", id)
+		}
+		return errors.Join(errs...)
+	}
+}
+
+func dlqError(id string, err error) error {
+	switch {
+	case errors.Is(err, enqueue.ErrNotFound):
+		return fmt.Errorf("%s: no such job", id)
+	case errors.Is(err, enqueue.ErrNotFailed):
+		return fmt.Errorf("%s: not a failed job (%v)", id, err)
+	}
+	return fmt.Errorf("%s: %w", id, err)
+}

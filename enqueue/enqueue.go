@@ -1,0 +1,91 @@
+package enqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/hibiken/asynq"
+)
+
+// Task headers carried with every task.
+const (
+	HeaderJobID  = "job_id"
+	HeaderTenant = "tenant"
+)
+
+// MaxRetry is what tasks are enqueued with: the worker framework, not
+// asynq, decides when a job has used its attempts (lock contention is not
+// one), so asynq must never give up first.
+const MaxRetry = math.MaxInt32
+
+// Enqueuer submits jobs.
+type Enqueuer struct {
+	jobs   *Jobs
+	client *asynq.Client
+	// Headers, when set, adds headers to each task (trace context).
+	Headers func(ctx context.Context) map[string]string
+}
+
+// New returns an Enqueuer writing job records on db and tasks with client.
+func New(db DB, client *asynq.Client) *Enqueuer {
+	return &Enqueuer{jobs: NewJobs(db), client: client}
+}
+
+// Get returns tenant's job with id.
+func (e *Enqueuer) Get(ctx context.Context, tenant, id string) (Job, error) {
+	return e.jobs.Get(ctx, tenant, id)
+}
+
+// Jobs is the job store the Enqueuer writes.
+func (e *Enqueuer) Jobs() *Jobs { return e.jobs }
+
+// Request is one accepted request to turn into a job.
+type Request struct {
+	Tenant, Route, Key string
+	Task, Queue        string
+	Body               []byte
+}
+
+// Submit validates the body, records the job and enqueues its task. It is
+// idempotent: the same request again returns the same job and enqueues
+// nothing new. A *PayloadError means nothing was recorded or enqueued.
+func (e *Enqueuer) Submit(ctx context.Context, req Request) (Job, error) {
+	p, err := Decode(req.Task, req.Body)
+	if err != nil {
+		return Job{}, err
+	}
+	job, _, err := e.jobs.create(ctx, Job{
+		ID: JobID(req.Tenant, req.Route, req.Key), Tenant: req.Tenant, Route: req.Route, IdempotencyKey: req.Key,
+		Task: req.Task, Queue: req.Queue, BusinessKey: p.BusinessKey(), Payload: req.Body,
+	})
+	if err != nil {
+		return Job{}, err
+	}
+	if job.Status == StatusQueued {
+		// Enqueue even when the record already existed: the gateway may
+		// have died between the two steps. asynq keeps one task per id.
+		if err := e.enqueue(ctx, job); err != nil {
+			return Job{}, err
+		}
+	}
+	return job, nil
+}
+
+func (e *Enqueuer) enqueue(ctx context.Context, job Job) error {
+	headers := map[string]string{HeaderJobID: job.ID, HeaderTenant: job.Tenant}
+	if e.Headers != nil {
+		for k, v := range e.Headers(ctx) {
+			headers[k] = v
+		}
+	}
+	task := asynq.NewTaskWithHeaders(job.Task, job.Payload, headers,
+		asynq.TaskID(job.ID), asynq.Queue(job.Queue), asynq.MaxRetry(MaxRetry))
+	_, err := e.client.EnqueueContext(ctx, task)
+	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		return fmt.Errorf("enqueue: %s: %w", job.ID, err)
+	}
+	return nil
+}
+

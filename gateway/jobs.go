@@ -1,0 +1,98 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/middleware/auth"
+	"github.com/idemgate/idemgate/middleware/idempotency"
+)
+
+// Jobs is what the gateway needs to accept jobs and show them.
+type Jobs interface {
+	Submit(ctx context.Context, req enqueue.Request) (enqueue.Job, error)
+	Get(ctx context.Context, tenant, id string) (enqueue.Job, error)
+}
+
+// EnqueueOptions makes a route an enqueue route.
+type EnqueueOptions struct {
+	Task, Queue string
+}
+
+// handleEnqueue accepts a request as a job. It runs inside the idempotency
+// middleware, so its 202 is the stored response every retry replays, with
+// the same job id.
+func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a, ok := idempotency.AttemptFrom(r.Context())
+		if !ok {
+			// The middleware did not claim (a method without a key, or the
+			// store failed open): a job needs a key to be safe.
+			g.problems.write(w, r, &Problem{Err: idempotency.ErrKeyMissing, Detail: "enqueue routes need an Idempotency-Key and a reachable idempotency store"})
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			g.problems.write(w, r, &Problem{Err: ErrBadRequest, Detail: "the request body could not be read", Cause: err})
+			return
+		}
+		if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
+			g.problems.write(w, r, &Problem{Err: ErrBadRequest, Detail: "the body must be application/json"})
+			return
+		}
+		job, err := g.opts.Jobs.Submit(r.Context(), enqueue.Request{
+			Tenant: a.Scope.Tenant, Route: route, Key: a.Scope.Key, Task: eo.Task, Queue: eo.Queue, Body: body,
+		})
+		if err != nil {
+			g.jobError(w, r, err)
+			return
+		}
+		infoFrom(r.Context()).job = job.ID
+		w.Header().Set("Location", "/v1/jobs/"+job.ID)
+		writeJSON(w, http.StatusAccepted, job)
+	})
+}
+
+func (g *Gateway) jobError(w http.ResponseWriter, r *http.Request, err error) {
+	var pe *enqueue.PayloadError
+	switch {
+	case errors.As(err, &pe):
+		kind := ErrInvalidPayload
+		if errors.Is(err, enqueue.ErrMalformed) {
+			kind = ErrBadRequest
+		}
+		g.problems.write(w, r, &Problem{Err: kind, Detail: pe.Error(), Fields: pe.Fields})
+	case errors.Is(err, enqueue.ErrNotFound):
+		g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "no such job"})
+	default:
+		// Nothing is known to be enqueued: the key is released (503).
+		g.problems.write(w, r, &Problem{Err: ErrQueueUnavailable, Detail: "the job could not be queued; retry with the same Idempotency-Key", RetryAfter: time.Second, Cause: err})
+	}
+}
+
+// handleJobGet shows a job to the tenant that created it; another tenant
+// gets 404, as if it did not exist.
+func (g *Gateway) handleJobGet() http.Handler {
+	return g.auth.Middleware(func(w http.ResponseWriter, r *http.Request, err error) {
+		g.problems.write(w, r, err)
+	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if g.opts.Jobs == nil {
+			g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "this gateway has no enqueue routes"})
+			return
+		}
+		job, err := g.opts.Jobs.Get(r.Context(), auth.Tenant(r.Context()), chi.URLParam(r, "id"))
+		if err != nil {
+			g.jobError(w, r, err)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		writeJSON(w, http.StatusOK, job)
+	}))
+}
