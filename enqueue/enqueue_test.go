@@ -1,0 +1,174 @@
+package enqueue_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/hibiken/asynq"
+	"go.uber.org/goleak"
+
+	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
+}
+
+type env struct {
+	e         *enqueue.Enqueuer
+	inspector *asynq.Inspector
+	queue     string
+}
+
+func setup(t *testing.T) env {
+	t.Helper()
+	pool := testenv.Pool(t)
+	opt, err := asynq.ParseRedisURI(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := asynq.NewClient(opt)
+	t.Cleanup(func() { _ = client.Close() })
+	inspector := asynq.NewInspector(opt)
+	queue := "test" + testenv.Prefix()[5:17]
+	t.Cleanup(func() {
+		_ = inspector.DeleteQueue(queue, true)
+		_ = inspector.Close()
+	})
+	return env{e: enqueue.New(pool, client), inspector: inspector, queue: queue}
+}
+
+func (v env) req(key, body string) enqueue.Request {
+	return enqueue.Request{Tenant: "acme", Route: "invoices", Key: key, Task: enqueue.TaskInvoiceCreate, Queue: v.queue, Body: []byte(body)}
+}
+
+func (v env) pending(t *testing.T) []*asynq.TaskInfo {
+	t.Helper()
+	tasks, err := v.inspector.ListPendingTasks(v.queue)
+	if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+		t.Fatal(err)
+	}
+	return tasks
+}
+
+func TestSubmitIsIdempotent(t *testing.T) {
+	v := setup(t)
+	ctx := t.Context()
+	body := `{"order_id":"o-1","amount_cents":1200,"currency":"EUR"}`
+	first, err := v.e.Submit(ctx, v.req("k1", body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.ID != enqueue.JobID("acme", "invoices", "k1") || first.Status != enqueue.StatusQueued || first.BusinessKey != "invoice:o-1" {
+		t.Fatalf("job %+v", first)
+	}
+	for range 3 {
+		again, err := v.e.Submit(ctx, v.req("k1", body))
+		if err != nil || again.ID != first.ID {
+			t.Fatalf("resubmit: %+v %v", again, err)
+		}
+	}
+	tasks := v.pending(t)
+	if len(tasks) != 1 || tasks[0].ID != first.ID || tasks[0].Headers[enqueue.HeaderJobID] != first.ID {
+		t.Fatalf("pending tasks %d (want exactly one with the job id)", len(tasks))
+	}
+	// Another tenant with the same key is another job.
+	other := v.req("k1", body)
+	other.Tenant = "globex"
+	j2, err := v.e.Submit(ctx, other)
+	if err != nil || j2.ID == first.ID {
+		t.Fatalf("other tenant: %+v %v", j2, err)
+	}
+	if _, err := v.e.Get(ctx, "globex", first.ID); !errors.Is(err, enqueue.ErrNotFound) {
+		t.Fatalf("globex read acme's job: %v", err)
+	}
+}
+
+func TestSubmitRejectsBadPayloads(t *testing.T) {
+	v := setup(t)
+	tests := []struct {
+		name, body string
+		kind       error
+		field      string
+	}{
+		{"not json", `{"order_id":`, enqueue.ErrMalformed, ""},
+		{"wrong type", `{"order_id":"o","amount_cents":"12","currency":"EUR"}`, enqueue.ErrMalformed, "amount_cents"},
+		{"unknown field", `{"order_id":"o","amount_cents":1,"currency":"EUR","x":1}`, enqueue.ErrMalformed, "x"},
+		{"missing field", `{"amount_cents":1,"currency":"EUR"}`, enqueue.ErrInvalid, "order_id"},
+		{"bad currency", `{"order_id":"o","amount_cents":1,"currency":"euro"}`, enqueue.ErrInvalid, "currency"},
+		{"negative amount", `{"order_id":"o","amount_cents":-1,"currency":"EUR"}`, enqueue.ErrInvalid, "amount_cents"},
+	}
+	for _, tc := range tests {
+		_, err := v.e.Submit(t.Context(), v.req("bad-"+tc.name, tc.body))
+		var pe *enqueue.PayloadError
+		if !errors.Is(err, tc.kind) || !errors.As(err, &pe) || pe.Fields[0].Field != tc.field {
+			t.Errorf("%s: %v, want %v naming %q", tc.name, err, tc.kind, tc.field)
+		}
+		if _, err := v.e.Get(t.Context(), "acme", enqueue.JobID("acme", "invoices", "bad-"+tc.name)); !errors.Is(err, enqueue.ErrNotFound) {
+			t.Errorf("%s: a rejected payload left a job record", tc.name)
+		}
+	}
+	if n := len(v.pending(t)); n != 0 {
+		t.Fatalf("rejected payloads enqueued %d tasks", n)
+	}
+}
+
+// A gateway that died after the task was enqueued but before its response
+// was stored: the retry submits again and gets the same job, no new task.
+func TestCrashAfterEnqueueMakesNoSecondTask(t *testing.T) {
+	v := setup(t)
+	body := `{"payment_id":"p-9","amount_cents":500,"currency":"EUR"}`
+	r := v.req("crash", body)
+	r.Task = enqueue.TaskPaymentCharge
+	first, err := v.e.Submit(t.Context(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Process restarts: a new Enqueuer on the same stores.
+	again, err := v.e.Submit(context.WithoutCancel(t.Context()), r)
+	if err != nil || again.ID != first.ID {
+		t.Fatalf("retry after crash: %+v %v", again, err)
+	}
+	if n := len(v.pending(t)); n != 1 {
+		t.Fatalf("%d tasks after a retry, want 1", n)
+	}
+}
+
+// The queue was unreachable after the record was written: the retry
+// enqueues the task it is missing.
+func TestRetryEnqueuesWhatACrashLeftOut(t *testing.T) {
+	v := setup(t)
+	pool := testenv.Pool(t)
+	dead := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1", DialTimeout: 200e6})
+	t.Cleanup(func() { _ = dead.Close() })
+	r := v.req("half", `{"order_id":"o-2","amount_cents":1,"currency":"EUR"}`)
+	if _, err := enqueue.New(pool, dead).Submit(t.Context(), r); err == nil {
+		t.Fatal("Submit with an unreachable queue succeeded")
+	}
+	live := asynq.NewClient(asynq.RedisClientOpt{Addr: v.inspectorAddr(t)})
+	t.Cleanup(func() { _ = live.Close() })
+	e := enqueue.New(pool, live)
+	job, err := e.Get(t.Context(), "acme", enqueue.JobID("acme", "invoices", "half"))
+	if err != nil || job.Status != enqueue.StatusQueued {
+		t.Fatalf("record written before the failed enqueue: %+v %v", job, err)
+	}
+	for range 2 {
+		if _, err := e.Submit(t.Context(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(v.pending(t)); n != 1 {
+		t.Fatalf("%d tasks, want exactly 1", n)
+	}
+}
+
+func (v env) inspectorAddr(t *testing.T) string {
+	t.Helper()
+	opt, err := asynq.ParseRedisURI(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return opt.(asynq.RedisClientOpt).Addr
+}
