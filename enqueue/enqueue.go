@@ -88,4 +88,3 @@ func (e *Enqueuer) enqueue(ctx context.Context, job Job) error {
 	}
 	return nil
 }
-
