@@ -1,31 +1,36 @@
 #!/usr/bin/env bash
-# Runs the example: partnersim on 127.0.0.1:9100 as the upstream, and the
-# gateway in front of it with the given config. Ctrl-C stops both.
+# Runs the example in one process: the gateway, a worker, and partnersim
+# (the simulated payment and messaging partner on 127.0.0.1:9100), with the
+# given config. Ctrl-C stops everything gracefully.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 config=${1:-deploy/local/idemgate.yaml}
+n=$RANDOM$RANDOM
 
-./bin/partnersim --listen 127.0.0.1:9100 &
-sim=$!
-trap 'kill "$sim" 2>/dev/null || true; wait "$sim" 2>/dev/null || true' EXIT
-
-key=demo-$RANDOM$RANDOM
 cat <<MSG
 
-idemgate is starting on http://127.0.0.1:8080 (admin on 127.0.0.1:9090).
-Send a payment, then send it again with the same key: the second answer is
-the stored first one, marked Idempotent-Replayed: true, and partnersim
-charges once.
+idemgate dev is starting: gateway http://127.0.0.1:8080, admin 127.0.0.1:9090,
+worker admin 127.0.0.1:9091, partnersim http://127.0.0.1:9100.
+
+1. A payment through the proxy, sent twice with one key: the second answer is
+   the stored first one (Idempotent-Replayed: true); partnersim charges once.
 
   curl -i -X POST http://127.0.0.1:8080/v1/payments \\
-    -H 'Authorization: Bearer demo-key' -H 'Idempotency-Key: $key' \\
+    -H 'Authorization: Bearer demo-key' -H 'Idempotency-Key: pay-$n' \\
     -H 'Content-Type: application/json' -d '{"amount_cents":1250,"currency":"EUR"}'
 
-  curl -s http://127.0.0.1:9100/stats     # {"requests":1,"applied":1,...}
+2. An invoice as a job, submitted twice: both answers are 202 with the same
+   job id; poll the job until it has succeeded; the order has one invoice.
 
-Change the body and reuse the key to see 422 idempotency-key-reused.
-Inspect the record:
-  curl -s -H 'Authorization: Bearer admin-token' http://127.0.0.1:9090/admin/keys/demo/payments/$key
+  curl -i -X POST http://127.0.0.1:8080/v1/invoices \\
+    -H 'Authorization: Bearer demo-key' -H 'Idempotency-Key: inv-$n' \\
+    -H 'Content-Type: application/json' -d '{"order_id":"order-$n","amount_cents":4200,"currency":"EUR"}'
+
+  curl -s -H 'Authorization: Bearer demo-key' http://127.0.0.1:8080/v1/jobs/JOB_ID
+  psql "\${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}" -c "select * from invoices where order_id = 'order-$n'"
+
+3. Check every business invariant:   ./bin/idemgate reconcile --config $config
+   Inspect a key:  curl -s -H 'Authorization: Bearer admin-token' http://127.0.0.1:9090/admin/keys/demo/payments/pay-$n
 
 MSG
-./bin/idemgate serve --config "$config"
+exec ./bin/idemgate dev --config "$config"
