@@ -101,7 +101,9 @@ func serve(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout 
 	janitorCtx, stopJanitor := context.WithCancel(ctx)
 	defer stopJanitor()
 	if j, ok := store.(idempotency.Janitor); ok {
-		wg.Go(func() { runJanitor(janitorCtx, j, cfg.Janitor, logger) })
+		wg.Go(func() {
+			_ = idempotency.RunJanitor(janitorCtx, j, time.Duration(cfg.Janitor.Interval), cfg.Janitor.Batch, logger)
+		})
 	}
 
 	var err error
@@ -121,32 +123,4 @@ func serve(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout 
 	}
 	wg.Wait()
 	return err
-}
-
-// runJanitor deletes expired records in bounded batches until ctx ends.
-func runJanitor(ctx context.Context, j idempotency.Janitor, c config.Janitor, logger *slog.Logger) {
-	t := time.NewTicker(time.Duration(c.Interval))
-	defer t.Stop()
-	for {
-		for {
-			n, err := j.DeleteExpired(ctx, c.Batch)
-			if err != nil {
-				if ctx.Err() == nil {
-					logger.Warn("janitor: deleting expired idempotency records failed", "err", err)
-				}
-				break
-			}
-			if n > 0 {
-				logger.Debug("janitor: deleted expired idempotency records", "count", n)
-			}
-			if n < c.Batch {
-				break
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }

@@ -256,4 +256,3 @@ func idempotencyConfig(d config.Idempotency) idempotency.Config {
 		OnAmbiguous:            idempotency.AmbiguousPolicy(d.OnAmbiguous),
 	}
 }
-

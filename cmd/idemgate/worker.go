@@ -143,4 +143,3 @@ func runAll(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout
 	wg.Wait()
 	return errors.Join(errs...)
 }
-

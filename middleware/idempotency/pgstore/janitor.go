@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
 // deleteExpiredSQL deletes oldest first along the expires_at index. SKIP
@@ -41,35 +43,8 @@ func (s *Store) DeleteExpired(ctx context.Context, limit int) (int, error) {
 	}
 }
 
-// RunJanitor deletes expired records until ctx ends: batches of batch rows
-// back to back while a batch comes back full, then a pause of interval. A
-// failed batch is logged and tried again after the pause. It returns nil
-// when ctx ends, and an error only for a non-positive interval or batch.
-// The caller runs it in a goroutine it owns and waits for.
+// RunJanitor deletes expired records until ctx ends; see
+// idempotency.RunJanitor.
 func (s *Store) RunJanitor(ctx context.Context, interval time.Duration, batch int) error {
-	if interval <= 0 || batch <= 0 {
-		return fmt.Errorf("pgstore: janitor: interval %v and batch %d must be positive", interval, batch)
-	}
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C:
-		}
-		for ctx.Err() == nil {
-			n, err := s.DeleteExpired(ctx, batch)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.log.Warn("pgstore: janitor batch failed", "err", err)
-				}
-				break
-			}
-			if n < batch {
-				break
-			}
-		}
-		timer.Reset(interval)
-	}
+	return idempotency.RunJanitor(ctx, s, interval, batch, s.log)
 }
