@@ -18,38 +18,73 @@ import (
 )
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlags("serve", "serve --config FILE", stdout)
+	cfg, logger, err := loadCommand("serve", args, getenv, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	g, err := openGateway(ctx, cfg, logger, false)
+	if err != nil {
+		return err
+	}
+	defer g.close()
+	return runAll(ctx, cfg, logger, stdout, g.svc.store, g.servers(cfg))
+}
+
+// loadCommand parses a command's only flag, --config, loads the file and
+// makes the logger.
+func loadCommand(name string, args []string, getenv func(string) string, stdout, stderr io.Writer) (*config.Config, *slog.Logger, error) {
+	fs := newFlags(name, name+" --config FILE", stdout)
 	path := fs.String("config", "", "configuration file (YAML)")
 	if _, err := parseFlags(fs, args); err != nil {
-		return err
+		return nil, nil, err
 	}
 	cfg, err := loadConfig(*path, getenv)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	logger := newLogger(cfg, stderr)
 	for _, w := range cfg.Warnings() {
 		logger.Warn("configuration: " + w)
 	}
-	svc, err := openServices(ctx, cfg, false)
-	if err != nil {
-		return err
+	return cfg, logger, nil
+}
+
+// openedGateway is a built gateway and the services it uses.
+type openedGateway struct {
+	*gateway.Gateway
+	svc *services
+}
+
+func (g *openedGateway) close() {
+	_ = g.Gateway.Close(context.Background())
+	g.svc.Close()
+}
+
+func (g *openedGateway) servers(cfg *config.Config) []server {
+	return []server{
+		{name: "public", addr: cfg.Listen, handler: g.Handler()},
+		{name: "admin", addr: cfg.AdminListen, handler: g.AdminHandler()},
 	}
-	defer svc.Close()
+}
+
+// openGateway connects the gateway's services and builds it.
+func openGateway(ctx context.Context, cfg *config.Config, logger *slog.Logger, needPostgres bool) (*openedGateway, error) {
+	svc, err := openServices(ctx, cfg, needPostgres)
+	if err != nil {
+		return nil, err
+	}
 	opts, err := gatewayOptions(cfg, svc, logger)
 	if err != nil {
-		return err
+		svc.Close()
+		return nil, err
 	}
 	opts.OpenAPI = openapi.Spec
 	g, err := gateway.New(opts)
 	if err != nil {
-		return usagef("%v", err)
+		svc.Close()
+		return nil, usagef("%v", err)
 	}
-	defer func() { _ = g.Close(context.Background()) }()
-	return runAll(ctx, cfg, logger, stdout, svc.store, []server{
-		{name: "public", addr: cfg.Listen, handler: g.Handler()},
-		{name: "admin", addr: cfg.AdminListen, handler: g.AdminHandler()},
-	})
+	return &openedGateway{Gateway: g, svc: svc}, nil
 }
 
 // server is one listener of the process.

@@ -21,16 +21,10 @@ import (
 )
 
 func runWorker(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlags("worker", "worker --config FILE", stdout)
-	path := fs.String("config", "", "configuration file (YAML)")
-	if _, err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(*path, getenv)
+	cfg, logger, err := loadCommand("worker", args, getenv, stdout, stderr)
 	if err != nil {
 		return err
 	}
-	logger := newLogger(cfg, stderr)
 	w, err := openWorker(ctx, cfg, logger)
 	if err != nil {
 		return err
