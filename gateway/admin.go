@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -22,6 +23,13 @@ func (g *Gateway) adminRoutes() http.Handler {
 	r.Get("/admin/keys/{tenant}/{route}/{key}", g.handleKeyGet())
 	r.Delete("/admin/keys/{tenant}/{route}/{key}", g.handleKeyDelete())
 	r.Post("/admin/keys/{tenant}/{route}/{key}/resolve", g.handleKeyResolve())
+	if g.opts.Pprof {
+		r.HandleFunc("/debug/pprof/*", pprof.Index)
+		r.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		r.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		r.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	notFound := func(w http.ResponseWriter, r *http.Request) {
 		g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "no admin endpoint " + r.Method + " " + r.URL.Path})
 	}

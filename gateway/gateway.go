@@ -44,6 +44,8 @@ type Options struct {
 	AdminTokenSHA256 string
 	// Jobs accepts and shows jobs; required when a route enqueues.
 	Jobs Jobs
+	// Pprof mounts net/http/pprof at /debug/pprof/ on the admin listener.
+	Pprof bool
 	// OpenAPI is served at /openapi.yaml.
 	OpenAPI []byte
 	Logger  *slog.Logger

@@ -19,7 +19,7 @@ func runDev(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil || partner.Host == "" {
 		return usagef("worker.partner_url %q: dev mode runs partnersim there, so it must be http://HOST:PORT", cfg.Worker.PartnerURL)
 	}
-	g, err := openGateway(ctx, cfg, logger, true)
+	g, err := openGateway(ctx, cfg, logger, true, false)
 	if err != nil {
 		return err
 	}

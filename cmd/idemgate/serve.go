@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,11 +19,14 @@ import (
 )
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, logger, err := loadCommand("serve", args, getenv, stdout, stderr)
+	var pprof bool
+	cfg, logger, err := loadCommand("serve", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&pprof, "pprof", false, "serve CPU and allocation profiles at /debug/pprof/ on the admin listener (admin token required)")
+	})
 	if err != nil {
 		return err
 	}
-	g, err := openGateway(ctx, cfg, logger, false)
+	g, err := openGateway(ctx, cfg, logger, false, pprof)
 	if err != nil {
 		return err
 	}
@@ -32,9 +36,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 
 // loadCommand parses a command's only flag, --config, loads the file and
 // makes the logger.
-func loadCommand(name string, args []string, getenv func(string) string, stdout, stderr io.Writer) (*config.Config, *slog.Logger, error) {
+func loadCommand(name string, args []string, getenv func(string) string, stdout, stderr io.Writer, moreFlags ...func(*flag.FlagSet)) (*config.Config, *slog.Logger, error) {
 	fs := newFlags(name, name+" --config FILE", stdout)
 	path := fs.String("config", "", "configuration file (YAML)")
+	for _, f := range moreFlags {
+		f(fs)
+	}
 	if _, err := parseFlags(fs, args); err != nil {
 		return nil, nil, err
 	}
@@ -68,7 +75,7 @@ func (g *openedGateway) servers(cfg *config.Config) []server {
 }
 
 // openGateway connects the gateway's services and builds it.
-func openGateway(ctx context.Context, cfg *config.Config, logger *slog.Logger, needPostgres bool) (*openedGateway, error) {
+func openGateway(ctx context.Context, cfg *config.Config, logger *slog.Logger, needPostgres, pprof bool) (*openedGateway, error) {
 	svc, err := openServices(ctx, cfg, needPostgres)
 	if err != nil {
 		return nil, err
@@ -79,6 +86,7 @@ func openGateway(ctx context.Context, cfg *config.Config, logger *slog.Logger, n
 		return nil, err
 	}
 	opts.OpenAPI = openapi.Spec
+	opts.Pprof = pprof
 	g, err := gateway.New(opts)
 	if err != nil {
 		svc.Close()
