@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/idemgate/idemgate/internal/testenv"
+)
+
+// cli runs one command line as the binary would and returns its exit code.
+func cli(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), args, func(k string) string { return env[k] }, &out, &errOut)
+	code = exitCode(err, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestCLIUsage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no command", nil, 2, "no command given"},
+		{"unknown command", []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{"help", []string{"--help"}, 0, "Usage:"},
+		{"serve help", []string{"serve", "--help"}, 0, "--config"},
+		{"serve without config", []string{"serve"}, 2, "--config FILE is required"},
+		{"bad flag", []string{"serve", "--nope"}, 2, "flag provided but not defined"},
+		{"missing config file", []string{"config", "check", "--config", "/nonexistent.yaml"}, 2, "no such file"},
+		{"keys without a scope", []string{"keys", "get", "acme"}, 2, "TENANT ROUTE KEY"},
+		{"keys bad operation", []string{"keys", "burn", "a", "b", "c", "--config", "x"}, 2, `unknown operation "burn"`},
+		{"migrate without action", []string{"migrate"}, 2, "up, down, status"},
+		{"dlq without action", []string{"dlq"}, 2, "list, replay or delete"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, out, errOut := cli(t, nil, tc.args...)
+			if code != tc.code || !strings.Contains(out+errOut, tc.want) {
+				t.Fatalf("exit %d (want %d); output %q lacks %q", code, tc.code, out+errOut, tc.want)
+			}
+		})
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	t.Parallel()
+	code, out, _ := cli(t, map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "REDIS_URL": "redis://127.0.0.1:6379/0"},
+		"config", "check", "--config", "../../deploy/local/idemgate.yaml")
+	if code != 0 || !strings.Contains(out, "ok (5 routes, 1 tenants, store postgres)") {
+		t.Fatalf("example config: exit %d, %q", code, out)
+	}
+	code, _, errOut := cli(t, nil, "config", "check", "--config", "../../gateway/config/testdata/broken.yaml")
+	want, err := os.ReadFile("../../gateway/config/testdata/broken.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 2 {
+		t.Fatalf("broken config: exit %d, want 2", code)
+	}
+	// Every problem is printed, one per line, as the config package reports them.
+	for _, line := range strings.Split(strings.TrimSpace(string(want)), "\n") {
+		if !strings.Contains(errOut, line) {
+			t.Errorf("config check output lacks %q", line)
+		}
+	}
+}
+
+func TestKeysCommand(t *testing.T) {
+	dbURL, redisURL := testenv.Postgres(t), testenv.RedisURL(t)
+	up := newUpstream(t)
+	cfg := writeConfig(t, "postgres", dbURL, redisURL, up.srv.URL, "")
+	g := startGateway(t, cfg)
+	key := "cli-" + randomID()
+	send(t, g.public, req{path: "/v1/payments", key: key})
+	send(t, g.public, req{path: "/v1/hang", key: key}) // held as unknown
+
+	code, out, errOut := cli(t, nil, "keys", "get", "acme", "payments", key, "--config", cfg)
+	if code != 0 || !strings.Contains(out, `"state": "completed"`) || !strings.Contains(out, `"status": 201`) {
+		t.Fatalf("keys get: exit %d %s %s", code, out, errOut)
+	}
+	if code, _, errOut := cli(t, nil, "keys", "resolve", "acme", "payments", key, "--config", cfg); code != 1 || !strings.Contains(errOut, "not unknown") {
+		t.Fatalf("resolve of a completed record: exit %d %s", code, errOut)
+	}
+	code, out, _ = cli(t, nil, "keys", "resolve", "acme", "hang", key, "--config", cfg)
+	if code != 0 || !strings.Contains(out, `"state": "released"`) {
+		t.Fatalf("keys resolve: exit %d %s", code, out)
+	}
+	if code, _, _ := cli(t, nil, "keys", "delete", "acme", "payments", key, "--config", cfg); code != 0 {
+		t.Fatalf("keys delete: exit %d", code)
+	}
+	if code, _, errOut := cli(t, nil, "keys", "get", "acme", "payments", key, "--config", cfg); code != 1 || !strings.Contains(errOut, "no idempotency record") {
+		t.Fatalf("get after delete: exit %d %s", code, errOut)
+	}
+	if code, _, errOut := cli(t, nil, "keys", "get", "acme", "nosuchroute", key, "--config", cfg); code != 2 || !strings.Contains(errOut, "no route named") {
+		t.Fatalf("unknown route: exit %d %s", code, errOut)
+	}
+	// The record is gone, so the same request runs again.
+	if r := send(t, g.public, req{path: "/v1/payments", key: key}); r.header.Get("Idempotent-Replayed") != "" || up.count("/v1/payments", key) != 2 {
+		t.Fatalf("after delete the key must run again")
+	}
+	code, out, _ = cli(t, map[string]string{"DATABASE_URL": dbURL}, "migrate", "status")
+	if code != 0 || !strings.Contains(out, "00001_idempotency.sql") || strings.Contains(out, "pending") {
+		t.Fatalf("migrate status: exit %d %s", code, out)
+	}
+}
+
+// Two gateway instances with rate_limit_store: redis share one budget.
+func TestSharedRateLimit(t *testing.T) {
+	dbURL, redisURL := testenv.Postgres(t), testenv.RedisURL(t)
+	up := newUpstream(t)
+	// A tenant name unique to this run keeps the Redis bucket fresh.
+	tenant := "t" + randomID()
+	extra := "rate_limit_store: redis\n"
+	cfg := writeConfig(t, "memory", dbURL, redisURL, up.srv.URL, extra)
+	body, _ := os.ReadFile(cfg)
+	body = bytes.Replace(body, []byte("name: tiny"), []byte("name: "+tenant), 1)
+	cfg = filepath.Join(t.TempDir(), "shared.yaml")
+	if err := os.WriteFile(cfg, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, b := startGateway(t, cfg), startGateway(t, cfg)
+	statuses := []int{}
+	for i, g := range []*gatewayProc{a, b, a, b} {
+		r := send(t, g.public, req{path: "/v1/payments", key: "rl-" + strconv.Itoa(i) + randomID(), apiKey: "tiny-key"})
+		statuses = append(statuses, r.status)
+	}
+	if statuses[0] != 201 || statuses[1] != 201 || statuses[2] != 429 || statuses[3] != 429 {
+		t.Fatalf("statuses across two instances %v, want [201 201 429 429] (one budget of 2)", statuses)
+	}
+}
