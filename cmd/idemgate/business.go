@@ -2,8 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -11,12 +18,75 @@ import (
 
 	"github.com/idemgate/idemgate/gateway/config"
 	"github.com/idemgate/idemgate/workers"
+	"github.com/idemgate/idemgate/workers/reconcile"
 )
 
-func registerBusiness(mux *asynq.ServeMux, deps workers.Deps, cfg *config.Config, pool *pgxpool.Pool, rdb redis.UniversalClient, logger *slog.Logger) error {
+// registerBusiness puts the four example handlers on mux.
+func registerBusiness(mux *asynq.ServeMux, deps workers.Deps, cfg *config.Config, pool *pgxpool.Pool, rdb redis.UniversalClient, _ *slog.Logger) error {
+	err := workers.Register(mux, deps, workers.Business{
+		DB:         pool,
+		Redis:      rdb,
+		PartnerURL: cfg.Worker.PartnerURL,
+	})
+	if err != nil {
+		return usagef("worker: %v", err)
+	}
 	return nil
 }
 
+// runReconcile checks the business invariants; any violation exits 1.
 func runReconcile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	return usagef("reconcile: not wired")
+	var partner string
+	var grace time.Duration
+	cfg, _, err := loadCommand("reconcile", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&partner, "partner", "", "also compare with the partner's own account of applied effects (partnersim: its base URL)")
+		fs.DurationVar(&grace, "grace", 0, "leave effects younger than this out of the effect-without-job check (for a busy system)")
+	})
+	if err != nil {
+		return err
+	}
+	if cfg.DatabaseURL == "" {
+		return usagef("reconcile: database_url is required")
+	}
+	pool, err := openPostgres(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	opts := reconcile.Options{Grace: grace}
+	if partner != "" {
+		if _, err := url.Parse(partner); err != nil {
+			return usagef("--partner: %v", err)
+		}
+		opts.PartnerEffects = func(ctx context.Context) (map[string]int, error) { return partnerEffects(ctx, partner) }
+	}
+	report, err := reconcile.Run(ctx, pool, stdout, opts)
+	if err != nil {
+		return err
+	}
+	if !report.Clean() {
+		return fmt.Errorf("reconcile: %d violation(s)", len(report.Violations))
+	}
+	return nil
+}
+
+// partnerEffects reads partnersim's GET /effects.
+func partnerEffects(ctx context.Context, base string) (map[string]int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/effects", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("partner effects: %s", resp.Status)
+	}
+	var out map[string]int
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("partner effects: %w", err)
+	}
+	return out, nil
 }

@@ -1,7 +1,7 @@
 // Command partnersim runs the simulated partner API of package partnersim:
 // POST /charges, POST /messages (and POST /v1/payments, the example
-// upstream of the quickstart), each honouring Idempotency-Key, and
-// GET /stats.
+// upstream of the quickstart), each honouring Idempotency-Key, GET /stats
+// and GET /effects (effect id → times applied, for idemgate reconcile).
 package main
 
 import (

@@ -1,0 +1,79 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// partner compares the partner's own account of what it applied with what
+// the database records: each applied effect (charge or message) must have
+// been applied once and be recorded by one succeeded payment or one
+// notification, and each recorded one must have been applied. This is the
+// check that sees a double charge: a second charge for one payment, made
+// under another Idempotency-Key, is recorded nowhere.
+func (r *run) partner(ctx context.Context) error {
+	if r.opts.PartnerEffects == nil && r.opts.PartnerApplied == nil {
+		return nil
+	}
+	var applied map[string]int
+	if r.opts.PartnerEffects != nil {
+		m, err := r.opts.PartnerEffects(ctx)
+		if err != nil {
+			return fmt.Errorf("partner effects: %w", err)
+		}
+		applied = maps.Clone(m)
+	}
+	var appliedCount int64
+	if r.opts.PartnerApplied != nil {
+		n, err := r.opts.PartnerApplied(ctx)
+		if err != nil {
+			return fmt.Errorf("partner applied count: %w", err)
+		}
+		appliedCount = n
+	}
+	const query = `
+SELECT 'payment', payment_id, partner_charge_id FROM payments
+ WHERE status = 'succeeded' AND partner_charge_id IS NOT NULL
+UNION ALL
+SELECT 'notification', dedup_key, partner_message_id FROM notifications`
+	var recorded int64
+	seen := map[string]bool{} // effects recorded twice are CheckPayments' to report
+	err := r.scan(ctx, CheckPartner, query, nil, func(rows pgx.Rows) error {
+		var kind, id, effect string
+		if err := rows.Scan(&kind, &id, &effect); err != nil {
+			return err
+		}
+		recorded++
+		if applied == nil || seen[effect] {
+			return nil
+		}
+		seen[effect] = true
+		n, ok := applied[effect]
+		switch {
+		case !ok:
+			r.violation(CheckPartner, fmt.Sprintf("%s %s records %s, which the partner never applied", kind, id, effect), id, effect)
+			return nil
+		case n > 1:
+			r.violation(CheckPartner, fmt.Sprintf("the partner applied %s, recorded by %s %s, %d times", effect, kind, id, n), id, effect)
+		}
+		delete(applied, effect)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, effect := range slices.Sorted(maps.Keys(applied)) {
+		r.violation(CheckPartner,
+			fmt.Sprintf("the partner applied %s (%d times), which no succeeded payment or notification records", effect, applied[effect]),
+			effect)
+	}
+	if r.opts.PartnerApplied != nil && appliedCount != recorded {
+		r.violation(CheckPartner,
+			fmt.Sprintf("the partner applied %d effects, %d are recorded (succeeded payments and notifications)", appliedCount, recorded))
+	}
+	return nil
+}

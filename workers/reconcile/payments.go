@@ -1,0 +1,60 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// payments reports a succeeded payment without a partner charge id, a
+// payment that holds a charge without having succeeded, and a charge id
+// held by more than one payment (the unique partner_charge_id and a check
+// constraint forbid these while they stand).
+func (r *run) payments(ctx context.Context) error {
+	const scanQuery = `
+SELECT payment_id, status, coalesce(partner_charge_id, '')
+  FROM payments
+ WHERE status = 'succeeded' OR partner_charge_id IS NOT NULL`
+	err := r.scan(ctx, CheckPayments, scanQuery, nil, func(rows pgx.Rows) error {
+		var id, status, charge string
+		if err := rows.Scan(&id, &status, &charge); err != nil {
+			return err
+		}
+		switch {
+		case status == "succeeded" && charge == "":
+			r.violation(CheckPayments, fmt.Sprintf("payment %s succeeded without a partner charge id", id), id)
+		case status != "succeeded":
+			r.violation(CheckPayments, fmt.Sprintf("payment %s is %s but holds partner charge %s", id, status, charge), id, charge)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	const dupQuery = `
+SELECT partner_charge_id, array_agg(payment_id ORDER BY payment_id)
+  FROM payments
+ WHERE partner_charge_id IS NOT NULL
+ GROUP BY partner_charge_id
+HAVING count(*) > 1`
+	rows, err := r.tx.Query(ctx, dupQuery)
+	if err != nil {
+		return err
+	}
+	type dup struct {
+		Charge   string
+		Payments []string
+	}
+	dups, err := pgx.CollectRows(rows, pgx.RowToStructByPos[dup])
+	if err != nil {
+		return err
+	}
+	for _, d := range dups {
+		r.violation(CheckPayments,
+			fmt.Sprintf("partner charge %s is held by %d payments (%s), want one", d.Charge, len(d.Payments), strings.Join(d.Payments, ", ")),
+			append([]string{d.Charge}, d.Payments...)...)
+	}
+	return nil
+}
