@@ -61,7 +61,9 @@ func startWorker(t *testing.T, cfgPath string) func() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	out, errOut := &syncBuffer{}, &syncBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"worker", "--config", cfgPath}, func(string) string { return "" }, out, errOut) }()
+	go func() {
+		done <- run(ctx, []string{"worker", "--config", cfgPath}, func(string) string { return "" }, out, errOut)
+	}()
 	waitFor(t, "worker listening", 30*time.Second, func() bool { return addrs(out.String())["worker-admin"] != "" })
 	var once sync.Once
 	var err error
