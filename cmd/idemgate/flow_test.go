@@ -158,7 +158,7 @@ func TestJobsEndToEnd(t *testing.T) {
 	startWorker(t, cfg)
 	doomed := startWorkerProcess(t, cfg)
 
-	const perKind = 40
+	const perKind = 60
 	run := randomID()
 	var subs []submission
 	for i := range perKind {
