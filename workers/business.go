@@ -77,11 +77,11 @@ type Business struct {
 type BreakerConfig struct {
 	// Failures is how many failures in a row (5xx, 408, 425, 429,
 	// timeouts, connection errors) open the circuit. Default 5.
-	Failures int `yaml:"failures"`
+	Failures int
 	// CoolDown is how long an open circuit refuses calls before it lets one
 	// probe through (half-open): the probe's success closes the circuit, its
 	// failure opens it for another CoolDown. Default 30s.
-	CoolDown time.Duration `yaml:"cool_down"`
+	CoolDown time.Duration
 }
 
 // Defaults for Business.

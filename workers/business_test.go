@@ -320,9 +320,11 @@ func TestBusinessValidate(t *testing.T) {
 		{name: "window below a second", change: func(b *Business) { b.DedupWindow = 10 * time.Millisecond }, want: []string{"dedup window"}},
 		{name: "window not whole seconds", change: func(b *Business) { b.DedupWindow = 1500 * time.Millisecond }, want: []string{"dedup window"}},
 		{
-			name:   "every problem at once",
-			change: func(b *Business) { *b = Business{PartnerURL: "x", PartnerTimeout: -1, Breaker: BreakerConfig{Failures: -2}, DedupWindow: -1} },
-			want:   []string{"nil DB", "nil Redis", "partner URL", "partner timeout", "breaker failures", "dedup window"},
+			name: "every problem at once",
+			change: func(b *Business) {
+				*b = Business{PartnerURL: "x", PartnerTimeout: -1, Breaker: BreakerConfig{Failures: -2}, DedupWindow: -1}
+			},
+			want: []string{"nil DB", "nil Redis", "partner URL", "partner timeout", "breaker failures", "dedup window"},
 		},
 	}
 	for _, tt := range tests {

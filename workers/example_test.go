@@ -40,12 +40,13 @@ func createInvoice(pool *pgxpool.Pool) workers.Func[InvoiceCreate] {
 			}
 			return tx.QueryRow(ctx, `
 WITH created AS (
-    INSERT INTO invoices (order_id, amount_cents, currency) VALUES ($1, $2, $3)
+    INSERT INTO invoices (order_id, amount_cents, currency, job_key, fencing_token)
+    VALUES ($1, $2, $3, $4, $5)
     ON CONFLICT (order_id) DO NOTHING
     RETURNING id
 )
 SELECT id FROM created UNION ALL SELECT id FROM invoices WHERE order_id = $1
-LIMIT 1`, job.Payload.OrderID, job.Payload.AmountCents, job.Payload.Currency).Scan(&id)
+LIMIT 1`, job.Payload.OrderID, job.Payload.AmountCents, job.Payload.Currency, job.Key, job.Token).Scan(&id)
 		})
 		return id, err
 	}

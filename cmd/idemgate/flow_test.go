@@ -258,10 +258,13 @@ func TestJobsEndToEnd(t *testing.T) {
 	}
 	// Plant a duplicate charge: the partner charges payment p-…-0 a second
 	// time under another key, as a careless client would.
-	rogue, err := sendErr(partner.URL, req{path: "/charges", key: "rogue-" + run, apiKey: "-", body: `{"payment_id":"p-` + run + `-0","amount_cents":500,"currency":"EUR"}`})
-	if err != nil || rogue.status != 201 {
-		t.Fatalf("planting a duplicate charge: %v %d", err, rogue.status)
-	}
+	// partnersim fails and drops some requests on purpose: retry, with the
+	// same key, until the planted charge is answered.
+	var rogue resp
+	waitFor(t, "the planted charge", 30*time.Second, func() bool {
+		rogue, err = sendErr(partner.URL, req{path: "/charges", key: "rogue-" + run, apiKey: "-", body: `{"payment_id":"p-` + run + `-0","amount_cents":500,"currency":"EUR"}`})
+		return err == nil && rogue.status == 201
+	})
 	var planted struct{ ID string }
 	_ = json.Unmarshal(rogue.body, &planted)
 	code, out, _ := cli(t, nil, "reconcile", "--config", cfg, "--partner", partner.URL)

@@ -77,8 +77,13 @@ SELECT e.key, e.task, coalesce(e.result_ref, ''),
 		case len(refs) == 0:
 			r.violation(CheckJobEffects, fmt.Sprintf("%s job %s succeeded (result %s) but its effect row is missing", task, key, ref), key, ref)
 		case !slices.Contains(refs, ref):
-			r.violation(CheckJobEffects, fmt.Sprintf("%s job %s records result %s, its effect row says %s", task, key, ref, strings.Join(refs, ", ")),
-				append([]string{key, ref}, refs...)...)
+			ids := []string{key, ref}
+			for _, other := range refs {
+				if other != "" {
+					ids = append(ids, other)
+				}
+			}
+			r.violation(CheckJobEffects, fmt.Sprintf("%s job %s records result %s, its effect row says %q", task, key, ref, strings.Join(refs, ", ")), ids...)
 		}
 		return nil
 	})

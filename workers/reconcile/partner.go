@@ -2,9 +2,13 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -28,7 +32,8 @@ func (r *run) partner(ctx context.Context) error {
 		applied = maps.Clone(m)
 	}
 	var appliedCount int64
-	if r.opts.PartnerApplied != nil {
+	countOnly := applied == nil
+	if countOnly {
 		n, err := r.opts.PartnerApplied(ctx)
 		if err != nil {
 			return fmt.Errorf("partner applied count: %w", err)
@@ -58,7 +63,7 @@ SELECT 'notification', dedup_key, partner_message_id FROM notifications`
 			r.violation(CheckPartner, fmt.Sprintf("%s %s records %s, which the partner never applied", kind, id, effect), id, effect)
 			return nil
 		case n > 1:
-			r.violation(CheckPartner, fmt.Sprintf("the partner applied %s, recorded by %s %s, %d times", effect, kind, id, n), id, effect)
+			r.violation(CheckPartner, fmt.Sprintf("the partner applied %s, recorded by %s %s, %s", effect, kind, id, times(n)), id, effect)
 		}
 		delete(applied, effect)
 		return nil
@@ -68,12 +73,54 @@ SELECT 'notification', dedup_key, partner_message_id FROM notifications`
 	}
 	for _, effect := range slices.Sorted(maps.Keys(applied)) {
 		r.violation(CheckPartner,
-			fmt.Sprintf("the partner applied %s (%d times), which no succeeded payment or notification records", effect, applied[effect]),
+			fmt.Sprintf("the partner applied %s (%s), which no succeeded payment or notification records", effect, times(applied[effect])),
 			effect)
 	}
-	if r.opts.PartnerApplied != nil && appliedCount != recorded {
+	if countOnly && appliedCount != recorded {
 		r.violation(CheckPartner,
 			fmt.Sprintf("the partner applied %d effects, %d are recorded (succeeded payments and notifications)", appliedCount, recorded))
 	}
 	return nil
+}
+
+func times(n int) string {
+	if n == 1 {
+		return "once"
+	}
+	return fmt.Sprintf("%d times", n)
+}
+
+// StatsApplied returns an Options.PartnerApplied that reads the "applied"
+// count from a partnersim-style `GET {baseURL}/stats` with client (nil:
+// http.DefaultClient).
+func StatsApplied(client *http.Client, baseURL string) func(context.Context) (int64, error) {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	url := strings.TrimSuffix(baseURL, "/") + "/stats"
+	return func(ctx context.Context) (int64, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		if err != nil {
+			return 0, fmt.Errorf("GET %s: %w", url, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		var stats struct {
+			Applied *int64 `json:"applied"`
+		}
+		if err := json.Unmarshal(body, &stats); err != nil || stats.Applied == nil {
+			return 0, fmt.Errorf("GET %s: no \"applied\" count in %.100q", url, body)
+		}
+		return *stats.Applied, nil
+	}
 }

@@ -50,9 +50,11 @@ type Options struct {
 	// applied: effect id (charge or message) → times applied. With
 	// partnersim it is Sim.Applied. It enables CheckPartner.
 	PartnerEffects func(ctx context.Context) (map[string]int, error)
-	// PartnerApplied, if set, returns how many effects the partner applied,
-	// for a partner that counts but cannot list them (partnersim's
-	// GET /stats "applied"). It enables CheckPartner's count comparison.
+	// PartnerApplied, if set and PartnerEffects is not, returns how many
+	// effects the partner applied, for a partner that counts but cannot list
+	// them (partnersim's GET /stats "applied"): CheckPartner then compares
+	// that count with the recorded effects.
+	//
 	// Both describe a partner that serves only this worker: anything else
 	// it applies shows up as unrecorded.
 	PartnerApplied func(ctx context.Context) (int64, error)
