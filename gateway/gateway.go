@@ -19,6 +19,7 @@ import (
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
 	"github.com/idemgate/idemgate/middleware/requestid"
+	"github.com/idemgate/idemgate/telemetry"
 )
 
 // Options is everything the gateway is built from. cmd/idemgate fills it
@@ -202,6 +203,7 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 	name := ro.Name
 	rt.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		infoFrom(r.Context()).route = name
+		telemetry.SetRoute(r, name)
 		h.ServeHTTP(w, r)
 	})
 	return rt, nil
@@ -211,6 +213,7 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 func recordTenant(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		infoFrom(r.Context()).tenant = auth.Tenant(r.Context())
+		telemetry.SetAttrs(r.Context(), telemetry.Tenant(auth.Tenant(r.Context())))
 		next.ServeHTTP(w, r)
 	})
 }

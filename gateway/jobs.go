@@ -13,6 +13,7 @@ import (
 	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/telemetry"
 )
 
 // Jobs is what the gateway needs to accept jobs and show them.
@@ -47,9 +48,12 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions) http.Handler {
 			g.problems.write(w, r, &Problem{Err: ErrBadRequest, Detail: "the body must be application/json"})
 			return
 		}
-		job, err := g.opts.Jobs.Submit(r.Context(), enqueue.Request{
+		ctx, span := telemetry.StartEnqueue(r.Context(), eo.Task, eo.Queue, telemetry.Tenant(a.Scope.Tenant), telemetry.Route(route))
+		job, err := g.opts.Jobs.Submit(ctx, enqueue.Request{
 			Tenant: a.Scope.Tenant, Route: route, Key: a.Scope.Key, Task: eo.Task, Queue: eo.Queue, Body: body,
 		})
+		span.SetAttributes(telemetry.JobID(job.ID))
+		telemetry.End(span, err)
 		if err != nil {
 			g.jobError(w, r, err)
 			return

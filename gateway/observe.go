@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/requestid"
+	"github.com/idemgate/idemgate/telemetry"
 )
 
 // info is what the layers of one request learn about it, for the access
@@ -104,6 +105,7 @@ func observeIdempotency(r *http.Request, ev idempotency.Event) {
 		return
 	}
 	in.outcome = string(ev.Outcome)
+	telemetry.SetAttrs(r.Context(), telemetry.Outcome(string(ev.Outcome)), telemetry.FencingToken(ev.FencingToken))
 	in.key = ev.Scope.Key
 	in.token = ev.FencingToken
 	in.takeOver = ev.TakeOver

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/telemetry"
 )
 
 // timedStore measures every store operation. It always offers Watch and
@@ -28,8 +29,10 @@ func (s timedStore) observe(op string, start time.Time) {
 	s.hist.WithLabelValues(s.name, op).Observe(time.Since(start).Seconds())
 }
 
-func (s timedStore) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
+func (s timedStore) Claim(ctx context.Context, req idempotency.ClaimRequest) (res idempotency.ClaimResult, err error) {
 	defer s.observe("claim", time.Now())
+	ctx, span := telemetry.Start(ctx, "idempotency.claim", telemetry.Store(s.name), telemetry.StoreOp("claim"))
+	defer func() { telemetry.End(span, err) }()
 	return s.Store.Claim(ctx, req)
 }
 
@@ -38,8 +41,10 @@ func (s timedStore) Renew(ctx context.Context, scope idempotency.Scope, owner st
 	return s.Store.Renew(ctx, scope, owner, lease)
 }
 
-func (s timedStore) Complete(ctx context.Context, scope idempotency.Scope, owner string, resp idempotency.Response, retention time.Duration) error {
+func (s timedStore) Complete(ctx context.Context, scope idempotency.Scope, owner string, resp idempotency.Response, retention time.Duration) (err error) {
 	defer s.observe("complete", time.Now())
+	ctx, span := telemetry.Start(ctx, "idempotency.complete", telemetry.Store(s.name), telemetry.StoreOp("complete"))
+	defer func() { telemetry.End(span, err) }()
 	return s.Store.Complete(ctx, scope, owner, resp, retention)
 }
 

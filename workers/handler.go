@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idemgate/idemgate/telemetry"
 	"github.com/idemgate/idemgate/workers/execution"
 	"github.com/idemgate/idemgate/workers/fence"
 	"github.com/idemgate/idemgate/workers/lock"
@@ -294,6 +295,7 @@ func (r *run[T]) do(ctx context.Context) error {
 	}
 	r.attempts = rec.Attempts
 	r.log = r.log.With("attempt", rec.Attempts)
+	telemetry.SetAttrs(ctx, telemetry.Resource(r.resource), telemetry.FencingToken(token), telemetry.Attempt(rec.Attempts))
 	if rec.Attempts > h.maxAttempts {
 		// The attempts ran out without a verdict (the last ones were
 		// cancelled by asynq or lost their lease): do not start another.

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/gateway/config"
+	"github.com/idemgate/idemgate/telemetry"
 	"github.com/idemgate/idemgate/workers"
 	"github.com/idemgate/idemgate/workers/reconcile"
 )
@@ -27,6 +28,7 @@ func registerBusiness(mux *asynq.ServeMux, deps workers.Deps, cfg *config.Config
 		DB:         pool,
 		Redis:      rdb,
 		PartnerURL: cfg.Worker.PartnerURL,
+		HTTPClient: &http.Client{Transport: telemetry.HTTPTransport(nil)},
 	})
 	if err != nil {
 		return usagef("worker: %v", err)

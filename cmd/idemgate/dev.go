@@ -19,6 +19,11 @@ func runDev(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil || partner.Host == "" {
 		return usagef("worker.partner_url %q: dev mode runs partnersim there, so it must be http://HOST:PORT", cfg.Worker.PartnerURL)
 	}
+	stopTracing, err := startTracing(ctx, "idemgate", getenv, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	g, err := openGateway(ctx, cfg, logger, true, false)
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"github.com/idemgate/idemgate/gateway/config"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/telemetry"
 )
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -26,6 +27,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
+	stopTracing, err := startTracing(ctx, "idemgate-gateway", getenv, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	g, err := openGateway(ctx, cfg, logger, false, pprof)
 	if err != nil {
 		return err
@@ -69,7 +75,7 @@ func (g *openedGateway) close() {
 
 func (g *openedGateway) servers(cfg *config.Config) []server {
 	return []server{
-		{name: "public", addr: cfg.Listen, handler: g.Handler()},
+		{name: "public", addr: cfg.Listen, handler: telemetry.HTTPHandler(g.Handler())},
 		{name: "admin", addr: cfg.AdminListen, handler: g.AdminHandler()},
 	}
 }

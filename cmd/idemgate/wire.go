@@ -25,6 +25,7 @@ import (
 	"github.com/idemgate/idemgate/middleware/idempotency/redisstore"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
 	"github.com/idemgate/idemgate/middleware/ratelimit/redislimit"
+	"github.com/idemgate/idemgate/telemetry"
 )
 
 // loadConfig reads the file named by --config. Every problem in it is a
@@ -49,9 +50,9 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	_ = level.UnmarshalText([]byte(cfg.Log.Level))
 	opts := &slog.HandlerOptions{Level: level}
 	if cfg.Log.Format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		return slog.New(telemetry.LogHandler(slog.NewTextHandler(w, opts)))
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, opts)))
 }
 
 // services are the connections a command opened; close releases them.
@@ -78,6 +79,7 @@ func openPostgres(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
 	}
 	pc.MaxConns = max(pc.MaxConns, 32)
 	pc.ConnConfig.ConnectTimeout = 5 * time.Second
+	pc.ConnConfig.Tracer = telemetry.PgxTracer()
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -138,6 +140,9 @@ func openServices(ctx context.Context, cfg *config.Config, needPostgres bool) (*
 		}
 		s.redis = rdb
 		s.close = append(s.close, func() { _ = rdb.Close() })
+		if err := telemetry.InstrumentRedis(rdb); err != nil {
+			return nil, err
+		}
 	}
 	switch cfg.Store {
 	case "postgres":
@@ -168,6 +173,7 @@ func openServices(ctx context.Context, cfg *config.Config, needPostgres bool) (*
 		client := asynq.NewClient(opt)
 		s.close = append(s.close, func() { _ = client.Close() })
 		s.jobs = enqueue.New(s.pool, client)
+		s.jobs.Headers = telemetry.InjectTask
 	}
 	ok = true
 	return s, nil
@@ -183,12 +189,12 @@ func gatewayOptions(cfg *config.Config, svc *services, logger *slog.Logger) (gat
 		StoreName:        cfg.Store,
 		AdminTokenSHA256: cfg.AdminTokenSHA256,
 		Logger:           logger,
-		Transport: gateway.NewTransport(gateway.TransportConfig{
+		Transport: telemetry.HTTPTransport(gateway.NewTransport(gateway.TransportConfig{
 			DialTimeout:           time.Duration(cfg.Proxy.DialTimeout),
 			ResponseHeaderTimeout: time.Duration(cfg.Proxy.ResponseHeaderTimeout),
 			IdleConnTimeout:       time.Duration(cfg.Proxy.IdleConnTimeout),
 			MaxIdleConnsPerHost:   cfg.Proxy.MaxIdleConnsPerHost,
-		}),
+		})),
 	}
 	for _, t := range cfg.Tenants {
 		opts.Auth.Tenants = append(opts.Auth.Tenants, auth.TenantKeys{Name: t.Name, APIKeySHA256s: t.APIKeySHA256})

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/gateway/config"
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/telemetry"
 	"github.com/idemgate/idemgate/workers"
 )
 
@@ -25,6 +28,11 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
+	stopTracing, err := startTracing(ctx, "idemgate-worker", getenv, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	w, err := openWorker(ctx, cfg, logger)
 	if err != nil {
 		return err
@@ -72,6 +80,10 @@ func openWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*
 		return nil, err
 	}
 	closers = append(closers, func() { _ = rdb.Close() })
+	if err := telemetry.InstrumentRedis(rdb); err != nil {
+		closeAll()
+		return nil, err
+	}
 	opt, err := asynqRedis(cfg.RedisURL)
 	if err != nil {
 		closeAll()
@@ -80,6 +92,14 @@ func openWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*
 	wc := workerConfig(cfg.Worker)
 	deps := wc.Deps(pool, rdb)
 	deps.Logger = logger
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := telemetry.NewWorkerMetrics(reg)
+	metrics.InitTasks(enqueue.TaskInvoiceCreate, enqueue.TaskInventoryAdjust, enqueue.TaskPaymentCharge, enqueue.TaskNotificationSend)
+	deps.Observer = metrics
+	inspector := asynq.NewInspector(opt)
+	closers = append(closers, func() { _ = inspector.Close() })
+	reg.MustRegister(telemetry.NewQueueCollector(inspector, slices.Sorted(maps.Keys(cfg.Worker.Queues)), logger))
 	jobs := enqueue.NewJobs(pool)
 	deps.OnStatus = func(ctx context.Context, task *asynq.Task, key, status string, attempts int, resultRef, lastErr string) {
 		id := task.Headers()[enqueue.HeaderJobID]
@@ -91,6 +111,7 @@ func openWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*
 		}
 	}
 	mux := asynq.NewServeMux()
+	mux.Use(telemetry.TaskTracing(telemetry.WithFailure(workers.IsFailure)))
 	if err := registerBusiness(mux, deps, cfg, pool, rdb, logger); err != nil {
 		closeAll()
 		return nil, err
@@ -100,8 +121,6 @@ func openWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*
 		closeAll()
 		return nil, usagef("worker: %v", err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	admin := http.NewServeMux()
 	admin.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,104 @@
+package telemetry
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Label values the worker framework reports (workers.LockAcquired…,
+// workers.ClassTransient…, workers.StatusSucceeded…; a test keeps them
+// equal). Their series exist at 0 from the start: an alert on increase()
+// sees the first event only if the series was there before it.
+func lockResults() []string  { return []string{"acquired", "busy", "error"} }
+func errorClasses() []string { return []string{"transient", "permanent", "lock_busy", "stale_token"} }
+func jobStatuses() []string  { return []string{"succeeded", "failed"} }
+
+// WorkerMetrics counts the worker framework's events in Prometheus. It
+// implements workers.Observer: set it as workers.Deps.Observer.
+type WorkerMetrics struct {
+	lockAcquire *prometheus.CounterVec
+	renewals    prometheus.Counter
+	lost        prometheus.Counter
+	fencing     prometheus.Counter
+	jobs        *prometheus.CounterVec
+	attempts    *prometheus.CounterVec
+	replays     *prometheus.CounterVec
+}
+
+// NewWorkerMetrics registers the worker's series on reg. It panics if reg
+// already has them: that is a wiring mistake, found at start-up. Call
+// InitTasks with the task kinds the worker serves so their series start
+// at 0 too.
+func NewWorkerMetrics(reg prometheus.Registerer) *WorkerMetrics {
+	m := &WorkerMetrics{
+		lockAcquire: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricLockAcquire,
+			Help: "Attempts to take a resource lock, by result (acquired, busy, error).",
+		}, []string{"result"}),
+		renewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricLockRenewals,
+			Help: "Successful lock lease renewals.",
+		}),
+		lost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricLockLost,
+			Help: "Lock leases lost while their job was running.",
+		}),
+		fencing: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricFencingRejections,
+			Help: "Writes refused because their fencing token was stale.",
+		}),
+		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricJobs,
+			Help: "Jobs that reached a final status, by task and status (succeeded, failed).",
+		}, []string{"task", "status"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricJobAttempts,
+			Help: "Attempts that did not succeed, by task and error class (transient, permanent, lock_busy, stale_token).",
+		}, []string{"task", "error_class"}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricJobReplays,
+			Help: "Deliveries of an already succeeded job, acked without running it again.",
+		}, []string{"task"}),
+	}
+	reg.MustRegister(m.lockAcquire, m.renewals, m.lost, m.fencing, m.jobs, m.attempts, m.replays)
+	for _, r := range lockResults() {
+		m.lockAcquire.WithLabelValues(r)
+	}
+	return m
+}
+
+// InitTasks creates the series of each task kind at 0: jobs by final
+// status, attempts by error class, replays.
+func (m *WorkerMetrics) InitTasks(kinds ...string) {
+	for _, k := range kinds {
+		for _, s := range jobStatuses() {
+			m.jobs.WithLabelValues(k, s)
+		}
+		for _, c := range errorClasses() {
+			m.attempts.WithLabelValues(k, c)
+		}
+		m.replays.WithLabelValues(k)
+	}
+}
+
+// LockAcquire counts one attempt to take a resource lock.
+func (m *WorkerMetrics) LockAcquire(result string) { m.lockAcquire.WithLabelValues(result).Inc() }
+
+// LockRenewed counts a lease renewal.
+func (m *WorkerMetrics) LockRenewed() { m.renewals.Inc() }
+
+// LockLost counts a lease lost while its job ran.
+func (m *WorkerMetrics) LockLost() { m.lost.Inc() }
+
+// FencingRejected counts a write refused for a stale token.
+func (m *WorkerMetrics) FencingRejected() { m.fencing.Inc() }
+
+// Attempt counts an attempt that did not succeed.
+func (m *WorkerMetrics) Attempt(task, errorClass string) {
+	m.attempts.WithLabelValues(task, errorClass).Inc()
+}
+
+// JobReplay counts a duplicate delivery absorbed.
+func (m *WorkerMetrics) JobReplay(task string) { m.replays.WithLabelValues(task).Inc() }
+
+// JobFinished counts a job reaching a final status.
+func (m *WorkerMetrics) JobFinished(task, status string) {
+	m.jobs.WithLabelValues(task, status).Inc()
+}
