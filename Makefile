@@ -49,3 +49,13 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) vet ./...
+
+# API reference: docs/api.html, one self-contained page rendered from
+# openapi/openapi.yaml by Redocly's CLI (fetched from npm by npx).
+REDOCLY_VERSION ?= 2.77.0
+
+.PHONY: docs
+docs: ## write docs/api.html from openapi/openapi.yaml (needs Node.js >= 20; installs it with apt-get when missing)
+	@command -v npx >/dev/null || { command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y nodejs npm; } || { echo "make docs needs Node.js and npm"; exit 1; }
+	@mkdir -p docs
+	npx --yes @redocly/cli@$(REDOCLY_VERSION) build-docs openapi/openapi.yaml --output docs/api.html

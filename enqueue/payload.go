@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 )
 
@@ -119,7 +120,10 @@ type PayloadError struct {
 func (e *PayloadError) Error() string {
 	parts := make([]string, len(e.Fields))
 	for i, f := range e.Fields {
-		parts[i] = f.Field + ": " + f.Message
+		parts[i] = f.Message
+		if f.Field != "" {
+			parts[i] = f.Field + ": " + f.Message
+		}
 	}
 	return e.Kind.Error() + ": " + strings.Join(parts, "; ")
 }
@@ -169,13 +173,31 @@ func decode[T Payload](body []byte) (Payload, error) {
 func malformed(err error) FieldError {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		return FieldError{Field: te.Field, Message: "must be a JSON " + te.Type.Kind().String()}
+		return FieldError{Field: te.Field, Message: "must be a JSON " + jsonType(te.Type.Kind())}
 	}
 	msg := err.Error()
 	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
 		return FieldError{Field: strings.Trim(f, `"`), Message: "is not a field of this task"}
 	}
 	return FieldError{Field: "", Message: "the body is not valid JSON: " + strings.TrimPrefix(msg, "json: ")}
+}
+
+// jsonType names a Go kind the way a client writing JSON thinks of it.
+func jsonType(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "integer"
+	case reflect.Float32, reflect.Float64:
+		return "number"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	}
+	return "object"
 }
 
 type validator struct{ errs []FieldError }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -52,8 +53,17 @@ func (g *Gateway) AdminMount(prefix string, h http.Handler) {
 	})
 }
 
+// scopeOf reads the record's scope from the path. chi matches the raw
+// path, so a key holding "/" arrives percent-encoded and is unescaped here.
 func scopeOf(r *http.Request) idempotency.Scope {
-	return idempotency.Scope{Tenant: chi.URLParam(r, "tenant"), Route: chi.URLParam(r, "route"), Key: chi.URLParam(r, "key")}
+	param := func(name string) string {
+		v := chi.URLParam(r, name)
+		if u, err := url.PathUnescape(v); err == nil {
+			return u
+		}
+		return v
+	}
+	return idempotency.Scope{Tenant: param("tenant"), Route: param("route"), Key: param("key")}
 }
 
 // RecordDocument is how the admin API and `idemgate keys get` show a record.

@@ -47,10 +47,11 @@ type Options struct {
 	Jobs Jobs
 	// Pprof mounts net/http/pprof at /debug/pprof/ on the admin listener.
 	Pprof bool
-	// OpenAPI is served at /openapi.yaml.
-	OpenAPI []byte
-	Logger  *slog.Logger
-	Metrics *Metrics
+	// OpenAPI is served at /openapi.yaml, OpenAPIJSON at /openapi.json.
+	OpenAPI     []byte
+	OpenAPIJSON []byte
+	Logger      *slog.Logger
+	Metrics     *Metrics
 }
 
 // RouteOptions is one configured route.
@@ -223,7 +224,8 @@ func (g *Gateway) publicRoutes() http.Handler {
 	r := chi.NewRouter()
 	r.Get("/healthz", g.handleHealth())
 	r.Get("/readyz", g.handleReady())
-	r.Get("/openapi.yaml", g.handleOpenAPI())
+	r.Get("/openapi.yaml", g.handleOpenAPI("application/yaml", g.opts.OpenAPI))
+	r.Get("/openapi.json", g.handleOpenAPI("application/json", g.opts.OpenAPIJSON))
 	r.Method(http.MethodGet, "/v1/jobs/{id}", g.handleJobGet())
 	r.NotFound(g.handleTable())
 	r.MethodNotAllowed(g.handleTable())
@@ -289,10 +291,10 @@ func (g *Gateway) handleReady() http.HandlerFunc {
 	}
 }
 
-func (g *Gateway) handleOpenAPI() http.HandlerFunc {
+func (g *Gateway) handleOpenAPI(contentType string, doc []byte) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/yaml")
-		_, _ = w.Write(g.opts.OpenAPI)
+		w.Header().Set("Content-Type", contentType)
+		_, _ = w.Write(doc)
 	}
 }
 

@@ -34,9 +34,14 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a, ok := idempotency.AttemptFrom(r.Context())
 		if !ok {
-			// The middleware did not claim (a method without a key, or the
-			// store failed open): a job needs a key to be safe.
-			g.problems.write(w, r, &Problem{Err: idempotency.ErrKeyMissing, Detail: "enqueue routes need an Idempotency-Key and a reachable idempotency store"})
+			// The middleware did not claim. With a key, the store failed
+			// open: a job without a claim is not safe, so refuse as if
+			// failing closed.
+			if r.Header.Get(idempotency.HeaderKey) != "" {
+				g.problems.write(w, r, &Problem{Err: idempotency.ErrStoreUnavailable, Detail: "the idempotency store is unavailable; the job was not queued, retry with the same key", RetryAfter: time.Second})
+				return
+			}
+			g.problems.write(w, r, &Problem{Err: idempotency.ErrKeyMissing, Detail: "enqueue routes need an Idempotency-Key"})
 			return
 		}
 		body, err := io.ReadAll(r.Body)

@@ -91,7 +91,7 @@ func openGateway(ctx context.Context, cfg *config.Config, logger *slog.Logger, n
 		svc.Close()
 		return nil, err
 	}
-	opts.OpenAPI = openapi.Spec
+	opts.OpenAPI, opts.OpenAPIJSON = openapi.Spec, openapi.SpecJSON
 	opts.Pprof = pprof
 	g, err := gateway.New(opts)
 	if err != nil {

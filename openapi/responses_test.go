@@ -1,0 +1,724 @@
+package openapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
+	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/openapi/openapitest"
+)
+
+const invoice = `{"order_id":"order-42","amount_cents":4200,"currency":"EUR"}`
+
+// post sends an invoice request as tenant apiKey with key (none when "").
+func post(t *testing.T, srv *openapitest.Server, apiKey, key, body string, header ...string) exchange {
+	t.Helper()
+	h := []string{"Content-Type", "application/json"}
+	if apiKey != "" {
+		h = append(h, "Authorization", bearer(apiKey))
+	}
+	if key != "" {
+		h = append(h, "Idempotency-Key", key)
+	}
+	return send(t, srv.Public.Client(), newRequest(t, http.MethodPost, srv.Public.URL+"/v1/invoices", body, append(h, header...)...))
+}
+
+func admin(t *testing.T, srv *openapitest.Server, method, path string) exchange {
+	t.Helper()
+	return send(t, srv.Admin.Client(), newRequest(t, method, srv.Admin.URL+path, "", "Authorization", bearer(openapitest.AdminToken)))
+}
+
+func getJob(t *testing.T, srv *openapitest.Server, apiKey, id string) exchange {
+	t.Helper()
+	return send(t, srv.Public.Client(), newRequest(t, http.MethodGet, srv.Public.URL+"/v1/jobs/"+id, "", "Authorization", bearer(apiKey)))
+}
+
+func decodeJob(t *testing.T, ex exchange) openapi.Job {
+	t.Helper()
+	var j openapi.Job
+	if err := json.Unmarshal(ex.body, &j); err != nil {
+		t.Fatalf("job document: %v: %s", err, ex.body)
+	}
+	return j
+}
+
+func decodeRecord(t *testing.T, ex exchange) openapi.IdempotencyRecord {
+	t.Helper()
+	var r openapi.IdempotencyRecord
+	if err := json.Unmarshal(ex.body, &r); err != nil {
+		t.Fatalf("record document: %v: %s", err, ex.body)
+	}
+	return r
+}
+
+// downStore is an idempotency store whose database is unreachable.
+type downStore struct{ idempotency.Store }
+
+func (downStore) Claim(context.Context, idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
+	return idempotency.ClaimResult{}, errDown
+}
+
+func (downStore) Get(context.Context, idempotency.Scope) (idempotency.Record, error) {
+	return idempotency.Record{}, errDown
+}
+
+// TestEnqueueResponsesMatchSpec drives an enqueue route through each of its
+// answers and validates them against the description.
+func TestEnqueueResponsesMatchSpec(t *testing.T) {
+	t.Parallel()
+	api := describe(loadSpec(t))
+	jobs := openapitest.NewJobs()
+	srv := openapitest.Start(t, openapitest.Options(jobs, memstore.New()))
+
+	var job openapi.Job
+	t.Run("202 accepted", func(t *testing.T) {
+		ex := post(t, srv, openapitest.APIKey, "inv-1", invoice)
+		wantStatus(t, ex, http.StatusAccepted)
+		api.check(t, ex)
+		job = decodeJob(t, ex)
+		if loc := ex.resp.Header.Get("Location"); loc != "/v1/jobs/"+job.Id {
+			t.Errorf("Location %q, want /v1/jobs/%s", loc, job.Id)
+		}
+		if job.Id != enqueue.JobID(openapitest.Tenant, "invoices", "inv-1") || job.Task != openapi.JobTaskInvoiceCreate || job.Status != openapi.JobStatusQueued {
+			t.Errorf("job %+v", job)
+		}
+		if ex.resp.Header.Get("Idempotent-Replayed") != "" {
+			t.Error("a first answer is marked replayed")
+		}
+	})
+	t.Run("202 replayed", func(t *testing.T) {
+		// Key order and white space do not make another request; the
+		// quoted form of a key is the same key.
+		ex := post(t, srv, openapitest.APIKey, `"inv-1"`, `{ "currency": "EUR", "amount_cents": 4200, "order_id": "order-42" }`)
+		wantStatus(t, ex, http.StatusAccepted)
+		api.check(t, ex)
+		if got := decodeJob(t, ex); got.Id != job.Id {
+			t.Errorf("replay names job %s, want %s", got.Id, job.Id)
+		}
+		if ex.resp.Header.Get("Idempotent-Replayed") != "true" {
+			t.Error("replay without Idempotent-Replayed: true")
+		}
+	})
+	t.Run("400 idempotency-key-missing", func(t *testing.T) {
+		ex := post(t, srv, openapitest.APIKey, "", invoice)
+		wantProblem(t, ex, http.StatusBadRequest, "idempotency-key-missing")
+		api.check(t, ex)
+	})
+	for name, keys := range map[string][]string{
+		"a list":         {"a, b"},
+		"repeated":       {"k", "k"},
+		"unterminated":   {`"abc`},
+		"too long":       {strings.Repeat("k", 256)},
+		"empty quoted":   {`""`},
+		"with parameter": {`"abc";v=1`},
+	} {
+		t.Run("400 idempotency-key-invalid/"+name, func(t *testing.T) {
+			var h []string
+			for _, k := range keys {
+				h = append(h, "Idempotency-Key", k)
+			}
+			ex := post(t, srv, openapitest.APIKey, "", invoice, h...)
+			wantProblem(t, ex, http.StatusBadRequest, "idempotency-key-invalid")
+			api.check(t, ex)
+		})
+	}
+	for name, tc := range map[string]struct{ body, contentType, field string }{
+		"unknown field": {`{"order_id":"o1","amount_cents":1,"currency":"EUR","x":1}`, "application/json", "x"},
+		"wrong type":    {`{"order_id":"o1","amount_cents":"1","currency":"EUR"}`, "application/json", "amount_cents"},
+		"not JSON":      {`order_id=o1`, "application/json", ""},
+		"not an object": {`[1]`, "application/json", ""},
+		"media type":    {invoice, "text/plain", "-"},
+	} {
+		t.Run("400 bad-request/"+name, func(t *testing.T) {
+			ex := send(t, srv.Public.Client(), newRequest(t, http.MethodPost, srv.Public.URL+"/v1/invoices", tc.body,
+				"Authorization", bearer(openapitest.APIKey), "Idempotency-Key", "bad-"+strings.ReplaceAll(name, " ", "-"), "Content-Type", tc.contentType))
+			p := wantProblem(t, ex, http.StatusBadRequest, "bad-request")
+			api.check(t, ex)
+			switch {
+			case tc.field == "-":
+				if p.Errors != nil {
+					t.Errorf("errors %v for a wrong media type", *p.Errors)
+				}
+			case p.Errors == nil || len(*p.Errors) != 1 || (*p.Errors)[0].Field != tc.field:
+				t.Errorf("errors %v, want one naming %q", p.Errors, tc.field)
+			}
+		})
+	}
+	t.Run("422 invalid-payload", func(t *testing.T) {
+		ex := post(t, srv, openapitest.APIKey, "bad-fields", `{"order_id":"o:1","amount_cents":0,"currency":"eur"}`)
+		p := wantProblem(t, ex, http.StatusUnprocessableEntity, "invalid-payload")
+		api.check(t, ex)
+		var fields []string
+		if p.Errors != nil {
+			for _, e := range *p.Errors {
+				fields = append(fields, e.Field)
+			}
+		}
+		if strings.Join(fields, ",") != "order_id,amount_cents,currency" {
+			t.Errorf("errors name %v, want order_id, amount_cents, currency", fields)
+		}
+		// The refusal is the stored answer: a retry gets it again.
+		again := post(t, srv, openapitest.APIKey, "bad-fields", `{"order_id":"o:1","amount_cents":0,"currency":"eur"}`)
+		wantProblem(t, again, http.StatusUnprocessableEntity, "invalid-payload")
+		api.check(t, again)
+		if again.resp.Header.Get("Idempotent-Replayed") != "true" {
+			t.Error("the retry of a stored 422 is not a replay")
+		}
+	})
+	t.Run("422 idempotency-key-reused", func(t *testing.T) {
+		ex := post(t, srv, openapitest.APIKey, "inv-1", strings.Replace(invoice, "4200", "9999", 1))
+		wantProblem(t, ex, http.StatusUnprocessableEntity, "idempotency-key-reused")
+		api.check(t, ex)
+	})
+	for name, key := range map[string]string{"no credentials": "", "unknown key": "nobody's-key"} {
+		t.Run("401 unauthorized/"+name, func(t *testing.T) {
+			ex := post(t, srv, key, "inv-1", invoice)
+			wantProblem(t, ex, http.StatusUnauthorized, "unauthorized")
+			api.check(t, ex)
+		})
+	}
+	t.Run("404 not-found for a method no route takes", func(t *testing.T) {
+		ex := send(t, srv.Public.Client(), newRequest(t, http.MethodGet, srv.Public.URL+"/v1/invoices", "", "Authorization", bearer(openapitest.APIKey)))
+		wantProblem(t, ex, http.StatusNotFound, "not-found")
+		api.checkSchema(t, "Problem", ex.body)
+	})
+}
+
+func TestJobResponsesMatchSpec(t *testing.T) {
+	t.Parallel()
+	api := describe(loadSpec(t))
+	jobs := openapitest.NewJobs()
+	var getFails atomic.Bool
+	jobs.BeforeGet = func(context.Context, string, string) error {
+		if getFails.Load() {
+			return errDown
+		}
+		return nil
+	}
+	srv := openapitest.Start(t, openapitest.Options(jobs, memstore.New()))
+	accepted := post(t, srv, openapitest.APIKey, "job-1", invoice)
+	wantStatus(t, accepted, http.StatusAccepted)
+	id := decodeJob(t, accepted).Id
+
+	t.Run("200 queued", func(t *testing.T) {
+		ex := getJob(t, srv, openapitest.APIKey, id)
+		wantStatus(t, ex, http.StatusOK)
+		api.check(t, ex)
+		if string(ex.body) != string(accepted.body) {
+			t.Errorf("GET shows\n%s\nthe 202 said\n%s", ex.body, accepted.body)
+		}
+		if ex.resp.Header.Get("Cache-Control") != "no-store" {
+			t.Errorf("Cache-Control %q", ex.resp.Header.Get("Cache-Control"))
+		}
+	})
+	t.Run("200 succeeded", func(t *testing.T) {
+		jobs.Update(id, func(j *enqueue.Job) {
+			ref := "inv_2e3e9e48ed0440af9dbf6cce317d08ed"
+			j.Status, j.Attempts, j.ResultRef = enqueue.StatusSucceeded, 1, &ref
+		})
+		ex := getJob(t, srv, openapitest.APIKey, id)
+		wantStatus(t, ex, http.StatusOK)
+		api.check(t, ex)
+		if j := decodeJob(t, ex); j.Status != openapi.JobStatusSucceeded || j.ResultRef == nil || j.Error != nil {
+			t.Errorf("job %+v", j)
+		}
+	})
+	t.Run("200 failed", func(t *testing.T) {
+		jobs.Update(id, func(j *enqueue.Job) {
+			msg := "partner: card declined"
+			j.Status, j.Attempts, j.ResultRef, j.Error = enqueue.StatusFailed, 10, nil, &msg
+		})
+		ex := getJob(t, srv, openapitest.APIKey, id)
+		wantStatus(t, ex, http.StatusOK)
+		api.check(t, ex)
+	})
+	t.Run("404 another tenant's job", func(t *testing.T) {
+		ex := getJob(t, srv, openapitest.OtherAPIKey, id)
+		wantProblem(t, ex, http.StatusNotFound, "not-found")
+		api.check(t, ex)
+	})
+	t.Run("404 no such job", func(t *testing.T) {
+		ex := getJob(t, srv, openapitest.APIKey, "job_00000000000000000000000000000000")
+		wantProblem(t, ex, http.StatusNotFound, "not-found")
+		api.check(t, ex)
+	})
+	t.Run("401 unauthorized", func(t *testing.T) {
+		ex := getJob(t, srv, "", id)
+		wantProblem(t, ex, http.StatusUnauthorized, "unauthorized")
+		api.check(t, ex)
+	})
+	t.Run("503 queue-unavailable", func(t *testing.T) {
+		getFails.Store(true)
+		defer getFails.Store(false)
+		ex := getJob(t, srv, openapitest.APIKey, id)
+		p := wantProblem(t, ex, http.StatusServiceUnavailable, "queue-unavailable")
+		api.check(t, ex)
+		if strings.Contains(p.Detail, "10.0.0.7") {
+			t.Errorf("a 5xx detail leaks its cause: %q", p.Detail)
+		}
+	})
+}
+
+func TestRefusalsMatchSpec(t *testing.T) {
+	t.Parallel()
+	api := describe(loadSpec(t))
+
+	t.Run("409 idempotency-key-in-use", func(t *testing.T) {
+		t.Parallel()
+		jobs := openapitest.NewJobs()
+		entered, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		jobs.Before = func(ctx context.Context, req enqueue.Request) error {
+			once.Do(func() { close(entered) })
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}
+		srv := openapitest.Start(t, openapitest.Options(jobs, memstore.New()))
+		first := make(chan exchange, 1)
+		req := newRequest(t, http.MethodPost, srv.Public.URL+"/v1/invoices", invoice,
+			"Authorization", bearer(openapitest.APIKey), "Idempotency-Key", "slow", "Content-Type", "application/json")
+		go func() {
+			ex, err := roundTrip(srv.Public.Client(), req)
+			if err != nil {
+				t.Error(err)
+			}
+			first <- ex
+		}()
+		<-entered
+		ex := post(t, srv, openapitest.APIKey, "slow", invoice)
+		close(release)
+		wantProblem(t, ex, http.StatusConflict, "idempotency-key-in-use")
+		api.check(t, ex)
+		if s, err := strconv.Atoi(ex.resp.Header.Get("Retry-After")); err != nil || s < 1 || s > 30 {
+			t.Errorf("Retry-After %q, want 1..lease seconds", ex.resp.Header.Get("Retry-After"))
+		}
+		orig := <-first
+		if orig.resp == nil {
+			return
+		}
+		wantStatus(t, orig, http.StatusAccepted)
+		after := post(t, srv, openapitest.APIKey, "slow", invoice)
+		wantStatus(t, after, http.StatusAccepted)
+		if after.resp.Header.Get("Idempotent-Replayed") != "true" || string(after.body) != string(orig.body) {
+			t.Error("after the original finished, a retry is not its replay")
+		}
+	})
+
+	t.Run("413 request-too-large", func(t *testing.T) {
+		t.Parallel()
+		opts := openapitest.Options(openapitest.NewJobs(), memstore.New())
+		opts.Routes[0].Idempotency.MaxRequestBytes = 64
+		srv := openapitest.Start(t, opts)
+		body := `{"order_id":"` + strings.Repeat("o", 60) + `","amount_cents":4200,"currency":"EUR"}`
+		ex := post(t, srv, openapitest.APIKey, "big", body)
+		wantProblem(t, ex, http.StatusRequestEntityTooLarge, "request-too-large")
+		api.check(t, ex)
+	})
+
+	t.Run("429 rate-limited", func(t *testing.T) {
+		t.Parallel()
+		srv := startDefault(t)
+		first := post(t, srv, openapitest.LimitedAPIKey, "limited-1", invoice)
+		wantStatus(t, first, http.StatusAccepted)
+		api.check(t, first)
+		if first.resp.Header.Get("RateLimit-Limit") != "1" || first.resp.Header.Get("RateLimit-Remaining") != "0" {
+			t.Errorf("RateLimit-* %v", first.resp.Header)
+		}
+		ex := post(t, srv, openapitest.LimitedAPIKey, "limited-2", invoice)
+		wantProblem(t, ex, http.StatusTooManyRequests, "rate-limited")
+		api.check(t, ex)
+		if ex.resp.Header.Get("Retry-After") != ex.resp.Header.Get("RateLimit-Reset") {
+			t.Errorf("Retry-After %q, RateLimit-Reset %q", ex.resp.Header.Get("Retry-After"), ex.resp.Header.Get("RateLimit-Reset"))
+		}
+	})
+
+	t.Run("503 idempotency-store-unavailable", func(t *testing.T) {
+		t.Parallel()
+		srv := openapitest.Start(t, openapitest.Options(openapitest.NewJobs(), downStore{memstore.New()}))
+		ex := post(t, srv, openapitest.APIKey, "down", invoice)
+		p := wantProblem(t, ex, http.StatusServiceUnavailable, "idempotency-store-unavailable")
+		api.check(t, ex)
+		if strings.Contains(p.Detail, "10.0.0.7") {
+			t.Errorf("a 5xx detail leaks its cause: %q", p.Detail)
+		}
+		ex = admin(t, srv, http.MethodGet, "/admin/keys/acme/invoices/down")
+		wantProblem(t, ex, http.StatusServiceUnavailable, "idempotency-store-unavailable")
+		api.check(t, ex)
+	})
+
+	t.Run("503 queue-unavailable", func(t *testing.T) {
+		t.Parallel()
+		jobs := openapitest.NewJobs()
+		var down atomic.Bool
+		down.Store(true)
+		jobs.Before = func(context.Context, enqueue.Request) error {
+			if down.Load() {
+				return errDown
+			}
+			return nil
+		}
+		srv := openapitest.Start(t, openapitest.Options(jobs, memstore.New()))
+		ex := post(t, srv, openapitest.APIKey, "queue-down", invoice)
+		p := wantProblem(t, ex, http.StatusServiceUnavailable, "queue-unavailable")
+		api.check(t, ex)
+		if strings.Contains(p.Detail, "10.0.0.7") {
+			t.Errorf("a 5xx detail leaks its cause: %q", p.Detail)
+		}
+		// Nothing was queued and the key was released: the retry runs.
+		down.Store(false)
+		ex = post(t, srv, openapitest.APIKey, "queue-down", invoice)
+		wantStatus(t, ex, http.StatusAccepted)
+		if ex.resp.Header.Get("Idempotent-Replayed") != "" {
+			t.Error("the retry after a 503 is a replay, not a new execution")
+		}
+	})
+
+	t.Run("503 not-ready", func(t *testing.T) {
+		t.Parallel()
+		opts := openapitest.Options(openapitest.NewJobs(), memstore.New())
+		opts.Ready = []gateway.Check{{Name: "postgres", Check: func(context.Context) error { return errDown }}}
+		srv := openapitest.Start(t, opts)
+		ex := send(t, srv.Public.Client(), newRequest(t, http.MethodGet, srv.Public.URL+"/readyz", ""))
+		p := wantProblem(t, ex, http.StatusServiceUnavailable, "not-ready")
+		api.check(t, ex)
+		if p.Detail != "unreachable: postgres" {
+			t.Errorf("detail %q", p.Detail)
+		}
+	})
+
+	t.Run("200 health", func(t *testing.T) {
+		t.Parallel()
+		srv := startDefault(t)
+		for _, path := range []string{"/healthz", "/readyz"} {
+			ex := send(t, srv.Public.Client(), newRequest(t, http.MethodGet, srv.Public.URL+path, ""))
+			wantStatus(t, ex, http.StatusOK)
+			api.check(t, ex)
+		}
+	})
+}
+
+// TestUnknownOutcomeAndAdminMatchSpec: with on_ambiguous: hold, a request
+// whose handler failed half-way is held as unknown until an operator
+// resolves it through the admin API; every answer on the way, and every
+// admin answer, matches the description.
+func TestUnknownOutcomeAndAdminMatchSpec(t *testing.T) {
+	t.Parallel()
+	api := describe(loadSpec(t))
+	jobs := openapitest.NewJobs()
+	var boom atomic.Bool
+	boom.Store(true)
+	jobs.Before = func(context.Context, enqueue.Request) error {
+		if boom.CompareAndSwap(true, false) {
+			panic("boom: the queue client crashed after sending")
+		}
+		return nil
+	}
+	opts := openapitest.Options(jobs, memstore.New())
+	opts.Routes[0].Idempotency.OnAmbiguous = idempotency.AmbiguousHold
+	srv := openapitest.Start(t, opts)
+	const record = "/admin/keys/acme/invoices/held"
+
+	ex := post(t, srv, openapitest.APIKey, "held", invoice)
+	p := wantProblem(t, ex, http.StatusInternalServerError, "internal")
+	api.check(t, ex)
+	if strings.Contains(p.Detail, "boom") {
+		t.Errorf("a 5xx detail leaks its cause: %q", p.Detail)
+	}
+
+	ex = post(t, srv, openapitest.APIKey, "held", invoice)
+	wantProblem(t, ex, http.StatusConflict, "idempotency-outcome-unknown")
+	api.check(t, ex)
+
+	ex = admin(t, srv, http.MethodGet, record)
+	wantStatus(t, ex, http.StatusOK)
+	api.check(t, ex)
+	if r := decodeRecord(t, ex); r.State != openapi.RecordStateUnknown || r.FencingToken != 1 || r.Response != nil {
+		t.Errorf("held record %+v", r)
+	}
+
+	ex = admin(t, srv, http.MethodPost, record+"/resolve")
+	wantStatus(t, ex, http.StatusOK)
+	api.check(t, ex)
+	if r := decodeRecord(t, ex); r.State != openapi.RecordStateReleased {
+		t.Errorf("resolved record %+v", r)
+	}
+
+	ex = post(t, srv, openapitest.APIKey, "held", invoice)
+	wantStatus(t, ex, http.StatusAccepted)
+	ex = admin(t, srv, http.MethodGet, record)
+	wantStatus(t, ex, http.StatusOK)
+	api.check(t, ex)
+	r := decodeRecord(t, ex)
+	if r.State != openapi.RecordStateCompleted || r.FencingToken != 2 || r.Response == nil || r.Response.Status != http.StatusAccepted {
+		t.Fatalf("completed record %+v", r)
+	}
+	var stored openapi.Job
+	if err := json.Unmarshal(r.Response.BodyBase64, &stored); err != nil || stored.Id != enqueue.JobID("acme", "invoices", "held") {
+		t.Errorf("stored body %q: %v", r.Response.BodyBase64, err)
+	}
+
+	ex = admin(t, srv, http.MethodPost, record+"/resolve")
+	wantProblem(t, ex, http.StatusBadRequest, "bad-request")
+	api.check(t, ex)
+
+	ex = admin(t, srv, http.MethodDelete, record)
+	wantStatus(t, ex, http.StatusNoContent)
+	api.check(t, ex)
+	for _, method := range []string{http.MethodGet, http.MethodDelete, http.MethodPost} {
+		path := record
+		if method == http.MethodPost {
+			path += "/resolve"
+		}
+		ex = admin(t, srv, method, path)
+		wantProblem(t, ex, http.StatusNotFound, "not-found")
+		api.check(t, ex)
+	}
+
+	ex = admin(t, srv, http.MethodGet, "/metrics")
+	wantStatus(t, ex, http.StatusOK)
+	api.check(t, ex)
+
+	for _, path := range []string{record, "/metrics"} {
+		ex = send(t, srv.Admin.Client(), newRequest(t, http.MethodGet, srv.Admin.URL+path, "", "Authorization", bearer(openapitest.APIKey)))
+		wantProblem(t, ex, http.StatusUnauthorized, "unauthorized")
+		api.check(t, ex)
+		if ex.resp.Header.Get("WWW-Authenticate") == "" {
+			t.Error("admin 401 without WWW-Authenticate")
+		}
+	}
+}
+
+// upstream is a service behind the gateway that records what it got.
+type upstream struct {
+	calls  atomic.Int64
+	mu     sync.Mutex
+	header http.Header
+}
+
+// got records r and reads its body: a server only notices that the
+// client went away (and cancels r's context) once the body is read.
+func (u *upstream) got(r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	u.calls.Add(1)
+	u.mu.Lock()
+	u.header = r.Header.Clone()
+	u.mu.Unlock()
+}
+
+// startProxied starts a gateway whose route "payments" proxies
+// /v1/payments to target.
+func startProxied(t *testing.T, target string, change func(*gateway.RouteOptions)) *openapitest.Server {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := openapitest.Options(openapitest.NewJobs(), memstore.New())
+	ro := gateway.RouteOptions{Name: "payments", Methods: []string{http.MethodPost}, Path: "/v1/payments", Prefix: true, Upstream: u}
+	if change != nil {
+		change(&ro)
+	}
+	opts.Routes = append(opts.Routes, ro)
+	return openapitest.Start(t, opts)
+}
+
+func charge(t *testing.T, srv *openapitest.Server, key string) exchange {
+	t.Helper()
+	return send(t, srv.Public.Client(), newRequest(t, http.MethodPost, srv.Public.URL+"/v1/payments", `{"amount_cents":1250,"currency":"EUR"}`,
+		"Authorization", bearer(openapitest.APIKey), "Idempotency-Key", key, "Content-Type", "application/json"))
+}
+
+// TestProxiedResponsesMatchSpec validates a proxied route's answers
+// against a service description built from the gateway's components
+// (testdata/proxied.yaml).
+func TestProxiedResponsesMatchSpec(t *testing.T) {
+	t.Parallel()
+	api := describe(loadFile(t, "testdata/proxied.yaml"))
+
+	t.Run("201 and its replay", func(t *testing.T) {
+		t.Parallel()
+		up := &upstream{}
+		us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			up.got(r)
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Location", "/charges/ch_1")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, `{"id":"ch_1"}`)
+		}))
+		t.Cleanup(us.Close)
+		srv := startProxied(t, us.URL, nil)
+		first := charge(t, srv, `"order-42"`)
+		wantStatus(t, first, http.StatusCreated)
+		api.check(t, first)
+		up.mu.Lock()
+		h := up.header
+		up.mu.Unlock()
+		// What the policy promises the upstream.
+		if h.Get("Idempotency-Key") != `"order-42"` || h.Get("Idempotency-Fencing-Token") != "1" ||
+			h.Get("Idemgate-Tenant") != openapitest.Tenant || h.Get("Authorization") != "" {
+			t.Errorf("the upstream got Idempotency-Key %q, Idempotency-Fencing-Token %q, Idemgate-Tenant %q, Authorization %q",
+				h.Get("Idempotency-Key"), h.Get("Idempotency-Fencing-Token"), h.Get("Idemgate-Tenant"), h.Get("Authorization"))
+		}
+		replay := charge(t, srv, "order-42")
+		wantStatus(t, replay, http.StatusCreated)
+		api.check(t, replay)
+		if replay.resp.Header.Get("Idempotent-Replayed") != "true" || replay.resp.Header.Get("Location") != "/charges/ch_1" || string(replay.body) != string(first.body) {
+			t.Errorf("replay: %v %s", replay.resp.Header, replay.body)
+		}
+		if n := up.calls.Load(); n != 1 {
+			t.Errorf("the upstream was called %d times, want once", n)
+		}
+	})
+
+	t.Run("201 replayed without its body", func(t *testing.T) {
+		t.Parallel()
+		up := &upstream{}
+		us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			up.got(r)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, `{"id":"ch_big","receipt":"`+strings.Repeat("r", 200)+`"}`)
+		}))
+		t.Cleanup(us.Close)
+		srv := startProxied(t, us.URL, func(ro *gateway.RouteOptions) { ro.Idempotency.MaxStoredResponseBytes = 64 })
+		first := charge(t, srv, "big")
+		wantStatus(t, first, http.StatusCreated)
+		api.check(t, first)
+		if len(first.body) < 200 {
+			t.Errorf("the first caller got %d bytes, want the whole body", len(first.body))
+		}
+		replay := charge(t, srv, "big")
+		wantStatus(t, replay, http.StatusCreated)
+		api.check(t, replay)
+		if replay.resp.Header.Get("Idempotent-Body-Omitted") != "true" || replay.resp.Header.Get("Idempotent-Replayed") != "true" || len(replay.body) != 0 {
+			t.Errorf("replay of an omitted body: %v %q", replay.resp.Header, replay.body)
+		}
+		if n := up.calls.Load(); n != 1 {
+			t.Errorf("the upstream was called %d times, want once", n)
+		}
+	})
+
+	t.Run("409 idempotency-key-in-use", func(t *testing.T) {
+		t.Parallel()
+		entered, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			once.Do(func() { close(entered) })
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, `{"id":"ch_slow"}`)
+		}))
+		t.Cleanup(us.Close)
+		srv := startProxied(t, us.URL, nil)
+		done := make(chan exchange, 1)
+		req := newRequest(t, http.MethodPost, srv.Public.URL+"/v1/payments", `{"amount_cents":1250,"currency":"EUR"}`,
+			"Authorization", bearer(openapitest.APIKey), "Idempotency-Key", "slow", "Content-Type", "application/json")
+		go func() {
+			ex, err := roundTrip(srv.Public.Client(), req)
+			if err != nil {
+				t.Error(err)
+			}
+			done <- ex
+		}()
+		<-entered
+		ex := charge(t, srv, "slow")
+		close(release)
+		wantProblem(t, ex, http.StatusConflict, "idempotency-key-in-use")
+		api.check(t, ex)
+		if orig := <-done; orig.resp != nil {
+			wantStatus(t, orig, http.StatusCreated)
+			api.check(t, orig)
+		}
+	})
+
+	t.Run("502 upstream-unavailable", func(t *testing.T) {
+		t.Parallel()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := "http://" + ln.Addr().String()
+		_ = ln.Close()
+		srv := startProxied(t, closed, nil)
+		for range 2 { // released: the retry tries again
+			ex := charge(t, srv, "unreachable")
+			wantProblem(t, ex, http.StatusBadGateway, "upstream-unavailable")
+			api.check(t, ex)
+		}
+	})
+
+	t.Run("504 upstream-timeout", func(t *testing.T) {
+		t.Parallel()
+		up := &upstream{}
+		stop := make(chan struct{})
+		us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			up.got(r)
+			select { // never answers
+			case <-r.Context().Done():
+			case <-stop:
+			}
+		}))
+		t.Cleanup(us.Close)
+		t.Cleanup(func() { close(stop) })
+		srv := startProxied(t, us.URL, func(ro *gateway.RouteOptions) { ro.Timeout = 100 * time.Millisecond })
+		for range 2 { // on_ambiguous: release, so the retry runs again
+			ex := charge(t, srv, "hangs")
+			wantProblem(t, ex, http.StatusGatewayTimeout, "upstream-timeout")
+			api.check(t, ex)
+		}
+		if n := up.calls.Load(); n != 2 {
+			t.Errorf("the upstream was called %d times, want twice (the key is released)", n)
+		}
+	})
+}
+
+// TestUpstreamStatusesThatReleaseTheKey: the statuses the policy lists
+// as "not processed" make the retry run again; any other answer is stored.
+func TestUpstreamStatusesThatReleaseTheKey(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{200, 201, 400, 404, 408, 409, 422, 425, 429, 500, 502, 503, 504} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			t.Parallel()
+			up := &upstream{}
+			us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				up.got(r)
+				w.WriteHeader(status)
+			}))
+			t.Cleanup(us.Close)
+			srv := startProxied(t, us.URL, nil)
+			for range 2 {
+				wantStatus(t, charge(t, srv, "k"), status)
+			}
+			want := int64(1)
+			if idempotency.ReleasesKey(status) {
+				want = 2
+			}
+			if n := up.calls.Load(); n != want {
+				t.Errorf("after two requests with one key the upstream ran %d times, want %d", n, want)
+			}
+		})
+	}
+}
