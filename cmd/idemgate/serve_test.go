@@ -646,6 +646,9 @@ func TestServeStoreDown(t *testing.T) {
 	if strings.Contains(string(r.body), "127.0.0.1") || up.count("/v1/payments", "k") != 0 {
 		t.Fatalf("store down: leaked a cause or reached the upstream: %s", r.body)
 	}
+	if n := requestsTotal(t, g, "payments", "store_error"); n != 1 {
+		t.Fatalf("idemgate_requests_total{outcome=\"store_error\"} = %v after one refused request, want 1", n)
+	}
 	hr, err := http.Get(g.public + "/readyz")
 	if err != nil {
 		t.Fatal(err)
