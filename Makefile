@@ -50,6 +50,23 @@ lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) vet ./...
 
+# Benchmarks: idemgate next to a plain reverse proxy (cmd/idembench, BENCHMARKS.md).
+# They need Redis and PostgreSQL only, started like `make services` does;
+# BENCHFLAGS and SOAKFLAGS pass more flags to `idembench run` and `idembench soak`.
+BENCH_SERVICES = eval "$$($(SERVICES))"; export REDIS_URL DATABASE_URL;
+
+.PHONY: bench
+bench: build ## benchmark every scenario and store against a plain proxy, with pprof profiles (about 15 minutes)
+	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench run -profile $(BENCHFLAGS)
+
+.PHONY: bench-quick
+bench-quick: build ## the same scenarios in about 2 minutes
+	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench run -quick $(BENCHFLAGS)
+
+.PHONY: soak
+soak: build ## idemgate at a fixed rate for 10 minutes: RSS and goroutines at start and end
+	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench soak -duration 10m $(SOAKFLAGS)
+
 # API reference: docs/api.html, one self-contained page rendered from
 # openapi/openapi.yaml by Redocly's CLI (fetched from npm by npx).
 REDOCLY_VERSION ?= 2.77.0

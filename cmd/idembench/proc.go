@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// proc is a child process of the harness: the baseline proxy, idemgate, or
+// a worker run. It is pinned to one CPU with taskset when pinning is on, and
+// it dies with the harness (Pdeathsig), so nothing outlives a run.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat times; 100 on every
+// Linux build Go supports.
+const clockTicks = 100
+
+// startProc starts argv with env added to the harness' environment, its
+// output appended to logPath. cpu < 0 means not pinned.
+func startProc(name string, cpu int, env []string, logPath string, argv ...string) (*proc, error) {
+	if cpu >= 0 {
+		argv = append([]string{"taskset", "-c", strconv.Itoa(cpu)}, argv...)
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = mergeEnv(os.Environ(), env)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// mergeEnv returns base with each KEY=VALUE of over replacing base's KEY;
+// an empty VALUE removes KEY.
+func mergeEnv(base, over []string) []string {
+	out := make([]string, 0, len(base)+len(over))
+	drop := map[string]bool{}
+	for _, kv := range over {
+		k, _, _ := strings.Cut(kv, "=")
+		drop[k] = true
+	}
+	for _, kv := range base {
+		if k, _, _ := strings.Cut(kv, "="); !drop[k] {
+			out = append(out, kv)
+		}
+	}
+	for _, kv := range over {
+		if _, v, _ := strings.Cut(kv, "="); v != "" {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// execCommand is exec.CommandContext for a child that dies with the
+// harness.
+func execCommand(ctx context.Context, argv []string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Env = mergeEnv(os.Environ(), []string{"DATABASE_URL=", "REDIS_URL="})
+	return cmd
+}
+
+// pid is the child's pid. taskset execs the command, so it is the pid of
+// the pinned program itself.
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop asks the child to shut down gracefully and kills it after a grace
+// period.
+func (p *proc) stop() {
+	if p.exited() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// cpuTime is the CPU time (user + system) the child has used so far.
+func (p *proc) cpuTime() (time.Duration, error) { return procCPU(p.pid()) }
+
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name may hold spaces; the fields after it are plain.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("malformed /proc stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, errors.New("malformed /proc stat")
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// rss is the child's resident set size in bytes (VmRSS).
+func procRSS(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
+
+// cpuStat is the busy and total time of each CPU, from /proc/stat.
+type cpuStat struct{ busy, total []uint64 }
+
+func readCPUStat() cpuStat {
+	var s cpuStat
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return s
+	}
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) < 8 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		var total, idle uint64
+		for i, v := range f[1:] {
+			n, _ := strconv.ParseUint(v, 10, 64)
+			if i < 8 { // user nice system idle iowait irq softirq steal
+				total += n
+			}
+			if i == 3 || i == 4 {
+				idle += n
+			}
+		}
+		s.busy = append(s.busy, total-idle)
+		s.total = append(s.total, total)
+	}
+	return s
+}
+
+// busyShare is how busy cpu was between a and b, 0..1; -1 when unknown.
+func busyShare(a, b cpuStat, cpu int) float64 {
+	if cpu < 0 || cpu >= len(a.busy) || cpu >= len(b.busy) || b.total[cpu] == a.total[cpu] {
+		return -1
+	}
+	return float64(b.busy[cpu]-a.busy[cpu]) / float64(b.total[cpu]-a.total[cpu])
+}
+
+// freePort returns a loopback address nothing listens on right now.
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// waitHTTP polls url until it answers 200, the child exits, or the
+// timeout passes.
+func waitHTTP(ctx context.Context, p *proc, url string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	c := &http.Client{Timeout: time.Second}
+	for {
+		resp, err := c.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if p != nil && p.exited() {
+			return fmt.Errorf("%s exited before it was ready (%v); see its log", p.name, p.err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready at %s after %s", nameOf(p), url, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func nameOf(p *proc) string {
+	if p == nil {
+		return "server"
+	}
+	return p.name
+}

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+)
+
+// benchSchema holds the bench's tables, so that its rows never mix with a
+// development database's, and truncating them is safe.
+const benchSchema = "idembench"
+
+// services are the Redis and PostgreSQL the Redis and PostgreSQL stores
+// and the worker scenario run on. The bench keeps to a Redis logical
+// database and a PostgreSQL schema of its own and only ever deletes what
+// it wrote there.
+type services struct {
+	dbURL    string // with search_path set to benchSchema
+	redisURL string // with the bench's logical database
+	pool     *pgxpool.Pool
+	rdb      *redis.Client
+}
+
+func openServices(ctx context.Context, dbBase, redisBase string, redisDB int) (*services, error) {
+	s := &services{}
+	ru, err := url.Parse(redisBase)
+	if err != nil || ru.Scheme != "redis" {
+		return nil, fmt.Errorf("redis URL %q: want redis://host:port[/db] (one node)", redisBase)
+	}
+	if err := requireLoopback(ru.Hostname()); err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	ru.Path = "/" + strconv.Itoa(redisDB)
+	s.redisURL = ru.String()
+	opt, err := redis.ParseURL(s.redisURL)
+	if err != nil {
+		return nil, err
+	}
+	s.rdb = redis.NewClient(opt)
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		s.close()
+		return nil, fmt.Errorf("redis at %s: %w (start it with `make services`)", ru.Host, err)
+	}
+
+	pu, err := url.Parse(dbBase)
+	if err != nil || (pu.Scheme != "postgres" && pu.Scheme != "postgresql") {
+		s.close()
+		return nil, fmt.Errorf("database URL %q: want postgres://…", dbBase)
+	}
+	if err := requireLoopback(pu.Hostname()); err != nil {
+		s.close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	q := pu.Query()
+	q.Set("search_path", benchSchema)
+	pu.RawQuery = q.Encode()
+	s.dbURL = pu.String()
+	admin, err := pgxpool.New(ctx, dbBase)
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	_, err = admin.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+benchSchema)
+	admin.Close()
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("postgres at %s: %w (start it with `make services`)", pu.Host, err)
+	}
+	if s.pool, err = pgxpool.New(ctx, s.dbURL); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *services) close() {
+	if s.pool != nil {
+		s.pool.Close()
+	}
+	if s.rdb != nil {
+		_ = s.rdb.Close()
+	}
+}
+
+// reset deletes what earlier runs left: idempotency records, job state and
+// the Redis keys of the stores, the locks and asynq. Tables that do not
+// exist yet (before the first migration) are skipped.
+func (s *services) reset(ctx context.Context) error {
+	for _, table := range []string{"idempotency_records", "job_executions", "fencing_tokens", "fence_accepted"} {
+		var exists bool
+		if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, benchSchema+"."+table).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			if _, err := s.pool.Exec(ctx, "TRUNCATE "+benchSchema+"."+table); err != nil {
+				return err
+			}
+		}
+	}
+	for _, pattern := range []string{"idemgate:*", "idembench:*", "asynq:*"} {
+		if err := s.deleteKeys(ctx, pattern); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *services) deleteKeys(ctx context.Context, pattern string) error {
+	iter := s.rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) == 1000 {
+			if err := s.rdb.Unlink(ctx, batch...).Err(); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	if len(batch) > 0 {
+		return s.rdb.Unlink(ctx, batch...).Err()
+	}
+	return nil
+}
+
+// dbCounters are PostgreSQL's cumulative counters that explain a store's
+// cost: commits and WAL (records, bytes, syncs) of the whole cluster.
+type dbCounters struct {
+	Commits    int64 `json:"commits"`
+	WALRecords int64 `json:"wal_records"`
+	WALBytes   int64 `json:"wal_bytes"`
+	WALSyncs   int64 `json:"wal_syncs"`
+}
+
+func (s *services) dbCounters(ctx context.Context) dbCounters {
+	var c dbCounters
+	_ = s.pool.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&c.Commits)
+	_ = s.pool.QueryRow(ctx, `SELECT wal_records, wal_bytes::bigint, wal_sync FROM pg_stat_wal`).Scan(&c.WALRecords, &c.WALBytes, &c.WALSyncs)
+	return c
+}
+
+func (c dbCounters) sub(o dbCounters) dbCounters {
+	return dbCounters{c.Commits - o.Commits, c.WALRecords - o.WALRecords, c.WALBytes - o.WALBytes, c.WALSyncs - o.WALSyncs}
+}
+
+// redisCalls is the number of calls of each Redis command so far.
+func (s *services) redisCalls(ctx context.Context) map[string]int64 {
+	out := map[string]int64{}
+	info, err := s.rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return out
+	}
+	for line := range strings.Lines(info) {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				out[strings.TrimPrefix(name, "cmdstat_")] = n
+			}
+		}
+	}
+	return out
+}
+
+// waitSampler tallies what PostgreSQL's active backends wait on, sampling
+// pg_stat_activity every interval until stopped. It is the database side
+// of a profile: where the store's statements spend their time.
+type waitSampler struct {
+	stop    context.CancelFunc
+	done    chan struct{}
+	mu      sync.Mutex
+	paused  bool // between candidate runs
+	tally   map[string]int
+	samples int
+}
+
+func (w *waitSampler) pause()  { w.setPaused(true) }
+func (w *waitSampler) resume() { w.setPaused(false) }
+
+func (w *waitSampler) setPaused(p bool) {
+	w.mu.Lock()
+	w.paused = p
+	w.mu.Unlock()
+}
+
+func (s *services) sampleWaits(ctx context.Context, interval time.Duration) *waitSampler {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &waitSampler{stop: cancel, done: make(chan struct{}), tally: map[string]int{}}
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		const q = `SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM pg_stat_activity
+WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid() AND backend_type = 'client backend'`
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			w.mu.Lock()
+			paused := w.paused
+			w.mu.Unlock()
+			if paused {
+				continue
+			}
+			rows, err := s.pool.Query(ctx, q)
+			if err != nil {
+				if errors.Is(err, context.Canceled) {
+					return
+				}
+				continue
+			}
+			w.mu.Lock()
+			w.samples++
+			for rows.Next() {
+				var ev string
+				if rows.Scan(&ev) == nil {
+					w.tally[ev]++
+				}
+			}
+			w.mu.Unlock()
+			rows.Close()
+		}
+	}()
+	return w
+}
+
+// finish stops sampling and returns the tally and the number of samples.
+func (w *waitSampler) finish() (map[string]int, int) {
+	w.stop()
+	<-w.done
+	return w.tally, w.samples
+}

@@ -1,0 +1,325 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemgate/idemgate/workers"
+)
+
+// The worker scenario compares two asynq servers that differ only in
+// their handler: a no-op (what asynq costs by itself) and the same no-op
+// behind workers.Handle (execution state, resource lock, fencing token).
+// Each run is `idembench worker` as a process of its own, pinned like the
+// gateway: it enqueues its jobs first (not timed), then starts the server
+// and times it from start until the last job's handler returned.
+
+const benchTask = "bench.noop"
+
+type benchPayload struct {
+	ID string `json:"id"`
+}
+
+// workerResult is what `idembench worker` prints as its last line.
+type workerResult struct {
+	Mode       string  `json:"mode"`
+	Jobs       int     `json:"jobs"`
+	Seconds    float64 `json:"seconds"`
+	JobsPerSec float64 `json:"jobs_per_sec"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+	// Filled by the harness: what PostgreSQL and Redis did for the run
+	// (the enqueueing included for Redis).
+	DB         *dbCounters      `json:"db,omitempty"`
+	RedisCalls map[string]int64 `json:"redis_calls,omitempty"`
+	Profile    string           `json:"profile,omitempty"`
+}
+
+// runWorkerChild is `idembench worker`.
+func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	mode := fs.String("mode", "raw", "raw (no-op handler) or wrapped (workers.Handle around the no-op)")
+	jobs := fs.Int("jobs", 2000, "jobs to enqueue and process")
+	concurrency := fs.Int("concurrency", 10, "asynq concurrency (worker.concurrency)")
+	queue := fs.String("queue", "idembench", "asynq queue, unique per run")
+	redisURL := fs.String("redis-url", "", "redis:// URL (loopback)")
+	dbURL := fs.String("database-url", "", "postgres:// URL with the migrations applied (loopback)")
+	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed part to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *mode != "raw" && *mode != "wrapped" {
+		return fmt.Errorf("worker: -mode %q: want raw or wrapped", *mode)
+	}
+	if *jobs < 1 || *jobs > 1_000_000 {
+		return fmt.Errorf("worker: -jobs %d: want 1..1000000", *jobs)
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+
+	opt, err := redis.ParseURL(*redisURL)
+	if err != nil {
+		return fmt.Errorf("worker: -redis-url: %w", err)
+	}
+	if err := requireLoopback(strings.Split(opt.Addr, ":")[0]); err != nil {
+		return err
+	}
+	// asynq gets clients of its own, as in `idemgate worker`.
+	enqRdb := redis.NewClient(opt)
+	defer enqRdb.Close()
+	srvRdb := redis.NewClient(opt)
+	defer srvRdb.Close()
+
+	client := asynq.NewClientFromRedisClient(enqRdb)
+	if err := enqueueJobs(ctx, client, *queue, *jobs); err != nil {
+		return err
+	}
+
+	var (
+		processed atomic.Int64
+		allDone   = make(chan struct{})
+		doneOnce  sync.Once
+	)
+	count := func() {
+		if processed.Add(1) == int64(*jobs) {
+			doneOnce.Do(func() { close(allDone) })
+		}
+	}
+	var h asynq.Handler = asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })
+	if *mode == "wrapped" {
+		pc, err := pgxpool.ParseConfig(*dbURL)
+		if err != nil {
+			return fmt.Errorf("worker: -database-url: %w", err)
+		}
+		if err := requireLoopback(pc.ConnConfig.Host); err != nil {
+			return err
+		}
+		pc.MaxConns = max(pc.MaxConns, 32) // as `idemgate worker` opens it
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		lockRdb := redis.NewClient(opt) // the locks' own client, as Deps asks
+		defer lockRdb.Close()
+		deps := workers.Config{Concurrency: *concurrency}.Deps(pool, lockRdb)
+		deps.Lock.Prefix = "idembench:"
+		h = workers.Handle(deps, benchTask,
+			func(p benchPayload) string { return "bench:" + p.ID },
+			func(p benchPayload) string { return "res:" + p.ID },
+			func(context.Context, workers.Job[benchPayload]) (string, error) { return "ok", nil })
+	}
+	var failed atomic.Int64
+	counted := asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		err := h.ProcessTask(ctx, t)
+		if err != nil {
+			failed.Add(1)
+			return err
+		}
+		count()
+		return nil
+	})
+
+	srv := asynq.NewServerFromRedisClient(srvRdb, asynq.Config{
+		Concurrency:     *concurrency,
+		Queues:          map[string]int{*queue: 1},
+		ShutdownTimeout: 5 * time.Second,
+		Logger:          quietAsynq{},
+		LogLevel:        asynq.ErrorLevel,
+	})
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	cpu0, _ := procCPU(os.Getpid())
+	start := time.Now()
+	if err := srv.Start(counted); err != nil {
+		return fmt.Errorf("worker: start: %w", err)
+	}
+	select {
+	case <-allDone:
+	case <-ctx.Done():
+	}
+	elapsed := time.Since(start)
+	cpu1, _ := procCPU(os.Getpid())
+	srv.Shutdown()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("worker: %d of %d jobs done (%d handler errors) before %v", processed.Load(), *jobs, failed.Load(), err)
+	}
+	_ = asynq.NewInspectorFromRedisClient(enqRdb).DeleteQueue(*queue, true)
+	res := workerResult{
+		Mode: *mode, Jobs: *jobs, Seconds: elapsed.Seconds(),
+		JobsPerSec: float64(*jobs) / elapsed.Seconds(), CPUSeconds: (cpu1 - cpu0).Seconds(),
+	}
+	return json.NewEncoder(stdout).Encode(res)
+}
+
+// enqueueJobs enqueues n jobs with distinct keys and resources, several at
+// a time.
+func enqueueJobs(ctx context.Context, client *asynq.Client, queue string, n int) error {
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for range 16 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) || ctx.Err() != nil {
+					return
+				}
+				payload, _ := json.Marshal(benchPayload{ID: queue + "-" + strconv.FormatInt(i, 10)})
+				_, err := client.EnqueueContext(ctx, asynq.NewTask(benchTask, payload),
+					asynq.Queue(queue), asynq.MaxRetry(workers.AsynqMaxRetry))
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("worker: enqueue: %w", err)
+	}
+	return nil
+}
+
+type quietAsynq struct{}
+
+func (quietAsynq) Debug(...any) {}
+func (quietAsynq) Info(...any)  {}
+func (quietAsynq) Warn(...any)  {}
+func (quietAsynq) Error(args ...any) {
+	slog.Error(fmt.Sprint(args...), "component", "asynq")
+}
+func (quietAsynq) Fatal(args ...any) {
+	slog.Error(fmt.Sprint(args...), "component", "asynq")
+}
+
+// runWorkerScenario runs raw and wrapped alternately, rounds times each,
+// each run a pinned child process.
+func runWorkerScenario(ctx context.Context, o *benchOptions, svc *services, log io.Writer) ([]workerPair, error) {
+	var pairs []workerPair
+	for round := range o.rounds {
+		var pair workerPair
+		for _, mode := range []string{"raw", "wrapped"} {
+			queue := fmt.Sprintf("idembench-%s-%d-%d", mode, round, time.Now().UnixNano())
+			outPath := filepath.Join(o.dir, "worker-"+mode+".log")
+			profile := ""
+			if o.profile && round == o.rounds-1 {
+				if err := os.MkdirAll(filepath.Join(o.dir, "profiles"), 0o755); err == nil {
+					profile = filepath.Join(o.dir, "profiles", "worker-"+mode+".cpu.pprof")
+				}
+			}
+			db0, calls0 := svc.dbCounters(ctx), svc.redisCalls(ctx)
+			res, err := runWorkerOnce(ctx, o, svc, mode, queue, outPath, profile)
+			if err != nil {
+				return pairs, err
+			}
+			d := svc.dbCounters(ctx).sub(db0)
+			res.DB = &d
+			res.RedisCalls = map[string]int64{}
+			for k, v := range svc.redisCalls(ctx) {
+				if dv := v - calls0[k]; dv > 0 {
+					res.RedisCalls[k] = dv
+				}
+			}
+			res.Profile = profile
+			fmt.Fprintf(log, "  workers %-7s round %d: %6.0f jobs/s  (%d jobs in %.2fs, %.0f µs CPU/job; PostgreSQL %.2f commits/job, %.2f WAL syncs/job)\n",
+				mode, round+1, res.JobsPerSec, res.Jobs, res.Seconds, res.CPUSeconds*1e6/float64(res.Jobs),
+				float64(d.Commits)/float64(res.Jobs), float64(d.WALSyncs)/float64(res.Jobs))
+			if mode == "raw" {
+				pair.Raw = res
+			} else {
+				pair.Wrapped = res
+			}
+		}
+		pairs = append(pairs, pair)
+	}
+	return pairs, nil
+}
+
+type workerPair struct {
+	Raw     workerResult `json:"raw"`
+	Wrapped workerResult `json:"wrapped"`
+}
+
+func runWorkerOnce(ctx context.Context, o *benchOptions, svc *services, mode, queue, logPath, profile string) (workerResult, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return workerResult{}, err
+	}
+	resultPath := logPath + ".json"
+	_ = os.Remove(resultPath)
+	out, err := os.Create(resultPath)
+	if err != nil {
+		return workerResult{}, err
+	}
+	defer out.Close()
+	argv := []string{self, "worker", "-mode", mode, "-jobs", strconv.Itoa(o.jobs),
+		"-concurrency", strconv.Itoa(o.workerConcurrency), "-queue", queue,
+		"-redis-url", svc.redisURL, "-database-url", svc.dbURL}
+	if profile != "" {
+		argv = append(argv, "-cpuprofile", profile)
+	}
+	if o.serverCPU >= 0 {
+		argv = append([]string{"taskset", "-c", strconv.Itoa(o.serverCPU)}, argv...)
+	}
+	errLog, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return workerResult{}, err
+	}
+	defer errLog.Close()
+	cmd := execCommand(ctx, argv)
+	cmd.Stdout, cmd.Stderr = out, errLog
+	if err := cmd.Run(); err != nil {
+		return workerResult{}, fmt.Errorf("worker %s: %w (log: %s)", mode, err, logPath)
+	}
+	b, err := os.ReadFile(resultPath)
+	if err != nil {
+		return workerResult{}, err
+	}
+	var res workerResult
+	if err := json.Unmarshal(lastLine(b), &res); err != nil {
+		return workerResult{}, fmt.Errorf("worker %s: result: %w", mode, err)
+	}
+	return res, nil
+}
+
+func lastLine(b []byte) []byte {
+	s := strings.TrimSpace(string(b))
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return []byte(s)
+}
