@@ -127,7 +127,7 @@ func runSoak(ctx context.Context, args []string, getenv func(string) string, std
 		return loadSpec{name: "soak", target: c.url("/v1/payments"), concurrency: o.concurrency, rate: *rate, duration: d,
 			key: func(n uint64) string { return p + "-" + strconv.FormatUint(soakBase(n), 36) },
 			body: func(n uint64) []byte {
-				if n >= 207 && n%20 == 0 {
+				if n >= 5007 && n%20 == 0 {
 					return []byte(`{"amount_cents":9999,"currency":"EUR"}`)
 				}
 				return []byte(benchBody)
@@ -217,32 +217,45 @@ func runSoak(ctx context.Context, args []string, getenv func(string) string, std
 }
 
 // soakBase maps request n to the request whose key it uses: one in ten
-// replays the key of a request about 200 earlier (long completed at any
-// rate the soak is run at), and one in twenty sends such a key with
-// another body. Both point at requests that had keys of their own.
+// replays the key of a request about 5,000 earlier (10 s at the default
+// rate: long completed unless something is badly wrong), and one in twenty
+// sends such a key with another body. Both point at requests that had
+// keys of their own.
 func soakBase(n uint64) uint64 {
 	switch {
-	case n >= 203 && n%10 == 5:
-		return n - 203
-	case n >= 207 && n%20 == 0:
-		return n - 207
+	case n >= 5003 && n%10 == 5:
+		return n - 5003
+	case n >= 5007 && n%20 == 0:
+		return n - 5007
 	}
 	return n
 }
 
-// soakVerdict compares the quiesced sample after the load with the one
-// before it (taken after the warm-up, so growth after it is what counts).
-// Go's RSS moves with the heap's goal, so a small margin is allowed.
+// soakVerdict judges the soak. Goroutines: the quiesced sample after the
+// load against the one before it, both without any connection, so any
+// difference is goroutines that outlived their requests. RSS: the live
+// samples at the end against those at the start of the measured part
+// (medians of three), since Go's RSS follows the heap's goal under load
+// and shrinks only lazily afterwards; a small margin is allowed.
 func soakVerdict(s []soakSample) (bool, string) {
-	if len(s) < 2 || !s[0].Quiesced || !s[len(s)-1].Quiesced {
-		return false, "not enough samples"
+	if len(s) < 8 || !s[0].Quiesced || !s[len(s)-1].Quiesced {
+		return false, "not enough samples (run for at least 4 intervals)"
 	}
-	first, last := s[0], s[len(s)-1]
-	rssGrowth := float64(last.RSS-first.RSS) / float64(max(first.RSS, 1))
-	goGrowth := last.Goroutines - first.Goroutines
-	flat := rssGrowth <= 0.15 && goGrowth <= max(5, first.Goroutines*0.1)
-	return flat, fmt.Sprintf("RSS %.1f → %.1f MiB (%+.0f%%), goroutines %.0f → %.0f (%+.0f) over %.0fs",
-		float64(first.RSS)/(1<<20), float64(last.RSS)/(1<<20), rssGrowth*100, first.Goroutines, last.Goroutines, goGrowth, last.At)
+	q0, q1 := s[0], s[len(s)-1]
+	live := s[1 : len(s)-1]
+	rss := func(l []soakSample) float64 {
+		v := make([]float64, len(l))
+		for i, x := range l {
+			v[i] = float64(x.RSS)
+		}
+		return median(v)
+	}
+	head, tail := rss(live[:3]), rss(live[len(live)-3:])
+	rssGrowth := (tail - head) / max(head, 1)
+	goGrowth := q1.Goroutines - q0.Goroutines
+	flat := rssGrowth <= 0.15 && goGrowth <= max(5, q0.Goroutines*0.1)
+	return flat, fmt.Sprintf("RSS under load %.1f → %.1f MiB (%+.0f%%, medians of the first and last three samples), goroutines at rest %.0f → %.0f (%+.0f) over %.0fs",
+		head/(1<<20), tail/(1<<20), rssGrowth*100, q0.Goroutines, q1.Goroutines, goGrowth, q1.At)
 }
 
 func (rep *soakReport) markdown() string {
