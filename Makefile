@@ -41,7 +41,7 @@ test-short: ## unit tests only, no services needed
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 30s)
-	@for t in FuzzParseKey FuzzFingerprint; do \
+	@for t in FuzzParseKey FuzzFingerprint FuzzCanonicalFast; do \
 	  $(GO) test ./middleware/idempotency -run '^$$' -fuzz "^$$t$$" -fuzztime $${FUZZTIME:-30s}; \
 	done
 

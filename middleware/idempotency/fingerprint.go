@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"hash"
 	"io"
 	"mime"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // FingerprintInput is what a request's fingerprint covers.
@@ -61,67 +61,107 @@ func NewFingerprinter(headers, jsonFields []string) (*Fingerprinter, error) {
 
 // Fingerprint returns the hex SHA-256 fingerprint of in.
 func (f *Fingerprinter) Fingerprint(in FingerprintInput) string {
-	h := sha256.New()
-	field(h, "idemgate-fingerprint-v1")
-	field(h, in.Method)
-	field(h, in.Route)
-	field(h, in.Path)
-	field(h, canonicalQuery(in.RawQuery))
+	sc := scratchPool.Get().(*fingerprintScratch)
+	b := sc.pre[:0]
+	b = appendField(b, "idemgate-fingerprint-v1")
+	b = appendField(b, in.Method)
+	b = appendField(b, in.Route)
+	b = appendField(b, in.Path)
+	b = appendField(b, canonicalQuery(in.RawQuery))
 	mediaType, isJSON := canonicalMediaType(in.ContentType)
-	field(h, mediaType)
+	b = appendField(b, mediaType)
 	for _, name := range f.headers {
 		vals := in.Header.Values(name)
-		field(h, name)
-		field(h, strconv.Itoa(len(vals)))
+		b = appendField(b, name)
+		b = appendUvarintField(b, len(vals))
 		for _, v := range vals {
-			field(h, strings.TrimSpace(v))
+			b = appendField(b, strings.TrimSpace(v))
 		}
 	}
-	f.body(h, in.Body, isJSON)
-	return hex.EncodeToString(h.Sum(nil))
+	b = f.body(b, in.Body, isJSON, sc)
+	sum := sha256.Sum256(b)
+	sc.pre = b
+	sc.release()
+	return hex.EncodeToString(sum[:])
 }
 
-func (f *Fingerprinter) body(h hash.Hash, body []byte, isJSON bool) {
-	if isJSON {
-		if doc, ok := decodeJSON(body); ok {
-			var buf bytes.Buffer
-			if len(f.fields) == 0 {
-				field(h, "json")
-				writeCanonical(&buf, doc)
-				fieldBytes(h, buf.Bytes())
-				return
-			}
-			field(h, "json-fields")
-			for i, tokens := range f.fields {
-				field(h, f.raw[i])
-				v, found := lookup(doc, tokens)
-				if !found {
-					field(h, "absent")
-					continue
-				}
-				buf.Reset()
-				writeCanonical(&buf, v)
-				fieldBytes(h, buf.Bytes())
-			}
-			return
+// fingerprintScratch is the reusable memory of one Fingerprint call: the
+// hash's preimage, assembled whole so that it is hashed in one pass, and
+// the canonical body.
+type fingerprintScratch struct {
+	pre, body []byte
+	canon     canonScratch
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(fingerprintScratch) }}
+
+// maxPooledScratch keeps a single huge body from pinning its buffers.
+const maxPooledScratch = 256 << 10
+
+func (sc *fingerprintScratch) release() {
+	if cap(sc.pre) > maxPooledScratch || cap(sc.body) > maxPooledScratch || cap(sc.canon.tmp) > maxPooledScratch {
+		return
+	}
+	sc.canon.members = sc.canon.members[:0]
+	scratchPool.Put(sc)
+}
+
+func (f *Fingerprinter) body(b, body []byte, isJSON bool, sc *fingerprintScratch) []byte {
+	if !isJSON {
+		b = appendField(b, "raw")
+		return appendFieldBytes(b, body)
+	}
+	if len(f.fields) == 0 {
+		// The fast path covers the common documents; it gives up, without
+		// a verdict, on anything unusual.
+		if canon, ok := appendCanonicalFast(sc.body[:0], body, &sc.canon); ok {
+			sc.body = canon
+			b = appendField(b, "json")
+			return appendFieldBytes(b, canon)
 		}
 	}
-	field(h, "raw")
-	fieldBytes(h, body)
+	doc, ok := decodeJSON(body)
+	if !ok {
+		b = appendField(b, "raw")
+		return appendFieldBytes(b, body)
+	}
+	var buf bytes.Buffer
+	if len(f.fields) == 0 {
+		b = appendField(b, "json")
+		writeCanonical(&buf, doc)
+		return appendFieldBytes(b, buf.Bytes())
+	}
+	b = appendField(b, "json-fields")
+	for i, tokens := range f.fields {
+		b = appendField(b, f.raw[i])
+		v, found := lookup(doc, tokens)
+		if !found {
+			b = appendField(b, "absent")
+			continue
+		}
+		buf.Reset()
+		writeCanonical(&buf, v)
+		b = appendFieldBytes(b, buf.Bytes())
+	}
+	return b
 }
 
-// field writes a length-prefixed string so that no two sequences of fields
-// hash alike ("ab","c" vs "a","bc").
-func field(h hash.Hash, s string) {
-	var n [binary.MaxVarintLen64]byte
-	h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
-	io.WriteString(h, s)
+// appendField appends a length-prefixed string so that no two sequences
+// of fields hash alike ("ab","c" vs "a","bc").
+func appendField(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
 }
 
-func fieldBytes(h hash.Hash, b []byte) {
-	var n [binary.MaxVarintLen64]byte
-	h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
-	h.Write(b)
+func appendFieldBytes(b, v []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(v)))
+	return append(b, v...)
+}
+
+// appendUvarintField appends n in decimal as a field.
+func appendUvarintField(b []byte, n int) []byte {
+	var d [20]byte
+	return appendFieldBytes(b, strconv.AppendInt(d[:0], int64(n), 10))
 }
 
 // canonicalQuery sorts the parameters by name, keeping the order of

@@ -166,3 +166,38 @@ func FuzzFingerprint(f *testing.F) {
 		}
 	})
 }
+
+// TestFingerprintStable pins fingerprints: stored records carry them, so a
+// change here would make every retry after an upgrade a 422.
+func TestFingerprintStable(t *testing.T) {
+	t.Parallel()
+	plain, err := idempotency.NewFingerprinter([]string{"x-partner"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields, err := idempotency.NewFingerprinter(nil, []string{"/amount", "/items/0/sku"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{"X-Partner": {" acme ", "b"}}
+	for i, c := range []struct {
+		in            idempotency.FingerprintInput
+		plain, fields string
+	}{
+		{idempotency.FingerprintInput{Method: "POST", Route: "payments", Path: "/v1/payments", ContentType: "application/json", Body: []byte(`{"b":1,"a":[true,false,null,-0.5e+3,"x"],"c":{"z":{},"y":[]}}`)},
+			"e16d09cbe161c0d5a832297c6d05ef165cc3fe268160748544ac841fbd854b33", "45366594d5d9890f732fcf71a073888574fce3323fd10c8471de30452dd80ea2"},
+		{idempotency.FingerprintInput{Method: "POST", Route: "payments", Path: "/v1/payments", RawQuery: "b=2&a=1&a=0", ContentType: "application/json; charset=UTF-8", Header: h, Body: []byte(`{"amount":100,"currency":"EUR","note":"caf\u00e9 <b>"}`)},
+			"12b3deb6253cf1603c33d2a0908edb3c09eaad4c2c16b8fc9ae110b7815bd2bb", "1ec6ad55f3f6ada6836b7ccd4bdd5e19e002f8abb97f45666fd0d87f4331887a"},
+		{idempotency.FingerprintInput{Method: "PUT", Route: "r", Path: "/p", ContentType: "text/plain", Body: []byte("hello")},
+			"6dac6eed140ff1e8f0405ed0c30db91ed5f59479025b4ca1339af28a0ffb6111", "f389cd7cc8b220d4225aa71562e43a80a914d88748f27b33f1be989187c68f14"},
+		{idempotency.FingerprintInput{Method: "POST", Route: "r", Path: "/p", ContentType: "application/json", Body: []byte(`{"a":1} x`)},
+			"73c9c001eee3c2a8d382c83a5fd68e322410e34d8db96836aff4d8e4d7f1fad3", "71ad059dddd9db227f5ab106ea3e2ab9fd17d2b5067b6248c1ea414bc5c42746"},
+	} {
+		if got := plain.Fingerprint(c.in); got != c.plain {
+			t.Errorf("case %d: fingerprint %s, was %s", i, got, c.plain)
+		}
+		if got := fields.Fingerprint(c.in); got != c.fields {
+			t.Errorf("case %d: json_fields fingerprint %s, was %s", i, got, c.fields)
+		}
+	}
+}

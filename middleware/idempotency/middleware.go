@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -249,21 +250,8 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	storeCtx := context.WithoutCancel(r.Context())
 	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), attemptKey{}, attempt))
 	defer cancel(nil)
-	renewDone := make(chan struct{})
-	stopRenew := make(chan struct{})
-	go func() {
-		defer close(renewDone)
-		m.renew(storeCtx, req, stopRenew, cancel)
-	}()
-	stopRenewing := func() {
-		select {
-		case <-stopRenew:
-		default:
-			close(stopRenew)
-		}
-		<-renewDone
-	}
-
+	rn := m.startRenewing(storeCtx, req, cancel)
+	stopRenewing := rn.stop
 	rec := &recorder{rw: w, limit: m.cfg.MaxStoredResponseBytes, header: make(http.Header)}
 	finished := false
 	var early Stored // set when the record was stored before the handler returned
@@ -296,31 +284,64 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	_ = rec.send()
 }
 
-// renew keeps the lease alive every Lease/3 until stop closes; a failed
+// renewer keeps the lease alive every Lease/3 until stop; a failed
 // renewal is retried sooner, so one slow store call does not cost the
 // claim. When the claim is lost to someone else the handler's context is
-// cancelled.
-func (m *Middleware) renew(ctx context.Context, req ClaimRequest, stop <-chan struct{}, cancel context.CancelCauseFunc) {
-	period := m.cfg.Lease / 3
-	t := time.NewTimer(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		err := m.store.Renew(ctx, req.Scope, req.Owner, m.cfg.Lease)
-		switch {
-		case errors.Is(err, ErrNotOwner):
-			cancel(ErrNotOwner)
-			return
-		case err != nil:
-			m.cfg.Logger.WarnContext(ctx, "idempotency lease renewal failed", "route", req.Scope.Route, "idempotency_key", req.Scope.Key, "err", err)
-			t.Reset(min(period, 100*time.Millisecond))
-		default:
-			t.Reset(period)
-		}
+// cancelled. It runs on a timer, not a goroutine of its own: most requests
+// end long before the first renewal is due, and then none ever runs.
+type renewer struct {
+	m      *Middleware
+	ctx    context.Context
+	req    ClaimRequest
+	cancel context.CancelCauseFunc
+
+	mu      sync.Mutex
+	stopped bool
+	timer   *time.Timer
+	running sync.WaitGroup // a renewal in progress
+}
+
+func (m *Middleware) startRenewing(ctx context.Context, req ClaimRequest, cancel context.CancelCauseFunc) *renewer {
+	rn := &renewer{m: m, ctx: ctx, req: req, cancel: cancel}
+	rn.mu.Lock()
+	rn.timer = time.AfterFunc(m.cfg.Lease/3, rn.renew)
+	rn.mu.Unlock()
+	return rn
+}
+
+// stop ends the renewals and waits for one in progress; it may be called
+// more than once.
+func (rn *renewer) stop() {
+	rn.mu.Lock()
+	rn.stopped = true
+	rn.timer.Stop()
+	rn.mu.Unlock()
+	rn.running.Wait()
+}
+
+func (rn *renewer) renew() {
+	rn.mu.Lock()
+	if rn.stopped {
+		rn.mu.Unlock()
+		return
+	}
+	rn.running.Add(1)
+	rn.mu.Unlock()
+	defer rn.running.Done()
+
+	period := rn.m.cfg.Lease / 3
+	err := rn.m.store.Renew(rn.ctx, rn.req.Scope, rn.req.Owner, rn.m.cfg.Lease)
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	switch {
+	case errors.Is(err, ErrNotOwner):
+		rn.cancel(ErrNotOwner)
+	case rn.stopped:
+	case err != nil:
+		rn.m.cfg.Logger.WarnContext(rn.ctx, "idempotency lease renewal failed", "route", rn.req.Scope.Route, "idempotency_key", rn.req.Scope.Key, "err", err)
+		rn.timer.Reset(min(period, 100*time.Millisecond))
+	default:
+		rn.timer.Reset(period)
 	}
 }
 
