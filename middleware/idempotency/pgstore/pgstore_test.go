@@ -512,3 +512,72 @@ func BenchmarkClaimReplay(b *testing.B) {
 		}
 	}
 }
+
+// TestNotifiesOnlyWatchedRecords: ending a record nobody waits for sends
+// no NOTIFY (a NOTIFY serialises commits database-wide); ending one a
+// duplicate watches does, also when the watcher is another Store, as on
+// another gateway instance.
+func TestNotifiesOnlyWatchedRecords(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Pool(t)
+	ctx := t.Context()
+	channel := "idemgate_test_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	s := New(pool, WithChannel(channel), WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil))))
+	t.Cleanup(s.Close)
+	other := New(pool, WithChannel(channel), WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil))))
+	t.Cleanup(other.Close)
+
+	pc, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := pc.Hijack()
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+		t.Fatal(err)
+	}
+	// next returns the payload of the next notification, or "" when none
+	// comes within d.
+	next := func(d time.Duration) string {
+		wctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		n, err := conn.WaitForNotification(wctx)
+		if err != nil {
+			return ""
+		}
+		return n.Payload
+	}
+
+	ends := map[string]func(idempotency.Scope, string) error{
+		"complete": func(sc idempotency.Scope, owner string) error {
+			return s.Complete(ctx, sc, owner, idempotency.Response{Status: 201}, time.Hour)
+		},
+		"release":      func(sc idempotency.Scope, owner string) error { return s.Release(ctx, sc, owner) },
+		"mark unknown": func(sc idempotency.Scope, owner string) error { return s.MarkUnknown(ctx, sc, owner) },
+	}
+	for name, end := range ends {
+		quiet := idempotency.Scope{Tenant: "t", Route: "r", Key: "quiet-" + name}
+		claim(t, s, quiet, "fp", "o1")
+		if err := end(quiet, "o1"); err != nil {
+			t.Fatal(err)
+		}
+		watched := idempotency.Scope{Tenant: "t", Route: "r", Key: "watched-" + name}
+		claim(t, s, watched, "fp", "o2")
+		_, stop, err := other.Watch(ctx, watched)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := end(watched, "o2"); err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		// Notifications arrive in commit order: the first one must be the
+		// watched record's, so the quiet one sent none.
+		if got, want := next(waitFor), scopeID(watched); got != want {
+			t.Fatalf("%s: first notification %q, want the watched record's %q (the unwatched one must send none)", name, got, want)
+		}
+	}
+	if got := next(200 * time.Millisecond); got != "" {
+		t.Fatalf("an unexpected notification: %q", got)
+	}
+}

@@ -41,9 +41,12 @@ var ErrClosed = errors.New("pgstore: store closed")
 // use. The pool belongs to the caller; Close only stops what the Store
 // started itself (the listener behind Watch).
 type Store struct {
-	pool    *pgxpool.Pool
-	channel string
-	log     *slog.Logger
+	pool     *pgxpool.Pool
+	channel  string
+	log      *slog.Logger
+	flushers int
+	maxBatch int
+	batch    *batcher // nil: batching off
 
 	mu       sync.Mutex
 	watchers map[string]map[*watcher]struct{} // by scope id
@@ -87,32 +90,92 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 		channel:  DefaultChannel,
 		log:      slog.Default(),
 		watchers: make(map[string]map[*watcher]struct{}),
+		flushers: defaultFlushers,
+		maxBatch: defaultMaxBatch,
 	}
 	for _, opt := range opts {
 		opt(s)
 	}
+	if s.flushers > 0 && s.maxBatch > 1 {
+		s.batch = newBatcher(pool, s.flushers, s.maxBatch)
+	}
 	return s
+}
+
+// exec runs a write through the batcher when viaBatch (and batching is
+// on), else on its own.
+func (s *Store) exec(ctx context.Context, viaBatch bool, order, sql string, args ...any) (pgconn.CommandTag, error) {
+	if viaBatch && s.batch != nil {
+		o := &op{sql: sql, args: args, order: order}
+		if err, ok := s.batch.do(ctx, o); ok {
+			if err != nil {
+				return pgconn.CommandTag{}, err
+			}
+			return o.tag, nil
+		}
+	}
+	return s.pool.Exec(ctx, sql, args...)
+}
+
+// queryRow is exec for a statement that returns one row.
+func (s *Store) queryRow(ctx context.Context, viaBatch bool, order, sql string, scan func(pgx.Row) error, args ...any) error {
+	if viaBatch && s.batch != nil {
+		if err, ok := s.batch.do(ctx, &op{sql: sql, args: args, order: order, scan: scan}); ok {
+			return err
+		}
+	}
+	return scan(s.pool.QueryRow(ctx, sql, args...))
+}
+
+// rerun reports whether err is a failed batch, whose statement must now
+// run on its own; one that may have committed counts as a lost connection.
+func rerun(err error, viaBatch *bool, lost *int) bool {
+	var be *batchError
+	if !errors.As(err, &be) {
+		return false
+	}
+	*viaBatch = false
+	if be.committed {
+		*lost++
+	}
+	return true
 }
 
 // maxRaceRetries bounds how often Claim runs again when a concurrent writer
 // changed the row between its snapshot and its upsert.
 const maxRaceRetries = 5
 
-// Claim is one statement. The upsert takes the row over when allowed; when
-// it is not, the second branch returns the existing row. That branch reads
-// the statement's snapshot, which under READ COMMITTED can predate a row a
-// concurrent claim inserted (no row at all) or changed (a row that looks
-// claimable although the upsert, which sees the latest version, refused it):
-// both mean "raced", and the statement runs again with a fresh snapshot.
+// Claim is one statement. It first reads the row (cur); only when there is
+// none, or the row looks claimable, does it try the upsert, which takes the
+// row over when allowed. A replay or a duplicate of a request in flight is
+// thus a plain read: an ON CONFLICT DO UPDATE locks the existing row even
+// when its WHERE refuses the update, so every replay of one key would queue
+// behind the others.
+//
+// cur reads the statement's snapshot, which under READ COMMITTED can
+// predate a row a concurrent claim inserted (no row at all) or changed (a
+// row that looks claimable although the upsert, which sees the latest
+// version, refused it): both mean "raced", and the statement runs again
+// with a fresh snapshot. A row that looked unclaimable in the snapshot is
+// answered from it: what it says was true at the snapshot, as if this
+// request had come a moment earlier.
 //
 // A take-over bumps fencing_token. A record whose retention passed starts
 // afresh at token 1, exactly as if the janitor had deleted it first, so
 // whether the janitor ran does not change what the next claim gets.
 const claimSQL = `
-WITH ins AS (
+WITH cur AS (
+	SELECT fingerprint, state, fencing_token, owner, lease_until,
+		response_status, response_headers, response_body, body_omitted, created_at, updated_at, expires_at,
+		(state <> 'in_flight' OR lease_until <= now())
+		AND (expires_at <= now() OR (fingerprint = $4 AND state IN ('released', 'in_flight'))) AS claimable
+	FROM idempotency_records
+	WHERE tenant = $1 AND route = $2 AND key = $3
+), ins AS (
 	INSERT INTO idempotency_records AS r
 		(tenant, route, key, fingerprint, state, owner, fencing_token, lease_until, expires_at)
-	VALUES ($1, $2, $3, $4, 'in_flight', $5, 1, now() + $6::interval, now() + greatest($6::interval, $7::interval))
+	SELECT $1, $2, $3, $4, 'in_flight', $5::text, 1, now() + $6::interval, now() + greatest($6::interval, $7::interval)
+	WHERE NOT EXISTS (SELECT 1 FROM cur WHERE NOT claimable)
 	ON CONFLICT (tenant, route, key) DO UPDATE SET
 		fingerprint      = excluded.fingerprint,
 		state            = 'in_flight',
@@ -123,6 +186,7 @@ WITH ins AS (
 		response_headers = NULL,
 		response_body    = NULL,
 		body_omitted     = false,
+		watched          = CASE WHEN r.expires_at <= now() THEN false ELSE r.watched END,
 		created_at       = CASE WHEN r.expires_at <= now() THEN now() ELSE r.created_at END,
 		updated_at       = now(),
 		expires_at       = excluded.expires_at
@@ -135,13 +199,10 @@ SELECT true, false, fingerprint, 'in_flight', fencing_token, owner, lease_until,
 	0, NULL::jsonb, NULL::bytea, false, created_at, updated_at, expires_at
 FROM ins
 UNION ALL
-SELECT false,
-	coalesce((state <> 'in_flight' OR lease_until <= now())
-	         AND (expires_at <= now() OR (fingerprint = $4 AND state IN ('released', 'in_flight'))), false),
-	fingerprint, state, fencing_token, owner, lease_until,
+SELECT false, coalesce(claimable, false), fingerprint, state, fencing_token, owner, lease_until,
 	coalesce(response_status, 0), response_headers, response_body, body_omitted, created_at, updated_at, expires_at
-FROM idempotency_records
-WHERE tenant = $1 AND route = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM ins)`
+FROM cur
+WHERE NOT EXISTS (SELECT 1 FROM ins)`
 
 // Claim claims req.Scope for req.Owner. When the answer to a claim is lost
 // with its connection, Claim runs it again; finding the record in flight
@@ -156,14 +217,17 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	}
 	sc := req.Scope
 	var r row
-	races, lost := 0, 0
-	for {
-		r = row{}
-		err := s.pool.QueryRow(ctx, claimSQL,
-			sc.Tenant, sc.Route, sc.Key, req.Fingerprint, req.Owner, req.Lease, req.Retention,
-		).Scan(&r.claimed, &r.stale, &r.rec.Fingerprint, &r.state, &r.rec.FencingToken, &r.rec.Owner,
+	scan := func(row pgx.Row) error {
+		r = row0
+		return row.Scan(&r.claimed, &r.stale, &r.rec.Fingerprint, &r.state, &r.rec.FencingToken, &r.rec.Owner,
 			&r.lease, &r.status, &r.headers, &r.body, &r.omitted,
 			&r.rec.CreatedAt, &r.rec.UpdatedAt, &r.rec.ExpiresAt)
+	}
+	order := scopeOrder(sc)
+	races, lost, viaBatch := 0, 0, true
+	for {
+		err := s.queryRow(ctx, viaBatch, order, claimSQL, scan,
+			sc.Tenant, sc.Route, sc.Key, req.Fingerprint, req.Owner, req.Lease, req.Retention)
 		if err == nil {
 			rec, err := r.record(sc)
 			if err != nil {
@@ -179,7 +243,7 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 				return idempotency.ClaimResult{Record: rec}, nil
 			}
 		} else if !errors.Is(err, pgx.ErrNoRows) {
-			if s.retryable(ctx, err, &lost) {
+			if rerun(err, &viaBatch, &lost) || s.retryable(ctx, err, &lost) {
 				continue
 			}
 			return idempotency.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
@@ -218,7 +282,8 @@ func (s *Store) Renew(ctx context.Context, scope idempotency.Scope, owner string
 	}
 }
 
-// completeSQL's $10 is set when the statement runs again after its
+// completeSQL notifies only when a duplicate watches the record (see
+// Watch). Its $10 is set when the statement runs again after its
 // connection was lost: a record already completed by this owner is then the
 // first attempt's work, not a second completion.
 const completeSQL = `
@@ -233,7 +298,7 @@ SET state            = 'completed',
     expires_at       = now() + $9::interval
 WHERE tenant = $1 AND route = $2 AND key = $3 AND owner = $4
   AND (state = 'in_flight' OR ($10 AND state = 'completed'))
-RETURNING pg_notify($11, $12)`
+RETURNING CASE WHEN watched THEN pg_notify($11, $12) END`
 
 // Complete stores resp and ends the claim. With BodyOmitted the body is not
 // stored even when resp carries one.
@@ -250,14 +315,14 @@ func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner str
 		body = nil
 	}
 	id := scopeID(scope)
-	var lost int
+	lost, viaBatch := 0, true
 	for {
-		tag, err := s.pool.Exec(ctx, completeSQL,
+		tag, err := s.exec(ctx, viaBatch, scopeOrder(scope), completeSQL,
 			scope.Tenant, scope.Route, scope.Key, owner,
 			resp.Status, headers, body, resp.BodyOmitted, retention,
 			lost > 0, s.channel, id)
 		if err != nil {
-			if s.retryable(ctx, err, &lost) {
+			if rerun(err, &viaBatch, &lost) || s.retryable(ctx, err, &lost) {
 				continue
 			}
 			return fmt.Errorf("pgstore: complete: %w", err)
@@ -276,7 +341,7 @@ UPDATE idempotency_records
 SET state = $5, lease_until = NULL, updated_at = now()
 WHERE tenant = $1 AND route = $2 AND key = $3 AND owner = $4
   AND (state = 'in_flight' OR ($6 AND state = $5))
-RETURNING pg_notify($7, $8)`
+RETURNING CASE WHEN watched THEN pg_notify($7, $8) END`
 
 // Release marks the attempt as not processed; the next claim with the same
 // fingerprint takes the record over.
@@ -291,12 +356,12 @@ func (s *Store) MarkUnknown(ctx context.Context, scope idempotency.Scope, owner 
 
 func (s *Store) end(ctx context.Context, op string, scope idempotency.Scope, owner string, state idempotency.State) error {
 	id := scopeID(scope)
-	var lost int
+	lost, viaBatch := 0, true
 	for {
-		tag, err := s.pool.Exec(ctx, endSQL,
+		tag, err := s.exec(ctx, viaBatch, scopeOrder(scope), endSQL,
 			scope.Tenant, scope.Route, scope.Key, owner, string(state), lost > 0, s.channel, id)
 		if err != nil {
-			if s.retryable(ctx, err, &lost) {
+			if rerun(err, &viaBatch, &lost) || s.retryable(ctx, err, &lost) {
 				continue
 			}
 			return fmt.Errorf("pgstore: %s: %w", op, err)
@@ -447,6 +512,15 @@ func (r *row) record(scope idempotency.Scope) (idempotency.Record, error) {
 	}
 	return rec, nil
 }
+
+// scopeOrder is the order in which batched statements lock rows: the
+// primary key's.
+func scopeOrder(s idempotency.Scope) string {
+	return s.Tenant + "\x00" + s.Route + "\x00" + s.Key
+}
+
+// row0 resets a row before a scan.
+var row0 row
 
 // scopeID names a scope in notifications: hex SHA-256 of its parts joined
 // by NUL (which PostgreSQL text cannot contain), short enough for NOTIFY's

@@ -44,6 +44,12 @@ func (w *watcher) wake() {
 // opens that connection, so its channel fires once early. A receiver
 // re-reads the record and must not take a value as proof of a change.
 //
+// Watch marks the record as watched, in the database, so that its end is
+// notified: Complete, Release and MarkUnknown send a NOTIFY only for a
+// watched record, because a NOTIFY serialises commits database-wide. A
+// record not in flight is not marked; it has already ended, and the
+// caller's next read sees that.
+//
 // Watch does not wait for the listener: while the database is unreachable
 // the channel stays quiet and the caller's polling carries on.
 func (s *Store) Watch(ctx context.Context, scope idempotency.Scope) (<-chan struct{}, func(), error) {
@@ -73,6 +79,13 @@ func (s *Store) Watch(ctx context.Context, scope idempotency.Scope) (<-chan stru
 	}
 	s.mu.Unlock()
 
+	// Marked after the watcher is registered: an end that sees the mark
+	// notifies, and an end that committed before it is seen by the
+	// caller's next read. A failed mark leaves the caller to its polling.
+	if _, err := s.pool.Exec(ctx, watchSQL, scope.Tenant, scope.Route, scope.Key); err != nil && ctx.Err() == nil {
+		s.log.Warn("pgstore: watch: record not marked; its end is found by polling", "err", err)
+	}
+
 	unwatch := func() { s.unwatch(id, w) }
 	stopAfter := context.AfterFunc(ctx, unwatch)
 	stop := func() {
@@ -81,6 +94,10 @@ func (s *Store) Watch(ctx context.Context, scope idempotency.Scope) (<-chan stru
 	}
 	return w.ch, stop, nil
 }
+
+const watchSQL = `
+UPDATE idempotency_records SET watched = true
+WHERE tenant = $1 AND route = $2 AND key = $3 AND state = 'in_flight' AND NOT watched`
 
 // unwatch is idempotent: stop and the end of ctx may both call it.
 func (s *Store) unwatch(id string, w *watcher) {
@@ -93,10 +110,14 @@ func (s *Store) unwatch(id string, w *watcher) {
 	}
 }
 
-// Close stops the listener connection and waits for its goroutine. Watch
-// channels then stay quiet; the pool is left open. Close may be called more
-// than once.
+// Close stops the listener connection and waits for its goroutine, and
+// stops the batcher once the statements queued have run; later statements
+// run on their own. Watch channels then stay quiet; the pool is left open.
+// Close may be called more than once.
 func (s *Store) Close() {
+	if s.batch != nil {
+		s.batch.close()
+	}
 	s.mu.Lock()
 	s.closed = true
 	cancel := s.cancel
