@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -634,3 +635,84 @@ func BenchmarkReplay(b *testing.B) {
 		}
 	}
 }
+
+// TestPublishesOnlyWatchedRecords: ending a record nobody waits for
+// publishes nothing; ending one a duplicate watches (from another Store,
+// as on another gateway instance) publishes once.
+func TestPublishesOnlyWatchedRecords(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	ctx := t.Context()
+	prefix := testenv.Prefix()
+	s := redisstore.New(rdb, redisstore.WithPrefix(prefix))
+	other := redisstore.New(rdb, redisstore.WithPrefix(prefix))
+	t.Cleanup(func() {
+		_ = s.Close()
+		_ = other.Close()
+		deleteKeys(t, rdb, prefix)
+	})
+	ps := rdb.PSubscribe(ctx, prefix+"*")
+	t.Cleanup(func() { _ = ps.Close() })
+	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+	msgs := ps.Channel()
+	claim := func(sc idempotency.Scope, owner string) {
+		t.Helper()
+		res, err := s.Claim(ctx, idempotency.ClaimRequest{Scope: sc, Fingerprint: "fp", Owner: owner, Lease: time.Minute, Retention: time.Hour})
+		if err != nil || !res.Claimed {
+			t.Fatalf("claim %v: %+v %v", sc, res, err)
+		}
+	}
+	ends := map[string]func(idempotency.Scope, string) error{
+		"complete": func(sc idempotency.Scope, owner string) error {
+			return s.Complete(ctx, sc, owner, idempotency.Response{Status: 201}, time.Hour)
+		},
+		"release":      func(sc idempotency.Scope, owner string) error { return s.Release(ctx, sc, owner) },
+		"mark unknown": func(sc idempotency.Scope, owner string) error { return s.MarkUnknown(ctx, sc, owner) },
+	}
+	for name, end := range ends {
+		quiet := idempotency.Scope{Tenant: "t", Route: "r", Key: "quiet-" + name}
+		claim(quiet, "o1")
+		if err := end(quiet, "o1"); err != nil {
+			t.Fatal(err)
+		}
+		watched := idempotency.Scope{Tenant: "t", Route: "r", Key: "watched-" + name}
+		claim(watched, "o2")
+		changed, stop, err := other.Watch(ctx, watched)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := end(watched, "o2"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-changed:
+		case <-time.After(waitFor):
+			t.Fatalf("%s: the watcher heard nothing", name)
+		}
+		stop()
+		// Publishes arrive in the order they were sent: the quiet record's
+		// would come first.
+		var got []string
+		timeout := time.After(waitFor)
+		for len(got) < 1 {
+			select {
+			case m := <-msgs:
+				if strings.HasSuffix(m.Channel, ":changed") {
+					got = append(got, m.Payload)
+				}
+			case <-timeout:
+				t.Fatalf("%s: nothing published", name)
+			}
+		}
+		select {
+		case m := <-msgs:
+			t.Fatalf("%s: a second publish %q on %s: the unwatched record published too", name, m.Payload, m.Channel)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// waitFor bounds a wait for something asynchronous; generous on purpose.
+const waitFor = 15 * time.Second

@@ -19,13 +19,15 @@ import "github.com/redis/go-redis/v9"
 //	expires            (ms); the key's PEXPIREAT is always this value
 //	status header body omitted   the stored response (completed only);
 //	                   header is JSON, body raw bytes, omitted "1" or "0"
+//	watched            "1" once a duplicate waits for the record (Watch)
 //
 // A record is replayed, claimed and changed only while expires is ahead of
 // the server clock. Because the key's own expiry equals expires, Redis
 // reclaims the memory by itself and no janitor is needed.
 //
-// Complete, Release, MarkUnknown and Resolve PUBLISH on KEYS[1]..":changed"
-// (see watch.go).
+// Complete, Release and MarkUnknown PUBLISH on KEYS[1]..":changed" when the
+// record is watched, Resolve always (see watch.go): a PUBLISH nobody hears
+// would still cost every request a command on the server.
 
 // prelude is shared by the scripts. record returns the fields in the order
 // of the field* constants below.
@@ -88,7 +90,7 @@ if cur[5] then
     takeover = 1
     created = tonumber(cur[9]) or now
   end
-  redis.call('HDEL', key, 'status', 'header', 'body', 'omitted')
+  redis.call('HDEL', key, 'status', 'header', 'body', 'omitted', 'watched')
 end
 token = token + 1
 local lease_until = now + lease
@@ -121,7 +123,7 @@ return 1
 // completion.
 const completeScript = prelude + `
 local key = KEYS[1]
-local cur = redis.call('HMGET', key, 'state', 'owner')
+local cur = redis.call('HMGET', key, 'state', 'owner', 'watched')
 if cur[1] ~= 'in_flight' or cur[2] ~= ARGV[1] then return 0 end
 local now = now_ms()
 local expires = now + tonumber(ARGV[6])
@@ -129,7 +131,7 @@ redis.call('HSET', key, 'state', 'completed', 'status', ARGV[2], 'header', ARGV[
   'body', ARGV[4], 'omitted', ARGV[5], 'updated', now, 'expires', expires)
 redis.call('HDEL', key, 'owner', 'lease')
 redis.call('PEXPIREAT', key, expires)
-redis.call('PUBLISH', key .. ':changed', 'completed')
+if cur[3] then redis.call('PUBLISH', key .. ':changed', 'completed') end
 return 1
 `
 
@@ -138,11 +140,11 @@ return 1
 // by the claim stays.
 const finishScript = prelude + `
 local key = KEYS[1]
-local cur = redis.call('HMGET', key, 'state', 'owner')
+local cur = redis.call('HMGET', key, 'state', 'owner', 'watched')
 if cur[1] ~= 'in_flight' or cur[2] ~= ARGV[1] then return 0 end
 redis.call('HSET', key, 'state', ARGV[2], 'updated', now_ms())
 redis.call('HDEL', key, 'owner', 'lease')
-redis.call('PUBLISH', key .. ':changed', ARGV[2])
+if cur[3] then redis.call('PUBLISH', key .. ':changed', ARGV[2]) end
 return 1
 `
 
@@ -159,6 +161,16 @@ redis.call('PUBLISH', key .. ':changed', 'released')
 return 1
 `
 
+// watchScript marks a record in flight as watched, so that its end is
+// published. A record not in flight has ended already.
+const watchScript = `
+if redis.call('HGET', KEYS[1], 'state') == 'in_flight' then
+  redis.call('HSET', KEYS[1], 'watched', '1')
+  return 1
+end
+return 0
+`
+
 // getScript returns the record, or nil when there is none or it is past
 // its expiry by the server clock (the key itself may linger a moment).
 const getScript = prelude + `
@@ -170,7 +182,7 @@ return r
 // scripts are per Store, not package variables: a redis.Script caches its
 // digest and is loaded into each node's script cache on first use.
 type scripts struct {
-	claim, renew, complete, finish, resolve, get *redis.Script
+	claim, renew, complete, finish, resolve, get, watch *redis.Script
 }
 
 func newScripts() scripts {
@@ -181,5 +193,6 @@ func newScripts() scripts {
 		finish:   redis.NewScript(finishScript),
 		resolve:  redis.NewScript(resolveScript),
 		get:      redis.NewScript(getScript),
+		watch:    redis.NewScript(watchScript),
 	}
 }

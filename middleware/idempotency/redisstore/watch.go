@@ -91,6 +91,12 @@ func (s *Store) Watch(ctx context.Context, scope idempotency.Scope) (<-chan stru
 		timer.Stop()
 	}
 	s.dropMarker(ctx, marker)
+	if err == nil {
+		// Subscribed first, marked second: an end that sees the mark
+		// publishes to a subscription already there, and an end before
+		// the mark is seen by the caller's next read.
+		err = s.scripts.watch.Run(ctx, s.client, []string{s.key(scope)}).Err()
+	}
 	if err != nil {
 		stop()
 		return nil, nil, fmt.Errorf("redisstore: watch: %w", err)
