@@ -279,20 +279,17 @@ type run[T any] struct {
 func (r *run[T]) do(ctx context.Context) error {
 	h := r.h
 	lctx := r.lease.Context()
-	token, err := fence.Next(lctx, h.db, r.resource)
-	if err != nil {
-		return r.beforeAttempt(ctx, err)
-	}
-	r.token = token
-	r.log = r.log.With("fencing_token", token)
-
-	rec, err := h.store.MarkProcessing(lctx, execution.Attempt{Key: r.key, Task: h.kind, Resource: r.resource, Token: token})
+	// The token is drawn and the job marked processing in one commit.
+	rec, err := h.store.Take(lctx, execution.Attempt{Key: r.key, Task: h.kind, Resource: r.resource})
 	switch {
 	case errors.Is(err, execution.ErrSucceeded):
 		return h.replay(ctx, r.log, r.task, rec)
 	case err != nil:
 		return r.beforeAttempt(ctx, err)
 	}
+	token := rec.FencingToken
+	r.token = token
+	r.log = r.log.With("fencing_token", token)
 	r.attempts = rec.Attempts
 	r.log = r.log.With("attempt", rec.Attempts)
 	telemetry.SetAttrs(ctx, telemetry.Resource(r.resource), telemetry.FencingToken(token), telemetry.Attempt(rec.Attempts))

@@ -152,6 +152,51 @@ RETURNING ` + columns
 		fence.Stale(cur.Resource, a.Token, cur.FencingToken))
 }
 
+// Take draws the next fencing token for a.Resource (fence.Next) and marks
+// the job processing under it (MarkProcessing), in one statement: one round
+// trip and one commit instead of two. a.Token is ignored; the token drawn is
+// the returned record's FencingToken. Being the resource's newest token, it
+// is refused only for a job that has succeeded (ErrSucceeded, with the
+// record). A token drawn for a refused attempt is spent: tokens only need
+// to increase, not to be consecutive.
+func (s *Store) Take(ctx context.Context, a Attempt) (Record, error) {
+	const query = `
+WITH next AS (` + fence.NextStatement + `
+)
+INSERT INTO job_executions AS e (key, task, resource, status, attempt_count, fencing_token)
+SELECT $2, $3, $1, 'processing', 1, next.token FROM next
+ON CONFLICT (key) DO UPDATE SET
+    task          = excluded.task,
+    resource      = excluded.resource,
+    status        = 'processing',
+    attempt_count = CASE WHEN e.status = 'failed' THEN 1 ELSE e.attempt_count + 1 END,
+    fencing_token = excluded.fencing_token,
+    last_error    = CASE WHEN e.status = 'failed' THEN NULL ELSE e.last_error END,
+    result_ref    = NULL,
+    finished_at   = NULL,
+    updated_at    = now()
+WHERE e.status <> 'succeeded'
+  AND (e.fencing_token < excluded.fencing_token OR e.resource <> excluded.resource)
+RETURNING ` + columns
+	r, err := scan(s.db.QueryRow(ctx, query, a.Resource, a.Key, a.Task))
+	if err == nil {
+		return r, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Record{}, fmt.Errorf("execution: take %q: %w", a.Key, err)
+	}
+	cur, err := s.Get(ctx, a.Key)
+	if err != nil {
+		return Record{}, fmt.Errorf("execution: take %q: %w", a.Key, err)
+	}
+	if cur.Status == StatusSucceeded {
+		return cur, fmt.Errorf("execution: take %q: %w", a.Key, ErrSucceeded)
+	}
+	// Only a token issued outside the fence (a hand-written row) can be
+	// older than the one recorded.
+	return cur, fmt.Errorf("execution: take %q: %w", a.Key, fence.Stale(cur.Resource, 0, cur.FencingToken))
+}
+
 // MarkSucceeded records the job's result, if the attempt holding token
 // still owns it. It is the last write of a job: the task is acked after it.
 // Called again by the same attempt it does nothing.

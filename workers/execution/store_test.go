@@ -250,3 +250,45 @@ func TestLongErrorIsClipped(t *testing.T) {
 		t.Fatalf("stored error: %d bytes, valid UTF-8 %v", len(rec.LastError), utf8.ValidString(rec.LastError))
 	}
 }
+
+// TestTakeDrawsTheTokenAndMarksProcessing: Take counts the attempt under a
+// token drawn from the resource's fence, the same counter fence.Next uses,
+// and refuses a job that has succeeded.
+func TestTakeDrawsTheTokenAndMarksProcessing(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Pool(t)
+	store := execution.New(pool)
+	ctx := t.Context()
+	a := execution.Attempt{Key: "invoice:7", Task: "invoice.create", Resource: "order:7"}
+
+	first, err := store.Take(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Status != execution.StatusProcessing || first.Attempts != 1 || first.FencingToken != 1 {
+		t.Fatalf("first Take: %+v, want processing, attempt 1, token 1", first)
+	}
+	// Another job on the same resource draws from the same counter.
+	other, err := store.Take(ctx, execution.Attempt{Key: "invoice:8", Task: "invoice.create", Resource: "order:7"})
+	if err != nil || other.FencingToken != 2 {
+		t.Fatalf("Take of another job on the resource: %+v %v, want token 2", other, err)
+	}
+	if tok, err := fence.Next(ctx, pool, "order:7"); err != nil || tok != 3 {
+		t.Fatalf("fence.Next after two Takes: %d %v, want 3", tok, err)
+	}
+	second, err := store.Take(ctx, a)
+	if err != nil || second.Attempts != 2 || second.FencingToken != 4 {
+		t.Fatalf("second Take: %+v %v, want attempt 2, token 4", second, err)
+	}
+	// The first attempt's token no longer owns the job.
+	if err := store.MarkSucceeded(ctx, a.Key, first.FencingToken, "inv-1"); err == nil {
+		t.Fatal("the superseded attempt marked the job succeeded")
+	}
+	if err := store.MarkSucceeded(ctx, a.Key, second.FencingToken, "inv-1"); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := store.Take(ctx, a)
+	if !errors.Is(err, execution.ErrSucceeded) || rec.ResultRef != "inv-1" {
+		t.Fatalf("Take of a succeeded job: %+v %v, want ErrSucceeded with its result", rec, err)
+	}
+}

@@ -39,16 +39,21 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// NextStatement is the statement behind Next, for a caller that draws the
+// token inside a larger statement (as a common table expression) so that
+// drawing it and using it commit together: $1 is the resource, and it
+// returns one row with the column token.
+const NextStatement = `
+INSERT INTO fencing_tokens AS f (resource, token) VALUES ($1, 1)
+ON CONFLICT (resource) DO UPDATE SET token = f.token + 1, updated_at = now()
+RETURNING f.token`
+
 // Next returns the next fencing token for resource: 1 the first time, then
 // one more than the last token issued, whoever asked. Concurrent callers
 // queue on the resource's row, so no two get the same token.
 func Next(ctx context.Context, q Querier, resource string) (int64, error) {
-	const query = `
-INSERT INTO fencing_tokens AS f (resource, token) VALUES ($1, 1)
-ON CONFLICT (resource) DO UPDATE SET token = f.token + 1, updated_at = now()
-RETURNING f.token`
 	var token int64
-	if err := q.QueryRow(ctx, query, resource).Scan(&token); err != nil {
+	if err := q.QueryRow(ctx, NextStatement, resource).Scan(&token); err != nil {
 		return 0, fmt.Errorf("fence: next token for %q: %w", resource, err)
 	}
 	return token, nil
