@@ -151,6 +151,7 @@ func (g *Gateway) handleKeyDelete() http.HandlerFunc {
 			g.storeError(w, r, err)
 			return
 		}
+		g.opts.ReplayCache.Forget(scope)
 		g.opts.Logger.InfoContext(r.Context(), "idempotency record deleted by an operator", "tenant", scope.Tenant, "route", scope.Route, "idempotency_key", scope.Key)
 		w.WriteHeader(http.StatusNoContent)
 	}

@@ -39,6 +39,9 @@ type Options struct {
 	// Store keeps idempotency records; StoreName labels its metrics.
 	Store     idempotency.Store
 	StoreName string
+	// ReplayCache, when set, answers replays of recently completed records
+	// from memory; the admin API's deletes forget them.
+	ReplayCache *idempotency.ReplayCache
 	// Ready are the checks behind /readyz.
 	Ready []Check
 	// AdminTokenSHA256 is the hex SHA-256 of the admin bearer token.
@@ -188,6 +191,7 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 	ic.Route = ro.Name
 	ic.Tenant = func(r *http.Request) string { return auth.Tenant(r.Context()) }
 	ic.ErrorHandler = g.problems.write
+	ic.ReplayCache = g.opts.ReplayCache
 	ic.Observe = observeIdempotency
 	ic.Logger = g.opts.Logger
 	mw, err := idempotency.New(store, ic)

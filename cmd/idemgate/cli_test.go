@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemgate/idemgate/internal/testenv"
 )
@@ -78,7 +79,9 @@ func TestConfigCheck(t *testing.T) {
 func TestKeysCommand(t *testing.T) {
 	dbURL, redisURL := testenv.Postgres(t), testenv.RedisURL(t)
 	up := newUpstream(t)
-	cfg := writeConfig(t, "postgres", dbURL, redisURL, up.srv.URL, "")
+	// A delete from the CLI reaches the running gateway's replay cache
+	// only when its entries expire: keep them briefly.
+	cfg := writeConfig(t, "postgres", dbURL, redisURL, up.srv.URL, "replay_cache: {ttl: 100ms}\n")
 	g := startGateway(t, cfg)
 	key := "cli-" + randomID()
 	send(t, g.public, req{path: "/v1/payments", key: key})
@@ -104,7 +107,9 @@ func TestKeysCommand(t *testing.T) {
 	if code, _, errOut := cli(t, nil, "keys", "get", "acme", "nosuchroute", key, "--config", cfg); code != 2 || !strings.Contains(errOut, "no route named") {
 		t.Fatalf("unknown route: exit %d %s", code, errOut)
 	}
-	// The record is gone, so the same request runs again.
+	// The record is gone, so the same request runs again once the
+	// gateway's cached copy has expired.
+	time.Sleep(200 * time.Millisecond)
 	if r := send(t, g.public, req{path: "/v1/payments", key: key}); r.header.Get("Idempotent-Replayed") != "" || up.count("/v1/payments", key) != 2 {
 		t.Fatalf("after delete the key must run again")
 	}

@@ -179,6 +179,14 @@ func openServices(ctx context.Context, cfg *config.Config, needPostgres bool) (*
 	return s, nil
 }
 
+// replayCache is the gateway's cache of completed records, nil when off.
+func replayCache(c config.ReplayCache) *idempotency.ReplayCache {
+	if c.Off {
+		return nil
+	}
+	return idempotency.NewReplayCache(c.Entries, time.Duration(c.TTL))
+}
+
 // gatewayOptions turns the configuration into the gateway's options.
 func gatewayOptions(cfg *config.Config, svc *services, logger *slog.Logger) (gateway.Options, error) {
 	opts := gateway.Options{
@@ -189,6 +197,7 @@ func gatewayOptions(cfg *config.Config, svc *services, logger *slog.Logger) (gat
 		StoreName:        cfg.Store,
 		AdminTokenSHA256: cfg.AdminTokenSHA256,
 		Logger:           logger,
+		ReplayCache:      replayCache(cfg.ReplayCache),
 		Transport: telemetry.HTTPTransport(gateway.NewTransport(gateway.TransportConfig{
 			DialTimeout:           time.Duration(cfg.Proxy.DialTimeout),
 			ResponseHeaderTimeout: time.Duration(cfg.Proxy.ResponseHeaderTimeout),

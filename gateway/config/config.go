@@ -59,6 +59,9 @@ type Config struct {
 	// Idempotency holds the defaults of every route; a route overrides any
 	// of them in its own idempotency block.
 	Idempotency Idempotency `yaml:"idempotency"`
+	// ReplayCache answers replays of recently completed records from the
+	// gateway's memory, without a store round trip.
+	ReplayCache ReplayCache `yaml:"replay_cache"`
 	// Janitor deletes expired idempotency records.
 	Janitor Janitor `yaml:"janitor"`
 	// Proxy configures the transport to upstreams.
@@ -168,6 +171,18 @@ type IdempotencyOverride struct {
 	Fingerprint            Fingerprint `yaml:"fingerprint"`
 	OnStoreError           *string     `yaml:"on_store_error"`
 	OnAmbiguous            *string     `yaml:"on_ambiguous"`
+}
+
+// ReplayCache is the process-local cache of completed records. Only
+// completed records enter it; see idempotency.ReplayCache for what it may
+// replay after an operator deletes a record on another instance.
+type ReplayCache struct {
+	// Off turns the cache off: every replay reads the store.
+	Off bool `yaml:"off"`
+	// Entries is the most records kept. Default 10000.
+	Entries int `yaml:"entries"`
+	// TTL is the longest a record is answered from memory. Default 2s.
+	TTL Duration `yaml:"ttl"`
 }
 
 // Janitor deletes expired idempotency records in bounded batches.
@@ -485,6 +500,8 @@ func (c *Config) withDefaults() {
 	}
 	c.Idempotency = c.Idempotency.withDefaults()
 
+	setDefault(&c.ReplayCache.Entries, 10000)
+	setDefault(&c.ReplayCache.TTL, Duration(2*time.Second))
 	setDefault(&c.Janitor.Interval, Duration(time.Minute))
 	setDefault(&c.Janitor.Batch, 1000)
 
@@ -765,6 +782,8 @@ func (c *Config) validate() error {
 
 	nonNegative(bad, "janitor.interval", c.Janitor.Interval)
 	nonNegative(bad, "janitor.batch", c.Janitor.Batch)
+	nonNegative(bad, "replay_cache.entries", c.ReplayCache.Entries)
+	nonNegative(bad, "replay_cache.ttl", c.ReplayCache.TTL)
 	nonNegative(bad, "proxy.dial_timeout", c.Proxy.DialTimeout)
 	nonNegative(bad, "proxy.response_header_timeout", c.Proxy.ResponseHeaderTimeout)
 	nonNegative(bad, "proxy.idle_conn_timeout", c.Proxy.IdleConnTimeout)

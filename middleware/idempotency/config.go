@@ -68,6 +68,9 @@ type Config struct {
 	OnStoreError StoreErrorPolicy
 	// OnAmbiguous: AmbiguousRelease (default) or AmbiguousHold.
 	OnAmbiguous AmbiguousPolicy
+	// ReplayCache, when set, answers replays of recently completed records
+	// from process memory. Routes may share one.
+	ReplayCache *ReplayCache
 
 	// Tenant returns the tenant of a request. Default: "anonymous" for
 	// every request, which is unsafe for multi-tenant use.

@@ -82,6 +82,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		ContentType: r.Header.Get("Content-Type"), Header: r.Header, Body: body,
 	})
 
+	if rec, ok := m.cfg.ReplayCache.get(scope); ok {
+		m.answerExisting(w, r, fingerprint, rec)
+		return
+	}
 	req := ClaimRequest{Scope: scope, Fingerprint: fingerprint, Owner: newOwner(), Lease: m.cfg.Lease, Retention: m.cfg.Retention}
 	res, err := m.store.Claim(r.Context(), req)
 	if err == nil && !res.Claimed && res.Record.State == StateInFlight && res.Record.Fingerprint == fingerprint && m.cfg.WaitInFlight > 0 {
@@ -92,6 +96,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	if !res.Claimed {
+		m.cfg.ReplayCache.put(res.Record)
 		m.answerExisting(w, r, fingerprint, res.Record)
 		return
 	}
@@ -366,6 +371,13 @@ func (m *Middleware) finish(ctx context.Context, r *http.Request, req ClaimReque
 		}
 	}
 	ev := Event{Outcome: OutcomeNew, Scope: req.Scope, FencingToken: a.FencingToken, TakeOver: a.TakeOver, Stored: what, Status: resp.Status}
+	if err == nil && what == StoredCompleted && m.cfg.ReplayCache != nil && !resp.BodyOmitted {
+		now := time.Now()
+		m.cfg.ReplayCache.put(Record{
+			Scope: req.Scope, Fingerprint: req.Fingerprint, State: StateCompleted, FencingToken: a.FencingToken,
+			Response: &resp, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(m.cfg.Retention),
+		})
+	}
 	if err != nil {
 		ev.Stored, ev.Err = StoredLost, err
 		m.cfg.Logger.ErrorContext(ctx, "idempotency record not stored; a retry after the lease may run the request again",
