@@ -10,9 +10,13 @@ import (
 // HTTPHandler wraps h in a server span per request, continuing the trace
 // context the request carries. /healthz and /readyz are not traced: probes
 // would bury the traffic. Spans are named by method until SetRoute names
-// them by route.
+// them by route. With tracing off (Setup found no exporter) h is returned
+// as it is.
 func HTTPHandler(h http.Handler, opts ...Option) http.Handler {
 	o := newOptions(opts)
+	if o.tracingOff() {
+		return h
+	}
 	return otelhttp.NewHandler(h, "idemgate",
 		otelhttp.WithTracerProvider(o.tp),
 		otelhttp.WithPropagators(Propagator()),
@@ -26,11 +30,14 @@ func HTTPHandler(h http.Handler, opts ...Option) http.Handler {
 // recording span, and injects the trace context into the outgoing headers,
 // replacing any the caller sent: the upstream continues the gateway's (or
 // the job's) trace. Requests outside a trace open none. A nil base is
-// http.DefaultTransport.
+// http.DefaultTransport. With tracing off base is returned as it is.
 func HTTPTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 	o := newOptions(opts)
 	if base == nil {
 		base = http.DefaultTransport
+	}
+	if o.tracingOff() {
+		return base
 	}
 	return otelhttp.NewTransport(base,
 		otelhttp.WithTracerProvider(parentOnly{o.tp}),

@@ -17,9 +17,12 @@ import (
 // the janitor, readiness checks) does not open traces of its own.
 //
 // Give asynq an untraced client of its own: its polling would otherwise
-// fill the traces of every job it serves.
+// fill the traces of every job it serves. With tracing off it adds nothing.
 func InstrumentRedis(rdb redis.UniversalClient, opts ...Option) error {
 	o := newOptions(opts)
+	if o.tracingOff() {
+		return nil
+	}
 	err := redisotel.InstrumentTracing(rdb,
 		redisotel.WithTracerProvider(parentOnly{o.tp}),
 		redisotel.WithDBStatement(false),

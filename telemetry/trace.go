@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // ScopeName is the instrumentation scope of idemgate's own spans.
@@ -94,6 +95,15 @@ func newOptions(opts []Option) options {
 		o.isFailure = func(error) bool { return true }
 	}
 	return o
+}
+
+// tracingOff reports whether o's provider is the no-op one Setup installs
+// when no exporter is configured. The instrumentation then stays out of the
+// request path altogether: a no-op span still costs its wrapping, its
+// attributes and otelhttp's metric bookkeeping on every request.
+func (o options) tracingOff() bool {
+	_, off := o.tp.(noop.TracerProvider)
+	return off
 }
 
 // tracer returns the tracer for a span started under ctx: the provider of
