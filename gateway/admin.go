@@ -40,10 +40,12 @@ func (g *Gateway) adminRoutes() http.Handler {
 }
 
 // AdminMount adds h under prefix on the admin listener, behind the admin
-// token (asynqmon is mounted this way).
+// token (asynqmon is mounted this way). A refusal asks for HTTP Basic
+// authentication, so that a browser prompts: the token is the password,
+// the user name is not checked.
 func (g *Gateway) AdminMount(prefix string, h http.Handler) {
 	inner := g.private
-	authed := g.requireAdmin(h)
+	authed := g.requireAdminToken(h, `Basic realm="idemgate-admin", charset="UTF-8"`)
 	g.private = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == prefix || len(r.URL.Path) > len(prefix) && r.URL.Path[:len(prefix)+1] == prefix+"/" {
 			authed.ServeHTTP(w, r)

@@ -304,15 +304,34 @@ func (g *Gateway) handleOpenAPI(contentType string, doc []byte) http.HandlerFunc
 
 // requireAdmin checks the admin bearer token in constant time.
 func (g *Gateway) requireAdmin(next http.Handler) http.Handler {
+	return g.requireAdminToken(next, `Bearer realm="idemgate-admin"`)
+}
+
+// requireAdminToken checks the admin token, sent as a bearer token or as
+// the password of HTTP Basic authentication (any user name) so that a
+// browser can reach an admin page; challenge is the WWW-Authenticate of a
+// refusal.
+func (g *Gateway) requireAdminToken(next http.Handler, challenge string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
+		token, ok := adminCredential(r)
+		sum := sha256.Sum256([]byte(token))
 		var zero [sha256.Size]byte
-		if g.admin == zero || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(sum[:], g.admin[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate-admin"`)
+		if g.admin == zero || !ok || subtle.ConstantTimeCompare(sum[:], g.admin[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", challenge)
 			g.problems.write(w, r, &Problem{Err: auth.ErrUnauthorized, Detail: "the admin API needs the admin bearer token"})
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+func adminCredential(r *http.Request) (string, bool) {
+	if _, password, ok := r.BasicAuth(); ok {
+		return password, true
+	}
+	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
 }

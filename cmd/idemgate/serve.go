@@ -98,6 +98,14 @@ func openGateway(ctx context.Context, cfg *config.Config, logger *slog.Logger, n
 		svc.Close()
 		return nil, usagef("%v", err)
 	}
+	if cfg.RedisURL != "" {
+		closeQueues, err := mountQueues(g, cfg.RedisURL)
+		if err != nil {
+			svc.Close()
+			return nil, err
+		}
+		svc.close = append(svc.close, closeQueues)
+	}
 	return &openedGateway{Gateway: g, svc: svc}, nil
 }
 

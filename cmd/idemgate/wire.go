@@ -98,12 +98,7 @@ func newRedis(redisURL string) (redis.UniversalClient, error) {
 		}
 		return redis.NewClient(opt), nil
 	}
-	var addrs []string
-	for _, a := range strings.Split(redisURL, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
-		}
-	}
+	addrs := redisNodes(redisURL)
 	if len(addrs) == 1 {
 		return redis.NewClient(&redis.Options{Addr: addrs[0]}), nil
 	}
