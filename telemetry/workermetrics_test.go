@@ -49,7 +49,8 @@ func TestWorkerMetricsSeriesExistAtZero(t *testing.T) {
 	}
 	want = append(want,
 		"idemgate_lock_renewals_total{}", "idemgate_lock_lost_total{}", "idemgate_fencing_rejections_total{}",
-		"idemgate_job_replays_total{"+task+"}")
+		"idemgate_job_replays_total{"+task+"}",
+		"idemgate_notification_dedup_total{result=hit}", "idemgate_notification_dedup_total{result=miss}")
 	for _, s := range []string{workers.StatusSucceeded, workers.StatusFailed} {
 		want = append(want, "idemgate_jobs_total{status="+s+","+task+"}")
 	}

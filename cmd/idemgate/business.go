@@ -24,12 +24,16 @@ import (
 
 // registerBusiness puts the four example handlers on mux.
 func registerBusiness(mux *asynq.ServeMux, deps workers.Deps, cfg *config.Config, pool *pgxpool.Pool, rdb redis.UniversalClient, _ *slog.Logger) error {
-	err := workers.Register(mux, deps, workers.Business{
+	b := workers.Business{
 		DB:         pool,
 		Redis:      rdb,
 		PartnerURL: cfg.Worker.PartnerURL,
 		HTTPClient: &http.Client{Transport: telemetry.HTTPTransport(nil)},
-	})
+	}
+	if m, ok := deps.Observer.(*telemetry.WorkerMetrics); ok {
+		b.OnDedup = m.NotificationDedup
+	}
+	err := workers.Register(mux, deps, b)
 	if err != nil {
 		return usagef("worker: %v", err)
 	}
