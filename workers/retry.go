@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/idemgate/idemgate/enqueue"
 )
 
 // AsynqMaxRetry is the asynq.MaxRetry to enqueue every task of an
@@ -17,7 +19,9 @@ import (
 // it only met a busy lock.
 //
 //	client.Enqueue(task, asynq.MaxRetry(workers.AsynqMaxRetry))
-const AsynqMaxRetry = math.MaxInt32
+//
+// It is enqueue.MaxRetry, which the gateway's enqueue routes use.
+const AsynqMaxRetry = enqueue.MaxRetry
 
 // Backoff computes retry delays: exponential backoff with full jitter for
 // failures, a short jittered delay for busy locks and lost ownership. The
