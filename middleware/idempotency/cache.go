@@ -17,33 +17,41 @@ import (
 // One ReplayCache may serve many routes (scopes name the route); it is safe
 // for concurrent use. The zero value is not usable; call NewReplayCache.
 type ReplayCache struct {
-	ttl     time.Duration
-	maxBody int
+	ttl      time.Duration
+	maxBody  int
+	maxBytes int
 
 	mu      sync.Mutex
 	entries map[Scope]cached
-	ring    []Scope // insertion order; the oldest is evicted first
-	next    int
+	ring    []Scope // insertion order, oldest at head; may hold scopes already gone
+	head, n int
+	bytes   int // the cached responses' approximate size
 	now     func() time.Time
 }
 
 type cached struct {
 	rec   Record
 	until time.Time
+	size  int
 }
 
 // maxCachedBody: a larger stored response is always read from the store.
-const maxCachedBody = 64 << 10
+// maxCacheBytes bounds what all cached responses hold together.
+const (
+	maxCachedBody = 64 << 10
+	maxCacheBytes = 32 << 20
+)
 
 // NewReplayCache returns a cache of at most entries records, each kept for
-// at most ttl. It returns nil, a cache that is off, when either is zero.
+// at most ttl, and of at most 32 MiB of responses. It returns nil, a cache
+// that is off, when entries or ttl is zero.
 func NewReplayCache(entries int, ttl time.Duration) *ReplayCache {
 	if entries <= 0 || ttl <= 0 {
 		return nil
 	}
 	return &ReplayCache{
-		ttl: ttl, maxBody: maxCachedBody,
-		entries: make(map[Scope]cached, entries), ring: make([]Scope, entries),
+		ttl: ttl, maxBody: maxCachedBody, maxBytes: maxCacheBytes,
+		entries: make(map[Scope]cached, min(entries, 1<<16)), ring: make([]Scope, entries),
 		now: time.Now,
 	}
 }
@@ -62,29 +70,59 @@ func (c *ReplayCache) get(scope Scope) (Record, bool) {
 		return Record{}, false
 	}
 	if !now.Before(e.until) || !now.Before(e.rec.ExpiresAt) {
-		delete(c.entries, scope)
+		c.drop(scope)
 		return Record{}, false
 	}
 	return e.rec, true
 }
 
 // put caches rec if it is a completed record with a stored response small
-// enough to keep.
+// enough to keep. Expired entries at the head go first, then the oldest
+// while the cache is over its entries or its bytes.
 func (c *ReplayCache) put(rec Record) {
 	if c == nil || rec.State != StateCompleted || rec.Response == nil || len(rec.Response.Body) > c.maxBody {
 		return
 	}
-	until := c.now().Add(c.ttl)
+	now := c.now()
+	size := responseSize(rec)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.entries[rec.Scope]; !ok {
-		if old := c.ring[c.next]; old != (Scope{}) {
-			delete(c.entries, old)
+	c.drop(rec.Scope)
+	for c.n > 0 {
+		oldest := c.ring[c.head]
+		e, live := c.entries[oldest]
+		if live && now.Before(e.until) && c.n < len(c.ring) && c.bytes+size <= c.maxBytes {
+			break
 		}
-		c.ring[c.next] = rec.Scope
-		c.next = (c.next + 1) % len(c.ring)
+		c.drop(oldest)
+		c.ring[c.head] = Scope{}
+		c.head = (c.head + 1) % len(c.ring)
+		c.n--
 	}
-	c.entries[rec.Scope] = cached{rec: rec, until: until}
+	c.ring[(c.head+c.n)%len(c.ring)] = rec.Scope
+	c.n++
+	c.entries[rec.Scope] = cached{rec: rec, until: now.Add(c.ttl), size: size}
+	c.bytes += size
+}
+
+// drop removes scope's entry, if any. Callers hold mu.
+func (c *ReplayCache) drop(scope Scope) {
+	if e, ok := c.entries[scope]; ok {
+		c.bytes -= e.size
+		delete(c.entries, scope)
+	}
+}
+
+// responseSize approximates the memory a cached record holds.
+func responseSize(rec Record) int {
+	n := 256 + len(rec.Scope.Tenant) + len(rec.Scope.Route) + len(rec.Scope.Key) + len(rec.Fingerprint) + len(rec.Response.Body)
+	for k, vs := range rec.Response.Header {
+		n += len(k) + 32
+		for _, v := range vs {
+			n += len(v) + 16
+		}
+	}
+	return n
 }
 
 // Forget drops scope's record, after it was deleted from the store.
@@ -94,5 +132,5 @@ func (c *ReplayCache) Forget(scope Scope) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.entries, scope)
+	c.drop(scope)
 }

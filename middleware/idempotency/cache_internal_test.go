@@ -53,3 +53,30 @@ func TestReplayCacheExpiresAndEvicts(t *testing.T) {
 		}
 	}
 }
+
+func TestReplayCacheByteBudget(t *testing.T) {
+	t.Parallel()
+	c := NewReplayCache(100, time.Hour)
+	c.maxBytes = 3000
+	body := make([]byte, 1000)
+	for i := range 5 {
+		c.put(Record{Scope: Scope{Key: fmt.Sprint("k", i)}, State: StateCompleted,
+			Response: &Response{Status: 200, Body: body}, ExpiresAt: time.Now().Add(time.Hour)})
+	}
+	if c.bytes > c.maxBytes {
+		t.Fatalf("cache holds %d bytes, budget %d", c.bytes, c.maxBytes)
+	}
+	if _, ok := c.get(Scope{Key: "k4"}); !ok {
+		t.Fatal("the newest entry was evicted")
+	}
+	if _, ok := c.get(Scope{Key: "k0"}); ok {
+		t.Fatal("the oldest entry survived a full budget")
+	}
+	want := 0
+	for _, e := range c.entries {
+		want += e.size
+	}
+	if c.bytes != want {
+		t.Fatalf("byte count %d, entries hold %d", c.bytes, want)
+	}
+}
