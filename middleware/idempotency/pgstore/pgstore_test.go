@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"strconv"
 	"sync"
 	"testing"
@@ -469,47 +468,6 @@ func TestClaimRacesAConcurrentWriter(t *testing.T) {
 				t.Fatalf("claim racing a committed writer: %+v, want the writer's live claim", res)
 			}
 		})
-	}
-}
-
-// The hot paths: a new request (claim, then complete) and a retry that
-// replays the stored response.
-func BenchmarkClaimComplete(b *testing.B) {
-	s := newStore(b, testenv.Pool(b))
-	ctx := b.Context()
-	resp := idempotency.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"pay_1"}`)}
-	var i int
-	b.ReportAllocs()
-	for b.Loop() {
-		i++
-		scope := idempotency.Scope{Tenant: "t", Route: "r", Key: strconv.Itoa(i)}
-		req := idempotency.ClaimRequest{Scope: scope, Fingerprint: "fp", Owner: "o", Lease: time.Minute, Retention: time.Hour}
-		if res, err := s.Claim(ctx, req); err != nil || !res.Claimed {
-			b.Fatalf("Claim: %+v %v", res, err)
-		}
-		if err := s.Complete(ctx, scope, "o", resp, time.Hour); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func BenchmarkClaimReplay(b *testing.B) {
-	s := newStore(b, testenv.Pool(b))
-	ctx := b.Context()
-	scope := idempotency.Scope{Tenant: "t", Route: "r", Key: "k"}
-	req := idempotency.ClaimRequest{Scope: scope, Fingerprint: "fp", Owner: "o", Lease: time.Minute, Retention: time.Hour}
-	if _, err := s.Claim(ctx, req); err != nil {
-		b.Fatal(err)
-	}
-	resp := idempotency.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"pay_1"}`)}
-	if err := s.Complete(ctx, scope, "o", resp, time.Hour); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if res, err := s.Claim(ctx, req); err != nil || res.Claimed || res.Record.Response == nil {
-			b.Fatalf("Claim: %+v %v", res, err)
-		}
 	}
 }
 

@@ -585,57 +585,6 @@ func TestDefaultPrefix(t *testing.T) {
 	t.Fatalf("no key under %q holds the record", redisstore.DefaultPrefix)
 }
 
-func BenchmarkClaimComplete(b *testing.B) {
-	rdb := testenv.Redis(b)
-	prefix := testenv.Prefix()
-	s := redisstore.New(rdb, redisstore.WithPrefix(prefix))
-	b.Cleanup(func() {
-		_ = s.Close()
-		deleteKeys(b, rdb, prefix)
-	})
-	ctx := b.Context()
-	resp := idempotency.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/payments/pay_1"}}, Body: []byte(`{"id":"pay_1"}`)}
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		i++
-		sc := idempotency.Scope{Tenant: "acme", Route: "payments", Key: "k" + strconv.Itoa(i)}
-		res, err := s.Claim(ctx, idempotency.ClaimRequest{Scope: sc, Fingerprint: "fp", Owner: "o", Lease: time.Second, Retention: 10 * time.Second})
-		if err != nil || !res.Claimed {
-			b.Fatalf("Claim: %v %+v", err, res)
-		}
-		if err := s.Complete(ctx, sc, "o", resp, 10*time.Second); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func BenchmarkReplay(b *testing.B) {
-	rdb := testenv.Redis(b)
-	prefix := testenv.Prefix()
-	s := redisstore.New(rdb, redisstore.WithPrefix(prefix))
-	b.Cleanup(func() {
-		_ = s.Close()
-		deleteKeys(b, rdb, prefix)
-	})
-	ctx := b.Context()
-	sc := scope("replayed")
-	if _, err := s.Claim(ctx, idempotency.ClaimRequest{Scope: sc, Fingerprint: "fp", Owner: "o", Lease: time.Minute, Retention: time.Minute}); err != nil {
-		b.Fatal(err)
-	}
-	resp := idempotency.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"pay_1"}`)}
-	if err := s.Complete(ctx, sc, "o", resp, time.Minute); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		res, err := s.Claim(ctx, idempotency.ClaimRequest{Scope: sc, Fingerprint: "fp", Owner: "o2", Lease: time.Minute, Retention: time.Minute})
-		if err != nil || res.Claimed || res.Record.Response == nil {
-			b.Fatalf("replay claim: %v %+v", err, res)
-		}
-	}
-}
-
 // TestPublishesOnlyWatchedRecords: ending a record nobody waits for
 // publishes nothing; ending one a duplicate watches (from another Store,
 // as on another gateway instance) publishes once.
