@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
@@ -70,6 +71,15 @@ func accessLog(logger *slog.Logger, m *Metrics, next http.Handler) http.Handler 
 			outcome = "passthrough"
 		}
 		m.request(in.route, outcome, d)
+		if !logger.Enabled(r.Context(), slog.LevelInfo) {
+			return
+		}
+		if in.job == "" && sw.status == http.StatusAccepted {
+			// A replayed 202 names its job only in the stored Location.
+			if id, ok := strings.CutPrefix(w.Header().Get("Location"), "/v1/jobs/"); ok {
+				in.job = id
+			}
+		}
 		attrs := []slog.Attr{
 			slog.String("request_id", requestid.FromContext(r.Context())),
 			slog.String("method", r.Method),

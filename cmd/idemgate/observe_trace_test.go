@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -78,6 +79,19 @@ func anyValue(v *commonpb.AnyValue) string {
 	return v.String()
 }
 
+// logLine returns the first JSON log line that match accepts.
+func logLine(t *testing.T, log string, match func(map[string]any) bool) map[string]any {
+	t.Helper()
+	for _, line := range strings.Split(log, "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && match(m) {
+			return m
+		}
+	}
+	t.Fatalf("no such log line in:\n%s", tail(log, 4000))
+	return nil
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -146,7 +160,26 @@ worker:
 	waitFor(t, "job succeeded", 60*time.Second, func() bool {
 		return decodeJob(t, getJob(t, public, jobID, "acme-key")).Status == "succeeded"
 	})
+	// A replay of the request: its access log line says so, with the
+	// fields an operator searches by, and never the credentials or body.
+	if again := send(t, public, req{path: "/v1/invoices", key: run, body: `{"order_id":"o-` + run + `","amount_cents":700,"currency":"EUR"}`}); again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("second request: %d, not a replay", again.status)
+	}
 	stop() // flushes the spans
+	replayLine := logLine(t, errOut.String(), func(m map[string]any) bool { return m["msg"] == "request" && m["outcome"] == "replay" })
+	for k, want := range map[string]any{"tenant": "acme", "route": "invoices", "idempotency_key": run, "status": float64(202), "job_id": jobID, "path": "/v1/invoices"} {
+		if replayLine[k] != want {
+			t.Errorf("replay log %s = %v, want %v (line %v)", k, replayLine[k], want, replayLine)
+		}
+	}
+	for _, k := range []string{"request_id", "trace_id", "duration_ms"} {
+		if replayLine[k] == nil || replayLine[k] == "" {
+			t.Errorf("replay log lacks %s: %v", k, replayLine)
+		}
+	}
+	if raw, _ := json.Marshal(replayLine); strings.Contains(string(raw), "acme-key") || strings.Contains(string(raw), "amount_cents") {
+		t.Errorf("replay log carries a credential or the body: %s", raw)
+	}
 
 	spans := col.all()
 	byID := map[string]*tracepb.Span{}
@@ -190,6 +223,12 @@ worker:
 	}
 	if !descends(work, enq) {
 		t.Fatalf("the worker's span does not descend from the enqueue span")
+	}
+	newLine := logLine(t, errOut.String(), func(m map[string]any) bool {
+		return m["msg"] == "request" && m["outcome"] == "new" && m["job_id"] == jobID
+	})
+	if newLine["trace_id"] != fmt.Sprintf("%x", server.GetTraceId()) {
+		t.Errorf("request log trace_id %v, want the trace's %x", newLine["trace_id"], server.GetTraceId())
 	}
 	if got := attr(server, "idemgate.tenant"); got != "acme" {
 		t.Errorf("server span tenant %q, want acme", got)
