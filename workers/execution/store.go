@@ -111,16 +111,10 @@ func (s *Store) Get(ctx context.Context, key string) (Record, error) {
 	return r, nil
 }
 
-// MarkProcessing makes attempt a the job's owner in one statement: it creates the
-// row (attempt 1) or counts one more attempt and records a's token. It
-// refuses a job that has succeeded (the record and an error wrapping
-// ErrSucceeded) and an attempt whose token is not newer than the one already
-// recorded for the same resource (a *fence.StaleTokenError: a newer attempt
-// owns the job). A failed job starts again from attempt 1.
-func (s *Store) MarkProcessing(ctx context.Context, a Attempt) (Record, error) {
-	const query = `
-INSERT INTO job_executions AS e (key, task, resource, status, attempt_count, fencing_token)
-VALUES ($1, $2, $3, 'processing', 1, $4)
+// markProcessing ends the insert of MarkProcessing and Take: a new row is
+// attempt 1; an existing one counts one more attempt under the newer token,
+// unless the job has succeeded or the token is not newer.
+const markProcessing = `
 ON CONFLICT (key) DO UPDATE SET
     task          = excluded.task,
     resource      = excluded.resource,
@@ -134,6 +128,18 @@ ON CONFLICT (key) DO UPDATE SET
 WHERE e.status <> 'succeeded'
   AND (e.fencing_token < excluded.fencing_token OR e.resource <> excluded.resource)
 RETURNING ` + columns
+
+// MarkProcessing makes attempt a the job's owner in one statement: it creates the
+// row (attempt 1) or counts one more attempt and records a's token. It
+// refuses a job that has succeeded (the record and an error wrapping
+// ErrSucceeded) and an attempt whose token is not newer than the one already
+// recorded for the same resource (a *fence.StaleTokenError: a newer attempt
+// owns the job). A failed job starts again from attempt 1.
+func (s *Store) MarkProcessing(ctx context.Context, a Attempt) (Record, error) {
+	const query = `
+INSERT INTO job_executions AS e (key, task, resource, status, attempt_count, fencing_token)
+VALUES ($1, $2, $3, 'processing', 1, $4)
+` + markProcessing
 	r, err := scan(s.db.QueryRow(ctx, query, a.Key, a.Task, a.Resource, a.Token))
 	if err == nil {
 		return r, nil
@@ -165,19 +171,7 @@ WITH next AS (` + fence.NextStatement + `
 )
 INSERT INTO job_executions AS e (key, task, resource, status, attempt_count, fencing_token)
 SELECT $2, $3, $1, 'processing', 1, next.token FROM next
-ON CONFLICT (key) DO UPDATE SET
-    task          = excluded.task,
-    resource      = excluded.resource,
-    status        = 'processing',
-    attempt_count = CASE WHEN e.status = 'failed' THEN 1 ELSE e.attempt_count + 1 END,
-    fencing_token = excluded.fencing_token,
-    last_error    = CASE WHEN e.status = 'failed' THEN NULL ELSE e.last_error END,
-    result_ref    = NULL,
-    finished_at   = NULL,
-    updated_at    = now()
-WHERE e.status <> 'succeeded'
-  AND (e.fencing_token < excluded.fencing_token OR e.resource <> excluded.resource)
-RETURNING ` + columns
+` + markProcessing
 	r, err := scan(s.db.QueryRow(ctx, query, a.Resource, a.Key, a.Task))
 	if err == nil {
 		return r, nil
