@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -10,40 +9,47 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	chimiddleware "github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/requestid"
+	"github.com/idemgate/idemgate/openapi"
 )
 
 // adminRoutes lists the whole admin API. Everything needs the admin token.
 func (g *Gateway) adminRoutes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(g.requireAdmin)
+	r.Use(g.requireAdmin, chimiddleware.GetHead)
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(g.opts.Metrics.Registry, promhttp.HandlerOpts{}))
 	r.Get("/admin/keys/{tenant}/{route}/{key}", g.handleKeyGet())
 	r.Delete("/admin/keys/{tenant}/{route}/{key}", g.handleKeyDelete())
 	r.Post("/admin/keys/{tenant}/{route}/{key}/resolve", g.handleKeyResolve())
 	if g.opts.Pprof {
-		r.HandleFunc("/debug/pprof/*", pprof.Index)
-		r.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		r.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		r.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		r.HandleFunc(pprofPrefix+"*", pprof.Index)
+		r.HandleFunc(pprofPrefix+"cmdline", pprof.Cmdline)
+		r.HandleFunc(pprofPrefix+"profile", pprof.Profile)
+		r.HandleFunc(pprofPrefix+"symbol", pprof.Symbol)
+		r.HandleFunc(pprofPrefix+"trace", pprof.Trace)
 	}
 	notFound := func(w http.ResponseWriter, r *http.Request) {
 		g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "no admin endpoint " + r.Method + " " + r.URL.Path})
 	}
 	r.NotFound(notFound)
 	r.MethodNotAllowed(notFound)
+	g.adminMux = r
 	return requestid.Middleware(g.recoverPanics(r))
 }
+
+// pprofPrefix is where net/http/pprof is mounted when Options.Pprof is set.
+const pprofPrefix = "/debug/pprof/"
 
 // AdminMount adds h under prefix on the admin listener, behind the admin
 // token (asynqmon is mounted this way). A refusal asks for HTTP Basic
 // authentication, so that a browser prompts: the token is the password,
 // the user name is not checked.
 func (g *Gateway) AdminMount(prefix string, h http.Handler) {
+	g.mounts = append(g.mounts, prefix)
 	inner := g.private
 	authed := g.requireAdminToken(h, `Basic realm="idemgate-admin", charset="UTF-8"`)
 	g.private = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -68,35 +74,12 @@ func scopeOf(r *http.Request) idempotency.Scope {
 	return idempotency.Scope{Tenant: param("tenant"), Route: param("route"), Key: param("key")}
 }
 
-// RecordDocument is how the admin API and `idemgate keys get` show a record.
-type RecordDocument struct {
-	Tenant       string              `json:"tenant"`
-	Route        string              `json:"route"`
-	Key          string              `json:"key"`
-	State        string              `json:"state"`
-	Fingerprint  string              `json:"fingerprint"`
-	FencingToken int64               `json:"fencing_token"`
-	LeaseUntil   *time.Time          `json:"lease_until,omitempty"`
-	CreatedAt    time.Time           `json:"created_at"`
-	UpdatedAt    time.Time           `json:"updated_at"`
-	ExpiresAt    time.Time           `json:"expires_at"`
-	Response     *ResponseDocument   `json:"response,omitempty"`
-	Header       map[string][]string `json:"-"`
-}
-
-// ResponseDocument is a stored response; the body is base64.
-type ResponseDocument struct {
-	Status      int                 `json:"status"`
-	Header      map[string][]string `json:"header"`
-	BodyBase64  string              `json:"body_base64"`
-	BodyOmitted bool                `json:"body_omitted"`
-}
-
-// NewRecordDocument renders rec.
-func NewRecordDocument(rec idempotency.Record) RecordDocument {
-	d := RecordDocument{
+// NewRecordDocument is how the admin API and `idemgate keys get` show a
+// record: the IdempotencyRecord of openapi.yaml, the stored body in base64.
+func NewRecordDocument(rec idempotency.Record) openapi.IdempotencyRecord {
+	d := openapi.IdempotencyRecord{
 		Tenant: rec.Scope.Tenant, Route: rec.Scope.Route, Key: rec.Scope.Key,
-		State: string(rec.State), Fingerprint: rec.Fingerprint, FencingToken: rec.FencingToken,
+		State: openapi.RecordState(rec.State), Fingerprint: rec.Fingerprint, FencingToken: rec.FencingToken,
 		CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, ExpiresAt: rec.ExpiresAt,
 	}
 	if !rec.LeaseUntil.IsZero() {
@@ -104,9 +87,13 @@ func NewRecordDocument(rec idempotency.Record) RecordDocument {
 		d.LeaseUntil = &lu
 	}
 	if rec.Response != nil {
-		d.Response = &ResponseDocument{
+		body := rec.Response.Body
+		if body == nil {
+			body = []byte{} // "", not null: body_base64 is a string
+		}
+		d.Response = &openapi.StoredResponse{
 			Status: rec.Response.Status, Header: rec.Response.Header,
-			BodyBase64: base64.StdEncoding.EncodeToString(rec.Response.Body), BodyOmitted: rec.Response.BodyOmitted,
+			BodyBase64: body, BodyOmitted: rec.Response.BodyOmitted,
 		}
 	}
 	return d

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,11 +15,13 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	chimiddleware "github.com/go-chi/chi/v5/middleware"
 
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
 	"github.com/idemgate/idemgate/middleware/requestid"
+	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/telemetry"
 )
 
@@ -89,6 +92,10 @@ type Gateway struct {
 	admin    [sha256.Size]byte
 	public   http.Handler
 	private  http.Handler
+	// publicMux and adminMux are the routers of the gateway's own
+	// endpoints; mounts are the prefixes AdminMount added.
+	publicMux, adminMux chi.Routes
+	mounts              []string
 }
 
 // New builds the whole middleware chain once, validating as it goes.
@@ -122,6 +129,11 @@ func New(opts Options) (*Gateway, error) {
 	var err error
 	if g.auth, err = auth.New(opts.Auth); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	if g.auth.Mode() == auth.ModeAPIKey {
+		// In header mode a trusted proxy names the tenant: the client has
+		// no credentials to send, so there is nothing to challenge it for.
+		g.problems.challenge = `Bearer realm="idemgate"`
 	}
 	g.limiter, err = ratelimit.New(opts.RateLimits, opts.RateLimitStore, ratelimit.Config{
 		Key: func(r *http.Request) string { return auth.Tenant(r.Context()) },
@@ -175,10 +187,13 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 		if g.opts.Jobs == nil {
 			return nil, errors.New("an enqueue route needs the job queue")
 		}
+		rt.kind = KindEnqueue
 		h = g.handleEnqueue(ro.Name, *ro.Enqueue)
 	case ro.Handler != nil:
+		rt.kind = KindHandler
 		h = ro.Handler
 	case ro.Upstream != nil:
+		rt.kind = KindProxy
 		strip := ""
 		if g.auth.Mode() == auth.ModeAPIKey {
 			strip = g.auth.Header()
@@ -226,6 +241,7 @@ func recordTenant(next http.Handler) http.Handler {
 // publicRoutes lists the whole public API.
 func (g *Gateway) publicRoutes() http.Handler {
 	r := chi.NewRouter()
+	r.Use(chimiddleware.GetHead)
 	r.Get("/healthz", g.handleHealth())
 	r.Get("/readyz", g.handleReady())
 	r.Get("/openapi.yaml", g.handleOpenAPI("application/yaml", g.opts.OpenAPI))
@@ -233,6 +249,7 @@ func (g *Gateway) publicRoutes() http.Handler {
 	r.Method(http.MethodGet, "/v1/jobs/{id}", g.handleJobGet())
 	r.NotFound(g.handleTable())
 	r.MethodNotAllowed(g.handleTable())
+	g.publicMux = r
 	var h http.Handler = r
 	h = accessLog(g.opts.Logger, g.opts.Metrics, h)
 	h = g.recoverPanics(h)
@@ -269,13 +286,15 @@ func (g *Gateway) recoverPanics(next http.Handler) http.Handler {
 }
 
 func (g *Gateway) handleHealth() http.HandlerFunc {
+	body := compactJSON(openapi.Health{Status: openapi.HealthStatusOk})
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+		_, _ = w.Write(body)
 	}
 }
 
 func (g *Gateway) handleReady() http.HandlerFunc {
+	body := compactJSON(openapi.Readiness{Status: openapi.ReadinessStatusReady})
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -291,8 +310,17 @@ func (g *Gateway) handleReady() http.HandlerFunc {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
+		_, _ = w.Write(body)
 	}
+}
+
+// compactJSON is v on one line, as /healthz and /readyz answer.
+func compactJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("gateway: " + err.Error())
+	}
+	return append(b, '\n')
 }
 
 func (g *Gateway) handleOpenAPI(contentType string, doc []byte) http.HandlerFunc {

@@ -13,6 +13,7 @@ import (
 	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/telemetry"
 )
 
@@ -65,8 +66,17 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions) http.Handler {
 		}
 		infoFrom(r.Context()).job = job.ID
 		w.Header().Set("Location", "/v1/jobs/"+job.ID)
-		writeJSON(w, http.StatusAccepted, job)
+		writeJSON(w, http.StatusAccepted, jobDocument(job))
 	})
+}
+
+// jobDocument is how the enqueue routes and GET /v1/jobs/{id} show a job:
+// the Job of openapi.yaml.
+func jobDocument(j enqueue.Job) openapi.Job {
+	return openapi.Job{
+		Id: j.ID, Task: openapi.JobTask(j.Task), Status: openapi.JobStatus(j.Status), Attempts: j.Attempts,
+		ResultRef: j.ResultRef, Error: j.Error, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
+	}
 }
 
 func (g *Gateway) jobError(w http.ResponseWriter, r *http.Request, err error) {
@@ -92,6 +102,7 @@ func (g *Gateway) handleJobGet() http.Handler {
 	return g.auth.Middleware(func(w http.ResponseWriter, r *http.Request, err error) {
 		g.problems.write(w, r, err)
 	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		telemetry.SetEndpoint(r, "/v1/jobs/{id}")
 		if g.opts.Jobs == nil {
 			g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "this gateway has no enqueue routes"})
 			return
@@ -102,6 +113,6 @@ func (g *Gateway) handleJobGet() http.Handler {
 			return
 		}
 		w.Header().Set("Cache-Control", "no-store")
-		writeJSON(w, http.StatusOK, job)
+		writeJSON(w, http.StatusOK, jobDocument(job))
 	}))
 }

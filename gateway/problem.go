@@ -13,6 +13,7 @@ import (
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
 	"github.com/idemgate/idemgate/middleware/requestid"
+	"github.com/idemgate/idemgate/openapi"
 )
 
 // Errors the gateway itself detects.
@@ -86,6 +87,9 @@ func lookupKind(err error) (kind, bool) {
 type problemWriter struct {
 	base   string
 	logger *slog.Logger
+	// challenge is the WWW-Authenticate header of a 401 whose handler
+	// did not set its own (the admin API names its realm); empty: none.
+	challenge string
 }
 
 func (pw problemWriter) write(w http.ResponseWriter, r *http.Request, err error) {
@@ -120,30 +124,29 @@ func (pw problemWriter) write(w http.ResponseWriter, r *http.Request, err error)
 	if retryAfter > 0 {
 		idempotency.SetRetryAfter(w.Header(), retryAfter)
 	}
-	body := problemBody{
+	body := openapi.Problem{
 		Type:      pw.base + k.slug,
 		Title:     k.title,
 		Status:    k.status,
 		Detail:    detail,
 		Instance:  r.URL.Path,
-		RequestID: requestid.FromContext(r.Context()),
-		Errors:    fields,
+		RequestId: requestid.FromContext(r.Context()),
+	}
+	if len(fields) > 0 {
+		errs := make([]openapi.FieldError, len(fields))
+		for i, f := range fields {
+			errs[i] = openapi.FieldError{Field: f.Field, Message: f.Message}
+		}
+		body.Errors = &errs
 	}
 	b, _ := json.Marshal(body)
 	h := w.Header()
+	if k.status == http.StatusUnauthorized && pw.challenge != "" && h.Get("WWW-Authenticate") == "" {
+		h.Set("WWW-Authenticate", pw.challenge)
+	}
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Content-Length", strconv.Itoa(len(b)+1))
 	h.Del("ETag")
 	w.WriteHeader(k.status)
 	_, _ = w.Write(append(b, '\n'))
-}
-
-type problemBody struct {
-	Type      string               `json:"type"`
-	Title     string               `json:"title"`
-	Status    int                  `json:"status"`
-	Detail    string               `json:"detail"`
-	Instance  string               `json:"instance"`
-	RequestID string               `json:"request_id"`
-	Errors    []enqueue.FieldError `json:"errors,omitempty"`
 }

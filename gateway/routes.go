@@ -1,9 +1,13 @@
 package gateway
 
 import (
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/go-chi/chi/v5"
 )
 
 // route is one entry of the table the public listener matches requests
@@ -13,6 +17,7 @@ type route struct {
 	methods map[string]bool // nil: every method
 	path    string
 	prefix  bool
+	kind    EndpointKind
 	handler http.Handler
 }
 
@@ -52,4 +57,119 @@ func (t table) match(method, path string) *route {
 		}
 	}
 	return nil
+}
+
+// Endpoint is one method and path a listener answers, as PublicRoutes and
+// AdminRoutes list them.
+type Endpoint struct {
+	// Method is an HTTP method, or "*" for every method.
+	Method string
+	// Path is a chi pattern such as /v1/jobs/{id}; with Prefix, the path
+	// and everything below it.
+	Path   string
+	Prefix bool
+	Kind   EndpointKind
+	// Route names the configured route that serves the endpoint; empty
+	// for the gateway's own.
+	Route string
+}
+
+// EndpointKind tells what serves an endpoint.
+type EndpointKind string
+
+// The kinds of endpoint.
+const (
+	// KindAPI is the gateway's own API, the one openapi.yaml describes.
+	KindAPI EndpointKind = "api"
+	// KindEnqueue is a configured route that turns requests into jobs.
+	KindEnqueue EndpointKind = "enqueue"
+	// KindProxy is a configured route forwarded to its upstream.
+	KindProxy EndpointKind = "proxy"
+	// KindHandler is a configured route served by RouteOptions.Handler.
+	KindHandler EndpointKind = "handler"
+	// KindTool is served beside the API on the admin listener: pprof and
+	// whatever AdminMount adds (the queue UI).
+	KindTool EndpointKind = "tool"
+)
+
+// PublicRoutes lists what the public listener serves: the gateway's own
+// endpoints as its router registered them, then the configured routes in
+// the order they are matched (longest path first). Each of the gateway's
+// own GET endpoints also answers HEAD, which is not listed; a configured
+// route answers HEAD only if its methods name it.
+func (g *Gateway) PublicRoutes() []Endpoint {
+	out := walkRoutes(g.publicMux, func(string) EndpointKind { return KindAPI })
+	for _, rt := range g.table {
+		ep := Endpoint{Method: "*", Path: rt.path, Prefix: rt.prefix, Kind: rt.kind, Route: rt.name}
+		if rt.methods == nil {
+			out = append(out, ep)
+			continue
+		}
+		for _, m := range slices.Sorted(maps.Keys(rt.methods)) {
+			ep.Method = m
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+// AdminRoutes lists what the admin listener serves: what AdminMount added
+// (matched first, the latest first), then the admin API and pprof as its
+// router registered them.
+func (g *Gateway) AdminRoutes() []Endpoint {
+	var out []Endpoint
+	for _, prefix := range slices.Backward(g.mounts) {
+		out = append(out, Endpoint{Method: "*", Path: prefix, Prefix: true, Kind: KindTool})
+	}
+	return append(out, walkRoutes(g.adminMux, func(path string) EndpointKind {
+		if strings.HasPrefix(path, pprofPrefix) {
+			return KindTool
+		}
+		return KindAPI
+	})...)
+}
+
+// walkRoutes lists what r registered, sorted by path and method. A path
+// registered for every method (HandleFunc) is one "*" entry; a pattern
+// ending in "/*" is a prefix.
+func walkRoutes(r chi.Routes, kind func(path string) EndpointKind) []Endpoint {
+	methods := map[string]map[string]bool{}
+	_ = chi.Walk(r, func(method, path string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		if methods[path] == nil {
+			methods[path] = map[string]bool{}
+		}
+		methods[path][method] = true
+		return nil
+	})
+	var out []Endpoint
+	for _, path := range slices.Sorted(maps.Keys(methods)) {
+		ep := Endpoint{Path: path, Kind: kind(path)}
+		if p, ok := strings.CutSuffix(path, "/*"); ok {
+			ep.Path, ep.Prefix = p+"/", true
+		}
+		ms := methods[path]
+		if everyMethod(ms) {
+			ep.Method = "*"
+			out = append(out, ep)
+			continue
+		}
+		for _, m := range slices.Sorted(maps.Keys(ms)) {
+			ep.Method = m
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+// everyMethod reports whether ms holds every method chi routes.
+func everyMethod(ms map[string]bool) bool {
+	for _, m := range []string{
+		http.MethodConnect, http.MethodDelete, http.MethodGet, http.MethodHead, http.MethodOptions,
+		http.MethodPatch, http.MethodPost, http.MethodPut, http.MethodTrace,
+	} {
+		if !ms[m] {
+			return false
+		}
+	}
+	return true
 }

@@ -146,24 +146,9 @@ type ID = string
 
 // IdempotencyRecord An idempotency record, as the admin API and `idemgate keys get` show it.
 type IdempotencyRecord struct {
-	CreatedAt time.Time `json:"created_at"`
-
-	// ExpiresAt When the record expires and the key is free again.
-	ExpiresAt time.Time `json:"expires_at"`
-
-	// FencingToken 1 on the first claim, strictly higher on every later one.
-	FencingToken int64 `json:"fencing_token"`
-
-	// Fingerprint The hex SHA-256 fingerprint of the request that claimed the key.
-	Fingerprint string `json:"fingerprint"`
-	Key         string `json:"key"`
-
-	// LeaseUntil When the current claim's lease ends (a record that was claimed).
-	LeaseUntil *time.Time `json:"lease_until,omitempty"`
-
-	// Response The stored answer of a completed record.
-	Response *StoredResponse `json:"response,omitempty"`
-	Route    string          `json:"route"`
+	Tenant string `json:"tenant"`
+	Route  string `json:"route"`
+	Key    string `json:"key"`
 
 	// State `in_flight`: a request holds the claim under a lease. `completed`:
 	// the response is stored and every retry replays it. `released`: the
@@ -171,9 +156,24 @@ type IdempotencyRecord struct {
 	// request with the same fingerprint runs again with a higher fencing
 	// token. `unknown`: the outcome is ambiguous and held for an operator
 	// (`on_ambiguous: hold`); retries get 409.
-	State     RecordState `json:"state"`
-	Tenant    string      `json:"tenant"`
-	UpdatedAt time.Time   `json:"updated_at"`
+	State RecordState `json:"state"`
+
+	// Fingerprint The hex SHA-256 fingerprint of the request that claimed the key.
+	Fingerprint string `json:"fingerprint"`
+
+	// FencingToken 1 on the first claim, strictly higher on every later one.
+	FencingToken int64 `json:"fencing_token"`
+
+	// LeaseUntil When the current claim's lease ends (a record that was claimed).
+	LeaseUntil *time.Time `json:"lease_until,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+
+	// ExpiresAt When the record expires and the key is free again.
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// Response The stored answer of a completed record.
+	Response *StoredResponse `json:"response,omitempty"`
 }
 
 // InventoryAdjust The payload of inventory.adjust. No other fields are allowed.
@@ -214,22 +214,13 @@ type InvoiceCreate struct {
 
 // Job A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it.
 type Job struct {
-	// Attempts Attempts that ran so far (waiting for another worker's lock is not one).
-	Attempts  int       `json:"attempts"`
-	CreatedAt time.Time `json:"created_at"`
-
-	// Error The last attempt's error, when it failed.
-	Error *string `json:"error"`
-
 	// Id `job_` and 32 hex digits, derived from (tenant, route, Idempotency-Key).
 	//
 	// Example: job_8971b00d3650c8ca83d47f1920051829
 	Id JobID `json:"id"`
 
-	// ResultRef Set when the job succeeded; the id of its effect (an invoice id, a charge id).
-	//
-	// Example: inv_2e3e9e48ed0440af9dbf6cce317d08ed
-	ResultRef *string `json:"result_ref"`
+	// Task The task kind.
+	Task JobTask `json:"task"`
 
 	// Status `queued`: waiting for a worker. `processing`: a worker runs it.
 	// `retrying`: an attempt failed with a transient error and a retry is
@@ -238,8 +229,17 @@ type Job struct {
 	// it is in the dead-letter queue and `error` says why.
 	Status JobStatus `json:"status"`
 
-	// Task The task kind.
-	Task      JobTask   `json:"task"`
+	// Attempts Attempts that ran so far (waiting for another worker's lock is not one).
+	Attempts int `json:"attempts"`
+
+	// ResultRef Set when the job succeeded; the id of its effect (an invoice id, a charge id).
+	//
+	// Example: inv_2e3e9e48ed0440af9dbf6cce317d08ed
+	ResultRef *string `json:"result_ref"`
+
+	// Error The last attempt's error, when it failed.
+	Error     *string   `json:"error"`
+	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
@@ -306,11 +306,19 @@ type PaymentCharge struct {
 // Problem An RFC 9457 problem document. Match on the slug that ends `type`;
 // `detail` is for people and may change.
 type Problem struct {
+	// Type The configured `problem_base` followed by the problem's slug.
+	//
+	// Example: https://idemgate.dev/problems/idempotency-key-reused
+	Type string `json:"type"`
+
+	// Title A short summary of the problem type; the same for every occurrence.
+	Title string `json:"title"`
+
+	// Status The HTTP status of this response.
+	Status int `json:"status"`
+
 	// Detail What went wrong with this request and what to do; never internal causes.
 	Detail string `json:"detail"`
-
-	// Errors For `bad-request` and `invalid-payload` on enqueue routes, the fields at fault.
-	Errors *[]FieldError `json:"errors,omitempty"`
 
 	// Instance The request's path.
 	Instance string `json:"instance"`
@@ -321,16 +329,8 @@ type Problem struct {
 	// names this one.
 	RequestId string `json:"request_id"`
 
-	// Status The HTTP status of this response.
-	Status int `json:"status"`
-
-	// Title A short summary of the problem type; the same for every occurrence.
-	Title string `json:"title"`
-
-	// Type The configured `problem_base` followed by the problem's slug.
-	//
-	// Example: https://idemgate.dev/problems/idempotency-key-reused
-	Type string `json:"type"`
+	// Errors For `bad-request` and `invalid-payload` on enqueue routes, the fields at fault.
+	Errors *[]FieldError `json:"errors,omitempty"`
 }
 
 // Readiness defines model for Readiness.
@@ -351,15 +351,16 @@ type RecordState string
 
 // StoredResponse The stored answer of a completed record.
 type StoredResponse struct {
+	Status int `json:"status"`
+
+	// Header The stored headers (without hop-by-hop headers, `Set-Cookie` and `Content-Length`).
+	Header map[string][]string `json:"header"`
+
 	// BodyBase64 The stored body, base64; empty when it was omitted.
 	BodyBase64 []byte `json:"body_base64"`
 
 	// BodyOmitted The body was over `max_stored_response_bytes` and was not stored.
 	BodyOmitted bool `json:"body_omitted"`
-
-	// Header The stored headers (without hop-by-hop headers, `Set-Cookie` and `Content-Length`).
-	Header map[string][]string `json:"header"`
-	Status int                 `json:"status"`
 }
 
 // IdempotencyKey defines model for IdempotencyKey.

@@ -2,7 +2,10 @@
 // gateway itself serves, embedded so `GET /openapi.yaml` always matches the
 // binary, the same document as JSON for `GET /openapi.json`, and the models
 // generated from it (openapi.gen.go; the typed client is in package
-// client). Regenerate both with `go generate ./openapi/...`.
+// client). Regenerate both with `go generate ./openapi/...`. The gateway
+// encodes the documents it writes itself from these models, so what it
+// serves is what the description says; this package must therefore never
+// import the gateway.
 //
 //	w.Write(openapi.Spec)
 package openapi

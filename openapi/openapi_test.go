@@ -375,7 +375,7 @@ func TestYAMLToJSON(t *testing.T) {
 // /openapi.json its JSON.
 func TestSpecIsServed(t *testing.T) {
 	t.Parallel()
-	api := describe(loadSpec(t))
+	api := describe(t, loadSpec(t))
 	srv := startDefault(t)
 	ex := send(t, srv.Public.Client(), newRequest(t, http.MethodGet, srv.Public.URL+"/openapi.yaml", ""))
 	wantStatus(t, ex, http.StatusOK)

@@ -3,32 +3,23 @@ package openapi_test
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/gateway/config"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 	"github.com/idemgate/idemgate/openapi/openapitest"
 )
 
-// servedByGateway is every endpoint the gateway serves itself:
-// gateway.publicRoutes, gateway.adminRoutes (asynqmon and pprof are
-// mounted beside the API and are not part of it) and the enqueue routes
-// openapitest configures as deploy/local/idemgate.yaml does.
-// TODO: take this from the gateway once it lists its routes.
-var servedByGateway = []struct {
-	admin        bool
-	method, path string
-}{
-	{false, http.MethodGet, "/healthz"},
-	{false, http.MethodGet, "/readyz"},
-	{false, http.MethodGet, "/openapi.yaml"},
-	{false, http.MethodGet, "/v1/jobs/{id}"},
-	{true, http.MethodGet, "/metrics"},
-	{true, http.MethodGet, "/admin/keys/{tenant}/{route}/{key}"},
-	{true, http.MethodDelete, "/admin/keys/{tenant}/{route}/{key}"},
-	{true, http.MethodPost, "/admin/keys/{tenant}/{route}/{key}/resolve"},
-}
+// exampleConfig is the configuration whose enqueue routes the
+// description documents.
+const exampleConfig = "../deploy/local/idemgate.yaml"
 
 // notServedYet are documented operations the gateway does not answer yet,
 // with why. Remove an entry once the gateway serves it.
@@ -40,9 +31,142 @@ var samples = strings.NewReplacer(
 	"{tenant}", openapitest.Tenant, "{route}", "invoices", "{key}", "parity-key",
 )
 
+// startExample starts the gateway with every route of the example
+// configuration (its enqueue routes on openapitest's in-memory queue, its
+// proxied routes in front of an upstream that answers 418, which the
+// description never documents), with pprof on and a handler mounted on
+// the admin listener as the queue UI is: everything the gateway can
+// register.
+func startExample(t *testing.T) *openapitest.Server {
+	t.Helper()
+	cfg, err := config.Load(exampleConfig, func(string) string { return "" })
+	if err != nil {
+		t.Fatalf("%s: %v", exampleConfig, err)
+	}
+	teapot := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusTeapot)
+	}))
+	t.Cleanup(teapot.Close)
+	up, _ := url.Parse(teapot.URL)
+
+	opts := openapitest.Options(openapitest.NewJobs(), memstore.New())
+	opts.Routes = nil
+	opts.Pprof = true
+	var enqueued []string
+	for _, r := range cfg.Routes {
+		ro := gateway.RouteOptions{Name: r.Name, Methods: r.Methods, Path: r.Path}
+		if r.PathPrefix != "" {
+			ro.Path, ro.Prefix = r.PathPrefix, true
+		}
+		switch {
+		case r.Enqueue != nil:
+			ro.Enqueue = &gateway.EnqueueOptions{Task: r.Enqueue.Task, Queue: r.Enqueue.Queue}
+			enqueued = append(enqueued, r.Name+" "+r.Path+" "+r.Enqueue.Task)
+		default:
+			ro.Upstream = up
+		}
+		opts.Routes = append(opts.Routes, ro)
+	}
+	// The other tests run openapitest's copy of these routes.
+	var copied []string
+	for _, r := range openapitest.EnqueueRoutes {
+		copied = append(copied, r.Name+" "+r.Path+" "+r.Task)
+	}
+	if !slices.Equal(copied, enqueued) {
+		t.Errorf("openapitest.EnqueueRoutes %q differ from the enqueue routes of %s %q", copied, exampleConfig, enqueued)
+	}
+	srv := openapitest.Start(t, opts)
+	srv.Gateway.AdminMount("/admin/queues", http.NotFoundHandler())
+	return srv
+}
+
+// startDefault starts openapitest's gateway, which has the example
+// configuration's enqueue routes.
 func startDefault(t *testing.T) *openapitest.Server {
 	t.Helper()
 	return openapitest.Start(t, openapitest.Options(openapitest.NewJobs(), memstore.New()))
+}
+
+// onAdmin reports whether a documented path is served on the admin
+// listener: such a path has servers of its own.
+func onAdmin(item *openapi3.PathItem) bool { return len(item.Servers) > 0 }
+
+// TestEveryRegisteredRouteIsDocumented: every endpoint the gateway
+// registers itself, and every enqueue route of the example configuration,
+// is in the description with its method, on the listener it is served
+// on; what is served beside the API (pprof, the queue UI) is not; proxied
+// routes are their upstream's API.
+func TestEveryRegisteredRouteIsDocumented(t *testing.T) {
+	t.Parallel()
+	doc := loadSpec(t)
+	srv := startExample(t)
+	kinds := map[gateway.EndpointKind]int{}
+	for _, l := range []struct {
+		admin bool
+		eps   []gateway.Endpoint
+	}{{false, srv.Gateway.PublicRoutes()}, {true, srv.Gateway.AdminRoutes()}} {
+		for _, ep := range l.eps {
+			kinds[ep.Kind]++
+			name := ep.Method + " " + ep.Path
+			item := doc.Paths.Value(ep.Path)
+			switch ep.Kind {
+			case gateway.KindAPI, gateway.KindEnqueue:
+				if ep.Method == "*" || ep.Prefix {
+					t.Errorf("%s (%s) takes every method or path below it: the description cannot document it", name, ep.Kind)
+					continue
+				}
+				if item == nil || item.GetOperation(ep.Method) == nil {
+					t.Errorf("%s (%s) is registered but not documented", name, ep.Kind)
+					continue
+				}
+				if onAdmin(item) != l.admin {
+					t.Errorf("%s: served on the admin listener: %v; the description says %v", name, l.admin, onAdmin(item))
+				}
+			case gateway.KindTool:
+				if item != nil {
+					t.Errorf("%s is served beside the API, yet documented as part of it", name)
+				}
+			}
+		}
+	}
+	// The walk found each kind the example registers.
+	for _, k := range []gateway.EndpointKind{gateway.KindAPI, gateway.KindEnqueue, gateway.KindProxy, gateway.KindTool} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s endpoint is listed", k)
+		}
+	}
+}
+
+// TestEveryDocumentedOperationIsRegistered: every operation in the
+// description is registered on the listener it names, as the gateway's own
+// endpoint or as an enqueue route of the example configuration.
+func TestEveryDocumentedOperationIsRegistered(t *testing.T) {
+	t.Parallel()
+	doc := loadSpec(t)
+	srv := startExample(t)
+	registered := map[bool]map[string]gateway.EndpointKind{false: {}, true: {}}
+	for admin, eps := range map[bool][]gateway.Endpoint{false: srv.Gateway.PublicRoutes(), true: srv.Gateway.AdminRoutes()} {
+		for _, ep := range eps {
+			registered[admin][ep.Method+" "+ep.Path] = ep.Kind
+		}
+	}
+	for _, path := range slices.Sorted(mapKeys(doc.Paths.Map())) {
+		item := doc.Paths.Value(path)
+		for method := range item.Operations() {
+			name := method + " " + path
+			if _, ok := notServedYet[name]; ok {
+				continue
+			}
+			kind, ok := registered[onAdmin(item)][name]
+			if !ok {
+				t.Errorf("%s is documented but the gateway registers no such endpoint on that listener", name)
+				continue
+			}
+			if kind != gateway.KindAPI && kind != gateway.KindEnqueue {
+				t.Errorf("%s is documented, but what serves it is a %s route", name, kind)
+			}
+		}
+	}
 }
 
 // isRouteTable404 reports whether ex is the answer to a request that no
@@ -68,18 +192,17 @@ func probe(t *testing.T, srv *openapitest.Server, admin bool, method, path strin
 	return send(t, srv.Public.Client(), newRequest(t, method, base+samples.Replace(path), "", "Authorization", bearer(token)))
 }
 
-// TestEveryDocumentedOperationIsServed: nothing in the description is
-// missing from the gateway, and the gateway answers it with a documented
-// status.
+// TestEveryDocumentedOperationIsServed: the gateway answers every
+// documented operation with a status the description documents for it.
 func TestEveryDocumentedOperationIsServed(t *testing.T) {
 	t.Parallel()
 	doc := loadSpec(t)
-	srv := startDefault(t)
+	srv := startExample(t)
 	for _, path := range slices.Sorted(mapKeys(doc.Paths.Map())) {
 		item := doc.Paths.Value(path)
 		for method, op := range item.Operations() {
 			name := method + " " + path
-			ex := probe(t, srv, len(item.Servers) > 0, method, path)
+			ex := probe(t, srv, onAdmin(item), method, path)
 			served := !isRouteTable404(ex)
 			if why, ok := notServedYet[name]; ok {
 				if served {
@@ -100,31 +223,14 @@ func TestEveryDocumentedOperationIsServed(t *testing.T) {
 	}
 }
 
-// TestEveryServedEndpointIsDocumented: nothing the gateway serves itself
-// is missing from the description, on the listener it says, and no
-// documented path answers a method it does not document.
-func TestEveryServedEndpointIsDocumented(t *testing.T) {
+// TestUndocumentedMethodsAreNotServed: a documented path answers no
+// method the description does not list, except HEAD where it lists GET,
+// which answers as the GET does without a body (the description says
+// so once, for every GET).
+func TestUndocumentedMethodsAreNotServed(t *testing.T) {
 	t.Parallel()
 	doc := loadSpec(t)
-	served := servedByGateway
-	for _, r := range openapitest.EnqueueRoutes {
-		served = append(served, struct {
-			admin        bool
-			method, path string
-		}{false, http.MethodPost, r.Path})
-	}
-	for _, s := range served {
-		item := doc.Paths.Value(s.path)
-		if item == nil || item.GetOperation(s.method) == nil {
-			t.Errorf("%s %s is served but not documented", s.method, s.path)
-			continue
-		}
-		if admin := len(item.Servers) > 0; admin != s.admin {
-			t.Errorf("%s is on the admin listener: %v; the description says %v", s.path, s.admin, admin)
-		}
-	}
-
-	srv := startDefault(t)
+	srv := startExample(t)
 	methods := []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
 	for _, path := range slices.Sorted(mapKeys(doc.Paths.Map())) {
 		item := doc.Paths.Value(path)
@@ -132,16 +238,20 @@ func TestEveryServedEndpointIsDocumented(t *testing.T) {
 			if item.GetOperation(method) != nil {
 				continue
 			}
-			ex := probe(t, srv, len(item.Servers) > 0, method, path)
-			if method == http.MethodHead {
-				// No body to read the problem from.
-				if ex.resp.StatusCode != http.StatusNotFound {
-					t.Errorf("HEAD %s answered %d but is not documented", path, ex.resp.StatusCode)
+			ex := probe(t, srv, onAdmin(item), method, path)
+			if method != http.MethodHead {
+				if !isRouteTable404(ex) {
+					t.Errorf("%s %s answered %d but is not documented: %s", method, path, ex.resp.StatusCode, ex.body)
 				}
 				continue
 			}
-			if !isRouteTable404(ex) {
-				t.Errorf("%s %s answered %d but is not documented: %s", method, path, ex.resp.StatusCode, ex.body)
+			// No body to read a problem from: compare with the GET.
+			want := http.StatusNotFound
+			if item.Get != nil {
+				want = probe(t, srv, onAdmin(item), http.MethodGet, path).resp.StatusCode
+			}
+			if ex.resp.StatusCode != want || len(ex.body) != 0 {
+				t.Errorf("HEAD %s answered %d with %d bytes; want %d without a body", path, ex.resp.StatusCode, len(ex.body), want)
 			}
 		}
 	}

@@ -81,7 +81,7 @@ func (downStore) Get(context.Context, idempotency.Scope) (idempotency.Record, er
 // answers and validates them against the description.
 func TestEnqueueResponsesMatchSpec(t *testing.T) {
 	t.Parallel()
-	api := describe(loadSpec(t))
+	api := describe(t, loadSpec(t))
 	jobs := openapitest.NewJobs()
 	srv := openapitest.Start(t, openapitest.Options(jobs, memstore.New()))
 
@@ -190,6 +190,7 @@ func TestEnqueueResponsesMatchSpec(t *testing.T) {
 			ex := post(t, srv, key, "inv-1", invoice)
 			wantProblem(t, ex, http.StatusUnauthorized, "unauthorized")
 			api.check(t, ex)
+			wantChallenge(t, ex)
 		})
 	}
 	t.Run("404 not-found for a method no route takes", func(t *testing.T) {
@@ -201,7 +202,7 @@ func TestEnqueueResponsesMatchSpec(t *testing.T) {
 
 func TestJobResponsesMatchSpec(t *testing.T) {
 	t.Parallel()
-	api := describe(loadSpec(t))
+	api := describe(t, loadSpec(t))
 	jobs := openapitest.NewJobs()
 	var getFails atomic.Bool
 	jobs.BeforeGet = func(context.Context, string, string) error {
@@ -261,6 +262,7 @@ func TestJobResponsesMatchSpec(t *testing.T) {
 		ex := getJob(t, srv, "", id)
 		wantProblem(t, ex, http.StatusUnauthorized, "unauthorized")
 		api.check(t, ex)
+		wantChallenge(t, ex)
 	})
 	t.Run("503 queue-unavailable", func(t *testing.T) {
 		getFails.Store(true)
@@ -276,7 +278,7 @@ func TestJobResponsesMatchSpec(t *testing.T) {
 
 func TestRefusalsMatchSpec(t *testing.T) {
 	t.Parallel()
-	api := describe(loadSpec(t))
+	api := describe(t, loadSpec(t))
 
 	t.Run("409 idempotency-key-in-use", func(t *testing.T) {
 		t.Parallel()
@@ -415,13 +417,22 @@ func TestRefusalsMatchSpec(t *testing.T) {
 	})
 }
 
+// wantChallenge: a public 401 in api_key mode tells the client to send
+// its key as a bearer token.
+func wantChallenge(t *testing.T, ex exchange) {
+	t.Helper()
+	if got := ex.resp.Header.Get("WWW-Authenticate"); got != `Bearer realm="idemgate"` {
+		t.Errorf("WWW-Authenticate %q, want a Bearer challenge", got)
+	}
+}
+
 // TestUnknownOutcomeAndAdminMatchSpec: with on_ambiguous: hold, a request
 // whose handler failed half-way is held as unknown until an operator
 // resolves it through the admin API; every answer on the way, and every
 // admin answer, matches the description.
 func TestUnknownOutcomeAndAdminMatchSpec(t *testing.T) {
 	t.Parallel()
-	api := describe(loadSpec(t))
+	api := describe(t, loadSpec(t))
 	jobs := openapitest.NewJobs()
 	var boom atomic.Bool
 	boom.Store(true)
@@ -551,7 +562,7 @@ func charge(t *testing.T, srv *openapitest.Server, key string) exchange {
 // (testdata/proxied.yaml).
 func TestProxiedResponsesMatchSpec(t *testing.T) {
 	t.Parallel()
-	api := describe(loadFile(t, "testdata/proxied.yaml"))
+	api := describe(t, loadFile(t, "testdata/proxied.yaml"))
 
 	t.Run("201 and its replay", func(t *testing.T) {
 		t.Parallel()

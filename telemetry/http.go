@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -51,5 +52,15 @@ func SetRoute(r *http.Request, route string) {
 	if s := trace.SpanFromContext(r.Context()); s.IsRecording() {
 		s.SetName(r.Method + " " + route)
 		s.SetAttributes(Route(route))
+	}
+}
+
+// SetEndpoint names r's server span "<METHOD> <pattern>" after one of the
+// gateway's own endpoints (pattern as registered, /v1/jobs/{id}) and sets
+// http.route, so that spans of one endpoint share a name whatever the id.
+func SetEndpoint(r *http.Request, pattern string) {
+	if s := trace.SpanFromContext(r.Context()); s.IsRecording() {
+		s.SetName(r.Method + " " + pattern)
+		s.SetAttributes(attribute.String("http.route", pattern))
 	}
 }

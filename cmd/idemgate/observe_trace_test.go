@@ -248,6 +248,10 @@ worker:
 	if got := attr(work, "idemgate.job.id"); got != jobID {
 		t.Errorf("worker span job id %q, want %q", got, jobID)
 	}
+	// Polls of the job are named by their endpoint, not by the id.
+	find("span of GET /v1/jobs/{id}", func(s *tracepb.Span) bool {
+		return s.GetKind() == tracepb.Span_SPAN_KIND_SERVER && s.GetName() == "GET /v1/jobs/{id}" && attr(s, "http.route") == "/v1/jobs/{id}"
+	})
 	// The worker's database writes (the invoice's INSERT) are in the same
 	// trace, under its span.
 	find("PostgreSQL INSERT under the worker", func(s *tracepb.Span) bool {

@@ -1428,7 +1428,7 @@ type DeleteIdempotencyRecordResponse204Headers struct {
 
 // DeleteIdempotencyRecordResponse401Headers the declared response headers of an HTTP 401 response for DeleteIdempotencyRecord
 type DeleteIdempotencyRecordResponse401Headers struct {
-	WWWAuthenticate *string
+	WWWAuthenticate string
 	XRequestId      string
 }
 
@@ -1530,7 +1530,7 @@ type GetIdempotencyRecordResponse200Headers struct {
 
 // GetIdempotencyRecordResponse401Headers the declared response headers of an HTTP 401 response for GetIdempotencyRecord
 type GetIdempotencyRecordResponse401Headers struct {
-	WWWAuthenticate *string
+	WWWAuthenticate string
 	XRequestId      string
 }
 
@@ -1644,7 +1644,7 @@ type ResolveIdempotencyRecordResponse400Headers struct {
 
 // ResolveIdempotencyRecordResponse401Headers the declared response headers of an HTTP 401 response for ResolveIdempotencyRecord
 type ResolveIdempotencyRecordResponse401Headers struct {
-	WWWAuthenticate *string
+	WWWAuthenticate string
 	XRequestId      string
 }
 
@@ -1810,7 +1810,7 @@ type GetMetricsResponse200Headers struct {
 
 // GetMetricsResponse401Headers the declared response headers of an HTTP 401 response for GetMetrics
 type GetMetricsResponse401Headers struct {
-	WWWAuthenticate *string
+	WWWAuthenticate string
 	XRequestId      string
 }
 
@@ -2040,7 +2040,8 @@ type AdjustInventoryResponse400Headers struct {
 
 // AdjustInventoryResponse401Headers the declared response headers of an HTTP 401 response for AdjustInventory
 type AdjustInventoryResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate *string
+	XRequestId      string
 }
 
 // AdjustInventoryResponse409Headers the declared response headers of an HTTP 409 response for AdjustInventory
@@ -2229,7 +2230,8 @@ type CreateInvoiceResponse400Headers struct {
 
 // CreateInvoiceResponse401Headers the declared response headers of an HTTP 401 response for CreateInvoice
 type CreateInvoiceResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate *string
+	XRequestId      string
 }
 
 // CreateInvoiceResponse409Headers the declared response headers of an HTTP 409 response for CreateInvoice
@@ -2404,7 +2406,8 @@ type GetJobResponse200Headers struct {
 
 // GetJobResponse401Headers the declared response headers of an HTTP 401 response for GetJob
 type GetJobResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate *string
+	XRequestId      string
 }
 
 // GetJobResponse404Headers the declared response headers of an HTTP 404 response for GetJob
@@ -2527,7 +2530,8 @@ type SendNotificationResponse400Headers struct {
 
 // SendNotificationResponse401Headers the declared response headers of an HTTP 401 response for SendNotification
 type SendNotificationResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate *string
+	XRequestId      string
 }
 
 // SendNotificationResponse409Headers the declared response headers of an HTTP 409 response for SendNotification
@@ -2716,7 +2720,8 @@ type ChargePaymentResponse400Headers struct {
 
 // ChargePaymentResponse401Headers the declared response headers of an HTTP 401 response for ChargePayment
 type ChargePaymentResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate *string
+	XRequestId      string
 }
 
 // ChargePaymentResponse409Headers the declared response headers of an HTTP 409 response for ChargePayment
@@ -3235,10 +3240,10 @@ func ParseDeleteIdempotencyRecordResponse(rsp *http.Response) (*DeleteIdempotenc
 		var headers DeleteIdempotencyRecordResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -3377,10 +3382,10 @@ func ParseGetIdempotencyRecordResponse(rsp *http.Response) (*GetIdempotencyRecor
 		var headers GetIdempotencyRecordResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -3536,10 +3541,10 @@ func ParseResolveIdempotencyRecordResponse(rsp *http.Response) (*ResolveIdempote
 		var headers ResolveIdempotencyRecordResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -3689,10 +3694,10 @@ func ParseGetMetricsResponse(rsp *http.Response) (*GetMetricsResponse, error) {
 		var headers GetMetricsResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -4020,6 +4025,13 @@ func ParseAdjustInventoryResponse(rsp *http.Response) (*AdjustInventoryResponse,
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers AdjustInventoryResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -4398,6 +4410,13 @@ func ParseCreateInvoiceResponse(rsp *http.Response) (*CreateInvoiceResponse, err
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers CreateInvoiceResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -4675,6 +4694,13 @@ func ParseGetJobResponse(rsp *http.Response) (*GetJobResponse, error) {
 		response.Headers200 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetJobResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -4918,6 +4944,13 @@ func ParseSendNotificationResponse(rsp *http.Response) (*SendNotificationRespons
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers SendNotificationResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -5296,6 +5329,13 @@ func ParseChargePaymentResponse(rsp *http.Response) (*ChargePaymentResponse, err
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ChargePaymentResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {

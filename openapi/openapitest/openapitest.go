@@ -3,11 +3,15 @@
 // memory idempotency store, an in-memory job queue that validates payloads
 // like the real one, the four example enqueue routes of
 // deploy/local/idemgate.yaml, three tenants and an admin token. Change
-// the Options before Start to add routes or swap the store.
+// the Options before Start to add routes or swap the store. A Validator
+// checks any gateway's answers, this one's or a real one's, against
+// openapi.yaml.
 //
 //	opts := openapitest.Options(openapitest.NewJobs(), memstore.New())
 //	srv := openapitest.Start(t, opts)
 //	resp, err := http.Post(srv.Public.URL+"/v1/invoices", …)
+//	v, err := openapitest.NewValidator(ctx, nil)
+//	err = v.Validate(ctx, resp, body)
 package openapitest
 
 import (
