@@ -41,6 +41,8 @@ func TestCLIUsage(t *testing.T) {
 		{"keys bad operation", []string{"keys", "burn", "a", "b", "c", "--config", "x"}, 2, `unknown operation "burn"`},
 		{"migrate without action", []string{"migrate"}, 2, "up, down, status"},
 		{"dlq without action", []string{"dlq"}, 2, "list, replay or delete"},
+		{"bad log format", []string{"serve", "--config", "x.yaml", "--log-format", "xml"}, 2, `--log-format "xml": want json or text`},
+		{"bad log level", []string{"worker", "--config", "x.yaml", "--log-level", "loud"}, 2, `--log-level "loud"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -141,5 +143,29 @@ func TestSharedRateLimit(t *testing.T) {
 	}
 	if statuses[0] != 201 || statuses[1] != 201 || statuses[2] != 429 || statuses[3] != 429 {
 		t.Fatalf("statuses across two instances %v, want [201 201 429 429] (one budget of 2)", statuses)
+	}
+}
+
+// TestLogFlags: --log-format text and --log-level override the file.
+func TestLogFlags(t *testing.T) {
+	redisURL := testenv.RedisURL(t)
+	up := newUpstream(t)
+	cfg := writeConfig(t, "memory", "", redisURL, up.srv.URL, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	out, errOut := &syncBuffer{}, &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--config", cfg, "--log-format", "text", "--log-level", "debug"}, func(string) string { return "" }, out, errOut)
+	}()
+	waitFor(t, "gateway listening", 30*time.Second, func() bool { return addrs(out.String())["public"] != "" })
+	pub := addrs(out.String())["public"]
+	send(t, pub, req{path: "/v1/payments", key: "log-" + randomID()})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	log := errOut.String()
+	if !strings.Contains(log, "level=INFO msg=listening") || !strings.Contains(log, "msg=request") || strings.Contains(log, `{"time"`) {
+		t.Fatalf("--log-format text: want text lines, got:\n%s", tail(log, 2000))
 	}
 }

@@ -40,20 +40,38 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	return runAll(ctx, cfg, logger, stdout, g.svc.store, g.servers(cfg))
 }
 
-// loadCommand parses a command's only flag, --config, loads the file and
-// makes the logger.
+// loadCommand parses a command's flags (--config, --log-format,
+// --log-level and moreFlags), loads the file and makes the logger.
 func loadCommand(name string, args []string, getenv func(string) string, stdout, stderr io.Writer, moreFlags ...func(*flag.FlagSet)) (*config.Config, *slog.Logger, error) {
 	fs := newFlags(name, name+" --config FILE", stdout)
 	path := fs.String("config", "", "configuration file (YAML)")
+	logFormat := fs.String("log-format", "", "json or text: overrides log.format")
+	logLevel := fs.String("log-level", "", "debug, info, warn or error: overrides log.level")
 	for _, f := range moreFlags {
 		f(fs)
 	}
 	if _, err := parseFlags(fs, args); err != nil {
 		return nil, nil, err
 	}
+	switch *logFormat {
+	case "", "json", "text":
+	default:
+		return nil, nil, usagef("--log-format %q: want json or text", *logFormat)
+	}
+	switch *logLevel {
+	case "", "debug", "info", "warn", "error":
+	default:
+		return nil, nil, usagef("--log-level %q: want debug, info, warn or error", *logLevel)
+	}
 	cfg, err := loadConfig(*path, getenv)
 	if err != nil {
 		return nil, nil, err
+	}
+	if *logFormat != "" {
+		cfg.Log.Format = *logFormat
+	}
+	if *logLevel != "" {
+		cfg.Log.Level = *logLevel
 	}
 	logger := newLogger(cfg, stderr)
 	for _, w := range cfg.Warnings() {
