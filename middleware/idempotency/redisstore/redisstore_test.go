@@ -665,3 +665,17 @@ func TestPublishesOnlyWatchedRecords(t *testing.T) {
 
 // waitFor bounds a wait for something asynchronous; generous on purpose.
 const waitFor = 15 * time.Second
+
+// The conformance suite again, every script its own round trip.
+func TestConformanceUnpipelined(t *testing.T) {
+	rdb := testenv.Redis(t)
+	idempotencytest.Run(t, func(t *testing.T) idempotency.Store {
+		prefix := testenv.Prefix()
+		s := redisstore.New(rdb, redisstore.WithPrefix(prefix), redisstore.WithPipelining(0, 0))
+		t.Cleanup(func() {
+			_ = s.Close()
+			deleteKeys(t, rdb, prefix)
+		})
+		return s
+	})
+}

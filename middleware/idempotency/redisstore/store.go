@@ -39,6 +39,9 @@ type Store struct {
 	prefix  string
 	scripts scripts
 
+	pipelines, maxPipeline int
+	pipe                   *pipeliner // nil: pipelining off
+
 	// Watch state; see watch.go.
 	mu       sync.Mutex
 	closed   bool
@@ -72,8 +75,12 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		channels: make(map[string]map[*watch]struct{}),
 		markers:  make(map[string]chan struct{}),
 	}
+	s.pipelines, s.maxPipeline = defaultPipelines, defaultMaxPipeline
 	for _, opt := range opts {
 		opt(s)
+	}
+	if s.pipelines > 0 && s.maxPipeline > 1 {
+		s.pipe = &pipeliner{client: client, max: s.maxPipeline, slots: s.pipelines}
 	}
 	return s
 }
@@ -113,7 +120,7 @@ func millis(d time.Duration) int64 {
 // stands in the way. One script, one round trip.
 func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	sc := req.Scope
-	vals, err := s.scripts.claim.Run(ctx, s.client, []string{s.key(sc)},
+	vals, err := s.hot(ctx, s.scripts.claim, []string{s.key(sc)},
 		sc.Tenant, sc.Route, sc.Key, req.Fingerprint, req.Owner, millis(req.Lease), millis(req.Retention)).Slice()
 	if err != nil {
 		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
@@ -176,7 +183,7 @@ func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner str
 	if resp.BodyOmitted {
 		body, omitted = nil, "1"
 	}
-	n, err := s.scripts.complete.Run(ctx, s.client, []string{s.key(scope)},
+	n, err := s.hot(ctx, s.scripts.complete, []string{s.key(scope)},
 		owner, resp.Status, header, body, omitted, millis(retention)).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)
@@ -198,7 +205,7 @@ func (s *Store) MarkUnknown(ctx context.Context, scope idempotency.Scope, owner 
 }
 
 func (s *Store) finish(ctx context.Context, scope idempotency.Scope, owner string, state idempotency.State) error {
-	n, err := s.scripts.finish.Run(ctx, s.client, []string{s.key(scope)}, owner, string(state)).Int64()
+	n, err := s.hot(ctx, s.scripts.finish, []string{s.key(scope)}, owner, string(state)).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: mark %s: %w", state, err)
 	}
