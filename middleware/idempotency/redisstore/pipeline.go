@@ -22,7 +22,7 @@ import (
 // meanwhile, hands the lead to the first of those callers. So nothing is
 // left running when the store is dropped.
 const (
-	defaultPipelines   = 4
+	defaultPipelines   = 2
 	defaultMaxPipeline = 64
 )
 
