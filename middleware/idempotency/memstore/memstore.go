@@ -10,6 +10,7 @@ package memstore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"net/http"
 	"sync"
 	"time"
@@ -28,8 +29,20 @@ type Store struct {
 	now func() time.Time
 
 	mu       sync.Mutex
-	records  map[idempotency.Scope]*idempotency.Record
+	records  map[idempotency.Scope]*record
 	watchers map[idempotency.Scope]map[chan struct{}]struct{}
+}
+
+// record is a stored record. A completed one keeps its response headers
+// and body encoded in one byte slice, which the garbage collector does not
+// scan: a gateway keeps every record for its whole retention, and a header
+// map per record would make each collection walk them all.
+type record struct {
+	idempotency.Record // Response is always nil here
+	status             int
+	omitted            bool
+	completed          bool   // a response is stored
+	response           []byte // encodeResponse: headers, then the body
 }
 
 // Option configures a Store.
@@ -42,7 +55,7 @@ func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = no
 func New(opts ...Option) *Store {
 	s := &Store{
 		now:      time.Now,
-		records:  make(map[idempotency.Scope]*idempotency.Record),
+		records:  make(map[idempotency.Scope]*record),
 		watchers: make(map[idempotency.Scope]map[chan struct{}]struct{}),
 	}
 	for _, o := range opts {
@@ -52,7 +65,7 @@ func New(opts ...Option) *Store {
 }
 
 // live returns the unexpired record for scope, or nil. Callers hold mu.
-func (s *Store) live(scope idempotency.Scope, now time.Time) *idempotency.Record {
+func (s *Store) live(scope idempotency.Scope, now time.Time) *record {
 	r := s.records[scope]
 	if r == nil || expired(r, now) {
 		return nil
@@ -61,7 +74,7 @@ func (s *Store) live(scope idempotency.Scope, now time.Time) *idempotency.Record
 }
 
 // expired: retention passed and no live lease holds the record.
-func expired(r *idempotency.Record, now time.Time) bool {
+func expired(r *record, now time.Time) bool {
 	if r.State == idempotency.StateInFlight && r.LeaseUntil.After(now) {
 		return false
 	}
@@ -81,7 +94,7 @@ func (s *Store) Claim(_ context.Context, req idempotency.ClaimRequest) (idempote
 		if old != nil {
 			token = old.FencingToken + 1
 		}
-		r = &idempotency.Record{Scope: req.Scope, CreatedAt: now, FencingToken: token}
+		r = &record{Record: idempotency.Record{Scope: req.Scope, CreatedAt: now, FencingToken: token}}
 		s.records[req.Scope] = r
 		s.take(r, req, now)
 		return idempotency.ClaimResult{Claimed: true, Record: copyRecord(r)}, nil
@@ -95,18 +108,18 @@ func (s *Store) Claim(_ context.Context, req idempotency.ClaimRequest) (idempote
 	}
 }
 
-func (s *Store) take(r *idempotency.Record, req idempotency.ClaimRequest, now time.Time) {
+func (s *Store) take(r *record, req idempotency.ClaimRequest, now time.Time) {
 	r.Fingerprint = req.Fingerprint
 	r.State = idempotency.StateInFlight
 	r.Owner = req.Owner
 	r.LeaseUntil = now.Add(req.Lease)
-	r.Response = nil
+	r.completed, r.response = false, nil
 	r.UpdatedAt = now
 	r.ExpiresAt = now.Add(max(req.Retention, req.Lease))
 }
 
 // owned returns the in-flight record held by owner. Callers hold mu.
-func (s *Store) owned(scope idempotency.Scope, owner string) (*idempotency.Record, time.Time, error) {
+func (s *Store) owned(scope idempotency.Scope, owner string) (*record, time.Time, error) {
 	now := s.now()
 	r := s.live(scope, now)
 	if r == nil || r.State != idempotency.StateInFlight || r.Owner != owner {
@@ -138,8 +151,8 @@ func (s *Store) Complete(_ context.Context, scope idempotency.Scope, owner strin
 	if err != nil {
 		return err
 	}
-	stored := copyResponse(resp)
-	r.Response = &stored
+	r.completed, r.status, r.omitted = true, resp.Status, resp.BodyOmitted
+	r.response = encodeResponse(resp)
 	s.end(r, idempotency.StateCompleted, now)
 	r.ExpiresAt = now.Add(retention)
 	return nil
@@ -167,7 +180,7 @@ func (s *Store) endOwned(scope idempotency.Scope, owner string, state idempotenc
 }
 
 // end moves a record out of flight and wakes its watchers. Callers hold mu.
-func (s *Store) end(r *idempotency.Record, state idempotency.State, now time.Time) {
+func (s *Store) end(r *record, state idempotency.State, now time.Time) {
 	r.State = state
 	r.Owner = ""
 	r.LeaseUntil = time.Time{}
@@ -263,20 +276,79 @@ func (s *Store) Len() int {
 	return len(s.records)
 }
 
-func copyRecord(r *idempotency.Record) idempotency.Record {
-	c := *r
-	if r.Response != nil {
-		resp := copyResponse(*r.Response)
+// copyRecord returns r as a Record of its own, response decoded.
+func copyRecord(r *record) idempotency.Record {
+	c := r.Record
+	if r.completed {
+		resp := decodeResponse(r.response)
+		resp.Status, resp.BodyOmitted = r.status, r.omitted
 		c.Response = &resp
 	}
 	return c
 }
 
-func copyResponse(r idempotency.Response) idempotency.Response {
-	return idempotency.Response{
-		Status:      r.Status,
-		Header:      http.Header(r.Header).Clone(),
-		Body:        bytes.Clone(r.Body),
-		BodyOmitted: r.BodyOmitted,
+// encodeResponse packs resp's headers and body into one slice: the number
+// of header names, then each name and its values, each length-prefixed,
+// then the body. A body omitted is not kept.
+func encodeResponse(resp idempotency.Response) []byte {
+	n := binary.MaxVarintLen64 + len(resp.Body)
+	for k, vs := range resp.Header {
+		n += 2*binary.MaxVarintLen64 + len(k)
+		for _, v := range vs {
+			n += binary.MaxVarintLen64 + len(v)
+		}
 	}
+	b := make([]byte, 0, n)
+	b = binary.AppendUvarint(b, uint64(len(resp.Header)))
+	for k, vs := range resp.Header {
+		b = appendString(b, k)
+		b = binary.AppendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = appendString(b, v)
+		}
+	}
+	if !resp.BodyOmitted {
+		b = append(b, resp.Body...)
+	}
+	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// decodeResponse unpacks what encodeResponse wrote. The slice is the
+// store's own, so a malformed one is a bug: it panics.
+func decodeResponse(b []byte) idempotency.Response {
+	var resp idempotency.Response
+	uvarint := func() int {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			panic("memstore: corrupt stored response")
+		}
+		b = b[n:]
+		return int(v)
+	}
+	str := func() string {
+		l := uvarint()
+		s := string(b[:l])
+		b = b[l:]
+		return s
+	}
+	if names := uvarint(); names > 0 {
+		resp.Header = make(http.Header, names)
+		for range names {
+			k := str()
+			vs := make([]string, uvarint())
+			for i := range vs {
+				vs[i] = str()
+			}
+			resp.Header[k] = vs
+		}
+	}
+	if len(b) > 0 {
+		resp.Body = bytes.Clone(b)
+	}
+	return resp
 }
