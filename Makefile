@@ -16,9 +16,10 @@ help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## build bin/idemgate and bin/partnersim
+build: ## build bin/idemgate, bin/partnersim and the example shipments receiver
 	$(GO) build -o bin/idemgate ./cmd/idemgate
 	$(GO) build -o bin/partnersim ./cmd/partnersim
+	$(GO) build -o bin/shipments-receiver ./examples/shipments/cmd/shipments-receiver
 
 .PHONY: services
 services: ## start Redis, PostgreSQL and a Redis Cluster on loopback and print their URLs
@@ -28,11 +29,23 @@ services: ## start Redis, PostgreSQL and a Redis Cluster on loopback and print t
 run: build ## start the services, migrate, and run the gateway in dev mode with deploy/local/idemgate.yaml
 	@$(WITH_SERVICES) ./bin/idemgate migrate up --config $(CONFIG) && exec deploy/local/run.sh $(CONFIG)
 
+# The TypeScript parts: the example receiver (built, then tested by itself
+# and end to end from cmd/idemgate) and the check that a client generated
+# from the served OpenAPI document type-checks.
+NODE_DIRS := examples/receiver-node openapi/tscheck
+
+.PHONY: node
+node: ## install the TypeScript parts' packages (npm ci) and build the example receiver
+	@command -v npm >/dev/null || deploy/local/node.sh
+	@for d in $(NODE_DIRS); do (cd $$d && npm ci --no-audit --no-fund --loglevel=error); done
+	cd examples/receiver-node && npm run --silent build
+
 .PHONY: test
-test: ## start the services, then go vet and go test -race every package (integration tests included)
+test: node ## start the services, then go vet and go test -race every package (integration tests included) and the TypeScript tests
 	@$(WITH_SERVICES) \
 	  test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }; \
 	  $(GO) vet ./...; \
+	  (cd examples/receiver-node && npm test --silent); \
 	  $(GO) test -race -count=1 -timeout 20m ./...
 
 .PHONY: test-short

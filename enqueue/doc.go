@@ -8,6 +8,7 @@
 // record, enqueues again, and asynq refuses a second task with the same id.
 //
 //	e := enqueue.New(pool, asynqClient)
+//	spec, _ := cfg.Job("invoice.create") // a declared job (package job)
 //	job, err := e.Submit(ctx, enqueue.Request{Tenant: "acme", Route: "invoices",
-//		Key: "order-42", Task: enqueue.TaskInvoiceCreate, Queue: "default", Body: body})
+//		Key: "order-42", Spec: spec, Body: body})
 package enqueue

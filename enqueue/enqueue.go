@@ -7,6 +7,8 @@ import (
 	"math"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/idemgate/idemgate/job"
 )
 
 // Task headers carried with every task.
@@ -44,33 +46,48 @@ func (e *Enqueuer) Jobs() *Jobs { return e.jobs }
 // Request is one accepted request to turn into a job.
 type Request struct {
 	Tenant, Route, Key string
-	Task, Queue        string
-	Body               []byte
+	// Spec is the declared job the request becomes: its task, schema and
+	// business key template. Required.
+	Spec *job.Spec
+	// Queue overrides Spec.Queue when set (a route's own queue).
+	Queue string
+	Body  []byte
 }
 
-// Submit validates the body, records the job and enqueues its task. It is
-// idempotent: the same request again returns the same job and enqueues
-// nothing new. A *PayloadError means nothing was recorded or enqueued.
+// Submit validates the body against the job's schema, records the job and
+// enqueues its task. It is idempotent: the same request again returns the
+// same job and enqueues nothing new. A *job.PayloadError means nothing was
+// recorded or enqueued.
 func (e *Enqueuer) Submit(ctx context.Context, req Request) (Job, error) {
-	p, err := Decode(req.Task, req.Body)
+	if req.Spec == nil {
+		return Job{}, errors.New("enqueue: submit: no job spec")
+	}
+	p, err := req.Spec.Decode(req.Body)
 	if err != nil {
 		return Job{}, err
 	}
-	job, _, err := e.jobs.create(ctx, Job{
+	queue := req.Queue
+	if queue == "" {
+		queue = req.Spec.Queue
+	}
+	if queue == "" {
+		queue = "default"
+	}
+	j, _, err := e.jobs.create(ctx, Job{
 		ID: JobID(req.Tenant, req.Route, req.Key), Tenant: req.Tenant, Route: req.Route, IdempotencyKey: req.Key,
-		Task: req.Task, Queue: req.Queue, BusinessKey: p.BusinessKey(), Payload: req.Body,
+		Task: req.Spec.Task, Queue: queue, BusinessKey: p.BusinessKey, Payload: req.Body,
 	})
 	if err != nil {
 		return Job{}, err
 	}
-	if job.Status == StatusQueued {
+	if j.Status == StatusQueued {
 		// Enqueue even when the record already existed: the gateway may
 		// have died between the two steps. asynq keeps one task per id.
-		if err := e.enqueue(ctx, job); err != nil {
+		if err := e.enqueue(ctx, j); err != nil {
 			return Job{}, err
 		}
 	}
-	return job, nil
+	return j, nil
 }
 
 func (e *Enqueuer) enqueue(ctx context.Context, job Job) error {

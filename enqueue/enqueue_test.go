@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/job"
 )
 
 func TestMain(m *testing.M) {
@@ -40,8 +41,29 @@ func setup(t *testing.T) env {
 	return env{e: enqueue.New(pool, client), inspector: inspector, queue: queue}
 }
 
+// invoiceSpec declares the job the test requests become.
+func invoiceSpec(task string) *job.Spec {
+	schema, err := job.CompileSchema([]byte(`{
+  "type": "object", "additionalProperties": false,
+  "required": ["order_id", "amount_cents", "currency"],
+  "properties": {
+    "order_id": {"type": "string", "minLength": 1},
+    "amount_cents": {"type": "integer", "minimum": 1},
+    "currency": {"type": "string", "pattern": "^[A-Z]{3}$"}
+  }
+}`), task)
+	if err != nil {
+		panic(err)
+	}
+	key, err := job.ParseTemplate("invoice:{order_id}")
+	if err != nil {
+		panic(err)
+	}
+	return &job.Spec{Task: task, Queue: "default", Schema: schema, BusinessKey: key}
+}
+
 func (v env) req(key, body string) enqueue.Request {
-	return enqueue.Request{Tenant: "acme", Route: "invoices", Key: key, Task: enqueue.TaskInvoiceCreate, Queue: v.queue, Body: []byte(body)}
+	return enqueue.Request{Tenant: "acme", Route: "invoices", Key: key, Spec: invoiceSpec("invoice.create"), Queue: v.queue, Body: []byte(body)}
 }
 
 func (v env) pending(t *testing.T) []*asynq.TaskInfo {
@@ -93,16 +115,17 @@ func TestSubmitRejectsBadPayloads(t *testing.T) {
 		kind       error
 		field      string
 	}{
-		{"not json", `{"order_id":`, enqueue.ErrMalformed, ""},
-		{"wrong type", `{"order_id":"o","amount_cents":"12","currency":"EUR"}`, enqueue.ErrMalformed, "amount_cents"},
-		{"unknown field", `{"order_id":"o","amount_cents":1,"currency":"EUR","x":1}`, enqueue.ErrMalformed, "x"},
-		{"missing field", `{"amount_cents":1,"currency":"EUR"}`, enqueue.ErrInvalid, "order_id"},
-		{"bad currency", `{"order_id":"o","amount_cents":1,"currency":"euro"}`, enqueue.ErrInvalid, "currency"},
-		{"negative amount", `{"order_id":"o","amount_cents":-1,"currency":"EUR"}`, enqueue.ErrInvalid, "amount_cents"},
+		{"not json", `{"order_id":`, job.ErrMalformed, ""},
+		{"two values", `{"order_id":"o","amount_cents":1,"currency":"EUR"} {}`, job.ErrMalformed, ""},
+		{"wrong type", `{"order_id":"o","amount_cents":"12","currency":"EUR"}`, job.ErrInvalid, "amount_cents"},
+		{"unknown field", `{"order_id":"o","amount_cents":1,"currency":"EUR","x":1}`, job.ErrInvalid, "x"},
+		{"missing field", `{"amount_cents":1,"currency":"EUR"}`, job.ErrInvalid, "order_id"},
+		{"bad currency", `{"order_id":"o","amount_cents":1,"currency":"euro"}`, job.ErrInvalid, "currency"},
+		{"negative amount", `{"order_id":"o","amount_cents":-1,"currency":"EUR"}`, job.ErrInvalid, "amount_cents"},
 	}
 	for _, tc := range tests {
 		_, err := v.e.Submit(t.Context(), v.req("bad-"+tc.name, tc.body))
-		var pe *enqueue.PayloadError
+		var pe *job.PayloadError
 		if !errors.Is(err, tc.kind) || !errors.As(err, &pe) || pe.Fields[0].Field != tc.field {
 			t.Errorf("%s: %v, want %v naming %q", tc.name, err, tc.kind, tc.field)
 		}
@@ -119,9 +142,9 @@ func TestSubmitRejectsBadPayloads(t *testing.T) {
 // was stored: the retry submits again and gets the same job, no new task.
 func TestCrashAfterEnqueueMakesNoSecondTask(t *testing.T) {
 	v := setup(t)
-	body := `{"payment_id":"p-9","amount_cents":500,"currency":"EUR"}`
+	body := `{"order_id":"p-9","amount_cents":500,"currency":"EUR"}`
 	r := v.req("crash", body)
-	r.Task = enqueue.TaskPaymentCharge
+	r.Spec = invoiceSpec("payment.charge")
 	first, err := v.e.Submit(t.Context(), r)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
@@ -42,6 +43,27 @@ const (
 	testAdminToken = "admin-token"
 )
 
+// invoiceSpec is the declared job behind /v1/invoices.
+var invoiceSpec = func() *job.Spec {
+	schema, err := job.CompileSchema([]byte(`{
+  "type": "object", "additionalProperties": false,
+  "required": ["order_id", "amount_cents", "currency"],
+  "properties": {
+    "order_id": {"type": "string", "minLength": 1},
+    "amount_cents": {"type": "integer", "minimum": 1},
+    "currency": {"type": "string", "pattern": "^[A-Z]{3}$"}
+  }
+}`), "invoice.create")
+	if err != nil {
+		panic(err)
+	}
+	key, err := job.ParseTemplate("invoice:{order_id}")
+	if err != nil {
+		panic(err)
+	}
+	return &job.Spec{Task: "invoice.create", Queue: "default", Schema: schema, BusinessKey: key}
+}()
+
 // testOptions is a gateway with api_key auth for tenant acme, the admin
 // token, a memory store and one enqueue route, /v1/invoices, on jobs.
 func testOptions(jobs Jobs) Options {
@@ -56,7 +78,7 @@ func testOptions(jobs Jobs) Options {
 		Logger:           slog.New(slog.DiscardHandler),
 		Routes: []RouteOptions{{
 			Name: "invoices", Methods: []string{http.MethodPost}, Path: "/v1/invoices",
-			Enqueue: &EnqueueOptions{Task: enqueue.TaskInvoiceCreate, Queue: "default"},
+			Enqueue: &EnqueueOptions{Spec: invoiceSpec, Queue: "default"},
 		}},
 	}
 }
@@ -101,14 +123,14 @@ func TestDocumentsOnTheWire(t *testing.T) {
 	t.Parallel()
 	ref := "inv_2e3e9e48ed0440af9dbf6cce317d08ed"
 	job := enqueue.Job{
-		ID: "job_8971b00d3650c8ca83d47f1920051829", Task: enqueue.TaskInvoiceCreate, Status: enqueue.StatusQueued,
+		ID: "job_8971b00d3650c8ca83d47f1920051829", Task: "invoice.create", Status: enqueue.StatusQueued,
 		CreatedAt: created, UpdatedAt: created, Tenant: "acme", Route: "invoices",
 	}
 	done := job
 	done.Status, done.Attempts, done.ResultRef, done.UpdatedAt = enqueue.StatusSucceeded, 1, &ref, updated
 	g := newTestGateway(t, testOptions(fakeJobs{
 		submit: func(_ context.Context, req enqueue.Request) (enqueue.Job, error) {
-			if _, err := enqueue.Decode(req.Task, req.Body); err != nil {
+			if _, err := req.Spec.Decode(req.Body); err != nil {
 				return enqueue.Job{}, err
 			}
 			return job, nil
@@ -150,8 +172,8 @@ func TestDocumentsOnTheWire(t *testing.T) {
 		{"problem with fields", http.MethodPost, "/v1/invoices", `{"order_id":"o-2","amount_cents":-1,"currency":"EUR"}`,
 			append([]string{"Idempotency-Key", "k2"}, auth...), http.StatusUnprocessableEntity, "application/problem+json",
 			`{"type":"https://idemgate.dev/problems/invalid-payload","title":"Invalid payload","status":422,` +
-				`"detail":"invalid payload: amount_cents: must be a positive integer","instance":"/v1/invoices","request_id":"req-1",` +
-				`"errors":[{"field":"amount_cents","message":"must be a positive integer"}]}` + "\n"},
+				`"detail":"invalid payload: amount_cents: must be at least 1","instance":"/v1/invoices","request_id":"req-1",` +
+				`"errors":[{"field":"amount_cents","message":"must be at least 1"}]}` + "\n"},
 		{"problem", http.MethodGet, "/v1/nothing", "", []string{"X-Request-Id", "req-2"}, http.StatusNotFound, "application/problem+json",
 			`{"type":"https://idemgate.dev/problems/not-found","title":"Not found","status":404,` +
 				`"detail":"no route matches GET /v1/nothing","instance":"/v1/nothing","request_id":"req-2"}` + "\n"},

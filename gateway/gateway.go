@@ -187,6 +187,9 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 		if g.opts.Jobs == nil {
 			return nil, errors.New("an enqueue route needs the job queue")
 		}
+		if ro.Enqueue.Spec == nil {
+			return nil, errors.New("an enqueue route needs its declared job")
+		}
 		rt.kind = KindEnqueue
 		h = g.handleEnqueue(ro.Name, *ro.Enqueue)
 	case ro.Handler != nil:

@@ -17,7 +17,7 @@ import (
 // and no body, and HEAD where no GET is served is still 404.
 func TestHeadAnswersLikeGet(t *testing.T) {
 	t.Parallel()
-	job := enqueue.Job{ID: "job_1", Task: enqueue.TaskInvoiceCreate, Status: enqueue.StatusQueued, Tenant: "acme"}
+	job := enqueue.Job{ID: "job_1", Task: "invoice.create", Status: enqueue.StatusQueued, Tenant: "acme"}
 	opts := testOptions(fakeJobs{get: func(_ context.Context, tenant, id string) (enqueue.Job, error) {
 		if tenant != job.Tenant || id != job.ID {
 			return enqueue.Job{}, enqueue.ErrNotFound

@@ -11,6 +11,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
@@ -25,7 +26,10 @@ type Jobs interface {
 
 // EnqueueOptions makes a route an enqueue route.
 type EnqueueOptions struct {
-	Task, Queue string
+	// Spec is the declared job a request becomes. Required.
+	Spec *job.Spec
+	// Queue overrides the job's own queue when set.
+	Queue string
 }
 
 // handleEnqueue accepts a request as a job. It runs inside the idempotency
@@ -54,19 +58,23 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions) http.Handler {
 			g.problems.write(w, r, &Problem{Err: ErrBadRequest, Detail: "the body must be application/json"})
 			return
 		}
-		ctx, span := telemetry.StartEnqueue(r.Context(), eo.Task, eo.Queue, telemetry.Tenant(a.Scope.Tenant), telemetry.Route(route))
-		job, err := g.opts.Jobs.Submit(ctx, enqueue.Request{
-			Tenant: a.Scope.Tenant, Route: route, Key: a.Scope.Key, Task: eo.Task, Queue: eo.Queue, Body: body,
+		queue := eo.Queue
+		if queue == "" {
+			queue = eo.Spec.Queue
+		}
+		ctx, span := telemetry.StartEnqueue(r.Context(), eo.Spec.Task, queue, telemetry.Tenant(a.Scope.Tenant), telemetry.Route(route))
+		j, err := g.opts.Jobs.Submit(ctx, enqueue.Request{
+			Tenant: a.Scope.Tenant, Route: route, Key: a.Scope.Key, Spec: eo.Spec, Queue: queue, Body: body,
 		})
-		span.SetAttributes(telemetry.JobID(job.ID))
+		span.SetAttributes(telemetry.JobID(j.ID))
 		telemetry.End(span, err)
 		if err != nil {
 			g.jobError(w, r, err)
 			return
 		}
-		infoFrom(r.Context()).job = job.ID
-		w.Header().Set("Location", "/v1/jobs/"+job.ID)
-		writeJSON(w, http.StatusAccepted, jobDocument(job))
+		infoFrom(r.Context()).job = j.ID
+		w.Header().Set("Location", "/v1/jobs/"+j.ID)
+		writeJSON(w, http.StatusAccepted, jobDocument(j))
 	})
 }
 
@@ -80,11 +88,11 @@ func jobDocument(j enqueue.Job) openapi.Job {
 }
 
 func (g *Gateway) jobError(w http.ResponseWriter, r *http.Request, err error) {
-	var pe *enqueue.PayloadError
+	var pe *job.PayloadError
 	switch {
 	case errors.As(err, &pe):
 		kind := ErrInvalidPayload
-		if errors.Is(err, enqueue.ErrMalformed) {
+		if errors.Is(err, job.ErrMalformed) {
 			kind = ErrBadRequest
 		}
 		g.problems.write(w, r, &Problem{Err: kind, Detail: pe.Error(), Fields: pe.Fields})

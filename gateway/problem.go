@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
@@ -35,7 +35,7 @@ type Problem struct {
 	RetryAfter time.Duration
 	Cause      error
 	// Fields names the bad fields of a payload (400/422).
-	Fields []enqueue.FieldError
+	Fields []job.FieldError
 }
 
 func (p *Problem) Error() string {
@@ -98,7 +98,7 @@ func (pw problemWriter) write(w http.ResponseWriter, r *http.Request, err error)
 		k = kind{status: http.StatusInternalServerError, slug: "internal", title: "Internal error"}
 	}
 	detail, retryAfter := "", time.Duration(0)
-	var fields []enqueue.FieldError
+	var fields []job.FieldError
 	var p *Problem
 	var ire *idempotency.RequestError
 	var rle *ratelimit.LimitedError

@@ -17,8 +17,8 @@ import (
 
 const problemBase = idempotency.DefaultProblemBase
 
-// loadSpec loads and validates the embedded document, the one the
-// gateway serves.
+// loadSpec loads and validates the embedded document: the gateway's own
+// endpoints, without any enqueue route.
 func loadSpec(t testing.TB) *openapi3.T {
 	t.Helper()
 	doc, err := openapi3.NewLoader().LoadFromData(openapi.Spec)
@@ -27,6 +27,27 @@ func loadSpec(t testing.TB) *openapi3.T {
 	}
 	if err := doc.Validate(t.Context()); err != nil {
 		t.Fatalf("openapi.yaml is not a valid OpenAPI document: %v", err)
+	}
+	return doc
+}
+
+// loadServed loads and validates the document openapitest's gateway
+// serves: the embedded one with the example enqueue routes.
+func loadServed(t testing.TB) *openapi3.T {
+	t.Helper()
+	_, jsonDoc := openapitest.Documents()
+	return loadDoc(t, jsonDoc)
+}
+
+// loadDoc loads and validates a served document.
+func loadDoc(t testing.TB, data []byte) *openapi3.T {
+	t.Helper()
+	doc, err := openapi3.NewLoader().LoadFromData(data)
+	if err != nil {
+		t.Fatalf("load the served document: %v", err)
+	}
+	if err := doc.Validate(t.Context()); err != nil {
+		t.Fatalf("the served document is not a valid OpenAPI document: %v", err)
 	}
 	return doc
 }

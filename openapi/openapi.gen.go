@@ -49,30 +49,6 @@ func (e JobStatus) Valid() bool {
 	}
 }
 
-// Defines values for JobTask.
-const (
-	JobTaskInventoryAdjust  JobTask = "inventory.adjust"
-	JobTaskInvoiceCreate    JobTask = "invoice.create"
-	JobTaskNotificationSend JobTask = "notification.send"
-	JobTaskPaymentCharge    JobTask = "payment.charge"
-)
-
-// Valid indicates whether the value is a known member of the JobTask enum.
-func (e JobTask) Valid() bool {
-	switch e {
-	case JobTaskInventoryAdjust:
-		return true
-	case JobTaskInvoiceCreate:
-		return true
-	case JobTaskNotificationSend:
-		return true
-	case JobTaskPaymentCharge:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for ReadinessStatus.
 const (
 	ReadinessStatusReady ReadinessStatus = "ready"
@@ -112,24 +88,12 @@ func (e RecordState) Valid() bool {
 	}
 }
 
-// AmountCents A positive amount in the currency's minor unit.
-//
-// Example: 4200
-type AmountCents = int64
-
-// Currency A three-letter ISO 4217 code in upper case.
-//
-// Example: EUR
-type Currency = string
-
 // FieldError One bad field of a job's payload.
 type FieldError struct {
-	// Field The field's name; empty when the body as a whole is at fault.
-	//
-	// Example: amount_cents
-	Field string `json:"field"`
-
-	// Message Example: must be a positive integer
+	// Field The field's path in the payload, dotted, with array indices in
+	// brackets (`parcels[2].weight_g`); empty when the body as a whole
+	// is at fault.
+	Field   string `json:"field"`
 	Message string `json:"message"`
 }
 
@@ -140,9 +104,6 @@ type Health struct {
 
 // HealthStatus defines model for Health.Status.
 type HealthStatus string
-
-// ID A business identifier of 1 to 128 characters without `:` or white space.
-type ID = string
 
 // IdempotencyRecord An idempotency record, as the admin API and `idemgate keys get` show it.
 type IdempotencyRecord struct {
@@ -176,50 +137,12 @@ type IdempotencyRecord struct {
 	Response *StoredResponse `json:"response,omitempty"`
 }
 
-// InventoryAdjust The payload of inventory.adjust. No other fields are allowed.
-type InventoryAdjust struct {
-	// AdjustmentId The movement's identity; it is applied once.
-	//
-	// Example: adj-2026-0042
-	AdjustmentId ID `json:"adjustment_id"`
-
-	// Delta The change in stock; must not be zero (negative to take stock out).
-	//
-	// Example: -3
-	Delta int64 `json:"delta"`
-
-	// Sku The stock keeping unit.
-	//
-	// Example: sku-blue-mug
-	Sku ID `json:"sku"`
-}
-
-// InvoiceCreate The payload of invoice.create. No other fields are allowed.
-type InvoiceCreate struct {
-	// AmountCents A positive amount in the currency's minor unit.
-	//
-	// Example: 4200
-	AmountCents AmountCents `json:"amount_cents"`
-
-	// Currency A three-letter ISO 4217 code in upper case.
-	//
-	// Example: EUR
-	Currency Currency `json:"currency"`
-
-	// OrderId The order to invoice; one invoice per order.
-	//
-	// Example: order-42
-	OrderId ID `json:"order_id"`
-}
-
 // Job A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it.
 type Job struct {
 	// Id `job_` and 32 hex digits, derived from (tenant, route, Idempotency-Key).
-	//
-	// Example: job_8971b00d3650c8ca83d47f1920051829
 	Id JobID `json:"id"`
 
-	// Task The task kind.
+	// Task The job's task (`jobs[].task` of the configuration).
 	Task JobTask `json:"task"`
 
 	// Status `queued`: waiting for a worker. `processing`: a worker runs it.
@@ -233,8 +156,6 @@ type Job struct {
 	Attempts int `json:"attempts"`
 
 	// ResultRef Set when the job succeeded; the id of its effect (an invoice id, a charge id).
-	//
-	// Example: inv_2e3e9e48ed0440af9dbf6cce317d08ed
 	ResultRef *string `json:"result_ref"`
 
 	// Error The last attempt's error, when it failed.
@@ -244,8 +165,6 @@ type Job struct {
 }
 
 // JobID `job_` and 32 hex digits, derived from (tenant, route, Idempotency-Key).
-//
-// Example: job_8971b00d3650c8ca83d47f1920051829
 type JobID = string
 
 // JobStatus `queued`: waiting for a worker. `processing`: a worker runs it.
@@ -255,60 +174,20 @@ type JobID = string
 // it is in the dead-letter queue and `error` says why.
 type JobStatus string
 
-// JobTask The task kind.
-type JobTask string
+// JobTask The job's task (`jobs[].task` of the configuration).
+type JobTask = string
 
-// NotificationSend The payload of notification.send. No other fields are allowed.
-type NotificationSend struct {
-	// EventId The event the message is about.
-	//
-	// Example: evt-9
-	EventId ID `json:"event_id"`
-
-	// Template The message template.
-	//
-	// Example: invoice-ready
-	Template ID `json:"template"`
-
-	// UserId The recipient.
-	//
-	// Example: user-7
-	UserId ID `json:"user_id"`
-}
-
-// OpenAPIDocument An OpenAPI 3.0.3 document (this one).
+// OpenAPIDocument An OpenAPI 3.1 document (this one).
 type OpenAPIDocument struct {
-	Info map[string]interface{} `json:"info"`
-
-	// Openapi Example: 3.0.3
+	Info    map[string]interface{} `json:"info"`
 	Openapi string                 `json:"openapi"`
 	Paths   map[string]interface{} `json:"paths"`
-}
-
-// PaymentCharge The payload of payment.charge. No other fields are allowed.
-type PaymentCharge struct {
-	// AmountCents A positive amount in the currency's minor unit.
-	//
-	// Example: 4200
-	AmountCents AmountCents `json:"amount_cents"`
-
-	// Currency A three-letter ISO 4217 code in upper case.
-	//
-	// Example: EUR
-	Currency Currency `json:"currency"`
-
-	// PaymentId The payment to charge; charged once.
-	//
-	// Example: pay-42
-	PaymentId ID `json:"payment_id"`
 }
 
 // Problem An RFC 9457 problem document. Match on the slug that ends `type`;
 // `detail` is for people and may change.
 type Problem struct {
 	// Type The configured `problem_base` followed by the problem's slug.
-	//
-	// Example: https://idemgate.dev/problems/idempotency-key-reused
 	Type string `json:"type"`
 
 	// Title A short summary of the problem type; the same for every occurrence.
@@ -329,7 +208,7 @@ type Problem struct {
 	// names this one.
 	RequestId string `json:"request_id"`
 
-	// Errors For `bad-request` and `invalid-payload` on enqueue routes, the fields at fault.
+	// Errors For `bad-request` and `invalid-payload` on enqueue routes, what is at fault.
 	Errors *[]FieldError `json:"errors,omitempty"`
 }
 
@@ -437,62 +316,6 @@ type UpstreamTimeout = Problem
 // `detail` is for people and may change.
 type UpstreamUnavailable = Problem
 
-// AdjustInventoryParams defines parameters for AdjustInventory.
-type AdjustInventoryParams struct {
-	// IdempotencyKey The client's unique key for this request; retries of the request
-	// send the same key with the same body. Exactly one header line with
-	// one key:
-	//
-	// - `strict` key syntax: an RFC 8941 sf-string only, such as
-	//   `"8e03978e-40d5-43e8-bc93-6894a57f9324"` (inside the quotes,
-	//   printable ASCII; `\"` and `\\` are the only escapes);
-	// - `compat` key syntax (the default): also a bare key of printable
-	//   ASCII without spaces, commas or quotes, such as
-	//   `8e03978e-40d5-43e8-bc93-6894a57f9324`. A value that starts with
-	//   `"` is always an sf-string.
-	//
-	// The key is 1 to `max_key_length` (default 255) characters after
-	// parsing; the quoted and bare forms of one key are the same key. A
-	// missing header is 400 `idempotency-key-missing`; a malformed, empty,
-	// too long or repeated one, a list or parameters are 400
-	// `idempotency-key-invalid`. The pattern below is the `compat` syntax
-	// with the default length.
-	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
-
-	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
-	// in problem documents and in the logs. One of 1 to 128 letters, digits
-	// and `-_.:`; anything else is replaced with a random id.
-	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
-}
-
-// CreateInvoiceParams defines parameters for CreateInvoice.
-type CreateInvoiceParams struct {
-	// IdempotencyKey The client's unique key for this request; retries of the request
-	// send the same key with the same body. Exactly one header line with
-	// one key:
-	//
-	// - `strict` key syntax: an RFC 8941 sf-string only, such as
-	//   `"8e03978e-40d5-43e8-bc93-6894a57f9324"` (inside the quotes,
-	//   printable ASCII; `\"` and `\\` are the only escapes);
-	// - `compat` key syntax (the default): also a bare key of printable
-	//   ASCII without spaces, commas or quotes, such as
-	//   `8e03978e-40d5-43e8-bc93-6894a57f9324`. A value that starts with
-	//   `"` is always an sf-string.
-	//
-	// The key is 1 to `max_key_length` (default 255) characters after
-	// parsing; the quoted and bare forms of one key are the same key. A
-	// missing header is 400 `idempotency-key-missing`; a malformed, empty,
-	// too long or repeated one, a list or parameters are 400
-	// `idempotency-key-invalid`. The pattern below is the `compat` syntax
-	// with the default length.
-	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
-
-	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
-	// in problem documents and in the logs. One of 1 to 128 letters, digits
-	// and `-_.:`; anything else is replaced with a random id.
-	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
-}
-
 // GetJobParams defines parameters for GetJob.
 type GetJobParams struct {
 	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
@@ -500,71 +323,3 @@ type GetJobParams struct {
 	// and `-_.:`; anything else is replaced with a random id.
 	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
 }
-
-// SendNotificationParams defines parameters for SendNotification.
-type SendNotificationParams struct {
-	// IdempotencyKey The client's unique key for this request; retries of the request
-	// send the same key with the same body. Exactly one header line with
-	// one key:
-	//
-	// - `strict` key syntax: an RFC 8941 sf-string only, such as
-	//   `"8e03978e-40d5-43e8-bc93-6894a57f9324"` (inside the quotes,
-	//   printable ASCII; `\"` and `\\` are the only escapes);
-	// - `compat` key syntax (the default): also a bare key of printable
-	//   ASCII without spaces, commas or quotes, such as
-	//   `8e03978e-40d5-43e8-bc93-6894a57f9324`. A value that starts with
-	//   `"` is always an sf-string.
-	//
-	// The key is 1 to `max_key_length` (default 255) characters after
-	// parsing; the quoted and bare forms of one key are the same key. A
-	// missing header is 400 `idempotency-key-missing`; a malformed, empty,
-	// too long or repeated one, a list or parameters are 400
-	// `idempotency-key-invalid`. The pattern below is the `compat` syntax
-	// with the default length.
-	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
-
-	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
-	// in problem documents and in the logs. One of 1 to 128 letters, digits
-	// and `-_.:`; anything else is replaced with a random id.
-	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
-}
-
-// ChargePaymentParams defines parameters for ChargePayment.
-type ChargePaymentParams struct {
-	// IdempotencyKey The client's unique key for this request; retries of the request
-	// send the same key with the same body. Exactly one header line with
-	// one key:
-	//
-	// - `strict` key syntax: an RFC 8941 sf-string only, such as
-	//   `"8e03978e-40d5-43e8-bc93-6894a57f9324"` (inside the quotes,
-	//   printable ASCII; `\"` and `\\` are the only escapes);
-	// - `compat` key syntax (the default): also a bare key of printable
-	//   ASCII without spaces, commas or quotes, such as
-	//   `8e03978e-40d5-43e8-bc93-6894a57f9324`. A value that starts with
-	//   `"` is always an sf-string.
-	//
-	// The key is 1 to `max_key_length` (default 255) characters after
-	// parsing; the quoted and bare forms of one key are the same key. A
-	// missing header is 400 `idempotency-key-missing`; a malformed, empty,
-	// too long or repeated one, a list or parameters are 400
-	// `idempotency-key-invalid`. The pattern below is the `compat` syntax
-	// with the default length.
-	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
-
-	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
-	// in problem documents and in the logs. One of 1 to 128 letters, digits
-	// and `-_.:`; anything else is replaced with a random id.
-	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
-}
-
-// AdjustInventoryJSONRequestBody defines body for AdjustInventory for application/json ContentType.
-type AdjustInventoryJSONRequestBody = InventoryAdjust
-
-// CreateInvoiceJSONRequestBody defines body for CreateInvoice for application/json ContentType.
-type CreateInvoiceJSONRequestBody = InvoiceCreate
-
-// SendNotificationJSONRequestBody defines body for SendNotification for application/json ContentType.
-type SendNotificationJSONRequestBody = NotificationSend
-
-// ChargePaymentJSONRequestBody defines body for ChargePayment for application/json ContentType.
-type ChargePaymentJSONRequestBody = PaymentCharge

@@ -1,4 +1,4 @@
-// Package openapi holds the OpenAPI 3.0.3 description of everything the
+// Package openapi holds the OpenAPI 3.1 description of everything the
 // gateway itself serves, embedded so `GET /openapi.yaml` always matches the
 // binary, the same document as JSON for `GET /openapi.json`, and the models
 // generated from it (openapi.gen.go; the typed client is in package
@@ -7,22 +7,26 @@
 // serves is what the description says; this package must therefore never
 // import the gateway.
 //
-//	w.Write(openapi.Spec)
+// Enqueue routes are configuration, so openapi.yaml lists none: the
+// gateway serves the document WithJobRoutes returns, which adds a path
+// item per configured enqueue route whose request body is the job's own
+// JSON Schema. OpenAPI 3.1 schemas are JSON Schema 2020-12, the dialect
+// jobs are declared in, so a job's schema is embedded as written.
+//
+//	yamlDoc, jsonDoc, err := openapi.WithJobRoutes(openapi.Spec, []openapi.JobRoute{
+//		{Name: "shipments", Path: "/v1/shipments", Methods: []string{"POST"}, Task: "shipment.book", Schema: schema},
+//	})
 package openapi
 
 import (
-	"bytes"
 	_ "embed"
-	"encoding/json"
-	"fmt"
-
-	"go.yaml.in/yaml/v3"
 )
 
 //go:generate go tool oapi-codegen -config codegen-models.yaml -o openapi.gen.go openapi.yaml
 //go:generate go tool oapi-codegen -config codegen-client.yaml -o client/client.gen.go openapi.yaml
 
-// Spec is openapi.yaml.
+// Spec is openapi.yaml: the gateway's own endpoints and the components
+// every enqueue and proxied route refers to, without any enqueue route.
 //
 //go:embed openapi.yaml
 var Spec []byte
@@ -38,92 +42,4 @@ func mustJSON(doc []byte) []byte {
 		panic("openapi: openapi.yaml: " + err.Error())
 	}
 	return b
-}
-
-// yamlToJSON converts one YAML document to indented JSON, keeping the
-// order of mapping keys (a generic decode would sort them). Keys must be
-// scalars; anchors and aliases are expanded; merge keys are refused.
-func yamlToJSON(doc []byte) ([]byte, error) {
-	var root yaml.Node
-	if err := yaml.Unmarshal(doc, &root); err != nil {
-		return nil, err
-	}
-	var compact bytes.Buffer
-	if root.Kind == 0 {
-		compact.WriteString("null") // an empty document
-	} else if err := writeJSON(&compact, &root, 0); err != nil {
-		return nil, err
-	}
-	var out bytes.Buffer
-	if err := json.Indent(&out, compact.Bytes(), "", "  "); err != nil {
-		return nil, err
-	}
-	out.WriteByte('\n')
-	return out.Bytes(), nil
-}
-
-func writeJSON(buf *bytes.Buffer, n *yaml.Node, depth int) error {
-	if depth > 100 {
-		return fmt.Errorf("line %d: nested too deep (an alias cycle?)", n.Line)
-	}
-	switch n.Kind {
-	case yaml.DocumentNode:
-		if len(n.Content) == 0 {
-			buf.WriteString("null")
-			return nil
-		}
-		return writeJSON(buf, n.Content[0], depth+1)
-	case yaml.AliasNode:
-		return writeJSON(buf, n.Alias, depth+1)
-	case yaml.MappingNode:
-		buf.WriteByte('{')
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			if k.Kind != yaml.ScalarNode {
-				return fmt.Errorf("line %d: a mapping key must be a scalar", k.Line)
-			}
-			if k.Tag == "!!merge" {
-				return fmt.Errorf("line %d: merge keys (<<) are not supported", k.Line)
-			}
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			key, _ := json.Marshal(k.Value)
-			buf.Write(key)
-			buf.WriteByte(':')
-			if err := writeJSON(buf, v, depth+1); err != nil {
-				return err
-			}
-		}
-		buf.WriteByte('}')
-	case yaml.SequenceNode:
-		buf.WriteByte('[')
-		for i, c := range n.Content {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			if err := writeJSON(buf, c, depth+1); err != nil {
-				return err
-			}
-		}
-		buf.WriteByte(']')
-	case yaml.ScalarNode:
-		var v any
-		switch n.ShortTag() {
-		case "!!str", "!!timestamp", "!!binary":
-			v = n.Value // as written: OpenAPI dates are strings
-		default:
-			if err := n.Decode(&v); err != nil {
-				return fmt.Errorf("line %d: %w", n.Line, err)
-			}
-		}
-		b, err := json.Marshal(v)
-		if err != nil {
-			return fmt.Errorf("line %d: %w", n.Line, err)
-		}
-		buf.Write(b)
-	default:
-		return fmt.Errorf("line %d: unexpected YAML node", n.Line)
-	}
-	return nil
 }

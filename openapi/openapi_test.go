@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/openapi/openapitest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -63,12 +64,20 @@ func TestProblemTableMatchesMiddleware(t *testing.T) {
 func TestSpecIsValid(t *testing.T) {
 	t.Parallel()
 	doc := loadSpec(t) // validates, examples included
-	if doc.OpenAPI != "3.0.3" {
-		t.Errorf("openapi %q, want 3.0.3 (what oapi-codegen, openapi-typescript and openapi-generator all read)", doc.OpenAPI)
+	if doc.OpenAPI != "3.1.0" {
+		t.Errorf("openapi %q, want 3.1.0: its schemas are JSON Schema 2020-12, the dialect of the jobs' schemas it embeds", doc.OpenAPI)
 	}
 	if len(doc.Servers) != 1 {
 		t.Errorf("want one server, the public listener; got %d", len(doc.Servers))
 	}
+	checkOperations(t, doc)
+}
+
+// checkOperations checks every operation of doc: an id, a summary, a tag,
+// credentials, documented statuses and, for an enqueue route, what every
+// enqueue route takes and answers.
+func checkOperations(t *testing.T, doc *openapi3.T) {
+	t.Helper()
 	operationIDs := map[string]bool{}
 	for path, item := range doc.Paths.Map() {
 		admin := len(item.Servers) > 0
@@ -371,32 +380,39 @@ func TestYAMLToJSON(t *testing.T) {
 	}
 }
 
-// TestSpecIsServed: /openapi.yaml is exactly the embedded document, and
-// /openapi.json its JSON.
+// TestSpecIsServed: /openapi.yaml and /openapi.json are the documents
+// WithJobRoutes makes of the embedded one and the gateway's enqueue
+// routes, and describe those routes.
 func TestSpecIsServed(t *testing.T) {
 	t.Parallel()
-	api := describe(t, loadSpec(t))
+	wantYAML, wantJSON := openapitest.Documents()
 	srv := startDefault(t)
-	ex := send(t, srv.Public.Client(), newRequest(t, http.MethodGet, srv.Public.URL+"/openapi.yaml", ""))
-	wantStatus(t, ex, http.StatusOK)
-	api.check(t, ex)
-	if !bytes.Equal(ex.body, openapi.Spec) {
-		t.Error("GET /openapi.yaml is not openapi.Spec")
-	}
-}
-
-func TestSpecJSONIsServed(t *testing.T) {
-	t.Parallel()
-	srv := startDefault(t)
-	ex := send(t, srv.Public.Client(), newRequest(t, http.MethodGet, srv.Public.URL+"/openapi.json", ""))
-	wantStatus(t, ex, http.StatusOK)
-	// The body is the spec itself: compare it whole rather than against
-	// its own (open-ended) schema.
-	if ct := ex.resp.Header.Get("Content-Type"); ct != "application/json" {
-		t.Errorf("GET /openapi.json Content-Type %q, want application/json", ct)
-	}
-	if !bytes.Equal(ex.body, openapi.SpecJSON) {
-		t.Error("GET /openapi.json is not openapi.SpecJSON")
+	for _, tc := range []struct {
+		path, contentType string
+		want              []byte
+	}{
+		{"/openapi.yaml", "application/yaml", wantYAML},
+		{"/openapi.json", "application/json", wantJSON},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			t.Parallel()
+			ex := send(t, srv.Public.Client(), newRequest(t, http.MethodGet, srv.Public.URL+tc.path, ""))
+			wantStatus(t, ex, http.StatusOK)
+			if ct := ex.resp.Header.Get("Content-Type"); ct != tc.contentType {
+				t.Errorf("Content-Type %q, want %s", ct, tc.contentType)
+			}
+			// The body is the document itself: compare it whole rather
+			// than against its own (open-ended) schema.
+			if !bytes.Equal(ex.body, tc.want) {
+				t.Errorf("GET %s is not the document of the gateway's routes", tc.path)
+			}
+			doc := loadDoc(t, ex.body)
+			for _, r := range openapitest.EnqueueRoutes() {
+				if item := doc.Paths.Value(r.Path); item == nil || item.Post == nil {
+					t.Errorf("GET %s does not describe the enqueue route POST %s", tc.path, r.Path)
+				}
+			}
+		})
 	}
 }
 

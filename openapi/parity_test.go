@@ -1,10 +1,13 @@
 package openapi_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/gateway/config"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
+	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/openapi/openapitest"
 )
 
@@ -36,8 +40,9 @@ var samples = strings.NewReplacer(
 // proxied routes in front of an upstream that answers 418, which the
 // description never documents), with pprof on and a handler mounted on
 // the admin listener as the queue UI is: everything the gateway can
-// register.
-func startExample(t *testing.T) *openapitest.Server {
+// register. It returns the document such a gateway serves: the embedded
+// one with the configuration's enqueue routes.
+func startExample(t *testing.T) (*openapitest.Server, *openapi3.T) {
 	t.Helper()
 	cfg, err := config.Load(exampleConfig, func(string) string { return "" })
 	if err != nil {
@@ -52,7 +57,10 @@ func startExample(t *testing.T) *openapitest.Server {
 	opts := openapitest.Options(openapitest.NewJobs(), memstore.New())
 	opts.Routes = nil
 	opts.Pprof = true
-	var enqueued []string
+	var (
+		enqueued []openapitest.EnqueueRoute
+		routes   []openapi.JobRoute
+	)
 	for _, r := range cfg.Routes {
 		ro := gateway.RouteOptions{Name: r.Name, Methods: r.Methods, Path: r.Path}
 		if r.PathPrefix != "" {
@@ -60,28 +68,71 @@ func startExample(t *testing.T) *openapitest.Server {
 		}
 		switch {
 		case r.Enqueue != nil:
-			ro.Enqueue = &gateway.EnqueueOptions{Task: r.Enqueue.Task, Queue: r.Enqueue.Queue}
-			enqueued = append(enqueued, r.Name+" "+r.Path+" "+r.Enqueue.Task)
+			spec, ok := cfg.Job(r.Enqueue.Task)
+			if !ok {
+				t.Fatalf("%s: route %s enqueues %s, which is not declared", exampleConfig, r.Name, r.Enqueue.Task)
+			}
+			ro.Enqueue = &gateway.EnqueueOptions{Spec: spec, Queue: r.Enqueue.Queue}
+			routes = append(routes, openapi.JobRoute{Name: r.Name, Path: ro.Path, Prefix: ro.Prefix, Methods: r.Methods, Task: spec.Task, Schema: spec.Schema.JSON()})
+			enqueued = append(enqueued, openapitest.EnqueueRoute{Name: r.Name, Path: ro.Path, Task: spec.Task,
+				Schema: spec.Schema.JSON(), BusinessKey: spec.BusinessKey.String(), Resource: spec.Resource.String()})
 		default:
 			ro.Upstream = up
 		}
 		opts.Routes = append(opts.Routes, ro)
 	}
-	// The other tests run openapitest's copy of these routes.
-	var copied []string
-	for _, r := range openapitest.EnqueueRoutes {
-		copied = append(copied, r.Name+" "+r.Path+" "+r.Task)
+	yamlDoc, jsonDoc, err := openapi.WithJobRoutes(openapi.Spec, routes)
+	if err != nil {
+		t.Fatalf("%s: the enqueue routes cannot be described: %v", exampleConfig, err)
 	}
-	if !slices.Equal(copied, enqueued) {
-		t.Errorf("openapitest.EnqueueRoutes %q differ from the enqueue routes of %s %q", copied, exampleConfig, enqueued)
+	opts.OpenAPI, opts.OpenAPIJSON = yamlDoc, jsonDoc
+	// The other tests run openapitest's copy of these routes and jobs.
+	if !sameRoutes(openapitest.EnqueueRoutes(), enqueued) {
+		t.Errorf("openapitest.EnqueueRoutes()\n%s\ndiffer from the enqueue routes and jobs of %s\n%s",
+			describeRoutes(openapitest.EnqueueRoutes()), exampleConfig, describeRoutes(enqueued))
 	}
 	srv := openapitest.Start(t, opts)
 	srv.Gateway.AdminMount("/admin/queues", http.NotFoundHandler())
-	return srv
+	return srv, loadDoc(t, jsonDoc)
+}
+
+// sameRoutes compares enqueue routes, their schemas as JSON values.
+func sameRoutes(a, b []openapitest.EnqueueRoute) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		var sa, sb any
+		if json.Unmarshal(a[i].Schema, &sa) != nil || json.Unmarshal(b[i].Schema, &sb) != nil || !reflect.DeepEqual(sa, sb) {
+			return false
+		}
+		x, y := a[i], b[i]
+		x.Schema, y.Schema = nil, nil
+		if !reflect.DeepEqual(x, y) {
+			return false
+		}
+	}
+	return true
+}
+
+func describeRoutes(rs []openapitest.EnqueueRoute) string {
+	var b strings.Builder
+	for _, r := range rs {
+		fmt.Fprintf(&b, "  %s %s %s key %q resource %q schema %s\n", r.Name, r.Path, r.Task, r.BusinessKey, r.Resource, compact(r.Schema))
+	}
+	return b.String()
+}
+
+func compact(doc json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, doc); err != nil {
+		return string(doc)
+	}
+	return b.String()
 }
 
 // startDefault starts openapitest's gateway, which has the example
-// configuration's enqueue routes.
+// configuration's enqueue routes and serves their description.
 func startDefault(t *testing.T) *openapitest.Server {
 	t.Helper()
 	return openapitest.Start(t, openapitest.Options(openapitest.NewJobs(), memstore.New()))
@@ -93,13 +144,12 @@ func onAdmin(item *openapi3.PathItem) bool { return len(item.Servers) > 0 }
 
 // TestEveryRegisteredRouteIsDocumented: every endpoint the gateway
 // registers itself, and every enqueue route of the example configuration,
-// is in the description with its method, on the listener it is served
+// is in the description it serves with its method, on the listener it is served
 // on; what is served beside the API (pprof, the queue UI) is not; proxied
 // routes are their upstream's API.
 func TestEveryRegisteredRouteIsDocumented(t *testing.T) {
 	t.Parallel()
-	doc := loadSpec(t)
-	srv := startExample(t)
+	srv, doc := startExample(t)
 	kinds := map[gateway.EndpointKind]int{}
 	for _, l := range []struct {
 		admin bool
@@ -138,12 +188,11 @@ func TestEveryRegisteredRouteIsDocumented(t *testing.T) {
 }
 
 // TestEveryDocumentedOperationIsRegistered: every operation in the
-// description is registered on the listener it names, as the gateway's own
+// served description is registered on the listener it names, as the gateway's own
 // endpoint or as an enqueue route of the example configuration.
 func TestEveryDocumentedOperationIsRegistered(t *testing.T) {
 	t.Parallel()
-	doc := loadSpec(t)
-	srv := startExample(t)
+	srv, doc := startExample(t)
 	registered := map[bool]map[string]gateway.EndpointKind{false: {}, true: {}}
 	for admin, eps := range map[bool][]gateway.Endpoint{false: srv.Gateway.PublicRoutes(), true: srv.Gateway.AdminRoutes()} {
 		for _, ep := range eps {
@@ -196,8 +245,7 @@ func probe(t *testing.T, srv *openapitest.Server, admin bool, method, path strin
 // documented operation with a status the description documents for it.
 func TestEveryDocumentedOperationIsServed(t *testing.T) {
 	t.Parallel()
-	doc := loadSpec(t)
-	srv := startExample(t)
+	srv, doc := startExample(t)
 	for _, path := range slices.Sorted(mapKeys(doc.Paths.Map())) {
 		item := doc.Paths.Value(path)
 		for method, op := range item.Operations() {
@@ -229,8 +277,7 @@ func TestEveryDocumentedOperationIsServed(t *testing.T) {
 // so once, for every GET).
 func TestUndocumentedMethodsAreNotServed(t *testing.T) {
 	t.Parallel()
-	doc := loadSpec(t)
-	srv := startExample(t)
+	srv, doc := startExample(t)
 	methods := []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
 	for _, path := range slices.Sorted(mapKeys(doc.Paths.Map())) {
 		item := doc.Paths.Value(path)

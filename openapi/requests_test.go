@@ -15,7 +15,7 @@ import (
 // the one the gateway accepts (202), and an invalid one is refused.
 func TestDescribedRequestsAreAccepted(t *testing.T) {
 	t.Parallel()
-	api := describe(t, loadSpec(t))
+	api := describe(t, loadServed(t))
 	srv := startDefault(t)
 	type request struct {
 		name, path, key, body string

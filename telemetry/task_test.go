@@ -49,14 +49,14 @@ func one(t *testing.T, spans tracetest.SpanStubs, name string) tracetest.SpanStu
 func produce(t *testing.T, tp trace.TracerProvider, queue string) (*asynq.Task, trace.SpanContext, trace.SpanContext) {
 	t.Helper()
 	ctx, request := tp.Tracer("test").Start(t.Context(), "POST orders")
-	ctx, enq := telemetry.StartEnqueue(ctx, enqueue.TaskInvoiceCreate, queue, telemetry.JobID("job-1"))
+	ctx, enq := telemetry.StartEnqueue(ctx, "invoice.create", queue, telemetry.JobID("job-1"))
 	headers := map[string]string{enqueue.HeaderJobID: "job-1", enqueue.HeaderTenant: "acme"}
 	for k, v := range telemetry.InjectTask(ctx) {
 		headers[k] = v
 	}
 	enq.End()
 	request.End()
-	task := asynq.NewTaskWithHeaders(enqueue.TaskInvoiceCreate, []byte(`{"order_id":"42"}`), headers,
+	task := asynq.NewTaskWithHeaders("invoice.create", []byte(`{"order_id":"42"}`), headers,
 		asynq.TaskID("job-1-"+queue), asynq.Queue(queue))
 	return task, request.SpanContext(), enq.SpanContext()
 }
@@ -108,7 +108,7 @@ func TestTaskTracingContinuesTheProducersTrace(t *testing.T) {
 		t.Errorf("handler's span parent %s, want the task span %s", child.Parent.SpanID(), consumer.SpanContext.SpanID())
 	}
 	for key, want := range map[string]string{
-		"idemgate.task":            enqueue.TaskInvoiceCreate,
+		"idemgate.task":            "invoice.create",
 		"idemgate.job.id":          "job-1",
 		"idemgate.tenant":          "acme",
 		"idemgate.resource":        "order:42",
@@ -129,7 +129,7 @@ func TestTaskTracingContinuesTheProducersTrace(t *testing.T) {
 func TestTaskTracingWithoutTraceContextStartsATrace(t *testing.T) {
 	t.Parallel()
 	tp, exp := telemetrytest.NewProvider(t)
-	task := asynq.NewTask(enqueue.TaskNotificationSend, nil) // enqueued by hand: no headers
+	task := asynq.NewTask("notification.send", nil) // enqueued by hand: no headers
 	h := telemetry.TaskTracing(telemetry.WithTracerProvider(tp))(asynq.HandlerFunc(work))
 	if err := h.ProcessTask(t.Context(), task); err != nil {
 		t.Fatal(err)
@@ -222,7 +222,7 @@ func TestTaskTraceThroughRedis(t *testing.T) {
 	done := make(chan struct{})
 	mux := asynq.NewServeMux()
 	mux.Use(telemetry.TaskTracing(telemetry.WithTracerProvider(tp)))
-	mux.HandleFunc(enqueue.TaskInvoiceCreate, func(ctx context.Context, task *asynq.Task) error {
+	mux.HandleFunc("invoice.create", func(ctx context.Context, task *asynq.Task) error {
 		defer once.Do(func() { close(done) })
 		return work(ctx, task)
 	})

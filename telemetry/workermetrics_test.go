@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/telemetry"
 	"github.com/idemgate/idemgate/workers"
 )
@@ -41,8 +40,8 @@ func TestWorkerMetricsSeriesExistAtZero(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m := telemetry.NewWorkerMetrics(reg)
-	m.InitTasks(enqueue.TaskInvoiceCreate)
-	task := "task=" + enqueue.TaskInvoiceCreate
+	m.InitTasks("invoice.create")
+	task := "task=" + "invoice.create"
 	var want []string
 	for _, r := range []string{workers.LockAcquired, workers.LockBusy, workers.LockError} {
 		want = append(want, "idemgate_lock_acquire_total{result="+r+"}")
@@ -73,7 +72,7 @@ func TestWorkerMetricsSeriesExistAtZero(t *testing.T) {
 
 func TestWorkerMetricsCountEachEvent(t *testing.T) {
 	t.Parallel()
-	const task = enqueue.TaskPaymentCharge
+	const task = "payment.charge"
 	tests := []struct {
 		name  string
 		event func(o workers.Observer)

@@ -9,27 +9,38 @@
 // worker that lost its lock without noticing. The lock limits concurrency;
 // correctness comes from the state and the fence.
 //
-// A handler is built from a typed business function and two functions that
-// derive the job's key (its business identity, never an attempt id) and its
-// resource (the entity to serialise on) from the JSON payload:
+// A program declares its jobs in configuration (task, JSON schema,
+// business_key and resource templates) and registers a Go function for
+// each task that is not delivered over HTTP:
 //
-//	type InvoiceCreate struct {
-//		OrderID     string `json:"order_id"`
-//		AmountCents int64  `json:"amount_cents"`
+//	type Shipment struct {
+//		OrderID  string `json:"order_id"`
+//		Quantity int    `json:"quantity"`
 //	}
 //
-//	deps := cfg.Deps(pool, lockRedis) // then set Logger, Observer, OnStatus
-//	mux := asynq.NewServeMux()
-//	mux.Handle("invoice.create", workers.Handle(deps, "invoice.create",
-//		func(p InvoiceCreate) string { return "invoice:" + p.OrderID },
-//		func(p InvoiceCreate) string { return "order:" + p.OrderID },
-//		func(ctx context.Context, job workers.Job[InvoiceCreate]) (string, error) {
-//			return createInvoice(ctx, pool, job) // fence.Check(ctx, tx, job.Resource, job.Token) inside
-//		}))
-//
-//	srv, err := workers.NewServer(asynqRedisOpt, cfg, mux)
-//	...
+//	hs := workers.NewHandlers()
+//	workers.Add(hs, "shipment.book", func(ctx context.Context, job workers.Job[Shipment]) (string, error) {
+//		return book(ctx, pool, job) // job.CheckFence(ctx, tx) inside its transaction
+//	})
+//	deps := wcfg.Deps(pool, lockRedis) // then set Logger, Observer, OnStatus
+//	mux, err := hs.Mux(deps, cfg.Jobs(), workers.HTTPDelivery{})
+//	srv, err := workers.NewServer(asynqRedisOpt, wcfg, mux)
 //	err = srv.Run(ctx) // until ctx ends, then a graceful shutdown
+//
+// Mux wraps every declared job in the algorithm below: a job with
+// deliver.http is POSTed to its receiver by Deliver, any other runs its
+// registered function, and a declared job with neither is refused at
+// start-up. The payload is validated against the job's schema, and its
+// business key and resource come from the declared templates (or from the
+// payload type's own BusinessKey and Resource methods, see Keyed). Handle
+// builds one handler from key and resource functions, without a
+// declaration.
+//
+// Business keys and resources are scoped to the tenant that submitted the
+// job (the task's "tenant" header): the same order id from two tenants is
+// two jobs, two locks, two fences and two effects. A second job whose key
+// already succeeded, or is running, with a different payload fails as a
+// *ConflictError instead of reporting the other job's result.
 //
 // The business function returns a result reference, or an error: transient
 // by default (retried with exponential backoff and full jitter), permanent

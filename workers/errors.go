@@ -62,3 +62,23 @@ func (e *OwnershipLostError) Error() string {
 	return fmt.Sprintf("workers: %s %s: lost resource %s (fencing token %d): %v", e.Task, e.Key, e.Resource, e.Token, e.Err)
 }
 func (e *OwnershipLostError) Unwrap() error { return e.Err }
+
+// ConflictError is returned, permanently, for a job whose business key
+// already belongs to a job with another payload: it has succeeded (the
+// same order, another amount) or is running. The first payload decides a
+// key's effect; reporting its result for different data would be a lie.
+type ConflictError struct {
+	Task string
+	Key  string
+	// Status and ResultRef are the key's: succeeded with its result, or
+	// processing.
+	Status    string
+	ResultRef string
+}
+
+func (e *ConflictError) Error() string {
+	if e.Status == "succeeded" {
+		return fmt.Sprintf("conflict: business key %s already succeeded with a different payload (result %s)", e.Key, e.ResultRef)
+	}
+	return fmt.Sprintf("conflict: business key %s is being processed with a different payload", e.Key)
+}

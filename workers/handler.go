@@ -12,7 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/idemgate/idemgate/telemetry"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/workers/execution"
 	"github.com/idemgate/idemgate/workers/fence"
 	"github.com/idemgate/idemgate/workers/lock"
@@ -53,10 +56,6 @@ type Deps struct {
 	Observer Observer
 	// OnStatus, if set, follows each job's status.
 	OnStatus StatusFunc
-
-	// crash simulates the worker dying at a stage (tests only): the handler
-	// abandons its lease and returns without another write.
-	crash func(stage string) bool
 }
 
 // Stages at which tests make a worker die.
@@ -78,7 +77,12 @@ const finishTimeout = 10 * time.Second
 type Job[T any] struct {
 	// Key is the job's business identity (`invoice:{order_id}`).
 	Key string
-	// Resource is the entity the job is serialised on (`order:{order_id}`).
+	// Tenant is the tenant that submitted the job ("" for a task enqueued without one). Business keys and resources are scoped to it.
+	Tenant string
+	// Resource is the entity the job is serialised on, scoped to its
+	// tenant (`acme/order:{order_id}`; unscoped for a task without a
+	// tenant): the name of its lock and of its fence. Pass it to
+	// fence.Check, or use CheckFence.
 	Resource string
 	// Payload is the task's decoded JSON payload.
 	Payload T
@@ -90,6 +94,12 @@ type Job[T any] struct {
 	Attempt int
 	// Task is the asynq task.
 	Task *asynq.Task
+}
+
+// CheckFence is fence.Check for this attempt: call it in the transaction
+// that does the job's business writes, before them.
+func (j Job[T]) CheckFence(ctx context.Context, tx fence.Querier) error {
+	return fence.Check(ctx, tx, j.Resource, j.Token)
 }
 
 // Func is a business function. It does the job's effect under ctx, which is
@@ -108,15 +118,30 @@ type Option func(*options)
 
 type options struct {
 	maxAttempts int
+	validate    func(payload []byte) error
+	// crash simulates the worker dying at a stage (tests only): the handler
+	// abandons its lease and returns without another write.
+	crash func(stage string) bool
 }
 
 // WithMaxAttempts overrides Deps.MaxAttempts for one handler.
 func WithMaxAttempts(n int) Option { return func(o *options) { o.maxAttempts = n } }
 
+// WithValidation checks each task's payload before anything is written: a
+// payload it refuses fails the job permanently (a task may be enqueued by
+// other means than the gateway, and no retry makes a bad payload good).
+func WithValidation(validate func(payload []byte) error) Option {
+	return func(o *options) { o.validate = validate }
+}
+
+// identity derives a job's business key and resource from its payload,
+// both still unscoped by tenant.
+type identity[T any] func(raw []byte, payload T) (key, resource string, err error)
+
 type handler[T any] struct {
 	kind        string
-	key         func(T) string
-	resource    func(T) string
+	identify    identity[T]
+	validate    func([]byte) error
 	fn          Func[T]
 	db          DB
 	store       *execution.Store
@@ -148,6 +173,13 @@ type handler[T any] struct {
 // Handle panics if deps lacks DB or Redis, or if kind, key, resource or fn
 // is missing: those are wiring mistakes, found at start-up.
 func Handle[T any](deps Deps, kind string, key, resource func(T) string, fn Func[T], opts ...Option) asynq.Handler {
+	if key == nil || resource == nil {
+		panic("workers: Handle " + kind + ": nil key or resource function")
+	}
+	return newHandler(deps, kind, func(_ []byte, p T) (string, string, error) { return key(p), resource(p), nil }, fn, opts...)
+}
+
+func newHandler[T any](deps Deps, kind string, identify identity[T], fn Func[T], opts ...Option) *handler[T] {
 	switch {
 	case deps.DB == nil:
 		panic("workers: Handle " + kind + ": Deps.DB is nil")
@@ -155,8 +187,8 @@ func Handle[T any](deps Deps, kind string, key, resource func(T) string, fn Func
 		panic("workers: Handle " + kind + ": Deps.Redis is nil")
 	case kind == "":
 		panic("workers: Handle: empty task kind")
-	case key == nil || resource == nil || fn == nil:
-		panic("workers: Handle " + kind + ": nil key, resource or business function")
+	case identify == nil || fn == nil:
+		panic("workers: Handle " + kind + ": nil business function")
 	}
 	o := options{maxAttempts: deps.MaxAttempts}
 	for _, opt := range opts {
@@ -193,8 +225,8 @@ func Handle[T any](deps Deps, kind string, key, resource func(T) string, fn Func
 	}
 	return &handler[T]{
 		kind:        kind,
-		key:         key,
-		resource:    resource,
+		identify:    identify,
+		validate:    o.validate,
 		fn:          fn,
 		db:          deps.DB,
 		store:       execution.New(deps.DB),
@@ -203,7 +235,7 @@ func Handle[T any](deps Deps, kind string, key, resource func(T) string, fn Func
 		log:         log.With("task", kind),
 		obs:         obs,
 		onStatus:    deps.OnStatus,
-		crash:       deps.crash,
+		crash:       o.crash,
 	}
 }
 
@@ -213,18 +245,35 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	if id, ok := asynq.GetTaskID(ctx); ok {
 		log = log.With("job_id", id)
 	}
+	if h.validate != nil {
+		if err := h.validate(task.Payload()); err != nil {
+			return h.unprocessable(ctx, log, task, err)
+		}
+	}
 	var payload T
 	if err := json.Unmarshal(task.Payload(), &payload); err != nil {
-		return h.unprocessable(ctx, log, fmt.Errorf("decode payload: %w", err))
+		return h.unprocessable(ctx, log, task, fmt.Errorf("decode payload: %w", err))
 	}
-	key, resource := h.key(payload), h.resource(payload)
-	if key == "" || resource == "" {
-		return h.unprocessable(ctx, log, fmt.Errorf("payload gives key %q, resource %q", key, resource))
+	key, resource, err := h.identify(task.Payload(), payload)
+	if err == nil && (key == "" || resource == "") {
+		err = fmt.Errorf("payload gives key %q, resource %q", key, resource)
 	}
-	log = log.With("job_key", key, "resource", resource)
+	if err != nil {
+		return h.unprocessable(ctx, log, task, err)
+	}
+	sha, err := payloadSHA256(task.Payload())
+	if err != nil {
+		return h.unprocessable(ctx, log, task, err)
+	}
+	tenant := task.Headers()[enqueue.HeaderTenant]
+	resource = Scope(tenant, resource)
+	log = log.With("tenant", tenant, "job_key", key, "resource", resource)
+	id := jobID{tenant: tenant, key: key, sha: sha}
 
-	rec, err := h.store.Get(ctx, key)
+	rec, err := h.store.Get(ctx, tenant, key)
 	switch {
+	case err == nil && execution.Conflicts(rec, sha):
+		return h.conflict(ctx, log, task, id, rec)
 	case err == nil && rec.Status == execution.StatusSucceeded:
 		return h.replay(ctx, log, task, rec)
 	case err != nil && !errors.Is(err, execution.ErrNotFound):
@@ -246,7 +295,7 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	h.obs.LockAcquire(LockAcquired)
 	log.DebugContext(ctx, "lock acquired", "lock_event", "acquired")
 
-	r := &run[T]{h: h, log: log, task: task, lease: lease, key: key, resource: resource, payload: payload}
+	r := &run[T]{h: h, log: log, task: task, lease: lease, id: id, resource: resource, payload: payload}
 	err = r.do(ctx)
 	if errors.Is(err, errCrashed) {
 		lease.Abandon()
@@ -263,13 +312,19 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	return err
 }
 
+// jobID names a job's execution state: its tenant, its business key and
+// the hash of its payload.
+type jobID struct {
+	tenant, key, sha string
+}
+
 // run is one attempt holding the lock.
 type run[T any] struct {
 	h        *handler[T]
 	log      *slog.Logger
 	task     *asynq.Task
 	lease    *lock.Lease
-	key      string
+	id       jobID
 	resource string
 	payload  T
 	token    int64
@@ -280,8 +335,12 @@ func (r *run[T]) do(ctx context.Context) error {
 	h := r.h
 	lctx := r.lease.Context()
 	// The token is drawn and the job marked processing in one commit.
-	rec, err := h.store.Take(lctx, execution.Attempt{Key: r.key, Task: h.kind, Resource: r.resource})
+	rec, err := h.store.Take(lctx, execution.Attempt{
+		Tenant: r.id.tenant, Key: r.id.key, Task: h.kind, Resource: r.resource, PayloadSHA256: r.id.sha,
+	})
 	switch {
+	case errors.Is(err, execution.ErrConflict):
+		return h.conflict(ctx, r.log, r.task, r.id, rec)
 	case errors.Is(err, execution.ErrSucceeded):
 		return h.replay(ctx, r.log, r.task, rec)
 	case err != nil:
@@ -292,7 +351,10 @@ func (r *run[T]) do(ctx context.Context) error {
 	r.log = r.log.With("fencing_token", token)
 	r.attempts = rec.Attempts
 	r.log = r.log.With("attempt", rec.Attempts)
-	telemetry.SetAttrs(ctx, telemetry.Resource(r.resource), telemetry.FencingToken(token), telemetry.Attempt(rec.Attempts))
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("idemgate.resource", r.resource),
+			attribute.Int64("idemgate.fencing_token", token), attribute.Int("idemgate.attempt", rec.Attempts))
+	}
 	if rec.Attempts > h.maxAttempts {
 		// The attempts ran out without a verdict (the last ones were
 		// cancelled by asynq or lost their lease): do not start another.
@@ -305,13 +367,13 @@ func (r *run[T]) do(ctx context.Context) error {
 		return r.deadLetter(ctx, fctx, errors.New(cause), false)
 	}
 	r.log.InfoContext(ctx, "attempt started", "lock_event", "held")
-	h.status(ctx, r.task, r.key, StatusProcessing, rec.Attempts, "", rec.LastError)
+	h.status(ctx, r.task, r.id.key, StatusProcessing, rec.Attempts, "", rec.LastError)
 	if h.crashAt(stageTaken) {
 		return errCrashed
 	}
 
 	ref, ferr := h.fn(lctx, Job[T]{
-		Key: r.key, Resource: r.resource, Payload: r.payload,
+		Key: r.id.key, Tenant: r.id.tenant, Resource: r.resource, Payload: r.payload,
 		Token: token, Attempt: rec.Attempts, Task: r.task,
 	})
 	if h.crashAt(stageEffect) {
@@ -322,7 +384,7 @@ func (r *run[T]) do(ctx context.Context) error {
 	if ferr != nil {
 		return r.failed(ctx, fctx, ferr)
 	}
-	if err := h.store.MarkSucceeded(fctx, r.key, token, ref); err != nil {
+	if err := h.store.MarkSucceeded(fctx, r.id.tenant, r.id.key, token, ref); err != nil {
 		if lost := r.lost(ctx, err); lost != nil {
 			return lost
 		}
@@ -331,9 +393,9 @@ func (r *run[T]) do(ctx context.Context) error {
 		// failure for a job whose effect may be done.
 		h.obs.Attempt(h.kind, ClassTransient)
 		r.log.ErrorContext(ctx, "recording the success failed: will retry", "error", err)
-		return fmt.Errorf("workers: %s %s: record success: %w", h.kind, r.key, err)
+		return fmt.Errorf("workers: %s %s: record success: %w", h.kind, r.id.key, err)
 	}
-	h.status(fctx, r.task, r.key, StatusSucceeded, rec.Attempts, ref, "")
+	h.status(fctx, r.task, r.id.key, StatusSucceeded, rec.Attempts, ref, "")
 	h.obs.JobFinished(h.kind, StatusSucceeded)
 	r.log.InfoContext(ctx, "job succeeded", "result_ref", ref)
 	if h.crashAt(stageSucceeded) {
@@ -367,7 +429,7 @@ func (r *run[T]) lost(ctx context.Context, err error) error {
 	r.h.obs.Attempt(r.h.kind, ClassStaleToken)
 	r.log.WarnContext(ctx, "lost the job to a newer owner: stopping without a verdict",
 		"lock_event", event, "error", cause)
-	return &OwnershipLostError{Task: r.h.kind, Key: r.key, Resource: r.resource, Token: r.token, Err: cause}
+	return &OwnershipLostError{Task: r.h.kind, Key: r.id.key, Resource: r.resource, Token: r.token, Err: cause}
 }
 
 // failed decides the fate of an attempt that ended in err.
@@ -386,16 +448,16 @@ func (r *run[T]) failed(ctx, fctx context.Context, err error) error {
 	case r.attempts >= h.maxAttempts || budgetSpent(ctx):
 		return r.deadLetter(ctx, fctx, err, false)
 	}
-	if merr := h.store.MarkRetrying(fctx, r.key, r.token, err.Error()); merr != nil {
+	if merr := h.store.MarkRetrying(fctx, r.id.tenant, r.id.key, r.token, err.Error()); merr != nil {
 		if lost := r.lost(ctx, merr); lost != nil {
 			return lost
 		}
 		r.log.WarnContext(ctx, "recording the retry failed", "error", merr)
 	}
 	h.obs.Attempt(h.kind, ClassTransient)
-	h.status(fctx, r.task, r.key, StatusRetrying, r.attempts, "", err.Error())
+	h.status(fctx, r.task, r.id.key, StatusRetrying, r.attempts, "", err.Error())
 	r.log.WarnContext(ctx, "attempt failed: will retry", "error", err)
-	return fmt.Errorf("workers: %s %s attempt %d: %w", h.kind, r.key, r.attempts, err)
+	return fmt.Errorf("workers: %s %s attempt %d: %w", h.kind, r.id.key, r.attempts, err)
 }
 
 // deadLetter marks the job failed and returns the error that makes asynq
@@ -407,20 +469,20 @@ func (r *run[T]) deadLetter(ctx, fctx context.Context, err error, permanent bool
 		class = ClassTransient
 		reason = fmt.Sprintf("attempts exhausted (%d of %d): %s", min(r.attempts, h.maxAttempts), h.maxAttempts, reason)
 	}
-	if merr := h.store.MarkFailed(fctx, r.key, r.token, reason); merr != nil {
+	if merr := h.store.MarkFailed(fctx, r.id.tenant, r.id.key, r.token, reason); merr != nil {
 		if lost := r.lost(ctx, merr); lost != nil {
 			return lost
 		}
 		// Not recorded, so not archived: the next attempt decides again.
 		h.obs.Attempt(h.kind, ClassTransient)
 		r.log.ErrorContext(ctx, "recording the failure failed: will retry", "error", merr, "cause", err)
-		return fmt.Errorf("workers: %s %s: record failure: %w", h.kind, r.key, errors.Join(merr, err))
+		return fmt.Errorf("workers: %s %s: record failure: %w", h.kind, r.id.key, errors.Join(merr, err))
 	}
 	h.obs.Attempt(h.kind, class)
 	h.obs.JobFinished(h.kind, StatusFailed)
-	h.status(fctx, r.task, r.key, StatusFailed, r.attempts, "", reason)
+	h.status(fctx, r.task, r.id.key, StatusFailed, r.attempts, "", reason)
 	r.log.ErrorContext(ctx, "job failed: archiving", "error", reason)
-	return fmt.Errorf("workers: %s %s failed: %w (%w)", h.kind, r.key, err, asynq.SkipRetry)
+	return fmt.Errorf("workers: %s %s failed: %w (%w)", h.kind, r.id.key, err, asynq.SkipRetry)
 }
 
 // replay acks a delivery of a job that has already succeeded.
@@ -431,12 +493,28 @@ func (h *handler[T]) replay(ctx context.Context, log *slog.Logger, task *asynq.T
 	return nil
 }
 
-// unprocessable archives a task whose payload names no job. There is no
-// key, so there is no execution state to mark.
-func (h *handler[T]) unprocessable(ctx context.Context, log *slog.Logger, err error) error {
+// unprocessable archives a task whose payload is invalid or names no job.
+// There may be no key, so there is no execution state to mark; the job's
+// status still says why it failed.
+func (h *handler[T]) unprocessable(ctx context.Context, log *slog.Logger, task *asynq.Task, err error) error {
 	h.obs.Attempt(h.kind, ClassPermanent)
+	h.obs.JobFinished(h.kind, StatusFailed)
+	reason := "unprocessable payload: " + err.Error()
+	h.status(ctx, task, "", StatusFailed, 0, "", reason)
 	log.ErrorContext(ctx, "unprocessable task: archiving", "error", err)
 	return fmt.Errorf("workers: %s: %w (%w)", h.kind, Permanent(err), asynq.SkipRetry)
+}
+
+// conflict archives a job whose business key belongs to another payload:
+// it succeeded, or is running, with different data. The key's own
+// execution state is left alone; only this job fails.
+func (h *handler[T]) conflict(ctx context.Context, log *slog.Logger, task *asynq.Task, id jobID, rec execution.Record) error {
+	h.obs.Attempt(h.kind, ClassPermanent)
+	h.obs.JobFinished(h.kind, StatusFailed)
+	err := &ConflictError{Task: h.kind, Key: id.key, Status: string(rec.Status), ResultRef: rec.ResultRef}
+	h.status(ctx, task, id.key, StatusFailed, 0, "", err.Error())
+	log.ErrorContext(ctx, "business key taken by another payload: archiving", "error", err)
+	return fmt.Errorf("workers: %w (%w)", Permanent(err), asynq.SkipRetry)
 }
 
 // transientBeforeAttempt returns an error met before an attempt was

@@ -142,7 +142,7 @@ func TestLockBusyIsNotAnAttempt(t *testing.T) {
 			t.Fatal("IsFailure(busy) = true: asynq would count it against the task")
 		}
 	}
-	if _, err := e.store.Get(t.Context(), "effect:3"); !errors.Is(err, execution.ErrNotFound) {
+	if _, err := e.store.Get(t.Context(), "", "effect:3"); !errors.Is(err, execution.ErrNotFound) {
 		t.Fatalf("a busy lock left execution state behind: %v", err)
 	}
 	if err := held.Release(t.Context()); err != nil {
@@ -295,11 +295,10 @@ func TestCrash(t *testing.T) {
 			const ttl = 3 * time.Second
 			var firstCalls, secondCalls atomic.Int64
 			deadDeps := e.deps(nil, ttl)
-			deadDeps.crash = func(stage string) bool { return stage == tt.stage }
 			first := Handle(deadDeps, kind, orderKey, orderResource, func(ctx context.Context, job Job[order]) (string, error) {
 				firstCalls.Add(1)
 				return idempotentEffect(ctx, e.pool, job, "A")
-			})
+			}, crashAt(tt.stage))
 			obs := newRecorder()
 			second := Handle(e.deps(obs, ttl), kind, orderKey, orderResource, func(ctx context.Context, job Job[order]) (string, error) {
 				secondCalls.Add(1)
@@ -378,7 +377,6 @@ func TestCrashWhileLockExpires(t *testing.T) {
 
 	depsA := e.deps(nil, ttl)
 	depsA.Lock = pausable(depsA.Lock, paused, resume)
-	depsA.crash = func(stage string) bool { return stage == stageEffect }
 	a := Handle(depsA, kind, orderKey, orderResource, func(ctx context.Context, job Job[order]) (string, error) {
 		tx, err := e.pool.Begin(context.WithoutCancel(ctx))
 		if err != nil {
@@ -396,7 +394,7 @@ func TestCrashWhileLockExpires(t *testing.T) {
 		inFlight <- job.Token
 		<-kill
 		return "", errors.New("killed")
-	})
+	}, crashAt(stageEffect))
 	b := Handle(e.deps(nil, 20*time.Second), kind, orderKey, orderResource, func(ctx context.Context, job Job[order]) (string, error) {
 		return idempotentEffect(ctx, e.pool, job, "B")
 	})
@@ -420,7 +418,7 @@ func TestCrashWhileLockExpires(t *testing.T) {
 		bDone <- err
 	}()
 	waitFor(t, "B to take the job", func() bool {
-		rec, err := e.store.Get(t.Context(), "effect:7")
+		rec, err := e.store.Get(t.Context(), "", "effect:7")
 		return err == nil && rec.FencingToken > tokenA
 	})
 	close(kill)

@@ -118,7 +118,7 @@ func (e *env) effects(t *testing.T, jobKey string) []effect {
 
 func (e *env) record(t *testing.T, key string) execution.Record {
 	t.Helper()
-	rec, err := e.store.Get(t.Context(), key)
+	rec, err := e.store.Get(t.Context(), "", key)
 	if err != nil {
 		t.Fatalf("execution record of %s: %v", key, err)
 	}

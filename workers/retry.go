@@ -2,6 +2,7 @@ package workers
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	mathrand "math/rand/v2"
 	"time"
@@ -82,9 +83,19 @@ func (b Backoff) validate() error {
 // uniformly from [0, min(Max, Base·2ⁿ)) (full jitter, so retries of many
 // jobs that failed together spread out instead of returning together).
 // After a *LockBusyError or an *OwnershipLostError it is drawn from
-// [Busy/2, 3·Busy/2) whatever n is.
+// [Busy/2, 3·Busy/2) whatever n is. When err wraps a *RetryAfterError the
+// delay is at least its After, even above Max: whoever asked knows when
+// it will be ready, and an earlier retry would only be refused again.
 func (b Backoff) RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
 	b = b.withDefaults()
+	d := b.jittered(n, err)
+	if ra, ok := errors.AsType[*RetryAfterError](err); ok {
+		d = max(d, ra.After)
+	}
+	return d
+}
+
+func (b Backoff) jittered(n int, err error) time.Duration {
 	var (
 		busy *LockBusyError
 		lost *OwnershipLostError
@@ -98,6 +109,21 @@ func (b Backoff) RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
 	}
 	return time.Duration(b.Rand(int64(min(ceiling, b.Max))))
 }
+
+// RetryAfterError asks for the next attempt no sooner than After: a
+// receiver answered 429 or 503 with a Retry-After. It is a transient
+// error like any other (it counts as an attempt); only its delay differs.
+// Whoever builds one bounds After (HTTPDelivery.MaxRetryAfter), since
+// RetryDelay honours it as it is.
+type RetryAfterError struct {
+	After time.Duration
+	Err   error
+}
+
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("%v (retry after %s)", e.Err, e.After)
+}
+func (e *RetryAfterError) Unwrap() error { return e.Err }
 
 // RetryDelay is Backoff{}.RetryDelay: the default delays.
 func RetryDelay(n int, err error, task *asynq.Task) time.Duration {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ func TestBackoffRetryDelay(t *testing.T) {
 	lowest := func(int64) int64 { return 0 }
 	busy := &LockBusyError{Resource: "order:1", Err: lock.ErrBusy}
 	lost := &OwnershipLostError{Resource: "order:1", Err: fence.Stale("order:1", 1, 2)}
+	retryAfter5s := &RetryAfterError{After: 5 * time.Second, Err: errors.New("429")}
 	b := Backoff{Base: 100 * time.Millisecond, Max: 2 * time.Second, Busy: time.Second}
 
 	tests := []struct {
@@ -36,6 +38,9 @@ func TestBackoffRetryDelay(t *testing.T) {
 		{name: "busy lock, bottom", n: 7, err: fmt.Errorf("wrapped: %w", busy), rand: lowest, want: 500 * time.Millisecond},
 		{name: "busy lock, top", n: 7, err: busy, rand: highest, want: 1500*time.Millisecond - 1},
 		{name: "lost ownership is short too", n: 9, err: lost, rand: lowest, want: 500 * time.Millisecond},
+		{name: "retry-after floors the jitter", n: 0, err: fmt.Errorf("wrapped: %w", retryAfter5s), rand: lowest, want: 5 * time.Second},
+		{name: "retry-after above max", n: 0, err: &RetryAfterError{After: time.Hour, Err: errors.New("x")}, rand: highest, want: time.Hour},
+		{name: "jitter above retry-after", n: 3, err: &RetryAfterError{After: time.Millisecond, Err: errors.New("x")}, rand: highest, want: 800*time.Millisecond - 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,6 +83,7 @@ func TestErrorClasses(t *testing.T) {
 		{name: "busy lock", err: &LockBusyError{Err: lock.ErrBusy}},
 		{name: "wrapped busy lock", err: fmt.Errorf("x: %w", &LockBusyError{Err: lock.ErrBusy})},
 		{name: "lost ownership", err: &OwnershipLostError{Err: fence.Stale("r", 1, 2)}},
+		{name: "retry after", err: &RetryAfterError{After: time.Second, Err: errors.New("429")}, wantFailure: true},
 		{name: "nil", err: nil},
 	}
 	for _, tt := range tests {
@@ -110,5 +116,12 @@ func TestErrorsUnwrap(t *testing.T) {
 	}
 	if err := (&OwnershipLostError{Err: fence.Stale("r", 1, 2)}); !errors.Is(err, fence.ErrStaleToken) {
 		t.Fatal("OwnershipLostError hides the stale token")
+	}
+	ra := &RetryAfterError{After: 2 * time.Second, Err: cause}
+	if !errors.Is(ra, cause) {
+		t.Fatal("RetryAfterError hides its cause")
+	}
+	if msg := ra.Error(); !strings.Contains(msg, "declined") || !strings.Contains(msg, "2s") {
+		t.Fatalf("RetryAfterError says %q: want the cause and the delay", msg)
 	}
 }

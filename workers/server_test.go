@@ -107,7 +107,7 @@ func (s *serverEnv) queueInfo(t *testing.T) *asynq.QueueInfo {
 
 func (s *serverEnv) status(t *testing.T, key string) execution.Status {
 	t.Helper()
-	rec, err := s.store.Get(t.Context(), key)
+	rec, err := s.store.Get(t.Context(), "", key)
 	if errors.Is(err, execution.ErrNotFound) {
 		return ""
 	}

@@ -6,38 +6,37 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemgate/idemgate/examples"
+	"github.com/idemgate/idemgate/examples/reconcile"
 	"github.com/idemgate/idemgate/gateway/config"
 	"github.com/idemgate/idemgate/telemetry"
 	"github.com/idemgate/idemgate/workers"
-	"github.com/idemgate/idemgate/workers/reconcile"
 )
 
-// registerBusiness puts the four example handlers on mux.
-func registerBusiness(mux *asynq.ServeMux, deps workers.Deps, cfg *config.Config, pool *pgxpool.Pool, rdb redis.UniversalClient, _ *slog.Logger) error {
-	b := workers.Business{
+// exampleHandlers returns the Go handlers of the four example jobs, as a
+// program that declares them registers its own. onDedup, if set, counts
+// notification.send's dedup window hits and misses.
+func exampleHandlers(cfg *config.Config, pool *pgxpool.Pool, rdb redis.UniversalClient, onDedup func(bool)) (*workers.Handlers, error) {
+	hs := workers.NewHandlers()
+	err := examples.Register(hs, examples.Business{
 		DB:         pool,
 		Redis:      rdb,
 		PartnerURL: cfg.Worker.PartnerURL,
 		HTTPClient: &http.Client{Transport: telemetry.HTTPTransport(nil)},
-	}
-	if m, ok := deps.Observer.(*telemetry.WorkerMetrics); ok {
-		b.OnDedup = m.NotificationDedup
-	}
-	err := workers.Register(mux, deps, b)
+		OnDedup:    onDedup,
+	})
 	if err != nil {
-		return usagef("worker: %v", err)
+		return nil, err
 	}
-	return nil
+	return hs, nil
 }
 
 // runReconcile checks the business invariants; any violation exits 1.

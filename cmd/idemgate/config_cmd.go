@@ -17,7 +17,7 @@ func runConfig(_ context.Context, args []string, getenv func(string) string, std
 		fs.Usage()
 		return usagef("config: want the subcommand check")
 	}
-	cfg, err := loadConfig(*path, getenv)
+	cfg, err := loadConfig(*path, getenv, true)
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ func runDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 		fs.Usage()
 		return usagef("dlq: want list, or replay/delete followed by job ids")
 	}
-	cfg, err := loadConfig(*path, getenv)
+	cfg, err := loadConfig(*path, getenv, false)
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 	if op != "get" && op != "delete" && op != "resolve" {
 		return usagef("keys: unknown operation %q (want get, delete or resolve)", op)
 	}
-	cfg, err := loadConfig(*path, getenv)
+	cfg, err := loadConfig(*path, getenv, false)
 	if err != nil {
 		return err
 	}

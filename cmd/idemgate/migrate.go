@@ -24,7 +24,7 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	dbURL := getenv("DATABASE_URL")
 	if *path != "" {
-		cfg, err := loadConfig(*path, getenv)
+		cfg, err := loadConfig(*path, getenv, false)
 		if err != nil {
 			return err
 		}

@@ -63,7 +63,7 @@ func loadCommand(name string, args []string, getenv func(string) string, stdout,
 	default:
 		return nil, nil, usagef("--log-level %q: want debug, info, warn or error", *logLevel)
 	}
-	cfg, err := loadConfig(*path, getenv)
+	cfg, err := loadConfig(*path, getenv, name == "worker" || name == "dev")
 	if err != nil {
 		return nil, nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/sethvargo/go-limiter"
 
 	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/examples"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/gateway/config"
 	"github.com/idemgate/idemgate/middleware/auth"
@@ -29,12 +30,20 @@ import (
 )
 
 // loadConfig reads the file named by --config. Every problem in it is a
-// usage error (exit 2), printed one per line.
-func loadConfig(path string, getenv func(string) string) (*config.Config, error) {
+// usage error (exit 2), printed one per line. The example jobs are the
+// declarations of routes that name their tasks without declaring them
+// (configurations written before jobs were declared). runsJobs says the
+// command runs the declared jobs, so each needs deliver.http or a Go
+// handler of this binary.
+func loadConfig(path string, getenv func(string) string, runsJobs bool) (*config.Config, error) {
 	if path == "" {
 		return nil, usagef("--config FILE is required")
 	}
-	cfg, err := config.Load(path, getenv)
+	opts := []config.Option{config.WithDefaultJobs(examples.JobsYAML)}
+	if runsJobs {
+		opts = append(opts, config.WithHandlers(examples.Tasks()...))
+	}
+	cfg, err := config.Load(path, getenv, opts...)
 	if err != nil {
 		var probs *config.Problems
 		if errors.As(err, &probs) {
@@ -243,7 +252,11 @@ func gatewayOptions(cfg *config.Config, svc *services, logger *slog.Logger) (gat
 			}
 			ro.Upstream = u
 		case r.Enqueue != nil:
-			ro.Enqueue = &gateway.EnqueueOptions{Task: r.Enqueue.Task, Queue: r.Enqueue.Queue}
+			spec, ok := cfg.Job(r.Enqueue.Task)
+			if !ok {
+				return opts, usagef("routes[%d].enqueue.task: %q is not a declared job", i, r.Enqueue.Task)
+			}
+			ro.Enqueue = &gateway.EnqueueOptions{Spec: spec, Queue: r.Enqueue.Queue}
 		}
 		opts.Routes = append(opts.Routes, ro)
 	}

@@ -58,7 +58,9 @@ func workerConfig(c config.Worker) workers.Config {
 	}
 }
 
-// openWorker connects the worker's services and builds its server.
+// openWorker connects the worker's services and builds its server: one
+// handler per declared job, delivered over HTTP or run by the Go handler
+// registered for its task.
 func openWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*worker, error) {
 	if cfg.DatabaseURL == "" || cfg.RedisURL == "" {
 		return nil, usagef("worker: database_url and redis_url are required")
@@ -69,24 +71,31 @@ func openWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*
 			closers[i]()
 		}
 	}
+	w, err := buildWorker(ctx, cfg, logger, &closers)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	w.close = closeAll
+	return w, nil
+}
+
+func buildWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger, closers *[]func()) (*worker, error) {
 	pool, err := openPostgres(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return nil, err
 	}
-	closers = append(closers, pool.Close)
+	*closers = append(*closers, pool.Close)
 	rdb, err := newRedis(cfg.RedisURL)
 	if err != nil {
-		closeAll()
 		return nil, err
 	}
-	closers = append(closers, func() { _ = rdb.Close() })
+	*closers = append(*closers, func() { _ = rdb.Close() })
 	if err := telemetry.InstrumentRedis(rdb); err != nil {
-		closeAll()
 		return nil, err
 	}
 	opt, err := asynqRedis(cfg.RedisURL)
 	if err != nil {
-		closeAll()
 		return nil, err
 	}
 	wc := workerConfig(cfg.Worker)
@@ -95,10 +104,13 @@ func openWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := telemetry.NewWorkerMetrics(reg)
-	metrics.InitTasks(enqueue.TaskInvoiceCreate, enqueue.TaskInventoryAdjust, enqueue.TaskPaymentCharge, enqueue.TaskNotificationSend)
+	specs := cfg.Jobs()
+	for _, spec := range specs {
+		metrics.InitTasks(spec.Task)
+	}
 	deps.Observer = metrics
 	inspector := asynq.NewInspector(opt)
-	closers = append(closers, func() { _ = inspector.Close() })
+	*closers = append(*closers, func() { _ = inspector.Close() })
 	reg.MustRegister(telemetry.NewQueueCollector(inspector, slices.Sorted(maps.Keys(cfg.Worker.Queues)), logger))
 	jobs := enqueue.NewJobs(pool)
 	deps.OnStatus = func(ctx context.Context, task *asynq.Task, key, status string, attempts int, resultRef, lastErr string) {
@@ -110,15 +122,19 @@ func openWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*
 			logger.WarnContext(ctx, "job status not recorded", "job_id", id, "status", status, "err", err)
 		}
 	}
-	mux := asynq.NewServeMux()
-	mux.Use(telemetry.TaskTracing(telemetry.WithFailure(workers.IsFailure)))
-	if err := registerBusiness(mux, deps, cfg, pool, rdb, logger); err != nil {
-		closeAll()
-		return nil, err
+	handlers, err := exampleHandlers(cfg, pool, rdb, metrics.NotificationDedup)
+	if err != nil {
+		return nil, usagef("worker: %v", err)
 	}
+	mux, err := handlers.Mux(deps, specs, workers.HTTPDelivery{
+		Client: &http.Client{Transport: telemetry.HTTPTransport(nil)},
+	})
+	if err != nil {
+		return nil, usagef("worker: %v", err)
+	}
+	mux.Use(telemetry.TaskTracing(telemetry.WithFailure(workers.IsFailure)))
 	srv, err := workers.NewServer(opt, wc, mux, workers.WithLogger(logger))
 	if err != nil {
-		closeAll()
 		return nil, usagef("worker: %v", err)
 	}
 	admin := http.NewServeMux()
@@ -127,7 +143,7 @@ func openWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
-	return &worker{srv: srv, admin: admin, close: closeAll}, nil
+	return &worker{srv: srv, admin: admin}, nil
 }
 
 // runAll serves the listeners and runs each background function until ctx

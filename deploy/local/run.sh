@@ -6,11 +6,16 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 config=${1:-deploy/local/idemgate.yaml}
 n=$RANDOM$RANDOM
+# The shipments receiver verifies the signatures with the same secret the
+# config signs with (the demo one unless SHIP_WEBHOOK_SECRET is set).
+export SHIP_WEBHOOK_SECRET=${SHIP_WEBHOOK_SECRET:-whsec_aWRlbWdhdGUtZGVtby1zaGlwbWVudHMtc2VjcmV0ISE=}
+export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
 
 cat <<MSG
 
 idemgate dev is starting: gateway http://127.0.0.1:8080, admin 127.0.0.1:9090,
-worker admin 127.0.0.1:9091, partnersim http://127.0.0.1:9100.
+worker admin 127.0.0.1:9091, partnersim http://127.0.0.1:9100, and the
+shipments receiver (examples/shipments) http://127.0.0.1:9200.
 
 1. A payment through the proxy, sent twice with one key: the second answer is
    the stored first one (Idempotent-Replayed: true); partnersim charges once.
@@ -29,8 +34,20 @@ worker admin 127.0.0.1:9091, partnersim http://127.0.0.1:9100.
   curl -s -H 'Authorization: Bearer demo-key' http://127.0.0.1:8080/v1/jobs/JOB_ID
   psql "\${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}" -c "select * from invoices where order_id = 'order-$n'"
 
-3. Check every business invariant:   ./bin/idemgate reconcile --config $config
+3. A job delivered over HTTP: shipment.book is POSTed, signed, to the
+   shipments receiver, which books it once per (tenant, Idempotency-Key).
+
+  curl -i -X POST http://127.0.0.1:8080/v1/shipments \\
+    -H 'Authorization: Bearer demo-key' -H 'Idempotency-Key: shp-$n' \\
+    -H 'Content-Type: application/json' -d '{"order_id":"order-$n","quantity":2}'
+
+  psql "\${DATABASE_URL}" -c "select * from shipments where order_id = 'order-$n'"
+
+4. Check every business invariant:   ./bin/idemgate reconcile --config $config
    Inspect a key:  curl -s -H 'Authorization: Bearer admin-token' http://127.0.0.1:9090/admin/keys/demo/payments/pay-$n
 
 MSG
-exec ./bin/idemgate dev --config "$config"
+./bin/shipments-receiver --listen 127.0.0.1:9200 &
+receiver=$!
+trap 'kill $receiver 2>/dev/null; wait $receiver 2>/dev/null' EXIT
+./bin/idemgate dev --config "$config"

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idemgate/idemgate/job"
 )
 
 // Config is the whole configuration of idemgate: the gateway (serve), the
@@ -70,8 +72,16 @@ type Config struct {
 	Server Server `yaml:"server"`
 	// Worker configures `idemgate worker` (and the worker inside dev).
 	Worker Worker `yaml:"worker"`
+	// DeclaredJobs are the jobs enqueue routes accept and workers run, as
+	// written; Jobs and Job return them compiled.
+	DeclaredJobs []Job `yaml:"jobs"`
 	// Routes are matched against each public request.
 	Routes []Route `yaml:"routes"`
+
+	// specs are the compiled jobs, set when the configuration comes from
+	// Load or Parse; defaulted are the WithDefaultJobs jobs routes name.
+	specs     []*job.Spec
+	defaulted []defaultJob
 }
 
 // Log configures the process logger.
@@ -275,11 +285,15 @@ type Route struct {
 
 // Enqueue names the job a request becomes; the request body is its payload.
 type Enqueue struct {
-	// Task is one of invoice.create, inventory.adjust, payment.charge,
-	// notification.send.
+	// Task is the task of a job declared under jobs (or supplied by
+	// WithDefaultJobs).
 	Task string `yaml:"task"`
-	// Queue must be one of worker.queues. Default "default".
+	// Queue must be one of worker.queues. Default the job's queue.
 	Queue string `yaml:"queue"`
+
+	// queueFromJob: Queue is the declared job's, checked where the job
+	// declares it.
+	queueFromJob bool
 }
 
 // Duration is a time.Duration written as a Go duration string ("30s").
@@ -403,20 +417,23 @@ func (p *Problems) Unwrap() []error {
 
 // Load reads the configuration file at path; see Parse. A file that
 // cannot be read is reported as the wrapped os error, not as Problems.
-func Load(path string, getenv func(string) string) (*Config, error) {
+func Load(path string, getenv func(string) string, opts ...Option) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	return Parse(data, path, getenv)
+	return Parse(data, path, getenv, opts...)
 }
 
 // Parse reads a configuration: it expands ${VAR} and ${VAR:-default} from
 // getenv (nil means an empty environment), decodes the YAML refusing
 // unknown keys, lets env DATABASE_URL and REDIS_URL replace the file's
-// values, fills the defaults and validates the result. name labels
-// problems. The error, if any, is a *Problems listing every mistake.
-func Parse(data []byte, name string, getenv func(string) string) (*Config, error) {
+// values, fills the defaults and validates the result, compiling every
+// job's schema. name labels problems, and a jobs[].schema_file is read
+// relative to its directory. The error, if any, is a *Problems listing
+// every mistake.
+func Parse(data []byte, name string, getenv func(string) string, opts ...Option) (*Config, error) {
+	o := newOptions(name, opts)
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
@@ -462,7 +479,8 @@ func Parse(data []byte, name string, getenv func(string) string) (*Config, error
 		p.bad[k] = true
 	}
 	cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	cfg.jobDefaults(o)
+	if err := cfg.validate(o); err != nil {
 		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
 			var pr Problem
 			if errors.As(e, &pr) {
@@ -529,9 +547,7 @@ func (c *Config) withDefaults() {
 	for i := range c.Routes {
 		r := &c.Routes[i]
 		r.Methods = upper(r.Methods)
-		if r.Enqueue != nil {
-			setDefault(&r.Enqueue.Queue, "default")
-		}
+		// jobDefaults gives an enqueue route its job's queue.
 		r.inherited, r.inheritSet = c.Idempotency, true
 	}
 }
@@ -680,15 +696,6 @@ func (c *Config) Warnings() []string {
 	return w
 }
 
-// knownTask reports whether the worker has a handler for task.
-func knownTask(task string) bool {
-	switch task {
-	case "invoice.create", "inventory.adjust", "payment.charge", "notification.send":
-		return true
-	}
-	return false
-}
-
 // emptySHA256 is the SHA-256 of no bytes: a hash of an empty token.
 const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
@@ -696,7 +703,7 @@ type badFunc func(key, format string, args ...any)
 
 // validate checks the defaulted configuration and returns every problem,
 // each a Problem with Key and Message, joined.
-func (c *Config) validate() error {
+func (c *Config) validate(o *options) error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, Problem{Key: key, Message: fmt.Sprintf(format, args...)})
@@ -796,6 +803,7 @@ func (c *Config) validate() error {
 	nonNegative(bad, "server.shutdown_timeout", c.Server.ShutdownTimeout)
 
 	c.validateWorker(bad)
+	c.validateJobs(bad, o)
 	c.validateRoutes(bad)
 	return errors.Join(errs...)
 }
@@ -1093,13 +1101,11 @@ func (c *Config) validateRoutes(bad badFunc) {
 			}
 		default:
 			e := r.Enqueue
-			switch {
-			case e.Task == "":
-				bad(p+".enqueue.task", "required: one of invoice.create, inventory.adjust, payment.charge, notification.send")
-			case !knownTask(e.Task):
-				bad(p+".enqueue.task", "%q is not invoice.create, inventory.adjust, payment.charge or notification.send", e.Task)
+			if msg := c.taskProblem(e.Task); msg != "" {
+				bad(p+".enqueue.task", "%s", msg)
 			}
 			switch {
+			case e.queueFromJob:
 			case !validQueue(e.Queue):
 				bad(p+".enqueue.queue", "%q is not a queue name (letters, digits, '_', '.', ':' and '-')", e.Queue)
 			case len(c.Worker.Queues) > 0 && c.Worker.Queues[e.Queue] == 0:
@@ -1438,6 +1444,9 @@ func (p *parser) walk(n *yaml.Node, t reflect.Type, path string) {
 		return
 	}
 	p.visited[visit{n, t}] = true
+	if t == reflect.TypeFor[yaml.Node]() {
+		return // a job's inline schema: its keys are the schema's, not ours
+	}
 	if t == reflect.TypeFor[Duration]() {
 		if _, msg := parseDuration(n); msg != "" {
 			p.fail(n.Line, path, "%s", msg)

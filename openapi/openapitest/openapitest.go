@@ -1,11 +1,12 @@
 // Package openapitest runs an idemgate gateway in the test process for
 // the tests of the OpenAPI description and of the generated client: a
 // memory idempotency store, an in-memory job queue that validates payloads
-// like the real one, the four example enqueue routes of
-// deploy/local/idemgate.yaml, three tenants and an admin token. Change
-// the Options before Start to add routes or swap the store. A Validator
-// checks any gateway's answers, this one's or a real one's, against
-// openapi.yaml.
+// like the real one, the example enqueue routes of
+// deploy/local/idemgate.yaml with the example jobs' schemas, three
+// tenants and an admin token; it serves the description of those routes
+// that openapi.WithJobRoutes makes (Documents). Change the Options before
+// Start to add routes or swap the store. A Validator checks any gateway's
+// answers, this one's or a real one's, against that description.
 //
 //	opts := openapitest.Options(openapitest.NewJobs(), memstore.New())
 //	srv := openapitest.Start(t, opts)
@@ -18,6 +19,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http/httptest"
 	"sync"
@@ -26,6 +29,7 @@ import (
 
 	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
@@ -46,12 +50,132 @@ const (
 	AdminToken    = "admin-token"
 )
 
-// The example enqueue routes: route name, path and task.
-var EnqueueRoutes = []struct{ Name, Path, Task string }{
-	{"invoices", "/v1/invoices", enqueue.TaskInvoiceCreate},
-	{"inventory", "/v1/inventory/adjustments", enqueue.TaskInventoryAdjust},
-	{"charges", "/v1/payments/charges", enqueue.TaskPaymentCharge},
-	{"notifications", "/v1/notifications", enqueue.TaskNotificationSend},
+// EnqueueRoute is one of the example enqueue routes of
+// deploy/local/idemgate.yaml and the job it submits, declared as there.
+type EnqueueRoute struct {
+	Name, Path string
+	Task       string
+	// Schema is the job's JSON Schema; BusinessKey and Resource its
+	// templates.
+	Schema                json.RawMessage
+	BusinessKey, Resource string
+}
+
+// The example jobs' schemas, as examples/schemas declares them.
+const (
+	invoiceSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "title": "invoice.create",
+  "description": "Creates the one invoice of an order.",
+  "type": "object",
+  "additionalProperties": false,
+  "required": ["order_id", "amount_cents", "currency"],
+  "properties": {
+    "order_id": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[^:\\s]*$"},
+    "amount_cents": {"type": "integer", "minimum": 1},
+    "currency": {"type": "string", "pattern": "^[A-Z]{3}$", "description": "ISO 4217 code, like EUR"}
+  }
+}`
+	inventorySchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "title": "inventory.adjust",
+  "description": "Applies one stock movement, once per adjustment id.",
+  "type": "object",
+  "additionalProperties": false,
+  "required": ["adjustment_id", "sku", "delta"],
+  "properties": {
+    "adjustment_id": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[^:\\s]*$"},
+    "sku": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[^:\\s]*$"},
+    "delta": {"type": "integer", "not": {"const": 0}}
+  }
+}`
+	chargeSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "title": "payment.charge",
+  "description": "Charges a payment at the partner, once.",
+  "type": "object",
+  "additionalProperties": false,
+  "required": ["payment_id", "amount_cents", "currency"],
+  "properties": {
+    "payment_id": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[^:\\s]*$"},
+    "amount_cents": {"type": "integer", "minimum": 1},
+    "currency": {"type": "string", "pattern": "^[A-Z]{3}$", "description": "ISO 4217 code, like EUR"}
+  }
+}`
+	notificationSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "title": "notification.send",
+  "description": "Sends one message per (template, user, event).",
+  "type": "object",
+  "additionalProperties": false,
+  "required": ["event_id", "user_id", "template"],
+  "properties": {
+    "event_id": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[^:\\s]*$"},
+    "user_id": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[^:\\s]*$"},
+    "template": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[^:\\s]*$"}
+  }
+}`
+	shipmentSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "title": "shipment.book",
+  "description": "Books the shipment of an order at the shipping service, once.",
+  "type": "object",
+  "additionalProperties": false,
+  "required": ["order_id", "quantity"],
+  "properties": {
+    "order_id": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[^:\\s]*$"},
+    "quantity": {"type": "integer", "minimum": 1, "maximum": 1000}
+  }
+}`
+)
+
+// EnqueueRoutes returns the example enqueue routes: route name, path,
+// task and job declaration.
+func EnqueueRoutes() []EnqueueRoute {
+	return []EnqueueRoute{
+		{"invoices", "/v1/invoices", "invoice.create", json.RawMessage(invoiceSchema), "invoice:{order_id}", "order:{order_id}"},
+		{"inventory", "/v1/inventory/adjustments", "inventory.adjust", json.RawMessage(inventorySchema), "inventory:{adjustment_id}", "sku:{sku}"},
+		{"charges", "/v1/payments/charges", "payment.charge", json.RawMessage(chargeSchema), "payment:{payment_id}", "payment:{payment_id}"},
+		{"notifications", "/v1/notifications", "notification.send", json.RawMessage(notificationSchema), "email:{template}:{user_id}:{event_id}", "user:{user_id}"},
+		{"shipments", "/v1/shipments", "shipment.book", json.RawMessage(shipmentSchema), "shipment:{order_id}", "order:{order_id}"},
+	}
+}
+
+// Spec compiles r's job declaration. The declarations are this package's
+// own constants, so a failure is a bug here: it panics.
+func (r EnqueueRoute) Spec() *job.Spec {
+	schema, err := job.CompileSchema(r.Schema, r.Task)
+	if err != nil {
+		panic("openapitest: " + err.Error())
+	}
+	key, err := job.ParseTemplate(r.BusinessKey)
+	if err != nil {
+		panic("openapitest: " + r.Task + ": " + err.Error())
+	}
+	resource, err := job.ParseTemplate(r.Resource)
+	if err != nil {
+		panic("openapitest: " + r.Task + ": " + err.Error())
+	}
+	return &job.Spec{Task: r.Task, Queue: "default", Schema: schema, BusinessKey: key, Resource: resource}
+}
+
+// JobRoute is how the served description sees r.
+func (r EnqueueRoute) JobRoute() openapi.JobRoute {
+	return openapi.JobRoute{Name: r.Name, Path: r.Path, Methods: []string{"POST"}, Task: r.Task, Schema: r.Schema}
+}
+
+// Documents returns what the gateway of Options serves at /openapi.yaml
+// and /openapi.json: openapi.Spec with the example enqueue routes.
+func Documents() (yamlDoc, jsonDoc []byte) {
+	var routes []openapi.JobRoute
+	for _, r := range EnqueueRoutes() {
+		routes = append(routes, r.JobRoute())
+	}
+	yamlDoc, jsonDoc, err := openapi.WithJobRoutes(openapi.Spec, routes)
+	if err != nil {
+		panic("openapitest: " + err.Error())
+	}
+	return yamlDoc, jsonDoc
 }
 
 func sum(s string) string {
@@ -60,9 +184,12 @@ func sum(s string) string {
 }
 
 // Options returns the gateway's options: api_key auth for the three
-// tenants, the admin token, the enqueue routes on jobs, store, and
-// openapi.Spec at /openapi.yaml.
+// tenants, the admin token, the example enqueue routes on jobs, store,
+// and the description of those routes at /openapi.yaml and /openapi.json.
+// A test that changes the enqueue routes serves what WithJobRoutes makes
+// of its own.
 func Options(jobs gateway.Jobs, store idempotency.Store) gateway.Options {
+	yamlDoc, jsonDoc := Documents()
 	opts := gateway.Options{
 		Auth: auth.Config{Mode: auth.ModeAPIKey, Tenants: []auth.TenantKeys{
 			{Name: Tenant, APIKeySHA256s: []string{sum(APIKey)}},
@@ -74,14 +201,14 @@ func Options(jobs gateway.Jobs, store idempotency.Store) gateway.Options {
 		StoreName:        "memory",
 		AdminTokenSHA256: sum(AdminToken),
 		Jobs:             jobs,
-		OpenAPI:          openapi.Spec,
-		OpenAPIJSON:      openapi.SpecJSON,
+		OpenAPI:          yamlDoc,
+		OpenAPIJSON:      jsonDoc,
 		Logger:           slog.New(slog.DiscardHandler),
 	}
-	for _, r := range EnqueueRoutes {
+	for _, r := range EnqueueRoutes() {
 		opts.Routes = append(opts.Routes, gateway.RouteOptions{
 			Name: r.Name, Methods: []string{"POST"}, Path: r.Path,
-			Enqueue: &gateway.EnqueueOptions{Task: r.Task, Queue: "default"},
+			Enqueue: &gateway.EnqueueOptions{Spec: r.Spec()},
 		})
 	}
 	return opts
@@ -122,8 +249,8 @@ func Start(t testing.TB, opts gateway.Options) *Server {
 	return s
 }
 
-// Jobs is an in-memory gateway.Jobs. Submit validates the body with
-// enqueue.Decode and, like the real job store, returns the existing job
+// Jobs is an in-memory gateway.Jobs. Submit validates the body against
+// the job's schema and, like the real job store, returns the existing job
 // for a (tenant, route, key) it has seen. The zero value is not usable;
 // call NewJobs.
 type Jobs struct {
@@ -154,7 +281,10 @@ func (j *Jobs) Submit(ctx context.Context, req enqueue.Request) (enqueue.Job, er
 			return enqueue.Job{}, err
 		}
 	}
-	p, err := enqueue.Decode(req.Task, req.Body)
+	if req.Spec == nil {
+		return enqueue.Job{}, errors.New("openapitest: submit: no job spec")
+	}
+	p, err := req.Spec.Decode(req.Body)
 	if err != nil {
 		return enqueue.Job{}, err
 	}
@@ -166,9 +296,9 @@ func (j *Jobs) Submit(ctx context.Context, req enqueue.Request) (enqueue.Job, er
 	}
 	now := j.Now().UTC()
 	job := enqueue.Job{
-		ID: id, Task: req.Task, Status: enqueue.StatusQueued, CreatedAt: now, UpdatedAt: now,
+		ID: id, Task: req.Spec.Task, Status: enqueue.StatusQueued, CreatedAt: now, UpdatedAt: now,
 		Tenant: req.Tenant, Route: req.Route, IdempotencyKey: req.Key, Queue: req.Queue,
-		BusinessKey: p.BusinessKey(), Payload: append([]byte(nil), req.Body...),
+		BusinessKey: p.BusinessKey, Payload: append([]byte(nil), req.Body...),
 	}
 	j.jobs[id] = job
 	return job, nil

@@ -18,14 +18,13 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
-	"github.com/idemgate/idemgate/openapi"
 )
 
 // Validator checks answers against an OpenAPI document. It finds a
 // request's operation by method and path alone: a gateway under test
 // listens on a random port, which the documented servers cannot match.
 //
-//	v, err := openapitest.NewValidator(ctx, nil) // openapi.yaml
+//	v, err := openapitest.NewValidator(ctx, nil) // the example routes' document
 //	err = v.Validate(ctx, resp, body)
 type Validator struct {
 	doc   *openapi3.T
@@ -40,12 +39,14 @@ type docPath struct {
 }
 
 // NewValidator validates doc and returns its validator; a nil doc is
-// openapi.Spec, the document the gateway serves.
+// the document the gateway of Options serves (Documents): openapi.yaml
+// with the example enqueue routes.
 func NewValidator(ctx context.Context, doc *openapi3.T) (*Validator, error) {
 	if doc == nil {
+		_, jsonDoc := Documents()
 		var err error
-		if doc, err = openapi3.NewLoader().LoadFromData(openapi.Spec); err != nil {
-			return nil, fmt.Errorf("openapi.yaml: %w", err)
+		if doc, err = openapi3.NewLoader().LoadFromData(jsonDoc); err != nil {
+			return nil, fmt.Errorf("the served document: %w", err)
 		}
 	}
 	if err := doc.Validate(ctx); err != nil {

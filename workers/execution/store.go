@@ -37,6 +37,10 @@ var (
 	ErrSucceeded = errors.New("execution: job already succeeded")
 	// ErrNotProcessing: the job is not in a state the change applies to.
 	ErrNotProcessing = errors.New("execution: job is not processing")
+	// ErrConflict: the business key has succeeded, or is being processed,
+	// with another payload. The first payload decides a key's effect; a
+	// different one under the same key is a client error, not a replay.
+	ErrConflict = errors.New("execution: business key taken by another payload")
 )
 
 // maxErrorLen bounds the stored last_error; a cause longer than this is an
@@ -45,6 +49,9 @@ const maxErrorLen = 2048
 
 // Record is one job's execution state.
 type Record struct {
+	// Tenant and Key identify the job: business keys are scoped to the
+	// tenant that submitted them. Tasks enqueued without a tenant have "".
+	Tenant       string
 	Key          string
 	Task         string
 	Resource     string
@@ -53,8 +60,11 @@ type Record struct {
 	Attempts     int
 	FencingToken int64
 	LastError    string
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	// PayloadSHA256 is the hash of the canonical payload that took the key,
+	// "" for rows written before payloads were compared.
+	PayloadSHA256 string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
 	// FinishedAt is zero until the job succeeds or fails.
 	FinishedAt time.Time
 }
@@ -62,10 +72,16 @@ type Record struct {
 // Attempt is an attempt that has taken the job's resource lock and drawn
 // its fencing token.
 type Attempt struct {
+	Tenant   string
 	Key      string
 	Task     string
 	Resource string
 	Token    int64
+	// PayloadSHA256, when set, is compared with the hash recorded for the
+	// key: a succeeded or processing job with another payload refuses the
+	// attempt with ErrConflict; a failed one is taken over by the new
+	// payload (a corrected request after a refusal).
+	PayloadSHA256 string
 }
 
 // DB is the part of a PostgreSQL handle the store uses. *pgxpool.Pool,
@@ -83,25 +99,26 @@ type Store struct {
 // New returns a Store on db.
 func New(db DB) *Store { return &Store{db: db} }
 
-const columns = `key, task, resource, status, coalesce(result_ref, ''), attempt_count,
-	fencing_token, coalesce(last_error, ''), created_at, updated_at, finished_at`
+const columns = `tenant, key, task, resource, status, coalesce(result_ref, ''), attempt_count,
+	fencing_token, coalesce(last_error, ''), coalesce(payload_sha256, ''), created_at, updated_at, finished_at`
 
 func scan(row pgx.Row) (Record, error) {
 	var (
 		r        Record
 		finished *time.Time
 	)
-	err := row.Scan(&r.Key, &r.Task, &r.Resource, &r.Status, &r.ResultRef, &r.Attempts,
-		&r.FencingToken, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &finished)
+	err := row.Scan(&r.Tenant, &r.Key, &r.Task, &r.Resource, &r.Status, &r.ResultRef, &r.Attempts,
+		&r.FencingToken, &r.LastError, &r.PayloadSHA256, &r.CreatedAt, &r.UpdatedAt, &finished)
 	if finished != nil {
 		r.FinishedAt = *finished
 	}
 	return r, err
 }
 
-// Get returns the job's record, or an error wrapping ErrNotFound.
-func (s *Store) Get(ctx context.Context, key string) (Record, error) {
-	r, err := scan(s.db.QueryRow(ctx, `SELECT `+columns+` FROM job_executions WHERE key = $1`, key))
+// Get returns the record of tenant's job key, or an error wrapping
+// ErrNotFound.
+func (s *Store) Get(ctx context.Context, tenant, key string) (Record, error) {
+	r, err := scan(s.db.QueryRow(ctx, `SELECT `+columns+` FROM job_executions WHERE tenant = $1 AND key = $2`, tenant, key))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Record{}, fmt.Errorf("execution: get %q: %w", key, ErrNotFound)
@@ -113,9 +130,10 @@ func (s *Store) Get(ctx context.Context, key string) (Record, error) {
 
 // markProcessing ends the insert of MarkProcessing and Take: a new row is
 // attempt 1; an existing one counts one more attempt under the newer token,
-// unless the job has succeeded or the token is not newer.
+// unless the job has succeeded, the token is not newer, or another payload
+// holds the key (a failed job may be taken over by a new payload).
 const markProcessing = `
-ON CONFLICT (key) DO UPDATE SET
+ON CONFLICT (tenant, key) DO UPDATE SET
     task          = excluded.task,
     resource      = excluded.resource,
     status        = 'processing',
@@ -123,10 +141,13 @@ ON CONFLICT (key) DO UPDATE SET
     fencing_token = excluded.fencing_token,
     last_error    = CASE WHEN e.status = 'failed' THEN NULL ELSE e.last_error END,
     result_ref    = NULL,
+    payload_sha256 = COALESCE(excluded.payload_sha256, e.payload_sha256),
     finished_at   = NULL,
     updated_at    = now()
 WHERE e.status <> 'succeeded'
   AND (e.fencing_token < excluded.fencing_token OR e.resource <> excluded.resource)
+  AND (e.status = 'failed' OR e.payload_sha256 IS NULL OR excluded.payload_sha256 IS NULL
+       OR e.payload_sha256 = excluded.payload_sha256)
 RETURNING ` + columns
 
 // MarkProcessing makes attempt a the job's owner in one statement: it creates the
@@ -134,28 +155,44 @@ RETURNING ` + columns
 // refuses a job that has succeeded (the record and an error wrapping
 // ErrSucceeded) and an attempt whose token is not newer than the one already
 // recorded for the same resource (a *fence.StaleTokenError: a newer attempt
-// owns the job). A failed job starts again from attempt 1.
+// owns the job), and one whose payload differs from the key's (ErrConflict,
+// with the record). A failed job starts again from attempt 1.
 func (s *Store) MarkProcessing(ctx context.Context, a Attempt) (Record, error) {
 	const query = `
-INSERT INTO job_executions AS e (key, task, resource, status, attempt_count, fencing_token)
-VALUES ($1, $2, $3, 'processing', 1, $4)
+INSERT INTO job_executions AS e (tenant, key, task, resource, status, attempt_count, fencing_token, payload_sha256)
+VALUES ($1, $2, $3, $4, 'processing', 1, $5, NULLIF($6, ''))
 ` + markProcessing
-	r, err := scan(s.db.QueryRow(ctx, query, a.Key, a.Task, a.Resource, a.Token))
+	r, err := scan(s.db.QueryRow(ctx, query, a.Tenant, a.Key, a.Task, a.Resource, a.Token, a.PayloadSHA256))
 	if err == nil {
 		return r, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, fmt.Errorf("execution: mark %q processing: %w", a.Key, err)
 	}
-	cur, err := s.Get(ctx, a.Key)
+	return s.refused(ctx, "mark processing", a, a.Token)
+}
+
+// refused explains why an attempt could not take the job: it has
+// succeeded, another payload holds it, or a newer token owns it.
+func (s *Store) refused(ctx context.Context, op string, a Attempt, token int64) (Record, error) {
+	cur, err := s.Get(ctx, a.Tenant, a.Key)
 	if err != nil {
-		return Record{}, fmt.Errorf("execution: mark %q processing: %w", a.Key, err)
+		return Record{}, fmt.Errorf("execution: %s %q: %w", op, a.Key, err)
 	}
-	if cur.Status == StatusSucceeded {
-		return cur, fmt.Errorf("execution: mark %q processing: %w", a.Key, ErrSucceeded)
+	switch {
+	case Conflicts(cur, a.PayloadSHA256):
+		return cur, fmt.Errorf("execution: %s %q: %w", op, a.Key, ErrConflict)
+	case cur.Status == StatusSucceeded:
+		return cur, fmt.Errorf("execution: %s %q: %w", op, a.Key, ErrSucceeded)
 	}
-	return cur, fmt.Errorf("execution: mark %q processing: %w", a.Key,
-		fence.Stale(cur.Resource, a.Token, cur.FencingToken))
+	return cur, fmt.Errorf("execution: %s %q: %w", op, a.Key, fence.Stale(cur.Resource, token, cur.FencingToken))
+}
+
+// Conflicts reports whether a job with payload hash sha may not use rec's
+// key: the key has succeeded or is processing under another payload. Rows
+// without a hash, and attempts without one, never conflict.
+func Conflicts(rec Record, sha string) bool {
+	return rec.Status != StatusFailed && rec.PayloadSHA256 != "" && sha != "" && rec.PayloadSHA256 != sha
 }
 
 // Take draws the next fencing token for a.Resource (fence.Next) and marks
@@ -169,67 +206,60 @@ func (s *Store) Take(ctx context.Context, a Attempt) (Record, error) {
 	const query = `
 WITH next AS (` + fence.NextStatement + `
 )
-INSERT INTO job_executions AS e (key, task, resource, status, attempt_count, fencing_token)
-SELECT $2, $3, $1, 'processing', 1, next.token FROM next
+INSERT INTO job_executions AS e (tenant, key, task, resource, status, attempt_count, fencing_token, payload_sha256)
+SELECT $2, $3, $4, $1, 'processing', 1, next.token, NULLIF($5, '') FROM next
 ` + markProcessing
-	r, err := scan(s.db.QueryRow(ctx, query, a.Resource, a.Key, a.Task))
+	r, err := scan(s.db.QueryRow(ctx, query, a.Resource, a.Tenant, a.Key, a.Task, a.PayloadSHA256))
 	if err == nil {
 		return r, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, fmt.Errorf("execution: take %q: %w", a.Key, err)
 	}
-	cur, err := s.Get(ctx, a.Key)
-	if err != nil {
-		return Record{}, fmt.Errorf("execution: take %q: %w", a.Key, err)
-	}
-	if cur.Status == StatusSucceeded {
-		return cur, fmt.Errorf("execution: take %q: %w", a.Key, ErrSucceeded)
-	}
 	// Only a token issued outside the fence (a hand-written row) can be
 	// older than the one recorded.
-	return cur, fmt.Errorf("execution: take %q: %w", a.Key, fence.Stale(cur.Resource, 0, cur.FencingToken))
+	return s.refused(ctx, "take", a, 0)
 }
 
 // MarkSucceeded records the job's result, if the attempt holding token
 // still owns it. It is the last write of a job: the task is acked after it.
 // Called again by the same attempt it does nothing.
-func (s *Store) MarkSucceeded(ctx context.Context, key string, token int64, resultRef string) error {
+func (s *Store) MarkSucceeded(ctx context.Context, tenant, key string, token int64, resultRef string) error {
 	tag, err := s.db.Exec(ctx, `
 UPDATE job_executions
-   SET status = 'succeeded', result_ref = $3, last_error = NULL, finished_at = now(), updated_at = now()
- WHERE key = $1 AND fencing_token = $2 AND status = 'processing'`, key, token, resultRef)
-	return s.settle(ctx, "succeeded", key, token, StatusSucceeded, tag, err)
+   SET status = 'succeeded', result_ref = $4, last_error = NULL, finished_at = now(), updated_at = now()
+ WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`, tenant, key, token, resultRef)
+	return s.settle(ctx, "succeeded", tenant, key, token, StatusSucceeded, tag, err)
 }
 
 // MarkRetrying records the transient error an attempt ended with; the job
 // stays processing until the next attempt.
-func (s *Store) MarkRetrying(ctx context.Context, key string, token int64, lastErr string) error {
+func (s *Store) MarkRetrying(ctx context.Context, tenant, key string, token int64, lastErr string) error {
 	tag, err := s.db.Exec(ctx, `
-UPDATE job_executions SET last_error = $3, updated_at = now()
- WHERE key = $1 AND fencing_token = $2 AND status = 'processing'`, key, token, clip(lastErr))
-	return s.settle(ctx, "retrying", key, token, StatusProcessing, tag, err)
+UPDATE job_executions SET last_error = $4, updated_at = now()
+ WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`, tenant, key, token, clip(lastErr))
+	return s.settle(ctx, "retrying", tenant, key, token, StatusProcessing, tag, err)
 }
 
 // MarkFailed records that the job has failed for good: a permanent error,
 // or no attempts left.
-func (s *Store) MarkFailed(ctx context.Context, key string, token int64, lastErr string) error {
+func (s *Store) MarkFailed(ctx context.Context, tenant, key string, token int64, lastErr string) error {
 	tag, err := s.db.Exec(ctx, `
 UPDATE job_executions
-   SET status = 'failed', last_error = $3, finished_at = now(), updated_at = now()
- WHERE key = $1 AND fencing_token = $2 AND status = 'processing'`, key, token, clip(lastErr))
-	return s.settle(ctx, "failed", key, token, StatusFailed, tag, err)
+   SET status = 'failed', last_error = $4, finished_at = now(), updated_at = now()
+ WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`, tenant, key, token, clip(lastErr))
+	return s.settle(ctx, "failed", tenant, key, token, StatusFailed, tag, err)
 }
 
 // settle explains a conditional update that touched no row.
-func (s *Store) settle(ctx context.Context, op, key string, token int64, want Status, tag pgconn.CommandTag, err error) error {
+func (s *Store) settle(ctx context.Context, op, tenant, key string, token int64, want Status, tag pgconn.CommandTag, err error) error {
 	if err != nil {
 		return fmt.Errorf("execution: mark %q %s: %w", key, op, err)
 	}
 	if tag.RowsAffected() == 1 {
 		return nil
 	}
-	cur, err := s.Get(ctx, key)
+	cur, err := s.Get(ctx, tenant, key)
 	switch {
 	case err != nil:
 		return fmt.Errorf("execution: mark %q %s: %w", key, op, err)

@@ -17,7 +17,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func attempt(token int64) execution.Attempt {
-	return execution.Attempt{Key: "invoice:1", Task: "invoice.create", Resource: "order:1", Token: token}
+	return execution.Attempt{Tenant: "acme", Key: "invoice:1", Task: "invoice.create", Resource: "order:1", Token: token}
 }
 
 func TestLifecycle(t *testing.T) {
@@ -26,7 +26,7 @@ func TestLifecycle(t *testing.T) {
 	ctx := t.Context()
 	const key = "invoice:1"
 
-	if _, err := store.Get(ctx, key); !errors.Is(err, execution.ErrNotFound) {
+	if _, err := store.Get(ctx, "acme", key); !errors.Is(err, execution.ErrNotFound) {
 		t.Fatalf("Get of an unknown key: %v, want ErrNotFound", err)
 	}
 
@@ -48,7 +48,7 @@ func TestLifecycle(t *testing.T) {
 		},
 		{
 			name: "a transient error is recorded",
-			do:   func() error { return store.MarkRetrying(ctx, key, 3, "partner timeout") },
+			do:   func() error { return store.MarkRetrying(ctx, "acme", key, 3, "partner timeout") },
 			want: execution.StatusProcessing, attempts: 1, token: 3, lastErr: "partner timeout",
 		},
 		{
@@ -64,24 +64,24 @@ func TestLifecycle(t *testing.T) {
 		},
 		{
 			name:    "the old attempt cannot finish it",
-			do:      func() error { return store.MarkSucceeded(ctx, key, 3, "stale-result") },
+			do:      func() error { return store.MarkSucceeded(ctx, "acme", key, 3, "stale-result") },
 			wantErr: fence.ErrStaleToken,
 			want:    execution.StatusProcessing, attempts: 2, token: 5, lastErr: "partner timeout",
 		},
 		{
 			name:    "the old attempt cannot fail it",
-			do:      func() error { return store.MarkFailed(ctx, key, 3, "stale failure") },
+			do:      func() error { return store.MarkFailed(ctx, "acme", key, 3, "stale failure") },
 			wantErr: fence.ErrStaleToken,
 			want:    execution.StatusProcessing, attempts: 2, token: 5, lastErr: "partner timeout",
 		},
 		{
 			name: "the owner succeeds",
-			do:   func() error { return store.MarkSucceeded(ctx, key, 5, "invoice-7") },
+			do:   func() error { return store.MarkSucceeded(ctx, "acme", key, 5, "invoice-7") },
 			want: execution.StatusSucceeded, attempts: 2, token: 5, resultRef: "invoice-7",
 		},
 		{
 			name: "succeeding again is a no-op",
-			do:   func() error { return store.MarkSucceeded(ctx, key, 5, "invoice-7") },
+			do:   func() error { return store.MarkSucceeded(ctx, "acme", key, 5, "invoice-7") },
 			want: execution.StatusSucceeded, attempts: 2, token: 5, resultRef: "invoice-7",
 		},
 		{
@@ -92,7 +92,7 @@ func TestLifecycle(t *testing.T) {
 		},
 		{
 			name:    "and cannot be failed",
-			do:      func() error { return store.MarkFailed(ctx, key, 5, "late") },
+			do:      func() error { return store.MarkFailed(ctx, "acme", key, 5, "late") },
 			wantErr: execution.ErrSucceeded,
 			want:    execution.StatusSucceeded, attempts: 2, token: 5, resultRef: "invoice-7",
 		},
@@ -106,7 +106,7 @@ func TestLifecycle(t *testing.T) {
 			if st.wantErr != nil && !errors.Is(err, st.wantErr) {
 				t.Fatalf("err = %v, want %v", err, st.wantErr)
 			}
-			rec, err := store.Get(ctx, key)
+			rec, err := store.Get(ctx, "acme", key)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,7 +134,7 @@ func TestMarkProcessingReturnsSucceededRecord(t *testing.T) {
 	if _, err := store.MarkProcessing(t.Context(), attempt(1)); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.MarkSucceeded(t.Context(), "invoice:1", 1, "invoice-1"); err != nil {
+	if err := store.MarkSucceeded(t.Context(), "acme", "invoice:1", 1, "invoice-1"); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := store.MarkProcessing(t.Context(), attempt(2))
@@ -155,10 +155,10 @@ func TestFailedJobStartsAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := store.MarkFailed(ctx, "invoice:1", 2, "card declined"); err != nil {
+	if err := store.MarkFailed(ctx, "acme", "invoice:1", 2, "card declined"); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := store.Get(ctx, "invoice:1")
+	rec, err := store.Get(ctx, "acme", "invoice:1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestMarkProcessingConcurrently(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatal(errors.Join(errs...))
 	}
-	rec, err := store.Get(t.Context(), "invoice:1")
+	rec, err := store.Get(t.Context(), "acme", "invoice:1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,10 +239,10 @@ func TestLongErrorIsClipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	long := strings.Repeat("é", 5000) + "\xff"
-	if err := store.MarkRetrying(t.Context(), "invoice:1", 1, long); err != nil {
+	if err := store.MarkRetrying(t.Context(), "acme", "invoice:1", 1, long); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := store.Get(t.Context(), "invoice:1")
+	rec, err := store.Get(t.Context(), "acme", "invoice:1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestTakeDrawsTheTokenAndMarksProcessing(t *testing.T) {
 	pool := testenv.Pool(t)
 	store := execution.New(pool)
 	ctx := t.Context()
-	a := execution.Attempt{Key: "invoice:7", Task: "invoice.create", Resource: "order:7"}
+	a := execution.Attempt{Tenant: "acme", Key: "invoice:7", Task: "invoice.create", Resource: "order:7"}
 
 	first, err := store.Take(ctx, a)
 	if err != nil {
@@ -269,7 +269,7 @@ func TestTakeDrawsTheTokenAndMarksProcessing(t *testing.T) {
 		t.Fatalf("first Take: %+v, want processing, attempt 1, token 1", first)
 	}
 	// Another job on the same resource draws from the same counter.
-	other, err := store.Take(ctx, execution.Attempt{Key: "invoice:8", Task: "invoice.create", Resource: "order:7"})
+	other, err := store.Take(ctx, execution.Attempt{Tenant: "acme", Key: "invoice:8", Task: "invoice.create", Resource: "order:7"})
 	if err != nil || other.FencingToken != 2 {
 		t.Fatalf("Take of another job on the resource: %+v %v, want token 2", other, err)
 	}
@@ -281,14 +281,75 @@ func TestTakeDrawsTheTokenAndMarksProcessing(t *testing.T) {
 		t.Fatalf("second Take: %+v %v, want attempt 2, token 4", second, err)
 	}
 	// The first attempt's token no longer owns the job.
-	if err := store.MarkSucceeded(ctx, a.Key, first.FencingToken, "inv-1"); err == nil {
+	if err := store.MarkSucceeded(ctx, "acme", a.Key, first.FencingToken, "inv-1"); err == nil {
 		t.Fatal("the superseded attempt marked the job succeeded")
 	}
-	if err := store.MarkSucceeded(ctx, a.Key, second.FencingToken, "inv-1"); err != nil {
+	if err := store.MarkSucceeded(ctx, "acme", a.Key, second.FencingToken, "inv-1"); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := store.Take(ctx, a)
 	if !errors.Is(err, execution.ErrSucceeded) || rec.ResultRef != "inv-1" {
 		t.Fatalf("Take of a succeeded job: %+v %v, want ErrSucceeded with its result", rec, err)
+	}
+}
+
+// TestTenantsAreSeparate: the same business key from two tenants is two
+// jobs; one succeeding does not answer the other.
+func TestTenantsAreSeparate(t *testing.T) {
+	store := execution.New(testenv.Pool(t))
+	ctx := t.Context()
+	a := execution.Attempt{Tenant: "acme", Key: "invoice:o-1", Task: "invoice.create", Resource: "acme/order:o-1"}
+	b := execution.Attempt{Tenant: "globex", Key: "invoice:o-1", Task: "invoice.create", Resource: "globex/order:o-1"}
+	ra, err := store.Take(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.MarkSucceeded(ctx, "acme", a.Key, ra.FencingToken, "inv-a"); err != nil {
+		t.Fatal(err)
+	}
+	rb, err := store.Take(ctx, b)
+	if err != nil {
+		t.Fatalf("globex's job with acme's business key: %v, want it to run", err)
+	}
+	if rb.Attempts != 1 || rb.Tenant != "globex" {
+		t.Fatalf("globex's record: %+v, want its own first attempt", rb)
+	}
+	if _, err := store.Get(ctx, "initech", a.Key); !errors.Is(err, execution.ErrNotFound) {
+		t.Fatalf("a third tenant sees %v, want ErrNotFound", err)
+	}
+}
+
+// TestPayloadConflict: a key that succeeded, or is processing, with one
+// payload refuses another payload; a failed key is taken by the new one.
+func TestPayloadConflict(t *testing.T) {
+	store := execution.New(testenv.Pool(t))
+	ctx := t.Context()
+	first := execution.Attempt{Tenant: "acme", Key: "invoice:o-2", Task: "invoice.create", Resource: "acme/order:o-2", PayloadSHA256: "aaa"}
+	other := first
+	other.PayloadSHA256 = "bbb"
+
+	rec, err := store.Take(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Take(ctx, other); !errors.Is(err, execution.ErrConflict) {
+		t.Fatalf("another payload while processing: %v, want ErrConflict", err)
+	}
+	if err := store.MarkFailed(ctx, "acme", first.Key, rec.FencingToken, "refused"); err != nil {
+		t.Fatal(err)
+	}
+	rec, err = store.Take(ctx, other)
+	if err != nil || rec.PayloadSHA256 != "bbb" || rec.Attempts != 1 {
+		t.Fatalf("another payload after a failure: %+v %v, want it to take the key from attempt 1", rec, err)
+	}
+	if err := store.MarkSucceeded(ctx, "acme", first.Key, rec.FencingToken, "inv-b"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := store.Take(ctx, first)
+	if !errors.Is(err, execution.ErrConflict) || got.ResultRef != "inv-b" {
+		t.Fatalf("the first payload after the second succeeded: %+v %v, want ErrConflict", got, err)
+	}
+	if _, err := store.Take(ctx, other); !errors.Is(err, execution.ErrSucceeded) {
+		t.Fatalf("the same payload again: %v, want ErrSucceeded (a replay)", err)
 	}
 }

@@ -1,0 +1,117 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgate/idemgate/examples"
+	"github.com/idemgate/idemgate/workers"
+)
+
+// effects is every effect row of the business tables with the tenant and
+// the business key of the job that makes it (the key its task derives from
+// the payload, as declared in examples.JobsYAML), the id its job records as
+// result_ref, and when it was written. A payment is an effect once it has
+// succeeded; pending and failed ones are intents.
+const effects = `
+effects (kind, tenant, key, ref, written_at) AS (
+    SELECT 'invoice', tenant, 'invoice:' || order_id, id, created_at FROM invoices
+    UNION ALL
+    SELECT 'inventory ledger row', tenant, 'inventory:' || adjustment_id, adjustment_id, created_at FROM inventory_ledger
+    UNION ALL
+    SELECT 'payment', tenant, 'payment:' || payment_id, coalesce(partner_charge_id, ''), updated_at FROM payments WHERE status = 'succeeded'
+    UNION ALL
+    SELECT 'notification', tenant, dedup_key, partner_message_id, created_at FROM notifications
+)`
+
+// jobs reports every succeeded job (the public record) whose execution by
+// business key has not succeeded, or has another result.
+func (r *run) jobs(ctx context.Context) error {
+	const query = `
+SELECT j.id, j.tenant, j.business_key, coalesce(e.status, ''), coalesce(e.result_ref, ''), coalesce(j.result_ref, '')
+  FROM jobs j
+  LEFT JOIN job_executions e ON e.tenant = j.tenant AND e.key = j.business_key
+ WHERE j.status = 'succeeded'`
+	return r.scan(ctx, CheckJobs, query, nil, func(rows pgx.Rows) error {
+		var id, tenant, key, status, execRef, jobRef string
+		if err := rows.Scan(&id, &tenant, &key, &status, &execRef, &jobRef); err != nil {
+			return err
+		}
+		key = workers.Scope(tenant, key)
+		switch {
+		case status == "":
+			r.violation(CheckJobs, fmt.Sprintf("job %s succeeded but %s has no execution", id, key), id, key)
+		case status != "succeeded":
+			r.violation(CheckJobs, fmt.Sprintf("job %s succeeded but the execution of %s is %s", id, key, status), id, key)
+		case jobRef != "" && jobRef != execRef:
+			r.violation(CheckJobs, fmt.Sprintf("job %s shows result %s, the execution of %s records %s", id, jobRef, key, execRef), id, key, jobRef, execRef)
+		}
+		return nil
+	})
+}
+
+// jobEffects reports every succeeded execution without its effect row, or
+// whose result is not that effect.
+func (r *run) jobEffects(ctx context.Context) error {
+	query := `
+WITH ` + effects + `
+SELECT e.tenant, e.key, e.task, coalesce(e.result_ref, ''),
+       coalesce(array_agg(f.ref ORDER BY f.ref) FILTER (WHERE f.key IS NOT NULL), '{}')
+  FROM job_executions e
+  LEFT JOIN effects f ON f.tenant = e.tenant AND f.key = e.key
+ WHERE e.status = 'succeeded' AND e.task = ANY($1)
+ GROUP BY e.tenant, e.key`
+	return r.scan(ctx, CheckJobEffects, query, []any{examples.Tasks()}, func(rows pgx.Rows) error {
+		var (
+			tenant, key, task, ref string
+			refs                   []string
+		)
+		if err := rows.Scan(&tenant, &key, &task, &ref, &refs); err != nil {
+			return err
+		}
+		key = workers.Scope(tenant, key)
+		switch {
+		case len(refs) == 0:
+			r.violation(CheckJobEffects, fmt.Sprintf("%s job %s succeeded (result %s) but its effect row is missing", task, key, ref), key, ref)
+		case !slices.Contains(refs, ref):
+			ids := []string{key, ref}
+			for _, other := range refs {
+				if other != "" {
+					ids = append(ids, other)
+				}
+			}
+			r.violation(CheckJobEffects, fmt.Sprintf("%s job %s records result %s, its effect row says %q", task, key, ref, strings.Join(refs, ", ")), ids...)
+		}
+		return nil
+	})
+}
+
+// effectJobs reports every effect row (older than Grace) whose job has not
+// succeeded: an effect nobody's job accounts for.
+func (r *run) effectJobs(ctx context.Context) error {
+	query := `
+WITH ` + effects + `
+SELECT f.kind, f.tenant, f.key, f.ref, coalesce(e.status, '')
+  FROM effects f
+  LEFT JOIN job_executions e ON e.tenant = f.tenant AND e.key = f.key
+ WHERE f.written_at <= now() - make_interval(secs => $1)`
+	return r.scan(ctx, CheckEffectJobs, query, []any{r.opts.Grace.Seconds()}, func(rows pgx.Rows) error {
+		var kind, tenant, key, ref, status string
+		if err := rows.Scan(&kind, &tenant, &key, &ref, &status); err != nil {
+			return err
+		}
+		key = workers.Scope(tenant, key)
+		switch status {
+		case "succeeded":
+		case "":
+			r.violation(CheckEffectJobs, fmt.Sprintf("%s %s exists but job %s has no execution", kind, ref, key), key, ref)
+		default:
+			r.violation(CheckEffectJobs, fmt.Sprintf("%s %s exists but job %s is %s", kind, ref, key, status), key, ref)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,37 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgate/idemgate/workers"
+)
+
+// invoices reports every order of a tenant with more than one invoice. The
+// unique (tenant, order_id) makes it impossible while the constraint
+// stands.
+func (r *run) invoices(ctx context.Context) error {
+	const query = `
+SELECT tenant, order_id, array_agg(id ORDER BY created_at, id)
+  FROM invoices
+ GROUP BY tenant, order_id`
+	return r.scan(ctx, CheckInvoices, query, nil, func(rows pgx.Rows) error {
+		var (
+			tenant, order string
+			ids           []string
+		)
+		if err := rows.Scan(&tenant, &order, &ids); err != nil {
+			return err
+		}
+		order = workers.Scope(tenant, order)
+		if len(ids) > 1 {
+			r.violation(CheckInvoices,
+				fmt.Sprintf("order %s has %d invoices (%s), want one", order, len(ids), strings.Join(ids, ", ")),
+				append([]string{order}, ids...)...)
+		}
+		return nil
+	})
+}

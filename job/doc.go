@@ -1,0 +1,23 @@
+// Package job describes declared jobs: the task a request becomes, the
+// JSON Schema its payload must satisfy, and the templates that form its
+// identity. The business key ("shipment:{order_id}") is the job's
+// identity, never an attempt's: within a tenant, one key is one effect.
+// The resource ("order:{order_id}") is the entity the worker locks and
+// fences on. A Spec is built once, from configuration, and is read by the
+// gateway (to validate a request and name its job) and by the worker (to
+// run it, with a Go handler or by HTTP delivery).
+//
+// Decode answers the two questions a gateway asks of a body, with the
+// errors it maps to statuses: is it JSON at all (ErrMalformed, 400), and
+// is it this job's payload (ErrInvalid, 422, with one FieldError per
+// fault).
+//
+//	schema, err := job.CompileSchema(doc, "schemas/shipment.json")
+//	key, err := job.ParseTemplate("shipment:{order_id}")
+//	spec := &job.Spec{Task: "shipment.book", Queue: "default", Schema: schema, BusinessKey: key}
+//	p, err := spec.Decode(body)
+//	// p.BusinessKey == "shipment:o-1"
+//
+// The package depends on the standard library and a JSON Schema compiler
+// only, so that both sides can import it.
+package job

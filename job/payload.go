@@ -1,0 +1,132 @@
+package job
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Payload is a decoded, valid job payload and the identity it forms.
+type Payload struct {
+	// Data is the decoded JSON, numbers as json.Number.
+	Data any
+	// BusinessKey is the rendered Spec.BusinessKey.
+	BusinessKey string
+	// Resource is the rendered Spec.Resource; "" when the Spec has none.
+	Resource string
+}
+
+// FieldError names one fault of a payload. Field is the field's path,
+// dotted with array indices in brackets (items[2].sku); "" is the whole
+// body.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// ErrMalformed: the body is not one JSON value.
+var ErrMalformed = errors.New("malformed payload")
+
+// ErrInvalid: the body is JSON but breaks the job's schema, or cannot
+// form its business key or resource.
+var ErrInvalid = errors.New("invalid payload")
+
+// PayloadError carries the faults of a payload; it wraps ErrMalformed or
+// ErrInvalid.
+type PayloadError struct {
+	Kind   error
+	Fields []FieldError
+}
+
+func (e *PayloadError) Error() string {
+	parts := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		parts[i] = f.Message
+		if f.Field != "" {
+			parts[i] = f.Field + ": " + f.Message
+		}
+	}
+	return e.Kind.Error() + ": " + strings.Join(parts, "; ")
+}
+
+func (e *PayloadError) Unwrap() error { return e.Kind }
+
+// decodeJSON parses exactly one JSON value, keeping numbers as written.
+func decodeJSON(body []byte) (any, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, errors.New("the body is empty; it must be one JSON value")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("the body is not valid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("the body must hold one JSON value, and nothing after it")
+	}
+	return v, nil
+}
+
+// Canonical returns the canonical form of a JSON document: object keys
+// sorted, no insignificant white space, numbers as written (10.50 stays
+// 10.50). Two payloads of one business key are the same request when
+// their canonical forms are equal. The error wraps ErrMalformed.
+func Canonical(body []byte) ([]byte, error) {
+	v, err := decodeJSON(body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(body))
+	writeCanonical(&buf, v)
+	return buf.Bytes(), nil
+}
+
+func writeCanonical(buf *bytes.Buffer, v any) {
+	switch t := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		buf.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			writeString(buf, k)
+			buf.WriteByte(':')
+			writeCanonical(buf, t[k])
+		}
+		buf.WriteByte('}')
+	case []any:
+		buf.WriteByte('[')
+		for i, e := range t {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			writeCanonical(buf, e)
+		}
+		buf.WriteByte(']')
+	case string:
+		writeString(buf, t)
+	case json.Number:
+		buf.WriteString(t.String())
+	case bool:
+		buf.WriteString(strconv.FormatBool(t))
+	case nil:
+		buf.WriteString("null")
+	}
+}
+
+func writeString(buf *bytes.Buffer, s string) {
+	b, _ := json.Marshal(s) // a Go string always marshals
+	buf.Write(b)
+}

@@ -1,0 +1,100 @@
+package job
+
+import (
+	"errors"
+	"time"
+)
+
+// Spec is one declared job: what the gateway validates and the worker
+// runs.
+type Spec struct {
+	// Task is the asynq task type, [a-z0-9_.:-]+, unique.
+	Task string
+	// Queue the job goes to unless its route names another. Default
+	// "default".
+	Queue string
+	// Schema is the compiled JSON Schema of the payload. Required: a nil
+	// Schema accepts any JSON value.
+	Schema *Schema
+	// BusinessKey forms the job's identity from its payload: the same key
+	// (within a tenant) is one effect. Required.
+	BusinessKey Template
+	// Resource forms the entity the worker locks and fences on; the zero
+	// Template means none.
+	Resource Template
+	// MaxAttempts counts real attempts; 0 means the worker's default.
+	MaxAttempts int
+	// HTTP delivers the job to a receiver; nil means a Go handler
+	// registered in code runs it.
+	HTTP *HTTP
+}
+
+// HTTP is a job's deliver.http: where and how the worker POSTs it.
+type HTTP struct {
+	// URL is the absolute http(s) URL of the receiver.
+	URL string
+	// Secrets are the base64-decoded keys of "whsec_<base64>" secrets.
+	// Every one signs each delivery, so that a receiver keeps verifying
+	// while a secret rotates.
+	Secrets [][]byte
+	// Timeout bounds one attempt. Default 30s.
+	Timeout time.Duration
+	// Headers are static headers added to every delivery.
+	Headers map[string]string
+}
+
+// DefaultTimeout bounds one HTTP delivery attempt when HTTP.Timeout is 0.
+const DefaultTimeout = 30 * time.Second
+
+// Decode checks body against the schema and renders the templates. The
+// error is a *PayloadError wrapping ErrMalformed when body is not one JSON
+// value (the gateway answers 400) or ErrInvalid when the payload breaks
+// the schema or cannot form the business key or resource (422), with one
+// FieldError per fault.
+func (s *Spec) Decode(body []byte) (Payload, error) {
+	data, err := decodeJSON(body)
+	if err != nil {
+		return Payload{}, &PayloadError{Kind: ErrMalformed, Fields: []FieldError{{Field: "", Message: err.Error()}}}
+	}
+	if s.Schema == nil {
+		// Nothing to check against; the templates still must render.
+	} else if errs := s.Schema.Validate(data); len(errs) > 0 {
+		return Payload{}, &PayloadError{Kind: ErrInvalid, Fields: errs}
+	}
+	p := Payload{Data: data}
+	var faults []FieldError
+	p.BusinessKey, faults = render(s.BusinessKey, data, faults)
+	if !s.Resource.IsZero() {
+		p.Resource, faults = render(s.Resource, data, faults)
+	}
+	if len(faults) > 0 {
+		return Payload{}, &PayloadError{Kind: ErrInvalid, Fields: sortFields(faults)}
+	}
+	return p, nil
+}
+
+// render renders t, adding a fault for each field that cannot render (not
+// only the first, so a client fixes them all at once).
+func render(t Template, data any, faults []FieldError) (string, []FieldError) {
+	out, err := t.Render(data)
+	if err == nil {
+		return out, faults
+	}
+	for _, p := range t.parts {
+		if p.path == nil {
+			continue
+		}
+		if _, err := renderField(data, p.path); err != nil {
+			faults = append(faults, fieldError(err))
+		}
+	}
+	return "", faults
+}
+
+func fieldError(err error) FieldError {
+	var re *renderError
+	if errors.As(err, &re) {
+		return FieldError{Field: re.field, Message: re.message}
+	}
+	return FieldError{Field: "", Message: err.Error()}
+}
