@@ -82,7 +82,7 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions) http.Handler {
 // the Job of openapi.yaml.
 func jobDocument(j enqueue.Job) openapi.Job {
 	return openapi.Job{
-		Id: j.ID, Task: openapi.JobTask(j.Task), Status: openapi.JobStatus(j.Status), Attempts: j.Attempts,
+		Id: j.ID, Task: j.Task, Status: openapi.JobStatus(j.Status), Attempts: j.Attempts,
 		ResultRef: j.ResultRef, Error: j.Error, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
 	}
 }

@@ -373,3 +373,21 @@ func refOf(r *openapi3.SchemaRef) string {
 	}
 	return r.Ref
 }
+
+// TestJobSchemaDialect: a schema of the document's own dialect loses
+// its $schema, which would only repeat it; one of another dialect keeps
+// it, so a reader knows how to read it.
+func TestJobSchemaDialect(t *testing.T) {
+	t.Parallel()
+	for dialect, want := range map[string]string{
+		"https://json-schema.org/draft/2020-12/schema":  "",
+		"https://json-schema.org/draft/2020-12/schema#": "",
+		"http://json-schema.org/draft-07/schema#":       "http://json-schema.org/draft-07/schema#",
+	} {
+		s := `{"$schema": "` + dialect + `", "type": "object", "properties": {"a": {"type": "string"}}}`
+		_, jsonDoc := withJobRoutes(t, []openapi.JobRoute{{Name: "a", Path: "/v1/a", Methods: []string{"POST"}, Task: "a", Schema: json.RawMessage(s)}})
+		if got := loadDoc(t, jsonDoc).Components.Schemas["A"].Value.SchemaDialect; got != want {
+			t.Errorf("$schema %s is served as %q, want %q", dialect, got, want)
+		}
+	}
+}

@@ -59,7 +59,7 @@ func TestConfigCheck(t *testing.T) {
 	t.Parallel()
 	code, out, _ := cli(t, map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "REDIS_URL": "redis://127.0.0.1:6379/0"},
 		"config", "check", "--config", "../../deploy/local/idemgate.yaml")
-	if code != 0 || !strings.Contains(out, "ok (5 routes, 1 tenants, store postgres)") {
+	if code != 0 || !strings.Contains(out, "ok (6 routes, 5 jobs, 1 tenants, store postgres)") {
 		t.Fatalf("example config: exit %d, %q", code, out)
 	}
 	code, _, errOut := cli(t, nil, "config", "check", "--config", "../../gateway/config/testdata/broken.yaml")

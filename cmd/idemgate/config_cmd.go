@@ -24,6 +24,6 @@ func runConfig(_ context.Context, args []string, getenv func(string) string, std
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d routes, %d tenants, store %s)\n", *path, len(cfg.Routes), len(cfg.Tenants), cfg.Store)
+	fmt.Fprintf(stdout, "%s: ok (%d routes, %d jobs, %d tenants, store %s)\n", *path, len(cfg.Routes), len(cfg.Jobs()), len(cfg.Tenants), cfg.Store)
 	return nil
 }

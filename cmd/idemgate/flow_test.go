@@ -149,7 +149,7 @@ func TestJobsEndToEnd(t *testing.T) {
 	skus := []string{"sku-a", "sku-b", "sku-c"}
 	for _, sku := range skus {
 		if _, err := pool.Exec(context.Background(),
-			`INSERT INTO inventory_items (sku, initial_stock, stock, fencing_token) VALUES ($1, 10000, 10000, 0)`, sku); err != nil {
+			`INSERT INTO inventory_items (tenant, sku, initial_stock, stock, fencing_token) VALUES ('acme', $1, 10000, 10000, 0)`, sku); err != nil {
 			t.Fatalf("seed %s: %v", sku, err)
 		}
 	}
@@ -224,7 +224,7 @@ func TestJobsEndToEnd(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM inventory_ledger`); n != perKind {
 		t.Errorf("%d ledger rows, want %d", n, perKind)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM inventory_items i WHERE i.stock <> i.initial_stock + COALESCE((SELECT sum(delta) FROM inventory_ledger l WHERE l.sku = i.sku), 0)`); n != 0 {
+	if n := count(t, pool, `SELECT count(*) FROM inventory_items i WHERE i.stock <> i.initial_stock + COALESCE((SELECT sum(delta) FROM inventory_ledger l WHERE l.tenant = i.tenant AND l.sku = i.sku), 0)`); n != 0 {
 		t.Errorf("%d SKUs whose stock is not initial + ledger", n)
 	}
 	if n := count(t, pool, `SELECT count(DISTINCT partner_charge_id) FROM payments WHERE partner_charge_id IS NOT NULL`); n != perKind {
@@ -286,7 +286,7 @@ func TestDeadLetters(t *testing.T) {
 	t.Cleanup(partner.Close)
 	queue := "dlq" + randomID()
 	cfg := flowConfig(t, dbURL, redisURL, partner.URL, queue)
-	if _, err := pool.Exec(context.Background(), `INSERT INTO inventory_items (sku, initial_stock, stock, fencing_token) VALUES ('scarce', 0, 0, 0)`); err != nil {
+	if _, err := pool.Exec(context.Background(), `INSERT INTO inventory_items (tenant, sku, initial_stock, stock, fencing_token) VALUES ('acme', 'scarce', 0, 0, 0)`); err != nil {
 		t.Fatal(err)
 	}
 	g := startGateway(t, cfg)

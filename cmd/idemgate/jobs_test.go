@@ -2,8 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -88,12 +91,15 @@ func TestEnqueueRoutes(t *testing.T) {
 	for _, tc := range []struct {
 		name, path, body string
 		status           int
-		slug, field      string
+		slug             string
+		fields           []string
 	}{
-		{"invalid field", "/v1/invoices", `{"order_id":"x","amount_cents":-5,"currency":"EUR"}`, 422, "invalid-payload", "amount_cents"},
-		{"unknown field", "/v1/payments/charges", `{"payment_id":"p","amount_cents":5,"currency":"EUR","extra":true}`, 400, "bad-request", "extra"},
-		{"not json", "/v1/notifications", `{"event_id":`, 400, "bad-request", ""},
-		{"zero delta", "/v1/inventory/adjustments", `{"adjustment_id":"a","sku":"s","delta":0}`, 422, "invalid-payload", "delta"},
+		{"invalid field", "/v1/invoices", `{"order_id":"x","amount_cents":-5,"currency":"EUR"}`, 422, "invalid-payload", []string{"amount_cents"}},
+		{"two violations", "/v1/invoices", `{"order_id":"x","amount_cents":"5","currency":"euro"}`, 422, "invalid-payload", []string{"amount_cents", "currency"}},
+		{"missing field", "/v1/invoices", `{"amount_cents":5,"currency":"EUR"}`, 422, "invalid-payload", []string{"order_id"}},
+		{"unknown field", "/v1/payments/charges", `{"payment_id":"p","amount_cents":5,"currency":"EUR","extra":true}`, 422, "invalid-payload", []string{"extra"}},
+		{"not json", "/v1/notifications", `{"event_id":`, 400, "bad-request", []string{""}},
+		{"zero delta", "/v1/inventory/adjustments", `{"adjustment_id":"a","sku":"s","delta":0}`, 422, "invalid-payload", []string{"delta"}},
 	} {
 		r := send(t, g.public, req{path: tc.path, key: run + strings.ReplaceAll(tc.name, " ", "-"), body: tc.body})
 		if r.status != tc.status || r.problemType(t) != tc.slug {
@@ -104,9 +110,27 @@ func TestEnqueueRoutes(t *testing.T) {
 			Errors []struct{ Field string } `json:"errors"`
 		}
 		_ = json.Unmarshal(r.body, &p)
-		if len(p.Errors) == 0 || p.Errors[0].Field != tc.field {
-			t.Errorf("%s: errors %+v, want the field %q named", tc.name, p.Errors, tc.field)
+		var fields []string
+		for _, e := range p.Errors {
+			fields = append(fields, e.Field)
 		}
+		if !slices.Equal(fields, tc.fields) {
+			t.Errorf("%s: errors %+v, want one per violation, naming %q", tc.name, p.Errors, tc.fields)
+		}
+	}
+	// Nothing was recorded or queued for a refused body: one job, one task.
+	pool, err := pgxpool.New(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if n := count(t, pool, `SELECT count(*) FROM jobs`); n != 1 {
+		t.Errorf("%d job records, want 1: a refused payload was recorded", n)
+	}
+	inspector := asynq.NewInspector(asynq.RedisClientOpt{Addr: strings.TrimPrefix(strings.TrimSuffix(redisURL, "/0"), "redis://")})
+	t.Cleanup(func() { _ = inspector.DeleteQueue(queue, true); _ = inspector.Close() })
+	if tasks, err := inspector.ListPendingTasks(queue); err != nil || len(tasks) != 1 {
+		t.Errorf("pending tasks %d (%v), want 1: a refused payload was queued", len(tasks), err)
 	}
 	if r := send(t, g.public, req{path: "/v1/invoices", body: body}); r.status != 400 || r.problemType(t) != "idempotency-key-missing" {
 		t.Fatalf("enqueue without a key: %d", r.status)

@@ -109,7 +109,11 @@ func openGateway(ctx context.Context, cfg *config.Config, logger *slog.Logger, n
 		svc.Close()
 		return nil, err
 	}
-	opts.OpenAPI, opts.OpenAPIJSON = openapi.Spec, openapi.SpecJSON
+	opts.OpenAPI, opts.OpenAPIJSON, err = servedSpec(cfg)
+	if err != nil {
+		svc.Close()
+		return nil, err
+	}
 	opts.Pprof = pprof
 	g, err := gateway.New(opts)
 	if err != nil {
@@ -125,6 +129,32 @@ func openGateway(ctx context.Context, cfg *config.Config, logger *slog.Logger, n
 		svc.close = append(svc.close, closeQueues)
 	}
 	return &openedGateway{Gateway: g, svc: svc}, nil
+}
+
+// servedSpec is the OpenAPI description the gateway serves: its own
+// endpoints and each configured enqueue route with its job's schema.
+func servedSpec(cfg *config.Config) (yamlDoc, jsonDoc []byte, err error) {
+	var routes []openapi.JobRoute
+	for _, r := range cfg.Routes {
+		if r.Enqueue == nil {
+			continue
+		}
+		spec, ok := cfg.Job(r.Enqueue.Task)
+		if !ok {
+			continue // refused when the configuration was loaded
+		}
+		path := r.Path
+		if path == "" {
+			path = r.PathPrefix
+		}
+		routes = append(routes, openapi.JobRoute{Name: r.Name, Path: path, Prefix: r.PathPrefix != "",
+			Methods: r.Methods, Task: spec.Task, Schema: spec.Schema.JSON()})
+	}
+	yamlDoc, jsonDoc, err = openapi.WithJobRoutes(openapi.Spec, routes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("openapi: describing the enqueue routes: %w", err)
+	}
+	return yamlDoc, jsonDoc, nil
 }
 
 // server is one listener of the process.
