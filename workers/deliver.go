@@ -242,6 +242,11 @@ func (dl *deliverer) deliver(ctx context.Context, job Job[json.RawMessage]) (str
 	if err != nil {
 		return "", Permanent(fmt.Errorf("deliver to %s: %w", dl.shownURL, err))
 	}
+	// net/http resends a request with an Idempotency-Key on its own when a
+	// reused connection dies before the answer. The framework owns the
+	// retries: each attempt is recorded, drawn a new fencing token and
+	// paced by the backoff, so one attempt is one request.
+	req.GetBody = nil
 	for name, values := range dl.headers {
 		req.Header[name] = values
 	}
@@ -361,7 +366,7 @@ func retryAfter(v string, now time.Time, bound time.Duration) (time.Duration, bo
 		if secs == 0 {
 			return 0, false
 		}
-		return min(time.Duration(secs)*time.Second, bound), true
+		return time.Duration(secs) * time.Second, true
 	}
 	at, err := http.ParseTime(v)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemgate/idemgate/gateway/config"
 	"github.com/idemgate/idemgate/workers"
 	"github.com/idemgate/idemgate/workers/fence"
 )
@@ -138,4 +139,65 @@ func ExampleBackoff_RetryDelay() {
 	// 6 1m0s
 	// 7 1m0s
 	// busy 3s
+}
+
+// Shipment is the payload of a job a program declares itself.
+type Shipment struct {
+	OrderID  string `json:"order_id"`
+	Quantity int    `json:"quantity"`
+}
+
+// A program's own job: declared in the configuration (schema, business
+// key and resource templates), run by a Go function registered by its task
+// name. Mux refuses a declared job that nothing can run.
+func ExampleHandlers() {
+	cfg, err := config.Parse([]byte(`
+database_url: postgres://127.0.0.1:5432/app
+redis_url: redis://127.0.0.1:6379/0
+admin_listen: ""
+auth: {mode: none}
+jobs:
+  - task: shipment.book
+    schema:
+      type: object
+      required: [order_id, quantity]
+      properties:
+        order_id: {type: string, minLength: 1}
+        quantity: {type: integer, minimum: 1}
+    business_key: "shipment:{order_id}"
+    resource: "order:{order_id}"
+routes:
+  - {name: shipments, methods: [POST], path: /v1/shipments, enqueue: {task: shipment.book}}
+`), "idemgate.yaml", func(string) string { return "" }, config.WithHandlers("shipment.book"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	hs := workers.NewHandlers()
+	workers.Add(hs, "shipment.book", func(ctx context.Context, job workers.Job[Shipment]) (string, error) {
+		// job.Key is "shipment:<order_id>", job.Tenant the submitting
+		// tenant; write under job.CheckFence(ctx, tx) in one transaction.
+		return "shp_" + job.Payload.OrderID, nil
+	})
+
+	// Neither connects before the first job.
+	pool, err := pgxpool.New(context.Background(), cfg.DatabaseURL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	deps := workers.Config{}.Deps(pool, rdb)
+
+	if _, err := hs.Mux(deps, cfg.Jobs(), workers.HTTPDelivery{}); err == nil {
+		fmt.Println("runs", hs.Tasks())
+	}
+	_, err = workers.NewHandlers().Mux(deps, cfg.Jobs(), workers.HTTPDelivery{})
+	fmt.Println(err)
+	// Output:
+	// runs [shipment.book]
+	// workers: no worker can run ["shipment.book"]: declare deliver.http or register a Go handler
 }

@@ -237,7 +237,7 @@ worker:
 		t.Errorf("server span route %q, want invoices", got)
 	}
 	for key, want := range map[string]string{
-		"idemgate.resource":      "order:o-" + run,
+		"idemgate.resource":      "acme/order:o-" + run,
 		"idemgate.fencing_token": "1",
 		"idemgate.attempt":       "1",
 	} {

@@ -103,7 +103,7 @@ func (a *Authenticator) Authenticate(r *http.Request) (string, error) {
 		return Anonymous, nil
 	case ModeHeader:
 		name := strings.TrimSpace(r.Header.Get(a.header))
-		if name == "" || (len(a.known) > 0 && !a.known[name]) {
+		if !ValidTenant(name) || (len(a.known) > 0 && !a.known[name]) {
 			return "", ErrUnauthorized
 		}
 		return name, nil
@@ -126,6 +126,26 @@ func (a *Authenticator) Authenticate(r *http.Request) (string, error) {
 		return "", ErrUnauthorized
 	}
 	return tenant, nil
+}
+
+// ValidTenant reports whether name can be a tenant: 1 to 128 of a-z, A-Z,
+// 0-9, '_', '.' and '-'. A tenant scopes idempotency records, business
+// keys, locks and fences; those are named "<tenant>/<resource>", so a
+// name with a "/" (or any other separator) could pose as another tenant's
+// scope. In header mode the proxy in front names the tenant, and a name
+// outside this set is refused like a missing one.
+func ValidTenant(name string) bool {
+	if name == "" || len(name) > 128 {
+		return false
+	}
+	for _, c := range []byte(name) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 type ctxKey struct{}

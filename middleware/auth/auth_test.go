@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/idemgate/idemgate/middleware/auth"
@@ -24,6 +25,9 @@ func TestAuthenticate(t *testing.T) {
 	}
 	header, _ := auth.New(auth.Config{Mode: auth.ModeHeader, Header: "X-Tenant", Tenants: tenants})
 	none, _ := auth.New(auth.Config{Mode: auth.ModeNone})
+	// No tenant list: the proxy in front is trusted to name any tenant,
+	// but not one that could pose as another's scope.
+	open, _ := auth.New(auth.Config{Mode: auth.ModeHeader, Header: "X-Tenant"})
 	tests := []struct {
 		name         string
 		a            *auth.Authenticator
@@ -41,6 +45,10 @@ func TestAuthenticate(t *testing.T) {
 		{"header mode known", header, "X-Tenant", "globex", "globex", false},
 		{"header mode unknown", header, "X-Tenant", "initech", "", true},
 		{"header mode empty", header, "", "", "", true},
+		{"header mode open", open, "X-Tenant", "initech", "initech", false},
+		{"header mode slash", open, "X-Tenant", "acme/order:1", "", true},
+		{"header mode space", open, "X-Tenant", "ac me", "", true},
+		{"header mode too long", open, "X-Tenant", strings.Repeat("a", 129), "", true},
 		{"none", none, "", "", auth.Anonymous, false},
 	}
 	for _, tc := range tests {
