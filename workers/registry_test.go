@@ -191,3 +191,39 @@ func TestScope(t *testing.T) {
 		t.Fatalf("Scope without a tenant = %q", got)
 	}
 }
+
+// TestLostLockCancelsDelivery: a delivery holds the resource's lock for the
+// whole call; when the lock is lost (here: its key is deleted, as a Redis
+// failover or a long pause would) the request is cancelled and the attempt
+// stops without a verdict, leaving the job to whoever holds the lock next.
+func TestLostLockCancelsDelivery(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	srv, arrived, cancelled := stallingReceiver(t)
+	spec := shipmentSpec(t)
+	spec.HTTP = &job.HTTP{URL: srv.URL, Secrets: [][]byte{[]byte("0123456789abcdef")}, Timeout: time.Minute}
+	obs := newRecorder()
+	mux, err := (*Handlers)(nil).Mux(e.deps(obs, 600*time.Millisecond), []*job.Spec{spec}, HTTPDelivery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mux.ProcessTask(t.Context(), tenantTask(t, "acme", `{"order_id": "o-4", "quantity": 1}`)) }()
+	waitClosed(t, arrived, "the delivery")
+	if n, err := e.rdb.Del(t.Context(), e.prefix+"lock:{acme/order:o-4}").Result(); err != nil || n != 1 {
+		t.Fatalf("deleting the held lock: %d %v", n, err)
+	}
+	waitClosed(t, cancelled, "the receiver to see the request cancelled")
+	err = <-done
+	var lost *OwnershipLostError
+	if !errors.As(err, &lost) || IsPermanent(err) {
+		t.Fatalf("attempt after losing the lock: %v, want an *OwnershipLostError (retried, not failed)", err)
+	}
+	if obs.count("lock:lost") != 1 {
+		t.Errorf("locks lost: %d, want 1", obs.count("lock:lost"))
+	}
+	rec, err := e.store.Get(t.Context(), "acme", "effect:o-4")
+	if err != nil || rec.Status != "processing" {
+		t.Fatalf("record: %+v %v, want still processing: no verdict from an attempt that lost its lock", rec, err)
+	}
+}

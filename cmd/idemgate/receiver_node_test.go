@@ -109,7 +109,7 @@ func startReceiverNode(t *testing.T, nodeBin, dbURL, schema string) string {
 		select {
 		case err := <-done:
 			exited = true
-			t.Fatalf("receiver-node exited before listening: %v\n%s", err, errOut)
+			t.Fatalf("receiver-node exited before listening: %v", err)
 		default:
 		}
 		if m := listening.FindStringSubmatch(out.String()); m != nil {
