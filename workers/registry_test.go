@@ -208,7 +208,9 @@ func TestLostLockCancelsDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- mux.ProcessTask(t.Context(), tenantTask(t, "acme", `{"order_id": "o-4", "quantity": 1}`)) }()
+	go func() {
+		done <- mux.ProcessTask(t.Context(), tenantTask(t, "acme", `{"order_id": "o-4", "quantity": 1}`))
+	}()
 	waitClosed(t, arrived, "the delivery")
 	if n, err := e.rdb.Del(t.Context(), e.prefix+"lock:{acme/order:o-4}").Result(); err != nil || n != 1 {
 		t.Fatalf("deleting the held lock: %d %v", n, err)
