@@ -18,6 +18,8 @@
 //	p, err := spec.Decode(body)
 //	// p.BusinessKey == "shipment:o-1"
 //
-// The package depends on the standard library and a JSON Schema compiler
-// only, so that both sides can import it.
+// The package depends on the standard library, a JSON Schema compiler and
+// the idempotency middleware's canonical JSON (itself standard library
+// only), so that both sides can import it, and "the same payload" means
+// what "the same body" means to the gateway.
 package job

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
-	"strconv"
 	"strings"
+
+	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
 // Payload is a decoded, valid job payload and the identity it forms.
@@ -84,49 +84,7 @@ func Canonical(body []byte) ([]byte, error) {
 	}
 	var buf bytes.Buffer
 	buf.Grow(len(body))
-	writeCanonical(&buf, v)
+	idempotency.WriteCanonicalJSON(&buf, v)
 	return buf.Bytes(), nil
 }
 
-func writeCanonical(buf *bytes.Buffer, v any) {
-	switch t := v.(type) {
-	case map[string]any:
-		keys := make([]string, 0, len(t))
-		for k := range t {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		buf.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			writeString(buf, k)
-			buf.WriteByte(':')
-			writeCanonical(buf, t[k])
-		}
-		buf.WriteByte('}')
-	case []any:
-		buf.WriteByte('[')
-		for i, e := range t {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			writeCanonical(buf, e)
-		}
-		buf.WriteByte(']')
-	case string:
-		writeString(buf, t)
-	case json.Number:
-		buf.WriteString(t.String())
-	case bool:
-		buf.WriteString(strconv.FormatBool(t))
-	case nil:
-		buf.WriteString("null")
-	}
-}
-
-func writeString(buf *bytes.Buffer, s string) {
-	b, _ := json.Marshal(s) // a Go string always marshals
-	buf.Write(b)
-}

@@ -1,7 +1,7 @@
 -- +goose Up
--- The tables of the example business handlers in package workers
+-- The tables of the example business handlers in package examples (they lived in package workers then)
 -- (invoice.go, inventory.go, payment.go, notification.go); read by
--- workers/reconcile. Every row carries the business key of the job that
+-- examples/reconcile. Every row carries the business key of the job that
 -- wrote it (job_key) and the fencing token it wrote with, so an operator can
 -- follow an effect back to its job and its attempt.
 

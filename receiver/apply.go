@@ -59,15 +59,20 @@ func (e *StaleError) Error() string {
 // Is makes errors.Is(err, ErrStale) true.
 func (e *StaleError) Is(target error) bool { return target == ErrStale }
 
-// EnsureSchema runs Schema. Replicas starting together queue on an advisory
+// EnsureSchema runs Schema, then each of more (the service's own tables),
+// in one transaction. Replicas starting together queue on an advisory
 // lock, because concurrent CREATE TABLE IF NOT EXISTS of one table can fail.
-func EnsureSchema(ctx context.Context, db DB) error {
+func EnsureSchema(ctx context.Context, db DB, more ...string) error {
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('idemgate_receiver_schema'))`); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, Schema)
-		return err
+		for _, ddl := range append([]string{Schema}, more...) {
+			if _, err := tx.Exec(ctx, ddl); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("receiver: ensure schema: %w", err)

@@ -104,7 +104,7 @@ func (m *WorkerMetrics) Attempt(task, errorClass string) {
 }
 
 // NotificationDedup counts one look-up of the notification dedup window;
-// it is workers.Business.OnDedup.
+// it is examples.Business.OnDedup.
 func (m *WorkerMetrics) NotificationDedup(hit bool) {
 	result := "miss"
 	if hit {

@@ -169,3 +169,31 @@ func TestLogFlags(t *testing.T) {
 		t.Fatalf("--log-format text: want text lines, got:\n%s", tail(log, 2000))
 	}
 }
+
+// A declared job that neither deliver.http nor a Go handler of this binary
+// can run: the worker refuses to start (exit 2, naming it), and so does
+// config check.
+func TestWorkerRefusesJobsNoWorkerRuns(t *testing.T) {
+	t.Parallel()
+	cfg := `database_url: postgres://x@127.0.0.1:1/db
+redis_url: redis://127.0.0.1:1/0
+admin_listen: ""
+auth: {mode: none}
+jobs:
+  - task: label.print
+    schema: {type: object, required: [order_id], properties: {order_id: {type: string}}}
+    business_key: "label:{order_id}"
+routes:
+  - {name: labels, methods: [POST], path: /v1/labels, enqueue: {task: label.print}}
+`
+	path := filepath.Join(t.TempDir(), "labels.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"worker", "--config", path}, {"config", "check", "--config", path}} {
+		code, _, errOut := cli(t, nil, args...)
+		if code != 2 || !strings.Contains(errOut, `"label.print"`) || !strings.Contains(errOut, "deliver.http") {
+			t.Errorf("%s: exit %d, %q; want 2 naming label.print", args[0], code, errOut)
+		}
+	}
+}

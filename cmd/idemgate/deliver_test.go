@@ -251,6 +251,15 @@ func TestHTTPDeliveryEndToEnd(t *testing.T) {
 	}
 
 	succeeded("200 at once", ids["ok"], "acme", "ok-"+run)
+	// The same business key with another payload, under another
+	// Idempotency-Key, once the first has succeeded: not a replay of its
+	// result.
+	other := send(t, g.public, req{path: "/v1/shipments", key: "k-other-" + run, apiKey: "acme-key",
+		body: fmt.Sprintf(`{"order_id": %q, "quantity": 7}`, "ok-"+run)})
+	if other.status != http.StatusAccepted {
+		t.Fatalf("submit the conflicting payload: %d %s", other.status, other.body)
+	}
+	conflictID := decodeJob(t, other).ID
 	succeeded("the same fields from another tenant", globexSame, "globex", "ok-"+run)
 	succeeded("503 then 200", ids["flaky"], "acme", "flaky-"+run)
 	succeeded("429 with Retry-After then 200", ids["wait"], "acme", "wait-"+run)
@@ -264,8 +273,15 @@ func TestHTTPDeliveryEndToEnd(t *testing.T) {
 	if n := len(rcv.of("acme", "bad-"+run)); n != 1 {
 		t.Errorf("400: the receiver was called %d times, want exactly once", n)
 	}
-	if code, out, _ := cli(t, nil, "dlq", "list", "--config", cfg); code != 0 || !strings.Contains(out, ids["bad"]) {
-		t.Errorf("dlq list: exit %d, want it to list %s:\n%s", code, ids["bad"], out)
+	conflict := final(conflictID, "acme")
+	if conflict.Status != "failed" || conflict.Error == nil || !strings.Contains(*conflict.Error, "conflict") || conflict.ResultRef != nil {
+		t.Errorf("another payload for a succeeded business key: job %+v, want failed as a conflict, without the first job's result", conflict)
+	}
+	if n := rcv.effectsOf("acme", "ok-"+run); n != 1 {
+		t.Errorf("the conflicting payload reached the receiver: %d effects", n)
+	}
+	if code, out, _ := cli(t, nil, "dlq", "list", "--config", cfg); code != 0 || !strings.Contains(out, ids["bad"]) || !strings.Contains(out, conflictID) {
+		t.Errorf("dlq list: exit %d, want it to list %s and %s:\n%s", code, ids["bad"], conflictID, out)
 	}
 
 	// Every attempt of one job: the same Idempotency-Key, a strictly

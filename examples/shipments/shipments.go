@@ -31,22 +31,10 @@ CREATE TABLE IF NOT EXISTS shipments (
     PRIMARY KEY (tenant, order_id)
 )`
 
-// EnsureSchema creates the shipments table and the receiver's own tables.
+// EnsureSchema creates the receiver's own tables and the shipments table.
 func EnsureSchema(ctx context.Context, db receiver.DB) error {
-	if err := receiver.EnsureSchema(ctx, db); err != nil {
-		return err
-	}
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		// The same lock as receiver.EnsureSchema: replicas starting together
-		// would otherwise race on CREATE TABLE IF NOT EXISTS.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('idemgate_receiver_schema'))`); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, Schema)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("shipments: ensure schema: %w", err)
+	if err := receiver.EnsureSchema(ctx, db, Schema); err != nil {
+		return fmt.Errorf("shipments: %w", err)
 	}
 	return nil
 }

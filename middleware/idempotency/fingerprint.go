@@ -209,6 +209,12 @@ func decodeJSON(body []byte) (any, bool) {
 	return doc, true
 }
 
+// WriteCanonicalJSON writes v, a JSON value decoded with UseNumber, with
+// sorted object keys, no white space and numbers as written: the form the
+// fingerprint hashes. Other packages that compare JSON documents (a job's
+// payloads) use it so that "the same body" means one thing everywhere.
+func WriteCanonicalJSON(buf *bytes.Buffer, v any) { writeCanonical(buf, v) }
+
 // writeCanonical writes v with sorted object keys and no white space.
 func writeCanonical(buf *bytes.Buffer, v any) {
 	switch t := v.(type) {
