@@ -87,4 +87,3 @@ func Canonical(body []byte) ([]byte, error) {
 	idempotency.WriteCanonicalJSON(&buf, v)
 	return buf.Bytes(), nil
 }
-
