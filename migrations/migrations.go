@@ -19,6 +19,11 @@ import (
 //go:embed *.sql
 var files embed.FS
 
+// Provider returns the goose provider of the embedded migrations on db,
+// for tests that move a schema to a given version (DownTo, UpTo) to check
+// what a migration does to the rows already there.
+func Provider(db *sql.DB) (*goose.Provider, error) { return provider(db) }
+
 func provider(db *sql.DB) (*goose.Provider, error) {
 	p, err := goose.NewProvider(goose.DialectPostgres, db, files)
 	if err != nil {
