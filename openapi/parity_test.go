@@ -15,7 +15,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/idemgate/idemgate/gateway"
-	"github.com/idemgate/idemgate/gateway/config"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/openapi/openapitest"

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/gateway/config"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/workers"
 	"github.com/idemgate/idemgate/workers/fence"
 )

@@ -16,7 +16,7 @@ import (
 
 	"github.com/idemgate/idemgate/examples"
 	"github.com/idemgate/idemgate/examples/reconcile"
-	"github.com/idemgate/idemgate/gateway/config"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/telemetry"
 	"github.com/idemgate/idemgate/workers"
 )

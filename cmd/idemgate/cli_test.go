@@ -62,8 +62,8 @@ func TestConfigCheck(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "ok (6 routes, 5 jobs, 1 tenants, store postgres)") {
 		t.Fatalf("example config: exit %d, %q", code, out)
 	}
-	code, _, errOut := cli(t, nil, "config", "check", "--config", "../../gateway/config/testdata/broken.yaml")
-	want, err := os.ReadFile("../../gateway/config/testdata/broken.golden")
+	code, _, errOut := cli(t, nil, "config", "check", "--config", "../../config/testdata/broken.yaml")
+	want, err := os.ReadFile("../../config/testdata/broken.golden")
 	if err != nil {
 		t.Fatal(err)
 	}

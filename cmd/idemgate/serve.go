@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/gateway"
-	"github.com/idemgate/idemgate/gateway/config"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/telemetry"

@@ -18,7 +18,7 @@ import (
 	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/examples"
 	"github.com/idemgate/idemgate/gateway"
-	"github.com/idemgate/idemgate/gateway/config"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemgate/idemgate/enqueue"
-	"github.com/idemgate/idemgate/gateway/config"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/telemetry"
 	"github.com/idemgate/idemgate/workers"

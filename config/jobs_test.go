@@ -20,7 +20,7 @@ var exampleTasks = []string{"invoice.create", "inventory.adjust", "payment.charg
 // passes to WithDefaultJobs.
 func exampleJobs(t testing.TB) []byte {
 	t.Helper()
-	doc, err := os.ReadFile("../../examples/jobs.yaml")
+	doc, err := os.ReadFile("../examples/jobs.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
