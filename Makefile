@@ -30,15 +30,17 @@ run: build ## start the services, migrate, and run the gateway in dev mode with 
 	@$(WITH_SERVICES) ./bin/idemgate migrate up --config $(CONFIG) && exec deploy/local/run.sh $(CONFIG)
 
 # The TypeScript parts: the example receiver (built, then tested by itself
-# and end to end from cmd/idemgate) and the check that a client generated
-# from the served OpenAPI document type-checks.
-NODE_DIRS := examples/receiver-node openapi/tscheck
+# and end to end from cmd/idemgate), the check that a client generated
+# from the served OpenAPI document type-checks, and the producer SDK
+# (tested against a real gateway, bin/idemgate).
+NODE_DIRS := examples/receiver-node openapi/tscheck sdk/typescript
 
 .PHONY: node
 node: ## install the TypeScript parts' packages (npm ci) and build the example receiver
 	@command -v npm >/dev/null || deploy/local/node.sh
 	@for d in $(NODE_DIRS); do (cd $$d && npm ci --no-audit --no-fund --loglevel=error); done
 	cd examples/receiver-node && npm run --silent build
+	cd sdk/typescript && npm run --silent build
 
 .PHONY: test
 test: node ## start the services, then go vet and go test -race every package (integration tests included) and the TypeScript tests
@@ -46,6 +48,8 @@ test: node ## start the services, then go vet and go test -race every package (i
 	  test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }; \
 	  $(GO) vet ./...; \
 	  (cd examples/receiver-node && npm test --silent); \
+	  $(GO) build -o bin/idemgate ./cmd/idemgate; \
+	  (cd sdk/typescript && IDEMGATE_BIN=$(CURDIR)/bin/idemgate npm test --silent); \
 	  $(GO) test -race -count=1 -timeout 20m ./...
 
 .PHONY: test-short

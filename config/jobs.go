@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -18,7 +19,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idemgate/idemgate/config/internal/strictyaml"
 	"github.com/idemgate/idemgate/job"
+	"github.com/idemgate/idemgate/workers"
 )
 
 // Job declares one job: the payload a route accepts (its JSON Schema), the
@@ -28,7 +31,7 @@ type Job struct {
 	// Task is the asynq task type: required, unique, [a-z0-9_.:-]+.
 	Task string `yaml:"task"`
 	// Queue is where the job goes unless its route names another; it must
-	// be one of worker.queues. Default "default".
+	// be one of worker.queues. Default workers.DefaultQueue, "default".
 	Queue string `yaml:"queue"`
 	// Schema is the payload's JSON Schema (draft 2020-12) written inline,
 	// in YAML or JSON. Exactly one of Schema and SchemaFile.
@@ -173,22 +176,15 @@ func (c *Config) jobDefaults(o *options) {
 			queue = d.Queue
 		}
 		if e.Queue == "" {
-			e.Queue = orDefault(queue, "default")
+			e.Queue = cmp.Or(queue, workers.DefaultQueue)
 			// A declared job's queue is checked where it is written.
 			e.queueFromJob = declared
 		}
 	}
 }
 
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
 func (j *Job) withDefaults(maxAttempts int) {
-	setDefault(&j.Queue, "default")
+	setDefault(&j.Queue, workers.DefaultQueue)
 	setDefault(&j.MaxAttempts, maxAttempts)
 	if j.Deliver != nil && j.Deliver.HTTP != nil && j.Deliver.HTTP.Timeout == nil {
 		j.Deliver.HTTP.Timeout = new(Duration(job.DefaultTimeout))
@@ -221,7 +217,7 @@ func parseDefaultJobs(doc []byte) ([]Job, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(doc))
 	dec.KnownFields(true)
 	if err := dec.Decode(&d); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("the default jobs do not parse: %s", oneLine(strings.TrimPrefix(err.Error(), "yaml: ")))
+		return nil, fmt.Errorf("the default jobs do not parse: %s", strictyaml.ErrorText(err))
 	}
 	return d.Jobs, nil
 }
@@ -270,9 +266,9 @@ func (c *Config) validateJobs(bad badFunc, o *options) {
 				tasks[j.Task] = i
 			}
 		}
-		switch {
-		case !validQueue(j.Queue):
-			bad(at+".queue", "%q is not a queue name (letters, digits, '_', '.', ':' and '-')", j.Queue)
+		switch err := workers.CheckQueueName(j.Queue); {
+		case err != nil:
+			bad(at+".queue", "%v", err)
 		case len(c.Worker.Queues) > 0 && c.Worker.Queues[j.Queue] == 0:
 			bad(at+".queue", "%q is not in worker.queues, so no worker would run its jobs", j.Queue)
 		}
@@ -347,7 +343,7 @@ func (c *Config) checkJob(j *Job, at string, o *options, bad badFunc) *job.Spec 
 
 // schema reads and compiles the job's schema; nil after a problem.
 func (j *Job) schema(at, dir string, bad badFunc) *job.Schema {
-	inline := j.Schema.Kind != 0 && !isNull(&j.Schema)
+	inline := j.Schema.Kind != 0 && !(j.Schema.Kind == yaml.ScalarNode && j.Schema.ShortTag() == "!!null")
 	switch {
 	case inline && j.SchemaFile != "":
 		bad(at+".schema_file", "schema and schema_file exclude each other; keep one")
@@ -418,7 +414,7 @@ func readSchemaFile(path, name string) ([]byte, error) {
 	}
 	var n yaml.Node
 	if err := yaml.Unmarshal(data, &n); err != nil {
-		return nil, fmt.Errorf("%s is neither JSON nor YAML: %s", name, oneLine(strings.TrimPrefix(err.Error(), "yaml: ")))
+		return nil, fmt.Errorf("%s is neither JSON nor YAML: %s", name, strictyaml.ErrorText(err))
 	}
 	doc, err := yamlToJSON(&n)
 	if err != nil {
@@ -479,7 +475,7 @@ func deliverHTTP(h *DeliverHTTP, at string, bad badFunc) *job.HTTP {
 	}
 	names := map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(h.Headers)) {
-		key := join(at+".headers", name)
+		key := strictyaml.Join(at+".headers", name)
 		lower := strings.ToLower(name)
 		switch {
 		case !isToken(name):

@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idemgate/idemgate/config/internal/strictyaml"
 )
 
 // yamlToJSON writes a YAML document as JSON for the schema compiler,
@@ -53,7 +55,7 @@ func (w *jsonWriter) write(n *yaml.Node, depth int) error {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Kind != yaml.ScalarNode {
-				return fmt.Errorf("line %d: a key must be a plain name, not %s", k.Line, describe(k))
+				return fmt.Errorf("line %d: a key must be a plain name, not %s", k.Line, strictyaml.Describe(k))
 			}
 			if k.ShortTag() == "!!merge" {
 				return fmt.Errorf("line %d: merge keys (<<) have no JSON form; write the keys out", k.Line)

@@ -6,6 +6,14 @@
 // are idempotent, so a gateway that crashes between them, or between them
 // and storing its response, leaves at most one task: the retry finds the
 // record, enqueues again, and asynq refuses a second task with the same id.
+// The task carries the job id and the tenant in its headers; the payload is
+// the request body as sent, validated first against the job's schema.
+//
+// After that the record follows the worker: Jobs.SetStatus is what the
+// worker's status reports (workers.Deps.OnStatus) call, and a succeeded job
+// never moves back. DeadLetters lists, replays and deletes failed jobs for
+// `idemgate dlq`, from the jobs table, because asynq's archive is bounded.
+// The package does not know how a task is run.
 //
 //	e := enqueue.New(pool, asynqClient)
 //	spec, _ := cfg.Job("invoice.create") // a declared job (package job)

@@ -11,27 +11,29 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgate/idemgate/job"
 )
 
-// Job statuses, as the job document shows them.
+// Job statuses, as the job document shows them: job.Status's values.
 const (
-	StatusQueued     = "queued"
-	StatusProcessing = "processing"
-	StatusRetrying   = "retrying"
-	StatusSucceeded  = "succeeded"
-	StatusFailed     = "failed"
+	StatusQueued     = job.Queued
+	StatusProcessing = job.Processing
+	StatusRetrying   = job.Retrying
+	StatusSucceeded  = job.Succeeded
+	StatusFailed     = job.Failed
 )
 
 // Job is the public job document (GET /v1/jobs/{id}).
 type Job struct {
-	ID        string    `json:"id"`
-	Task      string    `json:"task"`
-	Status    string    `json:"status"`
-	Attempts  int       `json:"attempts"`
-	ResultRef *string   `json:"result_ref"`
-	Error     *string   `json:"error"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	ID        string     `json:"id"`
+	Task      string     `json:"task"`
+	Status    job.Status `json:"status"`
+	Attempts  int        `json:"attempts"`
+	ResultRef *string    `json:"result_ref"`
+	Error     *string    `json:"error"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
 
 	Tenant         string          `json:"-"`
 	Route          string          `json:"-"`
@@ -126,8 +128,9 @@ func (s *Jobs) ByID(ctx context.Context, id string) (Job, error) {
 	return j, err
 }
 
-// SetStatus records what the worker reports. A succeeded job stays
-// succeeded: a late report from a stale attempt cannot move it back.
+// SetStatus records what the worker reports (status is a job.Status, as
+// workers.StatusFunc is told it). A succeeded job stays succeeded: a late
+// report from a stale attempt cannot move it back.
 func (s *Jobs) SetStatus(ctx context.Context, id, status string, attempts int, resultRef, lastErr string) error {
 	const q = `
 UPDATE jobs SET status = $2, attempts = GREATEST(attempts, $3),

@@ -29,5 +29,8 @@
 //	mux, err := hs.Mux(deps, specs, workers.HTTPDelivery{}) // specs: the declared jobs
 //
 // Package examples/reconcile checks afterwards, from the tables alone, that
-// each effect happened once.
+// each effect happened once. The shipment.book job of
+// deploy/local/idemgate.yaml (its schema in schemas/) has no Go handler: it
+// is delivered over HTTP to a receiver of the user's own, examples/shipments
+// in Go (package receiver) or examples/receiver-node in TypeScript.
 package examples

@@ -4,7 +4,19 @@
 // place that turns every error into application/problem+json. The whole
 // middleware chain — request id, panic recovery, access log, auth, rate
 // limit, idempotency, proxy or enqueue — is built once, in New, from
-// Options that cmd/idemgate fills from the configuration file.
+// Options that cmd/idemgate fills from the configuration file; the gateway
+// never reads the file itself (package config is the command's), so tests
+// build it the same way (package gateway/gatewaytest runs one in the test
+// process).
+//
+// A proxied route forwards the client's Idempotency-Key with the claim's
+// Idempotency-Fencing-Token and Idemgate-Tenant, and tells the idempotency
+// middleware whether a failed call was certainly not processed or
+// ambiguous. An enqueue route hands the request to Options.Jobs (an
+// *enqueue.Enqueuer), which validates it against the declared job
+// (job.Spec) and queues it; its 202 job document is what retries replay.
+// The documents the gateway writes are the models generated in package
+// openapi.
 //
 //	g, err := gateway.New(gateway.Options{Store: pgstore.New(pool), Routes: routes, Auth: authCfg})
 //	http.ListenAndServe(":8080", g.Handler())

@@ -10,9 +10,9 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/routers"
 
+	"github.com/idemgate/idemgate/gateway/gatewaytest"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
-	"github.com/idemgate/idemgate/openapi/openapitest"
 )
 
 const problemBase = idempotency.DefaultProblemBase
@@ -31,11 +31,11 @@ func loadSpec(t testing.TB) *openapi3.T {
 	return doc
 }
 
-// loadServed loads and validates the document openapitest's gateway
+// loadServed loads and validates the document gatewaytest's gateway
 // serves: the embedded one with the example enqueue routes.
 func loadServed(t testing.TB) *openapi3.T {
 	t.Helper()
-	_, jsonDoc := openapitest.Documents()
+	_, jsonDoc := gatewaytest.Documents()
 	return loadDoc(t, jsonDoc)
 }
 
@@ -70,12 +70,12 @@ func loadFile(t testing.TB, path string) *openapi3.T {
 // described checks the gateway's answers against a document.
 type described struct {
 	doc *openapi3.T
-	v   *openapitest.Validator
+	v   *gatewaytest.Validator
 }
 
 func describe(t testing.TB, doc *openapi3.T) *described {
 	t.Helper()
-	v, err := openapitest.NewValidator(t.Context(), doc)
+	v, err := gatewaytest.NewValidator(t.Context(), doc)
 	if err != nil {
 		t.Fatal(err)
 	}

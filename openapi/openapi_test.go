@@ -15,9 +15,9 @@ import (
 	"go.uber.org/goleak"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idemgate/idemgate/gateway/gatewaytest"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
-	"github.com/idemgate/idemgate/openapi/openapitest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -385,7 +385,7 @@ func TestYAMLToJSON(t *testing.T) {
 // routes, and describe those routes.
 func TestSpecIsServed(t *testing.T) {
 	t.Parallel()
-	wantYAML, wantJSON := openapitest.Documents()
+	wantYAML, wantJSON := gatewaytest.Documents()
 	srv := startDefault(t)
 	for _, tc := range []struct {
 		path, contentType string
@@ -407,7 +407,7 @@ func TestSpecIsServed(t *testing.T) {
 				t.Errorf("GET %s is not the document of the gateway's routes", tc.path)
 			}
 			doc := loadDoc(t, ex.body)
-			for _, r := range openapitest.EnqueueRoutes() {
+			for _, r := range gatewaytest.EnqueueRoutes() {
 				if item := doc.Paths.Value(r.Path); item == nil || item.Post == nil {
 					t.Errorf("GET %s does not describe the enqueue route POST %s", tc.path, r.Path)
 				}

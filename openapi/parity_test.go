@@ -14,11 +14,11 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
-	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/gateway/gatewaytest"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 	"github.com/idemgate/idemgate/openapi"
-	"github.com/idemgate/idemgate/openapi/openapitest"
 )
 
 // exampleConfig is the configuration whose enqueue routes the
@@ -32,17 +32,17 @@ var notServedYet = map[string]string{}
 // samples fills a documented path's parameters.
 var samples = strings.NewReplacer(
 	"{id}", "job_00000000000000000000000000000000",
-	"{tenant}", openapitest.Tenant, "{route}", "invoices", "{key}", "parity-key",
+	"{tenant}", gatewaytest.Tenant, "{route}", "invoices", "{key}", "parity-key",
 )
 
 // startExample starts the gateway with every route of the example
-// configuration (its enqueue routes on openapitest's in-memory queue, its
+// configuration (its enqueue routes on gatewaytest's in-memory queue, its
 // proxied routes in front of an upstream that answers 418, which the
 // description never documents), with pprof on and a handler mounted on
 // the admin listener as the queue UI is: everything the gateway can
 // register. It returns the document such a gateway serves: the embedded
 // one with the configuration's enqueue routes.
-func startExample(t *testing.T) (*openapitest.Server, *openapi3.T) {
+func startExample(t *testing.T) (*gatewaytest.Server, *openapi3.T) {
 	t.Helper()
 	cfg, err := config.Load(exampleConfig, func(string) string { return "" })
 	if err != nil {
@@ -54,11 +54,11 @@ func startExample(t *testing.T) (*openapitest.Server, *openapi3.T) {
 	t.Cleanup(teapot.Close)
 	up, _ := url.Parse(teapot.URL)
 
-	opts := openapitest.Options(openapitest.NewJobs(), memstore.New())
+	opts := gatewaytest.Options(gatewaytest.NewJobs(), memstore.New())
 	opts.Routes = nil
 	opts.Pprof = true
 	var (
-		enqueued []openapitest.EnqueueRoute
+		enqueued []gatewaytest.EnqueueRoute
 		routes   []openapi.JobRoute
 	)
 	for _, r := range cfg.Routes {
@@ -74,7 +74,7 @@ func startExample(t *testing.T) (*openapitest.Server, *openapi3.T) {
 			}
 			ro.Enqueue = &gateway.EnqueueOptions{Spec: spec, Queue: r.Enqueue.Queue}
 			routes = append(routes, openapi.JobRoute{Name: r.Name, Path: ro.Path, Prefix: ro.Prefix, Methods: r.Methods, Task: spec.Task, Schema: spec.Schema.JSON()})
-			enqueued = append(enqueued, openapitest.EnqueueRoute{Name: r.Name, Path: ro.Path, Task: spec.Task,
+			enqueued = append(enqueued, gatewaytest.EnqueueRoute{Name: r.Name, Path: ro.Path, Task: spec.Task,
 				Schema: spec.Schema.JSON(), BusinessKey: spec.BusinessKey.String(), Resource: spec.Resource.String()})
 		default:
 			ro.Upstream = up
@@ -86,18 +86,18 @@ func startExample(t *testing.T) (*openapitest.Server, *openapi3.T) {
 		t.Fatalf("%s: the enqueue routes cannot be described: %v", exampleConfig, err)
 	}
 	opts.OpenAPI, opts.OpenAPIJSON = yamlDoc, jsonDoc
-	// The other tests run openapitest's copy of these routes and jobs.
-	if !sameRoutes(openapitest.EnqueueRoutes(), enqueued) {
-		t.Errorf("openapitest.EnqueueRoutes()\n%s\ndiffer from the enqueue routes and jobs of %s\n%s",
-			describeRoutes(openapitest.EnqueueRoutes()), exampleConfig, describeRoutes(enqueued))
+	// The other tests run gatewaytest's copy of these routes and jobs.
+	if !sameRoutes(gatewaytest.EnqueueRoutes(), enqueued) {
+		t.Errorf("gatewaytest.EnqueueRoutes()\n%s\ndiffer from the enqueue routes and jobs of %s\n%s",
+			describeRoutes(gatewaytest.EnqueueRoutes()), exampleConfig, describeRoutes(enqueued))
 	}
-	srv := openapitest.Start(t, opts)
+	srv := gatewaytest.Start(t, opts)
 	srv.Gateway.AdminMount("/admin/queues", http.NotFoundHandler())
 	return srv, loadDoc(t, jsonDoc)
 }
 
 // sameRoutes compares enqueue routes, their schemas as JSON values.
-func sameRoutes(a, b []openapitest.EnqueueRoute) bool {
+func sameRoutes(a, b []gatewaytest.EnqueueRoute) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -115,7 +115,7 @@ func sameRoutes(a, b []openapitest.EnqueueRoute) bool {
 	return true
 }
 
-func describeRoutes(rs []openapitest.EnqueueRoute) string {
+func describeRoutes(rs []gatewaytest.EnqueueRoute) string {
 	var b strings.Builder
 	for _, r := range rs {
 		fmt.Fprintf(&b, "  %s %s %s key %q resource %q schema %s\n", r.Name, r.Path, r.Task, r.BusinessKey, r.Resource, compact(r.Schema))
@@ -131,11 +131,11 @@ func compact(doc json.RawMessage) string {
 	return b.String()
 }
 
-// startDefault starts openapitest's gateway, which has the example
+// startDefault starts gatewaytest's gateway, which has the example
 // configuration's enqueue routes and serves their description.
-func startDefault(t *testing.T) *openapitest.Server {
+func startDefault(t *testing.T) *gatewaytest.Server {
 	t.Helper()
-	return openapitest.Start(t, openapitest.Options(openapitest.NewJobs(), memstore.New()))
+	return gatewaytest.Start(t, gatewaytest.Options(gatewaytest.NewJobs(), memstore.New()))
 }
 
 // onAdmin reports whether a documented path is served on the admin
@@ -232,11 +232,11 @@ func isRouteTable404(ex exchange) bool {
 
 // probe asks the gateway for method on a documented path, with the
 // credentials its listener needs.
-func probe(t *testing.T, srv *openapitest.Server, admin bool, method, path string) exchange {
+func probe(t *testing.T, srv *gatewaytest.Server, admin bool, method, path string) exchange {
 	t.Helper()
-	base, token := srv.Public.URL, openapitest.APIKey
+	base, token := srv.Public.URL, gatewaytest.APIKey
 	if admin {
-		base, token = srv.Admin.URL, openapitest.AdminToken
+		base, token = srv.Admin.URL, gatewaytest.AdminToken
 	}
 	return send(t, srv.Public.Client(), newRequest(t, method, base+samples.Replace(path), "", "Authorization", bearer(token)))
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3filter"
 
-	"github.com/idemgate/idemgate/openapi/openapitest"
+	"github.com/idemgate/idemgate/gateway/gatewaytest"
 )
 
 // TestDescribedRequestsAreAccepted: for keys and bodies at the edges of
@@ -69,7 +69,7 @@ func TestDescribedRequestsAreAccepted(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			mk := func() *http.Request {
 				return newRequest(t, http.MethodPost, srv.Public.URL+tc.path, tc.body,
-					"Authorization", bearer(openapitest.APIKey), "Idempotency-Key", tc.key, "Content-Type", "application/json")
+					"Authorization", bearer(gatewaytest.APIKey), "Idempotency-Key", tc.key, "Content-Type", "application/json")
 			}
 			req := mk()
 			route, params, err := api.route(req)

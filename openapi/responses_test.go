@@ -3,31 +3,26 @@ package openapi_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/gateway/gatewaytest"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 	"github.com/idemgate/idemgate/openapi"
-	"github.com/idemgate/idemgate/openapi/openapitest"
 )
 
 const invoice = `{"order_id":"order-42","amount_cents":4200,"currency":"EUR"}`
 
 // post sends an invoice request as tenant apiKey with key (none when "").
-func post(t *testing.T, srv *openapitest.Server, apiKey, key, body string, header ...string) exchange {
+func post(t *testing.T, srv *gatewaytest.Server, apiKey, key, body string, header ...string) exchange {
 	t.Helper()
 	h := []string{"Content-Type", "application/json"}
 	if apiKey != "" {
@@ -39,12 +34,12 @@ func post(t *testing.T, srv *openapitest.Server, apiKey, key, body string, heade
 	return send(t, srv.Public.Client(), newRequest(t, http.MethodPost, srv.Public.URL+"/v1/invoices", body, append(h, header...)...))
 }
 
-func admin(t *testing.T, srv *openapitest.Server, method, path string) exchange {
+func admin(t *testing.T, srv *gatewaytest.Server, method, path string) exchange {
 	t.Helper()
-	return send(t, srv.Admin.Client(), newRequest(t, method, srv.Admin.URL+path, "", "Authorization", bearer(openapitest.AdminToken)))
+	return send(t, srv.Admin.Client(), newRequest(t, method, srv.Admin.URL+path, "", "Authorization", bearer(gatewaytest.AdminToken)))
 }
 
-func getJob(t *testing.T, srv *openapitest.Server, apiKey, id string) exchange {
+func getJob(t *testing.T, srv *gatewaytest.Server, apiKey, id string) exchange {
 	t.Helper()
 	return send(t, srv.Public.Client(), newRequest(t, http.MethodGet, srv.Public.URL+"/v1/jobs/"+id, "", "Authorization", bearer(apiKey)))
 }
@@ -83,19 +78,19 @@ func (downStore) Get(context.Context, idempotency.Scope) (idempotency.Record, er
 func TestEnqueueResponsesMatchSpec(t *testing.T) {
 	t.Parallel()
 	api := describe(t, loadServed(t))
-	jobs := openapitest.NewJobs()
-	srv := openapitest.Start(t, openapitest.Options(jobs, memstore.New()))
+	jobs := gatewaytest.NewJobs()
+	srv := gatewaytest.Start(t, gatewaytest.Options(jobs, memstore.New()))
 
 	var job openapi.Job
 	t.Run("202 accepted", func(t *testing.T) {
-		ex := post(t, srv, openapitest.APIKey, "inv-1", invoice)
+		ex := post(t, srv, gatewaytest.APIKey, "inv-1", invoice)
 		wantStatus(t, ex, http.StatusAccepted)
 		api.check(t, ex)
 		job = decodeJob(t, ex)
 		if loc := ex.resp.Header.Get("Location"); loc != "/v1/jobs/"+job.Id {
 			t.Errorf("Location %q, want /v1/jobs/%s", loc, job.Id)
 		}
-		if job.Id != enqueue.JobID(openapitest.Tenant, "invoices", "inv-1") || job.Task != "invoice.create" || job.Status != openapi.JobStatusQueued {
+		if job.Id != enqueue.JobID(gatewaytest.Tenant, "invoices", "inv-1") || job.Task != "invoice.create" || job.Status != openapi.JobStatusQueued {
 			t.Errorf("job %+v", job)
 		}
 		if ex.resp.Header.Get("Idempotent-Replayed") != "" {
@@ -105,7 +100,7 @@ func TestEnqueueResponsesMatchSpec(t *testing.T) {
 	t.Run("202 replayed", func(t *testing.T) {
 		// Key order and white space do not make another request; the
 		// quoted form of a key is the same key.
-		ex := post(t, srv, openapitest.APIKey, `"inv-1"`, `{ "currency": "EUR", "amount_cents": 4200, "order_id": "order-42" }`)
+		ex := post(t, srv, gatewaytest.APIKey, `"inv-1"`, `{ "currency": "EUR", "amount_cents": 4200, "order_id": "order-42" }`)
 		wantStatus(t, ex, http.StatusAccepted)
 		api.check(t, ex)
 		if got := decodeJob(t, ex); got.Id != job.Id {
@@ -116,7 +111,7 @@ func TestEnqueueResponsesMatchSpec(t *testing.T) {
 		}
 	})
 	t.Run("400 idempotency-key-missing", func(t *testing.T) {
-		ex := post(t, srv, openapitest.APIKey, "", invoice)
+		ex := post(t, srv, gatewaytest.APIKey, "", invoice)
 		wantProblem(t, ex, http.StatusBadRequest, "idempotency-key-missing")
 		api.check(t, ex)
 	})
@@ -133,7 +128,7 @@ func TestEnqueueResponsesMatchSpec(t *testing.T) {
 			for _, k := range keys {
 				h = append(h, "Idempotency-Key", k)
 			}
-			ex := post(t, srv, openapitest.APIKey, "", invoice, h...)
+			ex := post(t, srv, gatewaytest.APIKey, "", invoice, h...)
 			wantProblem(t, ex, http.StatusBadRequest, "idempotency-key-invalid")
 			api.check(t, ex)
 		})
@@ -146,7 +141,7 @@ func TestEnqueueResponsesMatchSpec(t *testing.T) {
 		t.Run("400 bad-request/"+name, func(t *testing.T) {
 			body := map[string]string{"not JSON": `order_id=o1`, "two JSON values": invoice + invoice, "media type": invoice}[name]
 			ex := send(t, srv.Public.Client(), newRequest(t, http.MethodPost, srv.Public.URL+"/v1/invoices", body,
-				"Authorization", bearer(openapitest.APIKey), "Idempotency-Key", "bad-"+strings.ReplaceAll(name, " ", "-"), "Content-Type", contentType))
+				"Authorization", bearer(gatewaytest.APIKey), "Idempotency-Key", "bad-"+strings.ReplaceAll(name, " ", "-"), "Content-Type", contentType))
 			p := wantProblem(t, ex, http.StatusBadRequest, "bad-request")
 			api.check(t, ex)
 			if contentType != "application/json" {
@@ -165,7 +160,7 @@ func TestEnqueueResponsesMatchSpec(t *testing.T) {
 		"not an object": {"not-an-object", `[1]`, ""},
 	} {
 		t.Run("422 invalid-payload/"+name, func(t *testing.T) {
-			ex := post(t, srv, openapitest.APIKey, tc.key, tc.body)
+			ex := post(t, srv, gatewaytest.APIKey, tc.key, tc.body)
 			p := wantProblem(t, ex, http.StatusUnprocessableEntity, "invalid-payload")
 			api.check(t, ex)
 			var fields []string
@@ -179,7 +174,7 @@ func TestEnqueueResponsesMatchSpec(t *testing.T) {
 				t.Errorf("errors name %q, want %q", fields, tc.fields)
 			}
 			// The refusal is the stored answer: a retry gets it again.
-			again := post(t, srv, openapitest.APIKey, tc.key, tc.body)
+			again := post(t, srv, gatewaytest.APIKey, tc.key, tc.body)
 			wantProblem(t, again, http.StatusUnprocessableEntity, "invalid-payload")
 			api.check(t, again)
 			if again.resp.Header.Get("Idempotent-Replayed") != "true" {
@@ -188,7 +183,7 @@ func TestEnqueueResponsesMatchSpec(t *testing.T) {
 		})
 	}
 	t.Run("422 idempotency-key-reused", func(t *testing.T) {
-		ex := post(t, srv, openapitest.APIKey, "inv-1", strings.Replace(invoice, "4200", "9999", 1))
+		ex := post(t, srv, gatewaytest.APIKey, "inv-1", strings.Replace(invoice, "4200", "9999", 1))
 		wantProblem(t, ex, http.StatusUnprocessableEntity, "idempotency-key-reused")
 		api.check(t, ex)
 	})
@@ -201,7 +196,7 @@ func TestEnqueueResponsesMatchSpec(t *testing.T) {
 		})
 	}
 	t.Run("404 not-found for a method no route takes", func(t *testing.T) {
-		ex := send(t, srv.Public.Client(), newRequest(t, http.MethodGet, srv.Public.URL+"/v1/invoices", "", "Authorization", bearer(openapitest.APIKey)))
+		ex := send(t, srv.Public.Client(), newRequest(t, http.MethodGet, srv.Public.URL+"/v1/invoices", "", "Authorization", bearer(gatewaytest.APIKey)))
 		wantProblem(t, ex, http.StatusNotFound, "not-found")
 		api.checkSchema(t, "Problem", ex.body)
 	})
@@ -210,7 +205,7 @@ func TestEnqueueResponsesMatchSpec(t *testing.T) {
 func TestJobResponsesMatchSpec(t *testing.T) {
 	t.Parallel()
 	api := describe(t, loadServed(t))
-	jobs := openapitest.NewJobs()
+	jobs := gatewaytest.NewJobs()
 	var getFails atomic.Bool
 	jobs.BeforeGet = func(context.Context, string, string) error {
 		if getFails.Load() {
@@ -218,13 +213,13 @@ func TestJobResponsesMatchSpec(t *testing.T) {
 		}
 		return nil
 	}
-	srv := openapitest.Start(t, openapitest.Options(jobs, memstore.New()))
-	accepted := post(t, srv, openapitest.APIKey, "job-1", invoice)
+	srv := gatewaytest.Start(t, gatewaytest.Options(jobs, memstore.New()))
+	accepted := post(t, srv, gatewaytest.APIKey, "job-1", invoice)
 	wantStatus(t, accepted, http.StatusAccepted)
 	id := decodeJob(t, accepted).Id
 
 	t.Run("200 queued", func(t *testing.T) {
-		ex := getJob(t, srv, openapitest.APIKey, id)
+		ex := getJob(t, srv, gatewaytest.APIKey, id)
 		wantStatus(t, ex, http.StatusOK)
 		api.check(t, ex)
 		if string(ex.body) != string(accepted.body) {
@@ -239,7 +234,7 @@ func TestJobResponsesMatchSpec(t *testing.T) {
 			ref := "inv_2e3e9e48ed0440af9dbf6cce317d08ed"
 			j.Status, j.Attempts, j.ResultRef = enqueue.StatusSucceeded, 1, &ref
 		})
-		ex := getJob(t, srv, openapitest.APIKey, id)
+		ex := getJob(t, srv, gatewaytest.APIKey, id)
 		wantStatus(t, ex, http.StatusOK)
 		api.check(t, ex)
 		if j := decodeJob(t, ex); j.Status != openapi.JobStatusSucceeded || j.ResultRef == nil || j.Error != nil {
@@ -251,17 +246,17 @@ func TestJobResponsesMatchSpec(t *testing.T) {
 			msg := "partner: card declined"
 			j.Status, j.Attempts, j.ResultRef, j.Error = enqueue.StatusFailed, 10, nil, &msg
 		})
-		ex := getJob(t, srv, openapitest.APIKey, id)
+		ex := getJob(t, srv, gatewaytest.APIKey, id)
 		wantStatus(t, ex, http.StatusOK)
 		api.check(t, ex)
 	})
 	t.Run("404 another tenant's job", func(t *testing.T) {
-		ex := getJob(t, srv, openapitest.OtherAPIKey, id)
+		ex := getJob(t, srv, gatewaytest.OtherAPIKey, id)
 		wantProblem(t, ex, http.StatusNotFound, "not-found")
 		api.check(t, ex)
 	})
 	t.Run("404 no such job", func(t *testing.T) {
-		ex := getJob(t, srv, openapitest.APIKey, "job_00000000000000000000000000000000")
+		ex := getJob(t, srv, gatewaytest.APIKey, "job_00000000000000000000000000000000")
 		wantProblem(t, ex, http.StatusNotFound, "not-found")
 		api.check(t, ex)
 	})
@@ -274,7 +269,7 @@ func TestJobResponsesMatchSpec(t *testing.T) {
 	t.Run("503 queue-unavailable", func(t *testing.T) {
 		getFails.Store(true)
 		defer getFails.Store(false)
-		ex := getJob(t, srv, openapitest.APIKey, id)
+		ex := getJob(t, srv, gatewaytest.APIKey, id)
 		p := wantProblem(t, ex, http.StatusServiceUnavailable, "queue-unavailable")
 		api.check(t, ex)
 		if strings.Contains(p.Detail, "10.0.0.7") {
@@ -289,7 +284,7 @@ func TestRefusalsMatchSpec(t *testing.T) {
 
 	t.Run("409 idempotency-key-in-use", func(t *testing.T) {
 		t.Parallel()
-		jobs := openapitest.NewJobs()
+		jobs := gatewaytest.NewJobs()
 		entered, release := make(chan struct{}), make(chan struct{})
 		var once sync.Once
 		jobs.Before = func(ctx context.Context, req enqueue.Request) error {
@@ -300,10 +295,10 @@ func TestRefusalsMatchSpec(t *testing.T) {
 			}
 			return nil
 		}
-		srv := openapitest.Start(t, openapitest.Options(jobs, memstore.New()))
+		srv := gatewaytest.Start(t, gatewaytest.Options(jobs, memstore.New()))
 		first := make(chan exchange, 1)
 		req := newRequest(t, http.MethodPost, srv.Public.URL+"/v1/invoices", invoice,
-			"Authorization", bearer(openapitest.APIKey), "Idempotency-Key", "slow", "Content-Type", "application/json")
+			"Authorization", bearer(gatewaytest.APIKey), "Idempotency-Key", "slow", "Content-Type", "application/json")
 		go func() {
 			ex, err := roundTrip(srv.Public.Client(), req)
 			if err != nil {
@@ -312,7 +307,7 @@ func TestRefusalsMatchSpec(t *testing.T) {
 			first <- ex
 		}()
 		<-entered
-		ex := post(t, srv, openapitest.APIKey, "slow", invoice)
+		ex := post(t, srv, gatewaytest.APIKey, "slow", invoice)
 		close(release)
 		wantProblem(t, ex, http.StatusConflict, "idempotency-key-in-use")
 		api.check(t, ex)
@@ -324,7 +319,7 @@ func TestRefusalsMatchSpec(t *testing.T) {
 			return
 		}
 		wantStatus(t, orig, http.StatusAccepted)
-		after := post(t, srv, openapitest.APIKey, "slow", invoice)
+		after := post(t, srv, gatewaytest.APIKey, "slow", invoice)
 		wantStatus(t, after, http.StatusAccepted)
 		if after.resp.Header.Get("Idempotent-Replayed") != "true" || string(after.body) != string(orig.body) {
 			t.Error("after the original finished, a retry is not its replay")
@@ -333,11 +328,11 @@ func TestRefusalsMatchSpec(t *testing.T) {
 
 	t.Run("413 request-too-large", func(t *testing.T) {
 		t.Parallel()
-		opts := openapitest.Options(openapitest.NewJobs(), memstore.New())
+		opts := gatewaytest.Options(gatewaytest.NewJobs(), memstore.New())
 		opts.Routes[0].Idempotency.MaxRequestBytes = 64
-		srv := openapitest.Start(t, opts)
+		srv := gatewaytest.Start(t, opts)
 		body := `{"order_id":"` + strings.Repeat("o", 60) + `","amount_cents":4200,"currency":"EUR"}`
-		ex := post(t, srv, openapitest.APIKey, "big", body)
+		ex := post(t, srv, gatewaytest.APIKey, "big", body)
 		wantProblem(t, ex, http.StatusRequestEntityTooLarge, "request-too-large")
 		api.check(t, ex)
 	})
@@ -345,13 +340,13 @@ func TestRefusalsMatchSpec(t *testing.T) {
 	t.Run("429 rate-limited", func(t *testing.T) {
 		t.Parallel()
 		srv := startDefault(t)
-		first := post(t, srv, openapitest.LimitedAPIKey, "limited-1", invoice)
+		first := post(t, srv, gatewaytest.LimitedAPIKey, "limited-1", invoice)
 		wantStatus(t, first, http.StatusAccepted)
 		api.check(t, first)
 		if first.resp.Header.Get("RateLimit-Limit") != "1" || first.resp.Header.Get("RateLimit-Remaining") != "0" {
 			t.Errorf("RateLimit-* %v", first.resp.Header)
 		}
-		ex := post(t, srv, openapitest.LimitedAPIKey, "limited-2", invoice)
+		ex := post(t, srv, gatewaytest.LimitedAPIKey, "limited-2", invoice)
 		wantProblem(t, ex, http.StatusTooManyRequests, "rate-limited")
 		api.check(t, ex)
 		if ex.resp.Header.Get("Retry-After") != ex.resp.Header.Get("RateLimit-Reset") {
@@ -361,8 +356,8 @@ func TestRefusalsMatchSpec(t *testing.T) {
 
 	t.Run("503 idempotency-store-unavailable", func(t *testing.T) {
 		t.Parallel()
-		srv := openapitest.Start(t, openapitest.Options(openapitest.NewJobs(), downStore{memstore.New()}))
-		ex := post(t, srv, openapitest.APIKey, "down", invoice)
+		srv := gatewaytest.Start(t, gatewaytest.Options(gatewaytest.NewJobs(), downStore{memstore.New()}))
+		ex := post(t, srv, gatewaytest.APIKey, "down", invoice)
 		p := wantProblem(t, ex, http.StatusServiceUnavailable, "idempotency-store-unavailable")
 		api.check(t, ex)
 		if strings.Contains(p.Detail, "10.0.0.7") {
@@ -375,7 +370,7 @@ func TestRefusalsMatchSpec(t *testing.T) {
 
 	t.Run("503 queue-unavailable", func(t *testing.T) {
 		t.Parallel()
-		jobs := openapitest.NewJobs()
+		jobs := gatewaytest.NewJobs()
 		var down atomic.Bool
 		down.Store(true)
 		jobs.Before = func(context.Context, enqueue.Request) error {
@@ -384,8 +379,8 @@ func TestRefusalsMatchSpec(t *testing.T) {
 			}
 			return nil
 		}
-		srv := openapitest.Start(t, openapitest.Options(jobs, memstore.New()))
-		ex := post(t, srv, openapitest.APIKey, "queue-down", invoice)
+		srv := gatewaytest.Start(t, gatewaytest.Options(jobs, memstore.New()))
+		ex := post(t, srv, gatewaytest.APIKey, "queue-down", invoice)
 		p := wantProblem(t, ex, http.StatusServiceUnavailable, "queue-unavailable")
 		api.check(t, ex)
 		if strings.Contains(p.Detail, "10.0.0.7") {
@@ -393,7 +388,7 @@ func TestRefusalsMatchSpec(t *testing.T) {
 		}
 		// Nothing was queued and the key was released: the retry runs.
 		down.Store(false)
-		ex = post(t, srv, openapitest.APIKey, "queue-down", invoice)
+		ex = post(t, srv, gatewaytest.APIKey, "queue-down", invoice)
 		wantStatus(t, ex, http.StatusAccepted)
 		if ex.resp.Header.Get("Idempotent-Replayed") != "" {
 			t.Error("the retry after a 503 is a replay, not a new execution")
@@ -402,9 +397,9 @@ func TestRefusalsMatchSpec(t *testing.T) {
 
 	t.Run("503 not-ready", func(t *testing.T) {
 		t.Parallel()
-		opts := openapitest.Options(openapitest.NewJobs(), memstore.New())
+		opts := gatewaytest.Options(gatewaytest.NewJobs(), memstore.New())
 		opts.Ready = []gateway.Check{{Name: "postgres", Check: func(context.Context) error { return errDown }}}
-		srv := openapitest.Start(t, opts)
+		srv := gatewaytest.Start(t, opts)
 		ex := send(t, srv.Public.Client(), newRequest(t, http.MethodGet, srv.Public.URL+"/readyz", ""))
 		p := wantProblem(t, ex, http.StatusServiceUnavailable, "not-ready")
 		api.check(t, ex)
@@ -440,7 +435,7 @@ func wantChallenge(t *testing.T, ex exchange) {
 func TestUnknownOutcomeAndAdminMatchSpec(t *testing.T) {
 	t.Parallel()
 	api := describe(t, loadServed(t))
-	jobs := openapitest.NewJobs()
+	jobs := gatewaytest.NewJobs()
 	var boom atomic.Bool
 	boom.Store(true)
 	jobs.Before = func(context.Context, enqueue.Request) error {
@@ -449,19 +444,19 @@ func TestUnknownOutcomeAndAdminMatchSpec(t *testing.T) {
 		}
 		return nil
 	}
-	opts := openapitest.Options(jobs, memstore.New())
+	opts := gatewaytest.Options(jobs, memstore.New())
 	opts.Routes[0].Idempotency.OnAmbiguous = idempotency.AmbiguousHold
-	srv := openapitest.Start(t, opts)
+	srv := gatewaytest.Start(t, opts)
 	const record = "/admin/keys/acme/invoices/held"
 
-	ex := post(t, srv, openapitest.APIKey, "held", invoice)
+	ex := post(t, srv, gatewaytest.APIKey, "held", invoice)
 	p := wantProblem(t, ex, http.StatusInternalServerError, "internal")
 	api.check(t, ex)
 	if strings.Contains(p.Detail, "boom") {
 		t.Errorf("a 5xx detail leaks its cause: %q", p.Detail)
 	}
 
-	ex = post(t, srv, openapitest.APIKey, "held", invoice)
+	ex = post(t, srv, gatewaytest.APIKey, "held", invoice)
 	wantProblem(t, ex, http.StatusConflict, "idempotency-outcome-unknown")
 	api.check(t, ex)
 
@@ -479,7 +474,7 @@ func TestUnknownOutcomeAndAdminMatchSpec(t *testing.T) {
 		t.Errorf("resolved record %+v", r)
 	}
 
-	ex = post(t, srv, openapitest.APIKey, "held", invoice)
+	ex = post(t, srv, gatewaytest.APIKey, "held", invoice)
 	wantStatus(t, ex, http.StatusAccepted)
 	ex = admin(t, srv, http.MethodGet, record)
 	wantStatus(t, ex, http.StatusOK)
@@ -515,228 +510,11 @@ func TestUnknownOutcomeAndAdminMatchSpec(t *testing.T) {
 	api.check(t, ex)
 
 	for _, path := range []string{record, "/metrics"} {
-		ex = send(t, srv.Admin.Client(), newRequest(t, http.MethodGet, srv.Admin.URL+path, "", "Authorization", bearer(openapitest.APIKey)))
+		ex = send(t, srv.Admin.Client(), newRequest(t, http.MethodGet, srv.Admin.URL+path, "", "Authorization", bearer(gatewaytest.APIKey)))
 		wantProblem(t, ex, http.StatusUnauthorized, "unauthorized")
 		api.check(t, ex)
 		if ex.resp.Header.Get("WWW-Authenticate") == "" {
 			t.Error("admin 401 without WWW-Authenticate")
 		}
-	}
-}
-
-// upstream is a service behind the gateway that records what it got.
-type upstream struct {
-	calls  atomic.Int64
-	mu     sync.Mutex
-	header http.Header
-}
-
-// got records r and reads its body: a server only notices that the
-// client went away (and cancels r's context) once the body is read.
-func (u *upstream) got(r *http.Request) {
-	_, _ = io.Copy(io.Discard, r.Body)
-	u.calls.Add(1)
-	u.mu.Lock()
-	u.header = r.Header.Clone()
-	u.mu.Unlock()
-}
-
-// startProxied starts a gateway whose route "payments" proxies
-// /v1/payments to target.
-func startProxied(t *testing.T, target string, change func(*gateway.RouteOptions)) *openapitest.Server {
-	t.Helper()
-	u, err := url.Parse(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := openapitest.Options(openapitest.NewJobs(), memstore.New())
-	ro := gateway.RouteOptions{Name: "payments", Methods: []string{http.MethodPost}, Path: "/v1/payments", Prefix: true, Upstream: u}
-	if change != nil {
-		change(&ro)
-	}
-	opts.Routes = append(opts.Routes, ro)
-	return openapitest.Start(t, opts)
-}
-
-func charge(t *testing.T, srv *openapitest.Server, key string) exchange {
-	t.Helper()
-	return send(t, srv.Public.Client(), newRequest(t, http.MethodPost, srv.Public.URL+"/v1/payments", `{"amount_cents":1250,"currency":"EUR"}`,
-		"Authorization", bearer(openapitest.APIKey), "Idempotency-Key", key, "Content-Type", "application/json"))
-}
-
-// TestProxiedResponsesMatchSpec validates a proxied route's answers
-// against a service description built from the gateway's components
-// (testdata/proxied.yaml).
-func TestProxiedResponsesMatchSpec(t *testing.T) {
-	t.Parallel()
-	api := describe(t, loadFile(t, "testdata/proxied.yaml"))
-
-	t.Run("201 and its replay", func(t *testing.T) {
-		t.Parallel()
-		up := &upstream{}
-		us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			up.got(r)
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Location", "/charges/ch_1")
-			w.WriteHeader(http.StatusCreated)
-			_, _ = io.WriteString(w, `{"id":"ch_1"}`)
-		}))
-		t.Cleanup(us.Close)
-		srv := startProxied(t, us.URL, nil)
-		first := charge(t, srv, `"order-42"`)
-		wantStatus(t, first, http.StatusCreated)
-		api.check(t, first)
-		up.mu.Lock()
-		h := up.header
-		up.mu.Unlock()
-		// What the policy promises the upstream.
-		if h.Get("Idempotency-Key") != `"order-42"` || h.Get("Idempotency-Fencing-Token") != "1" ||
-			h.Get("Idemgate-Tenant") != openapitest.Tenant || h.Get("Authorization") != "" {
-			t.Errorf("the upstream got Idempotency-Key %q, Idempotency-Fencing-Token %q, Idemgate-Tenant %q, Authorization %q",
-				h.Get("Idempotency-Key"), h.Get("Idempotency-Fencing-Token"), h.Get("Idemgate-Tenant"), h.Get("Authorization"))
-		}
-		replay := charge(t, srv, "order-42")
-		wantStatus(t, replay, http.StatusCreated)
-		api.check(t, replay)
-		if replay.resp.Header.Get("Idempotent-Replayed") != "true" || replay.resp.Header.Get("Location") != "/charges/ch_1" || string(replay.body) != string(first.body) {
-			t.Errorf("replay: %v %s", replay.resp.Header, replay.body)
-		}
-		if n := up.calls.Load(); n != 1 {
-			t.Errorf("the upstream was called %d times, want once", n)
-		}
-	})
-
-	t.Run("201 replayed without its body", func(t *testing.T) {
-		t.Parallel()
-		up := &upstream{}
-		us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			up.got(r)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusCreated)
-			_, _ = io.WriteString(w, `{"id":"ch_big","receipt":"`+strings.Repeat("r", 200)+`"}`)
-		}))
-		t.Cleanup(us.Close)
-		srv := startProxied(t, us.URL, func(ro *gateway.RouteOptions) { ro.Idempotency.MaxStoredResponseBytes = 64 })
-		first := charge(t, srv, "big")
-		wantStatus(t, first, http.StatusCreated)
-		api.check(t, first)
-		if len(first.body) < 200 {
-			t.Errorf("the first caller got %d bytes, want the whole body", len(first.body))
-		}
-		replay := charge(t, srv, "big")
-		wantStatus(t, replay, http.StatusCreated)
-		api.check(t, replay)
-		if replay.resp.Header.Get("Idempotent-Body-Omitted") != "true" || replay.resp.Header.Get("Idempotent-Replayed") != "true" || len(replay.body) != 0 {
-			t.Errorf("replay of an omitted body: %v %q", replay.resp.Header, replay.body)
-		}
-		if n := up.calls.Load(); n != 1 {
-			t.Errorf("the upstream was called %d times, want once", n)
-		}
-	})
-
-	t.Run("409 idempotency-key-in-use", func(t *testing.T) {
-		t.Parallel()
-		entered, release := make(chan struct{}), make(chan struct{})
-		var once sync.Once
-		us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.Copy(io.Discard, r.Body)
-			once.Do(func() { close(entered) })
-			select {
-			case <-release:
-			case <-r.Context().Done():
-			}
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusCreated)
-			_, _ = io.WriteString(w, `{"id":"ch_slow"}`)
-		}))
-		t.Cleanup(us.Close)
-		srv := startProxied(t, us.URL, nil)
-		done := make(chan exchange, 1)
-		req := newRequest(t, http.MethodPost, srv.Public.URL+"/v1/payments", `{"amount_cents":1250,"currency":"EUR"}`,
-			"Authorization", bearer(openapitest.APIKey), "Idempotency-Key", "slow", "Content-Type", "application/json")
-		go func() {
-			ex, err := roundTrip(srv.Public.Client(), req)
-			if err != nil {
-				t.Error(err)
-			}
-			done <- ex
-		}()
-		<-entered
-		ex := charge(t, srv, "slow")
-		close(release)
-		wantProblem(t, ex, http.StatusConflict, "idempotency-key-in-use")
-		api.check(t, ex)
-		if orig := <-done; orig.resp != nil {
-			wantStatus(t, orig, http.StatusCreated)
-			api.check(t, orig)
-		}
-	})
-
-	t.Run("502 upstream-unavailable", func(t *testing.T) {
-		t.Parallel()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		closed := "http://" + ln.Addr().String()
-		_ = ln.Close()
-		srv := startProxied(t, closed, nil)
-		for range 2 { // released: the retry tries again
-			ex := charge(t, srv, "unreachable")
-			wantProblem(t, ex, http.StatusBadGateway, "upstream-unavailable")
-			api.check(t, ex)
-		}
-	})
-
-	t.Run("504 upstream-timeout", func(t *testing.T) {
-		t.Parallel()
-		up := &upstream{}
-		stop := make(chan struct{})
-		us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			up.got(r)
-			select { // never answers
-			case <-r.Context().Done():
-			case <-stop:
-			}
-		}))
-		t.Cleanup(us.Close)
-		t.Cleanup(func() { close(stop) })
-		srv := startProxied(t, us.URL, func(ro *gateway.RouteOptions) { ro.Timeout = 100 * time.Millisecond })
-		for range 2 { // on_ambiguous: release, so the retry runs again
-			ex := charge(t, srv, "hangs")
-			wantProblem(t, ex, http.StatusGatewayTimeout, "upstream-timeout")
-			api.check(t, ex)
-		}
-		if n := up.calls.Load(); n != 2 {
-			t.Errorf("the upstream was called %d times, want twice (the key is released)", n)
-		}
-	})
-}
-
-// TestUpstreamStatusesThatReleaseTheKey: the statuses the policy lists
-// as "not processed" make the retry run again; any other answer is stored.
-func TestUpstreamStatusesThatReleaseTheKey(t *testing.T) {
-	t.Parallel()
-	for _, status := range []int{200, 201, 400, 404, 408, 409, 422, 425, 429, 500, 502, 503, 504} {
-		t.Run(strconv.Itoa(status), func(t *testing.T) {
-			t.Parallel()
-			up := &upstream{}
-			us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				up.got(r)
-				w.WriteHeader(status)
-			}))
-			t.Cleanup(us.Close)
-			srv := startProxied(t, us.URL, nil)
-			for range 2 {
-				wantStatus(t, charge(t, srv, "k"), status)
-			}
-			want := int64(1)
-			if idempotency.ReleasesKey(status) {
-				want = 2
-			}
-			if n := up.calls.Load(); n != want {
-				t.Errorf("after two requests with one key the upstream ran %d times, want %d", n, want)
-			}
-		})
 	}
 }

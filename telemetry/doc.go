@@ -14,6 +14,7 @@
 //	shutdown, err := telemetry.Setup(ctx, "idemgate", getenv)
 //	defer shutdown(context.Background())
 //
+//	logger := slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, nil))) // trace_id on each line
 //	handler = telemetry.HTTPHandler(handler)
 //	transport = telemetry.HTTPTransport(transport)
 //	err = telemetry.InstrumentRedis(rdb)      // no commands or keys in spans

@@ -1,14 +1,10 @@
 package telemetry
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
 
-// Label values the worker framework reports (workers.LockAcquired…,
-// workers.ClassTransient…, workers.StatusSucceeded…; a test keeps them
-// equal). Their series exist at 0 from the start: an alert on increase()
-// sees the first event only if the series was there before it.
-func lockResults() []string  { return []string{"acquired", "busy", "error"} }
-func errorClasses() []string { return []string{"transient", "permanent", "lock_busy", "stale_token"} }
-func jobStatuses() []string  { return []string{"succeeded", "failed"} }
+	"github.com/idemgate/idemgate/workers"
+)
 
 // WorkerMetrics counts the worker framework's events in Prometheus. It
 // implements workers.Observer: set it as workers.Deps.Observer.
@@ -27,6 +23,11 @@ type WorkerMetrics struct {
 // already has them: that is a wiring mistake, found at start-up. Call
 // InitTasks with the task kinds the worker serves so their series start
 // at 0 too.
+//
+// Every label value the worker framework reports (workers.LockResults,
+// workers.ErrorClasses, workers.FinishedStatuses) has its series at 0 from
+// the start: an alert on increase() sees the first event only if the
+// series was there before it.
 func NewWorkerMetrics(reg prometheus.Registerer) *WorkerMetrics {
 	m := &WorkerMetrics{
 		lockAcquire: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -63,7 +64,7 @@ func NewWorkerMetrics(reg prometheus.Registerer) *WorkerMetrics {
 		}, []string{"result"}),
 	}
 	reg.MustRegister(m.lockAcquire, m.renewals, m.lost, m.fencing, m.jobs, m.attempts, m.replays, m.dedup)
-	for _, r := range lockResults() {
+	for _, r := range workers.LockResults() {
 		m.lockAcquire.WithLabelValues(r)
 	}
 	for _, r := range []string{"hit", "miss"} {
@@ -76,10 +77,10 @@ func NewWorkerMetrics(reg prometheus.Registerer) *WorkerMetrics {
 // status, attempts by error class, replays.
 func (m *WorkerMetrics) InitTasks(kinds ...string) {
 	for _, k := range kinds {
-		for _, s := range jobStatuses() {
+		for _, s := range workers.FinishedStatuses() {
 			m.jobs.WithLabelValues(k, s)
 		}
-		for _, c := range errorClasses() {
+		for _, c := range workers.ErrorClasses() {
 			m.attempts.WithLabelValues(k, c)
 		}
 		m.replays.WithLabelValues(k)

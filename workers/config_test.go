@@ -3,9 +3,12 @@ package workers
 import (
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/workers/lock"
 )
 
 func TestConfigDefaults(t *testing.T) {
@@ -91,5 +94,51 @@ func TestConfigDeps(t *testing.T) {
 	d := Config{LockTTL: 7 * time.Second}.Deps(fakeDB{}, fakeRedis{})
 	if d.Lock.TTL != 7*time.Second || d.MaxAttempts != DefaultMaxAttempts || d.DB == nil || d.Redis == nil {
 		t.Fatalf("Deps = %+v", d)
+	}
+}
+
+func TestConfigFieldErrors(t *testing.T) {
+	t.Parallel()
+	err := Config{Concurrency: -1, Queues: map[string]int{"bulk": 0, "a b": 1, "": 2}, LockTTL: 5 * time.Millisecond}.Validate()
+	var got []FieldError
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		fe, ok := errors.AsType[*FieldError](e)
+		if !ok {
+			t.Fatalf("%v (%T) is not a *FieldError", e, e)
+		}
+		got = append(got, *fe)
+	}
+	want := []FieldError{
+		{Field: "concurrency", Message: "must be positive, not -1"},
+		{Field: "lock_ttl", Message: "5ms is shorter than the minimum 10ms"},
+		{Field: "queues", Message: "empty queue name"},
+		{Field: "queues", Queue: "a b", Message: `"a b" is not a queue name (letters, digits, '_', '.', ':' and '-')`},
+		{Field: "queues", Queue: "bulk", Message: "priority must be positive, not 0"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Validate:\n%+v\nwant\n%+v", got, want)
+	}
+	if s := want[4]; (&s).Error() != "worker.queues.bulk: priority must be positive, not 0" {
+		t.Errorf("Error() = %q", (&s).Error())
+	}
+}
+
+func TestConfigQueues(t *testing.T) {
+	t.Parallel()
+	// nil takes the default queue; an empty map is a mistake, not a
+	// request for the default.
+	if err := (Config{}).Validate(); err != nil {
+		t.Errorf("nil queues: %v", err)
+	}
+	if err := (Config{Queues: map[string]int{}}).Validate(); err == nil || !strings.Contains(err.Error(), "worker.queues: needs at least one queue") {
+		t.Errorf("empty queues: %v", err)
+	}
+	for name, ok := range map[string]bool{"default": true, "bulk:low-1.a_b": true, "": false, " ": false, "a b": false, "{x}": false} {
+		if err := CheckQueueName(name); (err == nil) != ok {
+			t.Errorf("CheckQueueName(%q) = %v", name, err)
+		}
+	}
+	if DefaultLockTTL != lock.DefaultTTL {
+		t.Errorf("DefaultLockTTL %s is not the lock's own default %s", DefaultLockTTL, lock.DefaultTTL)
 	}
 }

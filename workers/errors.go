@@ -77,7 +77,7 @@ type ConflictError struct {
 }
 
 func (e *ConflictError) Error() string {
-	if e.Status == "succeeded" {
+	if e.Status == StatusSucceeded {
 		return fmt.Sprintf("conflict: business key %s already succeeded with a different payload (result %s)", e.Key, e.ResultRef)
 	}
 	return fmt.Sprintf("conflict: business key %s is being processed with a different payload", e.Key)

@@ -1,5 +1,7 @@
 package workers
 
+import "github.com/idemgate/idemgate/job"
+
 // Lock acquisition results, as reported to Observer.LockAcquire.
 const (
 	LockAcquired = "acquired"
@@ -22,13 +24,35 @@ const (
 	ClassStaleToken = "stale_token"
 )
 
-// Job statuses, as reported to Observer.JobFinished and StatusFunc.
+// Job statuses, as reported to Observer.JobFinished and StatusFunc: the
+// values of job.Status a worker reports (a job is queued before any worker
+// sees it).
 const (
-	StatusProcessing = "processing"
-	StatusRetrying   = "retrying"
-	StatusSucceeded  = "succeeded"
-	StatusFailed     = "failed"
+	StatusProcessing = string(job.Processing)
+	StatusRetrying   = string(job.Retrying)
+	StatusSucceeded  = string(job.Succeeded)
+	StatusFailed     = string(job.Failed)
 )
+
+// LockResults lists the results Observer.LockAcquire reports.
+func LockResults() []string { return []string{LockAcquired, LockBusy, LockError} }
+
+// ErrorClasses lists the error classes Observer.Attempt reports.
+func ErrorClasses() []string {
+	return []string{ClassTransient, ClassPermanent, ClassLockBusy, ClassStaleToken}
+}
+
+// FinishedStatuses lists the statuses Observer.JobFinished reports: the
+// final ones (StatusSucceeded, StatusFailed).
+func FinishedStatuses() []string {
+	var out []string
+	for _, s := range job.Statuses() {
+		if s.Final() {
+			out = append(out, string(s))
+		}
+	}
+	return out
+}
 
 // Observer receives the events the worker framework counts. Metrics
 // implement it; every method must be cheap and safe for concurrent use.

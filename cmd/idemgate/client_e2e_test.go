@@ -15,10 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/gateway/gatewaytest"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/openapi"
 	apiclient "github.com/idemgate/idemgate/openapi/client"
-	"github.com/idemgate/idemgate/openapi/openapitest"
 )
 
 // TestGeneratedClientEndToEnd drives a real gateway and a real worker
@@ -55,7 +55,7 @@ func TestGeneratedClientEndToEnd(t *testing.T) {
 	if doc.Paths.Value("/v1/invoices") == nil || doc.Paths.Value("/v1/invoices").Post == nil {
 		t.Fatal("the served document does not describe the configured route POST /v1/invoices")
 	}
-	spec, err := openapitest.NewValidator(t.Context(), doc)
+	spec, err := gatewaytest.NewValidator(t.Context(), doc)
 	if err != nil {
 		t.Fatal(err)
 	}

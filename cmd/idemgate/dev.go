@@ -9,7 +9,8 @@ import (
 )
 
 // runDev runs the gateway, a worker and partnersim (on worker.partner_url)
-// in one process, for trying idemgate out.
+// in one process, for trying idemgate out. The gateway and the worker share
+// the process's services.
 func runDev(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, logger, err := loadCommand("dev", args, getenv, stdout, stderr)
 	if err != nil {
@@ -19,23 +20,24 @@ func runDev(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil || partner.Host == "" {
 		return usagef("worker.partner_url %q: dev mode runs partnersim there, so it must be http://HOST:PORT", cfg.Worker.PartnerURL)
 	}
+	var cl closers
+	defer cl.close()
 	stopTracing, err := startTracing(ctx, "idemgate", getenv, logger)
 	if err != nil {
 		return err
 	}
-	defer stopTracing()
-	g, err := openGateway(ctx, cfg, logger, true, false)
+	cl.push(stopTracing)
+	svc := newServices(cfg, &cl)
+	g, err := buildGateway(ctx, cfg, logger, svc, &cl, true, false)
 	if err != nil {
 		return err
 	}
-	defer g.close()
-	w, err := openWorker(ctx, cfg, logger)
+	w, err := buildWorker(ctx, cfg, logger, svc)
 	if err != nil {
 		return err
 	}
-	defer w.close()
 	servers := append(g.servers(cfg),
 		server{name: "partnersim", addr: partner.Host, handler: partnersim.New(partnersim.Options{})},
-		server{name: "worker-admin", addr: cfg.Worker.AdminListen, handler: w.admin})
-	return runAll(ctx, cfg, logger, stdout, g.svc.store, servers, w.srv.Run)
+		w.adminServer(cfg))
+	return runAll(ctx, cfg, logger, stdout, g.store, servers, w.srv.Run)
 }

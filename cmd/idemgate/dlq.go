@@ -8,8 +8,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/hibiken/asynq"
-
 	"github.com/idemgate/idemgate/enqueue"
 )
 
@@ -40,19 +38,21 @@ func runDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 	if cfg.DatabaseURL == "" || cfg.RedisURL == "" {
 		return usagef("dlq: database_url and redis_url are required")
 	}
-	pool, err := openPostgres(ctx, cfg.DatabaseURL)
+	var cl closers
+	defer cl.close()
+	svc := newServices(cfg, &cl)
+	pool, err := svc.postgres(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	opt, err := asynqRedis(cfg.RedisURL)
+	client, err := svc.queueClient()
 	if err != nil {
 		return err
 	}
-	client := asynq.NewClient(opt)
-	defer client.Close()
-	inspector := asynq.NewInspector(opt)
-	defer inspector.Close()
+	inspector, err := svc.queueInspector()
+	if err != nil {
+		return err
+	}
 	dl := enqueue.NewDeadLetters(enqueue.New(pool, client), inspector)
 
 	switch op {

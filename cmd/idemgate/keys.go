@@ -37,12 +37,14 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 	if _, ok := cfg.Route(scope.Route); !ok {
 		return usagef("keys: no route named %q in %s", scope.Route, *path)
 	}
-	svc, err := openServices(ctx, cfg, false)
+	// The records are the gateway's: open its services as it does.
+	var cl closers
+	defer cl.close()
+	deps, err := openGatewayDeps(ctx, cfg, newServices(cfg, &cl), false)
 	if err != nil {
 		return err
 	}
-	defer svc.Close()
-	st := svc.store
+	st := deps.store
 	switch op {
 	case "delete":
 		if _, err := st.Get(ctx, scope); err != nil {

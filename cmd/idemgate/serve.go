@@ -2,18 +2,18 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
-	"sync"
-	"time"
 
-	"github.com/idemgate/idemgate/gateway"
+	"github.com/hibiken/asynqmon"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/telemetry"
@@ -27,109 +27,125 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
+	var cl closers
+	defer cl.close()
 	stopTracing, err := startTracing(ctx, "idemgate-gateway", getenv, logger)
 	if err != nil {
 		return err
 	}
-	defer stopTracing()
-	g, err := openGateway(ctx, cfg, logger, false, pprof)
+	cl.push(stopTracing)
+	svc := newServices(cfg, &cl)
+	g, err := buildGateway(ctx, cfg, logger, svc, &cl, false, pprof)
 	if err != nil {
 		return err
 	}
-	defer g.close()
-	return runAll(ctx, cfg, logger, stdout, g.svc.store, g.servers(cfg))
+	return runAll(ctx, cfg, logger, stdout, g.store, g.servers(cfg))
 }
 
-// loadCommand parses a command's flags (--config, --log-format,
-// --log-level and moreFlags), loads the file and makes the logger.
-func loadCommand(name string, args []string, getenv func(string) string, stdout, stderr io.Writer, moreFlags ...func(*flag.FlagSet)) (*config.Config, *slog.Logger, error) {
-	fs := newFlags(name, name+" --config FILE", stdout)
-	path := fs.String("config", "", "configuration file (YAML)")
-	logFormat := fs.String("log-format", "", "json or text: overrides log.format")
-	logLevel := fs.String("log-level", "", "debug, info, warn or error: overrides log.level")
-	for _, f := range moreFlags {
-		f(fs)
+// gatewayDeps are the services the gateway uses.
+type gatewayDeps struct {
+	// pool is set when the store or an enqueue route needs PostgreSQL,
+	// or the process runs a worker too.
+	pool *pgxpool.Pool
+	// redis is set when redis_url is.
+	redis redis.UniversalClient
+	store idempotency.Store
+	// jobs is set when a route enqueues.
+	jobs *enqueue.Enqueuer
+}
+
+// openGatewayDeps opens the gateway's services. withPostgres opens
+// PostgreSQL (and so checks it in /readyz) even when neither the store nor
+// a route needs it.
+func openGatewayDeps(ctx context.Context, cfg *config.Config, svc *services, withPostgres bool) (gatewayDeps, error) {
+	var deps gatewayDeps
+	enqueues := false
+	for _, r := range cfg.Routes {
+		enqueues = enqueues || r.Enqueue != nil
 	}
-	if _, err := parseFlags(fs, args); err != nil {
-		return nil, nil, err
+	if cfg.DatabaseURL != "" && (withPostgres || enqueues || cfg.Store == "postgres") {
+		pool, err := svc.postgres(ctx)
+		if err != nil {
+			return deps, err
+		}
+		deps.pool = pool
 	}
-	switch *logFormat {
-	case "", "json", "text":
-	default:
-		return nil, nil, usagef("--log-format %q: want json or text", *logFormat)
+	if cfg.RedisURL != "" {
+		rdb, err := svc.redisClient()
+		if err != nil {
+			return deps, err
+		}
+		deps.redis = rdb
 	}
-	switch *logLevel {
-	case "", "debug", "info", "warn", "error":
-	default:
-		return nil, nil, usagef("--log-level %q: want debug, info, warn or error", *logLevel)
-	}
-	cfg, err := loadConfig(*path, getenv, name == "worker" || name == "dev")
+	store, err := svc.idempotencyStore(ctx)
 	if err != nil {
-		return nil, nil, err
+		return deps, err
 	}
-	if *logFormat != "" {
-		cfg.Log.Format = *logFormat
+	deps.store = store
+	if enqueues {
+		if deps.pool == nil || cfg.RedisURL == "" {
+			return deps, usagef("enqueue routes need database_url and redis_url")
+		}
+		client, err := svc.queueClient()
+		if err != nil {
+			return deps, err
+		}
+		deps.jobs = enqueue.New(deps.pool, client)
+		deps.jobs.Headers = telemetry.InjectTask
 	}
-	if *logLevel != "" {
-		cfg.Log.Level = *logLevel
-	}
-	logger := newLogger(cfg, stderr)
-	for _, w := range cfg.Warnings() {
-		logger.Warn("configuration: " + w)
-	}
-	return cfg, logger, nil
+	return deps, nil
 }
 
-// openedGateway is a built gateway and the services it uses.
-type openedGateway struct {
+// builtGateway is a gateway and the store its janitor sweeps.
+type builtGateway struct {
 	*gateway.Gateway
-	svc *services
+	store idempotency.Store
 }
 
-func (g *openedGateway) close() {
-	_ = g.Gateway.Close(context.Background())
-	g.svc.Close()
-}
-
-func (g *openedGateway) servers(cfg *config.Config) []server {
+func (g *builtGateway) servers(cfg *config.Config) []server {
 	return []server{
 		{name: "public", addr: cfg.Listen, handler: telemetry.HTTPHandler(g.Handler())},
 		{name: "admin", addr: cfg.AdminListen, handler: g.AdminHandler()},
 	}
 }
 
-// openGateway connects the gateway's services and builds it.
-func openGateway(ctx context.Context, cfg *config.Config, logger *slog.Logger, needPostgres, pprof bool) (*openedGateway, error) {
-	svc, err := openServices(ctx, cfg, needPostgres)
+// buildGateway opens the gateway's services and builds it, with the
+// queues' UI on its admin listener when redis_url is set. Its release is
+// pushed on cl.
+func buildGateway(ctx context.Context, cfg *config.Config, logger *slog.Logger, svc *services, cl *closers, withPostgres, pprof bool) (*builtGateway, error) {
+	deps, err := openGatewayDeps(ctx, cfg, svc, withPostgres)
 	if err != nil {
 		return nil, err
 	}
-	opts, err := gatewayOptions(cfg, svc, logger)
+	opts, err := gatewayOptions(cfg, deps, logger)
 	if err != nil {
-		svc.Close()
 		return nil, err
 	}
 	opts.OpenAPI, opts.OpenAPIJSON, err = servedSpec(cfg)
 	if err != nil {
-		svc.Close()
 		return nil, err
 	}
 	opts.Pprof = pprof
 	g, err := gateway.New(opts)
 	if err != nil {
-		svc.Close()
 		return nil, usagef("%v", err)
 	}
+	cl.push(func() { _ = g.Close(context.Background()) })
 	if cfg.RedisURL != "" {
-		closeQueues, err := mountQueues(g, cfg.RedisURL)
+		opt, err := svc.queueConn()
 		if err != nil {
-			svc.Close()
 			return nil, err
 		}
-		svc.close = append(svc.close, closeQueues)
+		mon := asynqmon.New(asynqmon.Options{RootPath: queuesPath, RedisConnOpt: opt})
+		cl.push(func() { _ = mon.Close() })
+		g.AdminMount(queuesPath, mon)
 	}
-	return &openedGateway{Gateway: g, svc: svc}, nil
+	return &builtGateway{Gateway: g, store: deps.store}, nil
 }
+
+// queuesPath is where asynqmon, the queues' web UI and API, is mounted on
+// the admin listener, behind the admin token.
+const queuesPath = "/admin/queues"
 
 // servedSpec is the OpenAPI description the gateway serves: its own
 // endpoints and each configured enqueue route with its job's schema.
@@ -155,77 +171,4 @@ func servedSpec(cfg *config.Config) (yamlDoc, jsonDoc []byte, err error) {
 		return nil, nil, fmt.Errorf("openapi: describing the enqueue routes: %w", err)
 	}
 	return yamlDoc, jsonDoc, nil
-}
-
-// server is one listener of the process.
-type server struct {
-	name, addr string
-	handler    http.Handler
-}
-
-// serve listens on every server (an empty address is off), runs the
-// janitor when the store has one, and on ctx's end shuts down gracefully:
-// no new connections, in-flight requests finish and store their records.
-func serve(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout io.Writer, store idempotency.Store, servers []server) error {
-	var (
-		wg   sync.WaitGroup
-		errc = make(chan error, len(servers))
-		srvs []*http.Server
-	)
-	for _, s := range servers {
-		if s.addr == "" {
-			continue
-		}
-		ln, err := net.Listen("tcp", s.addr)
-		if err != nil {
-			for _, srv := range srvs {
-				_ = srv.Close()
-			}
-			wg.Wait()
-			return fmt.Errorf("%s listener: %w", s.name, err)
-		}
-		srv := &http.Server{
-			Handler:           s.handler,
-			ReadHeaderTimeout: time.Duration(cfg.Server.ReadHeaderTimeout),
-			ReadTimeout:       time.Duration(cfg.Server.ReadTimeout),
-			WriteTimeout:      time.Duration(cfg.Server.WriteTimeout),
-			IdleTimeout:       time.Duration(cfg.Server.IdleTimeout),
-			MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
-			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		}
-		srvs = append(srvs, srv)
-		fmt.Fprintf(stdout, "idemgate: %s listening on http://%s\n", s.name, ln.Addr())
-		logger.Info("listening", "listener", s.name, "addr", ln.Addr().String())
-		wg.Go(func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("%s listener: %w", s.name, err)
-			}
-		})
-	}
-
-	janitorCtx, stopJanitor := context.WithCancel(ctx)
-	defer stopJanitor()
-	if j, ok := store.(idempotency.Janitor); ok {
-		wg.Go(func() {
-			_ = idempotency.RunJanitor(janitorCtx, j, time.Duration(cfg.Janitor.Interval), cfg.Janitor.Batch, logger)
-		})
-	}
-
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	stopJanitor()
-	logger.Info("shutting down", "timeout", cfg.Server.ShutdownTimeout.String())
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Server.ShutdownTimeout))
-	defer cancel()
-	for _, srv := range srvs {
-		if e := srv.Shutdown(shutdownCtx); e != nil {
-			err = errors.Join(err, e)
-			_ = srv.Close()
-		}
-	}
-	wg.Wait()
-	return err
 }

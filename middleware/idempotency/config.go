@@ -38,35 +38,41 @@ const (
 type Config struct {
 	// Route names the route in every scope; required.
 	Route string
-	// Methods that require a key. Default (nil) POST, PATCH; an empty,
-	// non-nil list means none. Other methods pass through untouched.
+	// Methods that require a key, each an HTTP method token. Default (nil)
+	// DefaultMethods, POST and PATCH; an empty, non-nil list means none.
+	// Other methods pass through untouched.
 	Methods []string
-	// KeySyntax: KeyCompat (default) or KeyStrict.
+	// KeySyntax: KeyCompat or KeyStrict. Default DefaultKeySyntax, compat.
 	KeySyntax KeySyntax
-	// MaxKeyLength after parsing. Default 255.
+	// MaxKeyLength after parsing, 1..4096. Default DefaultMaxKeyLength, 255.
 	MaxKeyLength int
-	// Retention of a completed record. Default 24h.
+	// Retention of a completed record. Default DefaultRetention, 24h.
 	Retention time.Duration
-	// Lease of a claim; renewed every Lease/3 while the handler runs.
-	// Default 30s.
+	// Lease of a claim, at least 100ms and at most Retention; renewed
+	// every Lease/3 while the handler runs. Default DefaultLease, 30s.
 	Lease time.Duration
 	// WaitInFlight > 0 holds a duplicate of a request in flight for up to
 	// this long and replays the original's response instead of 409.
 	// Default 0 (answer 409 at once).
 	WaitInFlight time.Duration
-	// MaxRequestBytes bounds the body read for the fingerprint. Default 1 MiB.
+	// MaxRequestBytes bounds the body read for the fingerprint. Default
+	// DefaultMaxRequestBytes, 1 MiB.
 	MaxRequestBytes int64
 	// MaxStoredResponseBytes bounds a stored body; a larger response is
-	// delivered to the first caller and stored without its body. Default 1 MiB.
+	// delivered to the first caller and stored without its body. Default
+	// DefaultMaxStoredResponseBytes, 1 MiB.
 	MaxStoredResponseBytes int64
-	// FingerprintHeaders are request headers included in the fingerprint.
+	// FingerprintHeaders are request headers included in the fingerprint,
+	// each a header name token.
 	FingerprintHeaders []string
 	// FingerprintJSONFields, when set, restrict a JSON body's fingerprint to
 	// these JSON Pointers.
 	FingerprintJSONFields []string
-	// OnStoreError: FailClosed (default) or FailOpen.
+	// OnStoreError: FailClosed or FailOpen. Default DefaultOnStoreError,
+	// fail_closed.
 	OnStoreError StoreErrorPolicy
-	// OnAmbiguous: AmbiguousRelease (default) or AmbiguousHold.
+	// OnAmbiguous: AmbiguousRelease or AmbiguousHold. Default
+	// DefaultOnAmbiguous, release.
 	OnAmbiguous AmbiguousPolicy
 	// ReplayCache, when set, answers replays of recently completed records
 	// from process memory. Routes may share one.
@@ -85,36 +91,58 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Defaults for Config.
+const (
+	DefaultKeySyntax              = KeyCompat
+	DefaultMaxKeyLength           = 255
+	DefaultRetention              = 24 * time.Hour
+	DefaultLease                  = 30 * time.Second
+	DefaultMaxRequestBytes        = 1 << 20
+	DefaultMaxStoredResponseBytes = 1 << 20
+	DefaultOnStoreError           = FailClosed
+	DefaultOnAmbiguous            = AmbiguousRelease
+)
+
+// The bounds of MaxKeyLength and Lease.
+const (
+	maxKeyLengthLimit = 4096
+	minLease          = 100 * time.Millisecond
+)
+
+// DefaultMethods returns the methods that need a key when Config.Methods
+// is nil: POST and PATCH.
+func DefaultMethods() []string { return []string{http.MethodPost, http.MethodPatch} }
+
 // AnonymousTenant is the tenant of every request when Config.Tenant is nil.
 const AnonymousTenant = "anonymous"
 
 func (c Config) withDefaults() Config {
 	if c.Methods == nil {
-		c.Methods = []string{http.MethodPost, http.MethodPatch}
+		c.Methods = DefaultMethods()
 	}
 	if c.KeySyntax == "" {
-		c.KeySyntax = KeyCompat
+		c.KeySyntax = DefaultKeySyntax
 	}
 	if c.MaxKeyLength == 0 {
-		c.MaxKeyLength = 255
+		c.MaxKeyLength = DefaultMaxKeyLength
 	}
 	if c.Retention == 0 {
-		c.Retention = 24 * time.Hour
+		c.Retention = DefaultRetention
 	}
 	if c.Lease == 0 {
-		c.Lease = 30 * time.Second
+		c.Lease = DefaultLease
 	}
 	if c.MaxRequestBytes == 0 {
-		c.MaxRequestBytes = 1 << 20
+		c.MaxRequestBytes = DefaultMaxRequestBytes
 	}
 	if c.MaxStoredResponseBytes == 0 {
-		c.MaxStoredResponseBytes = 1 << 20
+		c.MaxStoredResponseBytes = DefaultMaxStoredResponseBytes
 	}
 	if c.OnStoreError == "" {
-		c.OnStoreError = FailClosed
+		c.OnStoreError = DefaultOnStoreError
 	}
 	if c.OnAmbiguous == "" {
-		c.OnAmbiguous = AmbiguousRelease
+		c.OnAmbiguous = DefaultOnAmbiguous
 	}
 	if c.Tenant == nil {
 		c.Tenant = func(*http.Request) string { return AnonymousTenant }
@@ -132,56 +160,108 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports every problem with c at once.
-func (c Config) Validate() error {
+// FieldError is one problem with one field of a Config. Validate and
+// ValidateResolved return every one they find, joined with errors.Join.
+type FieldError struct {
+	// Field names the field as a configuration file spells it, with the
+	// entry of a list: "lease", "methods[1]", "fingerprint_json_fields[0]".
+	Field string
+	// With names the other field of a conflict between two, as for a
+	// lease longer than the retention; "" otherwise.
+	With string
+	// Message says what is wrong, in one line.
+	Message string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+
+// Validate reports every problem with c at once, each a *FieldError. A zero
+// field stands for its default and is checked as that default.
+func (c Config) Validate() error { return c.withDefaults().ValidateResolved() }
+
+// ValidateResolved is Validate for settings whose defaults are already
+// filled in, such as those read from a configuration file, where a key
+// left out takes its default and a key written means what it says: a zero
+// field is checked as the value zero, not as its default.
+func (c Config) ValidateResolved() error {
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
 	if c.Route == "" {
-		bad("route: required")
+		bad("route", "required")
 	}
-	switch c.KeySyntax {
-	case "", KeyStrict, KeyCompat:
-	default:
-		bad("key_syntax: %q is not strict or compat", c.KeySyntax)
-	}
-	if c.MaxKeyLength < 0 || c.MaxKeyLength > 4096 {
-		bad("max_key_length: %d is outside 1..4096", c.MaxKeyLength)
-	}
-	if c.Retention < 0 {
-		bad("retention: %s is negative", c.Retention)
-	}
-	if c.Lease < 0 || (c.Lease > 0 && c.Lease < 100*time.Millisecond) {
-		bad("lease: %s must be at least 100ms", c.Lease)
-	}
-	if c.Retention > 0 && c.Lease > c.Retention {
-		bad("lease: %s is longer than retention %s", c.Lease, c.Retention)
-	}
-	if c.WaitInFlight < 0 {
-		bad("wait_in_flight: %s is negative", c.WaitInFlight)
-	}
-	if c.MaxRequestBytes < 0 {
-		bad("max_request_bytes: %d is negative", c.MaxRequestBytes)
-	}
-	if c.MaxStoredResponseBytes < 0 {
-		bad("max_stored_response_bytes: %d is negative", c.MaxStoredResponseBytes)
-	}
-	switch c.OnStoreError {
-	case "", FailClosed, FailOpen:
-	default:
-		bad("on_store_error: %q is not fail_closed or fail_open", c.OnStoreError)
-	}
-	switch c.OnAmbiguous {
-	case "", AmbiguousRelease, AmbiguousHold:
-	default:
-		bad("on_ambiguous: %q is not release or hold", c.OnAmbiguous)
-	}
-	for _, m := range c.Methods {
-		if m == "" || strings.ContainsAny(m, " \t") {
-			bad("methods: %q is not an HTTP method", m)
+	for i, m := range c.Methods {
+		if !isToken(m) {
+			bad(fmt.Sprintf("methods[%d]", i), "%q is not an HTTP method", m)
 		}
 	}
-	if _, err := NewFingerprinter(c.FingerprintHeaders, c.FingerprintJSONFields); err != nil {
-		errs = append(errs, err)
+	switch c.KeySyntax {
+	case KeyStrict, KeyCompat:
+	default:
+		bad("key_syntax", "%q is not strict or compat", c.KeySyntax)
+	}
+	if c.MaxKeyLength < 1 || c.MaxKeyLength > maxKeyLengthLimit {
+		bad("max_key_length", "%d is outside 1..%d", c.MaxKeyLength, maxKeyLengthLimit)
+	}
+	if c.Retention <= 0 {
+		bad("retention", "must be positive, not %s", c.Retention)
+	}
+	switch {
+	case c.Lease <= 0:
+		bad("lease", "must be positive, not %s", c.Lease)
+	case c.Lease < minLease:
+		bad("lease", "%s is shorter than the minimum %s", c.Lease, minLease)
+	}
+	// A record must outlive its claim.
+	if c.Retention > 0 && c.Lease > c.Retention {
+		errs = append(errs, &FieldError{Field: "lease", With: "retention",
+			Message: fmt.Sprintf("%s is longer than retention %s", c.Lease, c.Retention)})
+	}
+	if c.WaitInFlight < 0 {
+		bad("wait_in_flight", "must not be negative, not %s", c.WaitInFlight)
+	}
+	if c.MaxRequestBytes <= 0 {
+		bad("max_request_bytes", "must be positive, not %d", c.MaxRequestBytes)
+	}
+	if c.MaxStoredResponseBytes <= 0 {
+		bad("max_stored_response_bytes", "must be positive, not %d", c.MaxStoredResponseBytes)
+	}
+	for i, h := range c.FingerprintHeaders {
+		if !isToken(h) {
+			bad(fmt.Sprintf("fingerprint_headers[%d]", i), "%q is not a header name", h)
+		}
+	}
+	for i, p := range c.FingerprintJSONFields {
+		if _, err := parsePointer(p); err != nil {
+			bad(fmt.Sprintf("fingerprint_json_fields[%d]", i), "%s", strings.TrimPrefix(err.Error(), "json_fields: "))
+		}
+	}
+	switch c.OnStoreError {
+	case FailClosed, FailOpen:
+	default:
+		bad("on_store_error", "%q is not fail_closed or fail_open", c.OnStoreError)
+	}
+	switch c.OnAmbiguous {
+	case AmbiguousRelease, AmbiguousHold:
+	default:
+		bad("on_ambiguous", "%q is not release or hold", c.OnAmbiguous)
 	}
 	return errors.Join(errs...)
+}
+
+// isToken reports whether s is an RFC 9110 token, as a method and a header
+// name are.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
 }

@@ -9,9 +9,16 @@
 // with a higher fencing token, which the handler reads from AttemptFrom and
 // can forward upstream.
 //
+// The wrapped handler reads its claim with AttemptFrom and, when it proxies,
+// marks a transport failure NotProcessed (the key is released) or Ambiguous
+// (OnAmbiguous decides). Errors are sentinels and a *RequestError; an
+// ErrorHandler renders them (DefaultErrorHandler writes problem+json).
+//
 // The store decides correctness: pgstore (PostgreSQL) is the source of
 // truth, redisstore is faster and as durable as Redis, memstore is for tests
-// and single processes. Every store passes the idempotencytest suite.
+// and single processes. Every store passes the idempotencytest suite. The
+// stores import this package, never the reverse, and this package needs
+// only the standard library, so a service adopts it without the gateway.
 //
 //	mw, err := idempotency.New(pgstore.New(pool), idempotency.Config{
 //		Route:  "payments",

@@ -15,10 +15,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/gateway/gatewaytest"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/openapi/client"
-	"github.com/idemgate/idemgate/openapi/openapitest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -30,8 +30,8 @@ type target struct {
 	url, apiKey string
 	http        *http.Client
 	// In process only.
-	srv  *openapitest.Server
-	jobs *openapitest.Jobs
+	srv  *gatewaytest.Server
+	jobs *gatewaytest.Jobs
 }
 
 func (tg target) real() bool { return tg.srv == nil }
@@ -47,9 +47,9 @@ func newTarget(t *testing.T) target {
 		t.Cleanup(c.CloseIdleConnections)
 		return target{url: u, apiKey: key, http: c}
 	}
-	jobs := openapitest.NewJobs()
-	srv := openapitest.Start(t, openapitest.Options(jobs, memstore.New()))
-	return target{url: srv.Public.URL, apiKey: openapitest.APIKey, http: srv.Public.Client(), srv: srv, jobs: jobs}
+	jobs := gatewaytest.NewJobs()
+	srv := gatewaytest.Start(t, gatewaytest.Options(jobs, memstore.New()))
+	return target{url: srv.Public.URL, apiKey: gatewaytest.APIKey, http: srv.Public.Client(), srv: srv, jobs: jobs}
 }
 
 func newClient(t *testing.T, base string, hc *http.Client, token string) *client.ClientWithResponses {
@@ -263,7 +263,7 @@ func TestOtherTenantsJob(t *testing.T) {
 	tg := newTarget(t)
 	other := os.Getenv("TEST_IDEMGATE_OTHER_API_KEY")
 	if !tg.real() {
-		other = openapitest.OtherAPIKey
+		other = gatewaytest.OtherAPIKey
 	}
 	if other == "" {
 		t.Skip("TEST_IDEMGATE_OTHER_API_KEY names no second tenant")
@@ -295,8 +295,8 @@ func TestAdminRecord(t *testing.T) {
 	if err != nil || a.job == nil {
 		t.Fatalf("submit: %v, status %d", err, a.status)
 	}
-	adm := newClient(t, tg.srv.Admin.URL, tg.srv.Admin.Client(), openapitest.AdminToken)
-	r, err := adm.GetIdempotencyRecordWithResponse(t.Context(), openapitest.Tenant, "invoices", key)
+	adm := newClient(t, tg.srv.Admin.URL, tg.srv.Admin.Client(), gatewaytest.AdminToken)
+	r, err := adm.GetIdempotencyRecordWithResponse(t.Context(), gatewaytest.Tenant, "invoices", key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,11 +312,11 @@ func TestAdminRecord(t *testing.T) {
 		t.Errorf("stored Location %v", loc)
 	}
 
-	del, err := adm.DeleteIdempotencyRecordWithResponse(t.Context(), openapitest.Tenant, "invoices", key)
+	del, err := adm.DeleteIdempotencyRecordWithResponse(t.Context(), gatewaytest.Tenant, "invoices", key)
 	if err != nil || del.StatusCode() != http.StatusNoContent {
 		t.Fatalf("delete: %v, status %d", err, del.StatusCode())
 	}
-	r, err = adm.GetIdempotencyRecordWithResponse(t.Context(), openapitest.Tenant, "invoices", key)
+	r, err = adm.GetIdempotencyRecordWithResponse(t.Context(), gatewaytest.Tenant, "invoices", key)
 	if err != nil || r.ApplicationproblemJSON404 == nil {
 		t.Errorf("after delete: %v, status %d", err, r.StatusCode())
 	}
@@ -335,8 +335,8 @@ func TestAdminKeyWithSlash(t *testing.T) {
 	if err != nil || a.status != http.StatusAccepted {
 		t.Fatalf("submit: %v, status %d", err, a.status)
 	}
-	adm := newClient(t, tg.srv.Admin.URL, tg.srv.Admin.Client(), openapitest.AdminToken)
-	r, err := adm.GetIdempotencyRecordWithResponse(t.Context(), openapitest.Tenant, "invoices", key)
+	adm := newClient(t, tg.srv.Admin.URL, tg.srv.Admin.Client(), gatewaytest.AdminToken)
+	r, err := adm.GetIdempotencyRecordWithResponse(t.Context(), gatewaytest.Tenant, "invoices", key)
 	if err != nil || r.JSON200 == nil || r.JSON200.Key != key {
 		t.Errorf("record of %q: %v, status %d, %s", key, err, r.StatusCode(), r.Body)
 	}

@@ -7,10 +7,10 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/idemgate/idemgate/gateway/gatewaytest"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/openapi/client"
-	"github.com/idemgate/idemgate/openapi/openapitest"
 )
 
 // Submitting a job twice with one Idempotency-Key, then reading it:
@@ -18,14 +18,14 @@ import (
 // are configuration, so the job is posted as plain JSON; the job
 // document and GET /v1/jobs/{id} are the client's.
 func ExampleClientWithResponses_GetJobWithResponse() {
-	srv, err := openapitest.New(openapitest.Options(openapitest.NewJobs(), memstore.New()))
+	srv, err := gatewaytest.New(gatewaytest.Options(gatewaytest.NewJobs(), memstore.New()))
 	if err != nil {
 		panic(err)
 	}
 	defer srv.Close()
 	ctx := context.Background()
 	auth := func(_ context.Context, req *http.Request) error {
-		req.Header.Set("Authorization", "Bearer "+openapitest.APIKey)
+		req.Header.Set("Authorization", "Bearer "+gatewaytest.APIKey)
 		return nil
 	}
 

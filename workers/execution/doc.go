@@ -1,18 +1,25 @@
 // Package execution keeps the execution state of idempotent jobs in
-// PostgreSQL: one `job_executions` row per business key (`invoice:{order_id}`,
-// never an attempt id) saying whether the job is processing, succeeded or
-// failed, how many real attempts it has had, and the fencing token of the
-// attempt that owns it now.
+// PostgreSQL: one `job_executions` row per (tenant, business key) — the key
+// is `invoice:{order_id}`, never an attempt id — saying whether the job is
+// processing, succeeded or failed, how many real attempts it has had, the
+// fencing token of the attempt that owns it now, and the hash of the
+// payload that took the key.
 //
-// Every change after the first is conditional on that fencing token, so an
-// attempt that has lost the job to a newer one can neither finish nor fail
-// it: its writes come back as a *fence.StaleTokenError. A succeeded row is
-// final; MarkProcessing refuses it with ErrSucceeded and the worker acks the
-// duplicate delivery instead of running it again.
+// Take draws the resource's next fencing token (fence.NextStatement) and
+// marks the job processing under it in one statement, so the token and the
+// ownership commit together; MarkProcessing does the same with a token
+// drawn elsewhere. Every change after that is conditional on the token, so
+// an attempt that has lost the job to a newer one can neither finish nor
+// fail it: its writes come back as a *fence.StaleTokenError. A succeeded
+// row is final: Take refuses it with ErrSucceeded and the worker acks the
+// duplicate delivery instead of running it again. A key that has
+// succeeded, or is running, with another payload refuses the attempt with
+// ErrConflict.
 //
 //	store := execution.New(pool)
-//	rec, err := store.MarkProcessing(ctx, execution.Attempt{
-//		Key: "invoice:42", Task: "invoice.create", Resource: "order:42", Token: token,
+//	rec, err := store.Take(ctx, execution.Attempt{
+//		Tenant: "acme", Key: "invoice:42", Task: "invoice.create",
+//		Resource: "acme/order:42", PayloadSHA256: sha,
 //	})
 //	switch {
 //	case errors.Is(err, execution.ErrSucceeded):
@@ -20,6 +27,6 @@
 //	case err != nil:
 //		return err
 //	}
-//	// ... the side effect, then:
-//	err = store.MarkSucceeded(ctx, rec.Key, rec.FencingToken, "invoice-7")
+//	// ... the side effect, fenced with rec.FencingToken, then:
+//	err = store.MarkSucceeded(ctx, rec.Tenant, rec.Key, rec.FencingToken, "invoice-7")
 package execution

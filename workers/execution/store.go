@@ -11,23 +11,25 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/fence"
 )
 
-// Status is where a job stands.
-type Status string
+// Status is where a job stands: the execution state takes three of the
+// job statuses.
+type Status = job.Status
 
 const (
 	// StatusProcessing: an attempt owns the job, or the last one ended with a
 	// transient error and the next is due.
-	StatusProcessing Status = "processing"
+	StatusProcessing = job.Processing
 	// StatusSucceeded: the effect happened and ResultRef names its result.
 	// Final.
-	StatusSucceeded Status = "succeeded"
+	StatusSucceeded = job.Succeeded
 	// StatusFailed: a permanent error, or the attempts ran out; the task is
 	// archived. A delivery after this (a replay from the dead-letter queue)
 	// starts again with a fresh attempt count.
-	StatusFailed Status = "failed"
+	StatusFailed = job.Failed
 )
 
 var (

@@ -12,6 +12,10 @@
 //
 //	token, err := fence.Next(ctx, pool, "sku:9")
 //
+// The worker framework draws its tokens inside execution.Store.Take
+// instead: NextStatement is part of the statement that marks the job
+// processing, so the token and the job's ownership commit together.
+//
 // A business write checks the fence in its own transaction. Check locks the
 // resource's row in `fence_accepted` for the rest of the transaction and
 // records the token, or returns a *StaleTokenError (errors.Is(err,
@@ -31,8 +35,8 @@
 //
 //	tag, err := tx.Exec(ctx, `
 //		UPDATE inventory_items
-//		   SET quantity = quantity + $1, fencing_token = $2
-//		 WHERE sku = $3 AND fencing_token < $2`, delta, job.Token, sku)
+//		   SET stock = stock + $1, fencing_token = $2
+//		 WHERE tenant = $3 AND sku = $4 AND fencing_token < $2`, delta, job.Token, job.Tenant, sku)
 //	if err != nil {
 //		return err
 //	}

@@ -16,7 +16,10 @@
 // writes that must not come from a stale owner are also fenced (see package
 // fence).
 //
-//	locker := lock.New(rdb, lock.Options{TTL: 30 * time.Second})
+//	locker, err := lock.New(rdb, lock.Options{TTL: 30 * time.Second})
+//	if err != nil {
+//		return err // an invalid option
+//	}
 //	lease, err := locker.Acquire(ctx, "order:42")
 //	if errors.Is(err, lock.ErrBusy) {
 //		// someone else is working on order 42: try later

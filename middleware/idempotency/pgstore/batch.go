@@ -1,5 +1,16 @@
 package pgstore
 
+// Why this is not redisstore's pipelining (../redisstore/pipeline.go),
+// which solves the same problem — many concurrent claims and completions
+// sharing one round trip: here what is shared is a commit. A batch is one
+// transaction with one WAL flush, sorted into one lock order so two
+// batches cannot deadlock, and it stands or falls as a whole, so a failed
+// batch makes each caller run its statement again on its own, told whether
+// the batch may have committed. Its flushers are goroutines the Store owns
+// and Close stops. Redis has no commit to share: each script is atomic on
+// its own, one script's error is only its own, and the only retry follows
+// a NOSCRIPT answer. One mechanism for both would carry both failure models.
+
 import (
 	"cmp"
 	"context"

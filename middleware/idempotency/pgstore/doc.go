@@ -11,8 +11,14 @@
 // Expired rows stay until DeleteExpired (or RunJanitor) removes them in
 // bounded batches.
 //
+// The claims and completions of concurrent requests are coalesced into one
+// round trip run as one transaction, so one commit serves them all
+// (batch.go; WithBatching tunes or turns it off). A result is handed back
+// only after the commit that holds it, and when a batch fails each of its
+// statements runs again on its own.
+//
 //	store := pgstore.New(pool) // a *pgxpool.Pool on a migrated database
-//	defer store.Close()        // stops the LISTEN connection Watch opened
+//	defer store.Close()        // stops the batcher and the LISTEN connection Watch opened
 //
 //	ctx, cancel := context.WithCancel(ctx)
 //	var wg sync.WaitGroup

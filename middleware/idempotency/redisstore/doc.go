@@ -11,6 +11,11 @@
 // published on a channel per record, which Watch turns into wake-ups for
 // duplicates waiting on an in-flight original.
 //
+// The scripts every request runs (claim, then complete, release or hold)
+// share round trips: a script goes out at once when a pipeline is free, and
+// those that queue behind busy ones go out together, each still atomic on
+// its own (pipeline.go; WithPipelining tunes it or turns it off).
+//
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}) // or redis.NewClusterClient
 //	store := redisstore.New(rdb, redisstore.WithPrefix("idemgate:"))
 //	defer store.Close()

@@ -11,33 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
-
-	"github.com/idemgate/idemgate/examples"
 	"github.com/idemgate/idemgate/examples/reconcile"
-	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/telemetry"
-	"github.com/idemgate/idemgate/workers"
 )
-
-// exampleHandlers returns the Go handlers of the four example jobs, as a
-// program that declares them registers its own. onDedup, if set, counts
-// notification.send's dedup window hits and misses.
-func exampleHandlers(cfg *config.Config, pool *pgxpool.Pool, rdb redis.UniversalClient, onDedup func(bool)) (*workers.Handlers, error) {
-	hs := workers.NewHandlers()
-	err := examples.Register(hs, examples.Business{
-		DB:         pool,
-		Redis:      rdb,
-		PartnerURL: cfg.Worker.PartnerURL,
-		HTTPClient: &http.Client{Transport: telemetry.HTTPTransport(nil)},
-		OnDedup:    onDedup,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return hs, nil
-}
 
 // runReconcile checks the business invariants; any violation exits 1.
 func runReconcile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -53,11 +28,12 @@ func runReconcile(ctx context.Context, args []string, getenv func(string) string
 	if cfg.DatabaseURL == "" {
 		return usagef("reconcile: database_url is required")
 	}
-	pool, err := openPostgres(ctx, cfg.DatabaseURL)
+	var cl closers
+	defer cl.close()
+	pool, err := newServices(cfg, &cl).postgres(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
 	opts := reconcile.Options{Grace: grace}
 	if partner != "" {
 		if _, err := url.Parse(partner); err != nil {

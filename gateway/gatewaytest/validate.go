@@ -1,4 +1,4 @@
-package openapitest
+package gatewaytest
 
 import (
 	"context"
@@ -24,7 +24,7 @@ import (
 // request's operation by method and path alone: a gateway under test
 // listens on a random port, which the documented servers cannot match.
 //
-//	v, err := openapitest.NewValidator(ctx, nil) // the example routes' document
+//	v, err := gatewaytest.NewValidator(ctx, nil) // the example routes' document
 //	err = v.Validate(ctx, resp, body)
 type Validator struct {
 	doc   *openapi3.T

@@ -1,0 +1,110 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/idemgate/idemgate/openapi"
+)
+
+// FieldError is one fault of an invalid payload: the field's path
+// (parcels[2].weight_g) and what is wrong with it.
+type FieldError = openapi.FieldError
+
+// Problem is a final 4xx or 5xx answer, decoded from its RFC 9457
+// application/problem+json body. An answer that is not problem+json (an
+// upstream's own error page) becomes a Problem too: Type "about:blank",
+// Title the status text, Detail the start of the body.
+type Problem struct {
+	Type      string       `json:"type"`
+	Title     string       `json:"title"`
+	Status    int          `json:"status"`
+	Detail    string       `json:"detail"`
+	Instance  string       `json:"instance"`
+	RequestID string       `json:"request_id"`
+	Errors    []FieldError `json:"errors,omitempty"`
+}
+
+// Slug is the last path segment of Type (idempotency-key-reused), which
+// names the problem whatever problem_base the gateway is configured with.
+func (p *Problem) Slug() string {
+	t := strings.TrimRight(p.Type, "/")
+	return t[strings.LastIndexByte(t, '/')+1:]
+}
+
+// Error says the status, the slug (or the title when the type is
+// about:blank) and the detail.
+func (p *Problem) Error() string {
+	name := p.Slug()
+	if p.Type == "" || p.Type == "about:blank" {
+		name = p.Title
+	}
+	if name == "" {
+		name = http.StatusText(p.Status)
+	}
+	s := fmt.Sprintf("idemgate: %d %s", p.Status, name)
+	if p.Detail != "" {
+		s += ": " + p.Detail
+	}
+	return s
+}
+
+// The problem slugs a client acts on.
+const (
+	slugKeyInUse       = "idempotency-key-in-use"
+	slugKeyReused      = "idempotency-key-reused"
+	slugOutcomeUnknown = "idempotency-outcome-unknown"
+	slugInvalidPayload = "invalid-payload"
+)
+
+// IsKeyReused reports whether err is a 422 idempotency-key-reused: the key
+// was used before for a different request. Retrying cannot help; the
+// caller has a bug or a key collision.
+func IsKeyReused(err error) bool { return isSlug(err, slugKeyReused) }
+
+// IsOutcomeUnknown reports whether err is a 409 idempotency-outcome-unknown:
+// the gateway does not know whether the original request took effect and
+// holds the key until an operator resolves it.
+func IsOutcomeUnknown(err error) bool { return isSlug(err, slugOutcomeUnknown) }
+
+// IsInvalidPayload reports whether err is a 422 invalid-payload; the
+// Problem's Errors say which fields are at fault.
+func IsInvalidPayload(err error) bool { return isSlug(err, slugInvalidPayload) }
+
+func isSlug(err error, slug string) bool {
+	var p *Problem
+	return errors.As(err, &p) && p.Slug() == slug
+}
+
+// maxDetail bounds the Detail taken from a body that is not a problem.
+const maxDetail = 200
+
+// problemFrom reads a 4xx or 5xx answer as a Problem.
+func problemFrom(status int, h http.Header, body []byte) *Problem {
+	if mt, _, _ := mime.ParseMediaType(h.Get("Content-Type")); mt == "application/problem+json" {
+		var p Problem
+		if json.Unmarshal(body, &p) == nil && p.Type != "" {
+			if p.Status == 0 {
+				p.Status = status
+			}
+			return &p
+		}
+	}
+	detail := strings.TrimSpace(string(body))
+	if !utf8.ValidString(detail) {
+		detail = ""
+	}
+	if len(detail) > maxDetail {
+		cut := maxDetail
+		for cut > 0 && !utf8.RuneStart(detail[cut]) {
+			cut--
+		}
+		detail = detail[:cut] + "…"
+	}
+	return &Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail}
+}

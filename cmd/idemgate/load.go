@@ -1,0 +1,76 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/examples"
+)
+
+// loadCommand parses a command's flags (--config, --log-format,
+// --log-level and moreFlags), loads the file and makes the logger.
+func loadCommand(name string, args []string, getenv func(string) string, stdout, stderr io.Writer, moreFlags ...func(*flag.FlagSet)) (*config.Config, *slog.Logger, error) {
+	fs := newFlags(name, name+" --config FILE", stdout)
+	path := fs.String("config", "", "configuration file (YAML)")
+	logFormat := fs.String("log-format", "", "json or text: overrides log.format")
+	logLevel := fs.String("log-level", "", "debug, info, warn or error: overrides log.level")
+	for _, f := range moreFlags {
+		f(fs)
+	}
+	if _, err := parseFlags(fs, args); err != nil {
+		return nil, nil, err
+	}
+	switch *logFormat {
+	case "", "json", "text":
+	default:
+		return nil, nil, usagef("--log-format %q: want json or text", *logFormat)
+	}
+	switch *logLevel {
+	case "", "debug", "info", "warn", "error":
+	default:
+		return nil, nil, usagef("--log-level %q: want debug, info, warn or error", *logLevel)
+	}
+	cfg, err := loadConfig(*path, getenv, name == "worker" || name == "dev")
+	if err != nil {
+		return nil, nil, err
+	}
+	if *logFormat != "" {
+		cfg.Log.Format = *logFormat
+	}
+	if *logLevel != "" {
+		cfg.Log.Level = *logLevel
+	}
+	logger := newLogger(cfg, stderr)
+	for _, w := range cfg.Warnings() {
+		logger.Warn("configuration: " + w)
+	}
+	return cfg, logger, nil
+}
+
+// loadConfig reads the file named by --config. Every problem in it is a
+// usage error (exit 2), printed one per line. The example jobs are the
+// declarations of routes that name their tasks without declaring them
+// (configurations written before jobs were declared). runsJobs says the
+// command runs the declared jobs, so each needs deliver.http or a Go
+// handler of this binary.
+func loadConfig(path string, getenv func(string) string, runsJobs bool) (*config.Config, error) {
+	if path == "" {
+		return nil, usagef("--config FILE is required")
+	}
+	opts := []config.Option{config.WithDefaultJobs(examples.JobsYAML)}
+	if runsJobs {
+		opts = append(opts, config.WithHandlers(examples.Tasks()...))
+	}
+	cfg, err := config.Load(path, getenv, opts...)
+	if err != nil {
+		var probs *config.Problems
+		if errors.As(err, &probs) {
+			return nil, usagef("invalid configuration:\n%s", probs.Error())
+		}
+		return nil, usagef("%v", err)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/sethvargo/go-limiter"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/examples"
+	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/middleware/auth"
+	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/ratelimit"
+	"github.com/idemgate/idemgate/middleware/ratelimit/redislimit"
+	"github.com/idemgate/idemgate/telemetry"
+	"github.com/idemgate/idemgate/workers"
+)
+
+// This file is where the configuration becomes each library's options;
+// nowhere else copies a configuration value into a library.
+
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Log.Format == "text" {
+		return slog.New(telemetry.LogHandler(slog.NewTextHandler(w, opts)))
+	}
+	return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, opts)))
+}
+
+// postgresConfig is the pool for database_url, traced.
+func postgresConfig(dbURL string) (*pgxpool.Config, error) {
+	pc, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return nil, usagef("database_url: %v", err)
+	}
+	pc.MaxConns = max(pc.MaxConns, 32)
+	pc.ConnConfig.ConnectTimeout = 5 * time.Second
+	pc.ConnConfig.Tracer = telemetry.PgxTracer()
+	return pc, nil
+}
+
+// newRedis returns a client for redis_url: one node for a redis:// or
+// rediss:// URL or a single host:port, a cluster client for a comma list of
+// several nodes.
+func newRedis(redisURL string) (redis.UniversalClient, error) {
+	if strings.Contains(redisURL, "://") {
+		opt, err := redis.ParseURL(redisURL)
+		if err != nil {
+			return nil, usagef("redis_url: %v", err)
+		}
+		return redis.NewClient(opt), nil
+	}
+	addrs := redisNodes(redisURL)
+	if len(addrs) == 1 {
+		return redis.NewClient(&redis.Options{Addr: addrs[0]}), nil
+	}
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}), nil
+}
+
+// asynqRedis returns asynq's own connection options for redis_url: asynq
+// gets clients of its own, never the traced ones the gateway uses.
+func asynqRedis(redisURL string) (asynq.RedisConnOpt, error) {
+	if strings.Contains(redisURL, "://") {
+		opt, err := asynq.ParseRedisURI(redisURL)
+		if err != nil {
+			return nil, usagef("redis_url: %v", err)
+		}
+		return opt, nil
+	}
+	addrs := redisNodes(redisURL)
+	if len(addrs) == 1 {
+		return asynq.RedisClientOpt{Addr: addrs[0]}, nil
+	}
+	return asynq.RedisClusterClientOpt{Addrs: addrs}, nil
+}
+
+// redisNodes splits a redis_url that is not a URL: one HOST:PORT, or a
+// Redis Cluster's seed nodes separated by commas.
+func redisNodes(redisURL string) []string {
+	var addrs []string
+	for _, a := range strings.Split(redisURL, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	return addrs
+}
+
+// httpServer is one listener's server, with the server settings.
+func httpServer(c config.Server, handler http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: time.Duration(c.ReadHeaderTimeout),
+		ReadTimeout:       time.Duration(c.ReadTimeout),
+		WriteTimeout:      time.Duration(c.WriteTimeout),
+		IdleTimeout:       time.Duration(c.IdleTimeout),
+		MaxHeaderBytes:    c.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// gatewayOptions turns the configuration into the gateway's options, with
+// the services deps opened for it.
+func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (gateway.Options, error) {
+	opts := gateway.Options{
+		ProblemBase:      cfg.ProblemBase,
+		Auth:             auth.Config{Mode: auth.Mode(cfg.Auth.Mode), Header: cfg.Auth.Header},
+		RateLimits:       ratelimit.Limits{},
+		Store:            deps.store,
+		StoreName:        cfg.Store,
+		AdminTokenSHA256: cfg.AdminTokenSHA256,
+		Logger:           logger,
+		ReplayCache:      replayCache(cfg.ReplayCache),
+		Transport:        telemetry.HTTPTransport(gateway.NewTransport(transportConfig(cfg.Proxy))),
+	}
+	for _, t := range cfg.Tenants {
+		opts.Auth.Tenants = append(opts.Auth.Tenants, auth.TenantKeys{Name: t.Name, APIKeySHA256s: t.APIKeySHA256})
+		if t.RateLimit != nil {
+			opts.RateLimits[t.Name] = ratelimit.Limit{Tokens: uint64(t.RateLimit.Tokens), Interval: time.Duration(t.RateLimit.Interval)}
+		}
+	}
+	if cfg.RateLimitStore == "redis" {
+		rdb := deps.redis
+		opts.RateLimitStore = func(l ratelimit.Limit) (limiter.Store, error) {
+			return redislimit.New(rdb, &redislimit.Config{Tokens: l.Tokens, Interval: l.Interval})
+		}
+	}
+	if deps.jobs != nil {
+		opts.Jobs = deps.jobs
+	}
+	if deps.pool != nil {
+		pool := deps.pool
+		opts.Ready = append(opts.Ready, gateway.Check{Name: "postgres", Check: pool.Ping})
+	}
+	if deps.redis != nil {
+		rdb := deps.redis
+		opts.Ready = append(opts.Ready, gateway.Check{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
+	}
+	for i := range cfg.Routes {
+		r := &cfg.Routes[i]
+		ro := gateway.RouteOptions{
+			Name:        r.Name,
+			Methods:     r.Methods,
+			Path:        r.Path,
+			Timeout:     time.Duration(r.Timeout),
+			Idempotency: idempotencyConfig(r.Idempotency()),
+		}
+		if r.PathPrefix != "" {
+			ro.Path, ro.Prefix = r.PathPrefix, true
+		}
+		switch {
+		case r.Upstream != "":
+			u, err := url.Parse(r.Upstream)
+			if err != nil {
+				return opts, usagef("routes[%d].upstream: %v", i, err)
+			}
+			ro.Upstream = u
+		case r.Enqueue != nil:
+			spec, ok := cfg.Job(r.Enqueue.Task)
+			if !ok {
+				return opts, usagef("routes[%d].enqueue.task: %q is not a declared job", i, r.Enqueue.Task)
+			}
+			ro.Enqueue = &gateway.EnqueueOptions{Spec: spec, Queue: r.Enqueue.Queue}
+		}
+		opts.Routes = append(opts.Routes, ro)
+	}
+	return opts, nil
+}
+
+func transportConfig(p config.Proxy) gateway.TransportConfig {
+	return gateway.TransportConfig{
+		DialTimeout:           time.Duration(p.DialTimeout),
+		ResponseHeaderTimeout: time.Duration(p.ResponseHeaderTimeout),
+		IdleConnTimeout:       time.Duration(p.IdleConnTimeout),
+		MaxIdleConnsPerHost:   p.MaxIdleConnsPerHost,
+	}
+}
+
+// replayCache is the gateway's cache of completed records, nil when off.
+func replayCache(c config.ReplayCache) *idempotency.ReplayCache {
+	if c.Off {
+		return nil
+	}
+	return idempotency.NewReplayCache(c.Entries, time.Duration(c.TTL))
+}
+
+func idempotencyConfig(d config.Idempotency) idempotency.Config {
+	return idempotency.Config{
+		Methods:                d.Methods,
+		KeySyntax:              idempotency.KeySyntax(d.KeySyntax),
+		MaxKeyLength:           d.MaxKeyLength,
+		Retention:              time.Duration(d.Retention),
+		Lease:                  time.Duration(d.Lease),
+		WaitInFlight:           time.Duration(d.WaitInFlight),
+		MaxRequestBytes:        d.MaxRequestBytes,
+		MaxStoredResponseBytes: d.MaxStoredResponseBytes,
+		FingerprintHeaders:     d.Fingerprint.Headers,
+		FingerprintJSONFields:  d.Fingerprint.JSONFields,
+		OnStoreError:           idempotency.StoreErrorPolicy(d.OnStoreError),
+		OnAmbiguous:            idempotency.AmbiguousPolicy(d.OnAmbiguous),
+	}
+}
+
+func workerConfig(c config.Worker) workers.Config {
+	return workers.Config{
+		Concurrency:     c.Concurrency,
+		Queues:          c.Queues,
+		LockTTL:         time.Duration(c.LockTTL),
+		MaxAttempts:     c.MaxAttempts,
+		ShutdownTimeout: time.Duration(c.ShutdownTimeout),
+	}
+}
+
+// businessOptions is what the example jobs are given. onDedup, if set,
+// counts notification.send's dedup window hits and misses.
+func businessOptions(c config.Worker, pool *pgxpool.Pool, rdb redis.UniversalClient, onDedup func(bool)) examples.Business {
+	return examples.Business{
+		DB:         pool,
+		Redis:      rdb,
+		PartnerURL: c.PartnerURL,
+		HTTPClient: &http.Client{Transport: telemetry.HTTPTransport(nil)},
+		OnDedup:    onDedup,
+	}
+}

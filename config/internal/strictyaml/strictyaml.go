@@ -1,0 +1,524 @@
+// Package strictyaml decodes a YAML document into a Go struct and reports
+// every mistake in it at once, each with its line and key path: unknown
+// keys (with the known key they were probably meant to be), keys written
+// twice, values of the wrong kind. It remembers where every key is, so
+// that problems found later, by validation, can be placed on their line.
+//
+//	doc := strictyaml.Decode(data, &cfg)
+//	for _, p := range doc.Problems {
+//		fmt.Printf("%d: %s: %s\n", p.Line, p.Key, p.Message)
+//	}
+//	line := doc.Line("routes[1].idempotency.lease")
+//
+// A key path joins mapping keys with "." and list entries with "[i]";
+// Join quotes a key that is not a plain name.
+package strictyaml
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Problem is one mistake found while reading a document.
+type Problem struct {
+	// Line is 1-based; 0 when unknown.
+	Line int
+	// Key is the key path, like routes[1].idempotency.lease; "" when the
+	// problem is with the document as a whole.
+	Key string
+	// Message says what is wrong, in one line.
+	Message string
+}
+
+// Document is what Decode learned of a document.
+type Document struct {
+	// Problems are the mistakes found, in the order found.
+	Problems []Problem
+
+	usable  bool
+	unread  map[string]bool // key paths with a problem, or that the decoder left out
+	lines   map[string]int  // key path → line
+	marks   map[int][]mark  // line → the keys and list items that start on it
+	onLine  map[int]bool    // lines with a problem
+	visited map[visit]bool  // nodes walked, each once even when aliased
+	budget  int             // nodes left to walk
+}
+
+type visit struct {
+	n *yaml.Node
+	t reflect.Type
+}
+
+type mark struct {
+	col  int
+	path string
+}
+
+// maxNodes bounds the walk, aliases included, so that a small document
+// cannot make it walk forever.
+const maxNodes = 100_000
+
+// Decode reads the single YAML document in data into v, a pointer to a
+// struct, refusing keys that v's type does not have. Keys are matched
+// with the yaml tags of the struct fields; a field of type yaml.Node takes
+// any value unchecked, and a type that implements yaml.Unmarshaler is
+// checked by its own UnmarshalYAML. An empty document leaves v as it is.
+// examples are keys the document is meant to hold, named in the problem
+// when it is not a mapping.
+func Decode(data []byte, v any, examples ...string) *Document {
+	d := &Document{
+		unread:  map[string]bool{},
+		lines:   map[string]int{},
+		marks:   map[int][]mark{},
+		onLine:  map[int]bool{},
+		visited: map[visit]bool{},
+		budget:  maxNodes,
+	}
+	d.usable = d.decode(data, v, examples) && !d.unread[""]
+	return d
+}
+
+// Usable reports whether v holds the document: false after a syntax
+// error, a second document, a document that is not a mapping, or a key
+// written twice at the top level (the decoder then reads nothing).
+func (d *Document) Usable() bool { return d.usable }
+
+// Unread reports whether key, or a key that holds it, had a problem or was
+// left out by the decoder: what v holds there is not what the document
+// says, so further problems with it would only mislead.
+func (d *Document) Unread(key string) bool {
+	for k := key; k != ""; k = Parent(k) {
+		if d.unread[k] {
+			return true
+		}
+	}
+	return false
+}
+
+// Line returns the line of key, or of the nearest key that holds it; 0
+// when neither is written.
+func (d *Document) Line(key string) int {
+	for k := key; k != ""; k = Parent(k) {
+		if line, ok := d.lines[k]; ok {
+			return line
+		}
+	}
+	return 0
+}
+
+// KeyAt returns the key path of the last key or list item starting on
+// line at or before column col (the first one when col is 0). A value on a
+// line of its own belongs to the last key above it.
+func (d *Document) KeyAt(line, col int) string {
+	key := ""
+	for _, m := range d.marks[line] {
+		if key == "" || (col > 0 && m.col <= col) {
+			key = m.path
+		}
+	}
+	for l := line - 1; key == "" && l > 0; l-- {
+		if ms := d.marks[l]; len(ms) > 0 {
+			key = ms[len(ms)-1].path
+		}
+	}
+	return key
+}
+
+// Parent drops the last element of a key path: a.b[2].c → a.b[2] → a.b.
+func Parent(key string) string {
+	if i := strings.LastIndexAny(key, ".["); i >= 0 {
+		return key[:i]
+	}
+	return ""
+}
+
+// Join appends key to path, quoting a key that is not a plain name
+// (letters, digits, '_', '.', ':' and '-') so a path stays on one line and
+// unambiguous.
+func Join(path, key string) string {
+	if !plain(key) {
+		key = strconv.Quote(key)
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func plain(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("_.:-", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// Describe names a node in a message: "a mapping", "a list", "an alias"
+// or its quoted value.
+func Describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		return strconv.Quote(n.Value)
+	}
+	return "an alias"
+}
+
+// ErrorText is the message of an error of the yaml package, on one line
+// and without its "yaml: " prefix.
+func ErrorText(err error) string { return oneLine(strings.TrimPrefix(err.Error(), "yaml: ")) }
+
+func (d *Document) fail(line int, key, format string, args ...any) {
+	d.Problems = append(d.Problems, Problem{Line: line, Key: key, Message: fmt.Sprintf(format, args...)})
+	d.onLine[line] = true
+	if key != "" {
+		d.unread[key] = true
+	}
+}
+
+// decode parses the YAML into v. It reports false when there is no
+// usable document (a syntax error, or not a mapping).
+func (d *Document) decode(data []byte, v any, examples []string) bool {
+	var root yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&root); err != nil {
+		if errors.Is(err, io.EOF) {
+			return true // an empty document: v as it is
+		}
+		d.yamlError(err)
+		return false
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		if err != nil {
+			d.yamlError(err)
+		} else {
+			d.fail(extra.Line, "", "a second YAML document; the file must hold exactly one")
+		}
+		return false
+	}
+	doc := &root
+	if doc.Kind == yaml.DocumentNode {
+		if len(doc.Content) == 0 {
+			return true
+		}
+		doc = doc.Content[0]
+	}
+	if isNull(doc) {
+		return true
+	}
+	if doc.Kind != yaml.MappingNode {
+		keys := ""
+		if len(examples) > 0 {
+			keys = " (" + strings.Join(examples, ", ") + ", ...)"
+		}
+		d.fail(doc.Line, "", "the file must be a mapping of keys%s, not %s", keys, Describe(doc))
+		return false
+	}
+	d.walk(doc, reflect.TypeOf(v).Elem(), "")
+
+	// The walk above names the key path of every unknown key and bad
+	// value; this decoder fills v, refusing unknown keys on its own too.
+	// Its reports are kept only for lines the walk found nothing on.
+	dec = yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	err := dec.Decode(v)
+	var te *yaml.TypeError
+	switch {
+	case err == nil:
+	case errors.As(err, &te):
+		for _, msg := range te.Errors {
+			d.decoderError(msg)
+		}
+	default:
+		d.decoderError(strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	return true
+}
+
+func (d *Document) yamlError(err error) {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		for _, msg := range te.Errors {
+			d.decoderError(msg)
+		}
+		return
+	}
+	line, msg := splitLine(strings.TrimPrefix(err.Error(), "yaml: "))
+	d.fail(line, "", "%s", msg)
+}
+
+func (d *Document) decoderError(msg string) {
+	line, msg := splitLine(msg)
+	if line > 0 && d.onLine[line] {
+		return
+	}
+	d.fail(line, d.KeyAt(line, 0), "%s", msg)
+}
+
+// splitLine takes the "line N: " prefix off a yaml message.
+func splitLine(msg string) (int, string) {
+	rest, ok := strings.CutPrefix(msg, "line ")
+	if !ok {
+		return 0, oneLine(msg)
+	}
+	num, text, ok := strings.Cut(rest, ": ")
+	n, err := strconv.Atoi(num)
+	if !ok || err != nil {
+		return 0, oneLine(msg)
+	}
+	return n, oneLine(text)
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// walk checks node n against the Go type t at key path path: unknown and
+// repeated keys, and values of the wrong type, each with its line. It
+// records where every key is, for the problems found later.
+func (d *Document) walk(n *yaml.Node, t reflect.Type, path string) {
+	if d.budget--; d.budget < 0 {
+		return // the decoder still reports what is left
+	}
+	for n.Kind == yaml.AliasNode {
+		if n = n.Alias; n == nil {
+			return
+		}
+	}
+	if isNull(n) {
+		return
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	// An anchor's content is checked once, where it is written; this also
+	// ends alias cycles, which the decoder reports.
+	if d.visited[visit{n, t}] {
+		return
+	}
+	d.visited[visit{n, t}] = true
+	if t == reflect.TypeFor[yaml.Node]() {
+		return // any YAML at all, read by whoever holds it
+	}
+	if reflect.PointerTo(t).Implements(reflect.TypeFor[yaml.Unmarshaler]()) {
+		if err := reflect.New(t).Interface().(yaml.Unmarshaler).UnmarshalYAML(n); err != nil {
+			d.fail(n.Line, path, "%s", unmarshalerText(err))
+		}
+		return
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			d.fail(n.Line, path, "must be a mapping, not %s", Describe(n))
+			return
+		}
+		fields := yamlFields(t)
+		d.pairs(n, path, func(k, v *yaml.Node, child string) {
+			f, ok := fields[k.Value]
+			if !ok {
+				d.fail(k.Line, child, "unknown key%s", suggest(k.Value, fields))
+				return
+			}
+			d.walk(v, f, child)
+		}, func(m *yaml.Node) { d.walk(m, t, path) })
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			d.fail(n.Line, path, "must be a mapping, not %s", Describe(n))
+			return
+		}
+		d.pairs(n, path, func(_, v *yaml.Node, child string) {
+			d.walk(v, t.Elem(), child)
+		}, func(m *yaml.Node) { d.walk(m, t, path) })
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			d.fail(n.Line, path, "must be a list, not %s", Describe(n))
+			return
+		}
+		for i, item := range n.Content {
+			child := fmt.Sprintf("%s[%d]", path, i)
+			d.mark(item, child)
+			if isNull(item) && !nillable(t.Elem()) {
+				d.fail(item.Line, child, "is an empty entry")
+			} else {
+				d.walk(item, t.Elem(), child)
+			}
+			// The decoder drops an entry it cannot read, which shifts the
+			// later ones: the list's indices no longer match the file, so
+			// nothing under it can be trusted.
+			if d.unread[child] {
+				d.unread[path] = true
+			}
+		}
+	default:
+		if n.Kind != yaml.ScalarNode {
+			d.fail(n.Line, path, "must be %s, not %s", kindName(t), Describe(n))
+			return
+		}
+		if err := n.Decode(reflect.New(t).Interface()); err != nil {
+			d.fail(n.Line, path, "%q is not %s", n.Value, kindName(t))
+		}
+	}
+}
+
+// unmarshalerText is the message of an UnmarshalYAML error without the
+// line, which the problem carries.
+func unmarshalerText(err error) string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) && len(te.Errors) > 0 {
+		_, msg := splitLine(te.Errors[0])
+		return msg
+	}
+	_, msg := splitLine(strings.TrimPrefix(err.Error(), "yaml: "))
+	return msg
+}
+
+// pairs visits the entries of mapping n, reporting repeated keys and
+// handing YAML merge keys (<<: *anchor) to merge.
+func (d *Document) pairs(n *yaml.Node, path string, each func(k, v *yaml.Node, child string), merge func(*yaml.Node)) {
+	first := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+			for v.Kind == yaml.AliasNode && v.Alias != nil {
+				v = v.Alias
+			}
+			if v.Kind == yaml.SequenceNode {
+				for _, m := range v.Content {
+					merge(m)
+				}
+			} else {
+				merge(v)
+			}
+			continue
+		}
+		if k.Kind != yaml.ScalarNode {
+			d.fail(k.Line, path, "a key must be a plain name, not %s", Describe(k))
+			continue
+		}
+		child := Join(path, k.Value)
+		d.mark(k, child)
+		if line, dup := first[k.Value]; dup {
+			d.fail(k.Line, child, "set twice (first on line %d)", line)
+			// The decoder skips a mapping with a repeated key, so what
+			// it holds cannot be trusted.
+			d.unread[path] = true
+			continue
+		}
+		first[k.Value] = k.Line
+		each(k, v, child)
+	}
+}
+
+func (d *Document) mark(n *yaml.Node, path string) {
+	if _, ok := d.lines[path]; !ok {
+		d.lines[path] = n.Line
+	}
+	d.marks[n.Line] = append(d.marks[n.Line], mark{n.Column, path})
+}
+
+func nillable(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
+		return true
+	}
+	return false
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+func kindName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return "a " + t.Kind().String()
+}
+
+// yamlFields maps each yaml key of struct type t to its field's type.
+func yamlFields(t reflect.Type) map[string]reflect.Type {
+	fields := map[string]reflect.Type{}
+	for f := range t.Fields() {
+		if name, ok := yamlName(f); ok {
+			fields[name] = f.Type
+		}
+	}
+	return fields
+}
+
+func yamlName(f reflect.StructField) (string, bool) {
+	if !f.IsExported() {
+		return "", false
+	}
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	if name == "-" {
+		return "", false
+	}
+	if name == "" {
+		name = strings.ToLower(f.Name)
+	}
+	return name, true
+}
+
+// suggest names the known key closest to a mistyped one, if one is close.
+func suggest(key string, fields map[string]reflect.Type) string {
+	best, bestDist := "", 3
+	for _, name := range slices.Sorted(maps.Keys(fields)) {
+		if d := distance(strings.ToLower(key), name); d < bestDist && d <= max(1, len(name)/3) {
+			best, bestDist = name, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf("; did you mean %q?", best)
+}
+
+// distance is the Levenshtein distance between a and b, in bytes.
+func distance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 64
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,78 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+
+	"github.com/idemgate/idemgate/middleware/auth"
+	"github.com/idemgate/idemgate/middleware/idempotency"
+)
+
+// Warnings lists what is allowed but probably not meant, one line each.
+func (c *Config) Warnings() []string {
+	var w []string
+	if c.Auth.Mode == string(auth.ModeNone) {
+		w = append(w, fmt.Sprintf("auth.mode none: every request is tenant %q; unsafe for multi-tenant use", auth.Anonymous))
+		if len(c.Tenants) > 0 {
+			w = append(w, "auth.mode none: tenants are ignored")
+		}
+	}
+	w = append(w, c.devClashes()...)
+	if c.Store == "memory" {
+		w = append(w, "store memory: idempotency records live in this process only; a restart forgets them and other instances never see them")
+	}
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		d := r.Idempotency()
+		at := fmt.Sprintf("routes[%d] (%s)", i, r.Name)
+		if d.OnStoreError == string(idempotency.FailOpen) {
+			w = append(w, at+": on_store_error fail_open: while the store is unavailable requests run without idempotency protection")
+		}
+		if len(d.Methods) == 0 {
+			w = append(w, at+": idempotency.methods is empty: no request needs an Idempotency-Key")
+		}
+		if r.Timeout > c.Server.WriteTimeout && c.Server.WriteTimeout > 0 {
+			w = append(w, fmt.Sprintf("%s: timeout %s is longer than server.write_timeout %s; the client's connection is cut first", at, r.Timeout, c.Server.WriteTimeout))
+		}
+	}
+	return w
+}
+
+// devClashes lists listeners that `idemgate dev`, which runs the gateway,
+// the worker and partnersim in one process, could not all open. Separate
+// processes may share a port on different hosts, so these only warn.
+func (c *Config) devClashes() []string {
+	type listener struct{ key, addr string }
+	var ls []listener
+	for _, l := range []listener{{"listen", c.Listen}, {"admin_listen", c.AdminListen}, {"worker.admin_listen", c.Worker.AdminListen}} {
+		if l.addr != "" && listenProblem(l.addr) == "" {
+			ls = append(ls, l)
+		}
+	}
+	if u, err := url.Parse(c.Worker.PartnerURL); err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopback(u.Hostname()) {
+		port := u.Port()
+		if port == "" {
+			port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+		}
+		ls = append(ls, listener{"worker.partner_url", net.JoinHostPort(u.Hostname(), port)})
+	}
+	var w []string
+	for i := range ls {
+		for j := range i {
+			if clash(ls[i].addr, ls[j].addr) && !(ls[i].key == "admin_listen" && ls[j].key == "listen") {
+				w = append(w, fmt.Sprintf("%s %q uses the same port as %s %q: idemgate dev cannot open both", ls[i].key, ls[i].addr, ls[j].key, ls[j].addr))
+				break
+			}
+		}
+	}
+	return w
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,237 @@
+import { IdemgateError, IdemgateProblem, IdemgateTimeoutError, problemSlug } from "./errors.js";
+import { encodeIdempotencyKey, newIdempotencyKey } from "./key.js";
+import { backoff, parseRetryAfter, resolveRetry, retryableStatuses, safeMethods, sleep } from "./retry.js";
+import type {
+  IdemgateOptions,
+  IdemgateResponse,
+  Job,
+  RequestOptions,
+  RetryEvent,
+  RetryOptions,
+  WaitJobOptions,
+} from "./types.js";
+
+const encoder = new TextEncoder();
+
+/**
+ * A client of an idemgate gateway that retries safely: each logical call
+ * draws one Idempotency-Key (or uses the business key it is given) and
+ * sends it, with the same body bytes, on every attempt, so the gateway runs
+ * the request once and replays its outcome to the retries.
+ */
+export class Idemgate {
+  private readonly baseUrl: string;
+  private readonly apiKey: string | undefined;
+  private readonly fetchFn: typeof fetch;
+  private readonly retry: RetryOptions;
+  private readonly attemptTimeoutMs: number | undefined;
+  private readonly headers: Record<string, string>;
+  private readonly sleepFn: (ms: number, signal?: AbortSignal) => Promise<void>;
+  private readonly random: () => number;
+  private readonly now: () => number;
+  private readonly onRetry: ((event: RetryEvent) => void) | undefined;
+
+  constructor(options: IdemgateOptions) {
+    if (!options || typeof options.baseUrl !== "string" || options.baseUrl === "") {
+      throw new TypeError("Idemgate: baseUrl is required");
+    }
+    const base = new URL(options.baseUrl); // throws on a malformed URL
+    this.baseUrl = base.href.replace(/\/+$/, "");
+    this.apiKey = options.apiKey;
+    this.fetchFn = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    this.retry = resolveRetry(options.retry);
+    this.attemptTimeoutMs = options.attemptTimeoutMs;
+    this.headers = { ...options.headers };
+    this.sleepFn = options.sleep ?? sleep;
+    this.random = options.random ?? Math.random;
+    this.now = options.now ?? Date.now;
+    this.onRetry = options.onRetry;
+  }
+
+  /**
+   * Sends one logical call and retries it until it has an answer that is
+   * not "try again", or the policy or the signal stops it.
+   *
+   * `body`, when given, is serialised once with JSON.stringify (a
+   * Uint8Array is sent as it is) and the same bytes go out on every
+   * attempt. Retried: network errors, 408, 425, 429, 502, 503, 504 and 409
+   * `idempotency-key-in-use`, waiting at least `Retry-After` when there is
+   * one. Resolves for a status below 400; rejects with an IdemgateProblem
+   * for any other, with an IdemgateError when the last attempt found no
+   * answer, and with `signal.reason` when the signal aborts.
+   */
+  async request<T = unknown>(
+    method: string,
+    path: string,
+    body?: unknown,
+    options: RequestOptions = {},
+  ): Promise<IdemgateResponse<T>> {
+    method = method.toUpperCase();
+    const url = this.url(path);
+    const policy = resolveRetry(this.retry, options.retry);
+    const attemptTimeoutMs = options.attemptTimeoutMs ?? this.attemptTimeoutMs;
+    const signal = options.signal;
+    const idempotencyKey = safeMethods.has(method) ? undefined : (options.idempotencyKey ?? newIdempotencyKey());
+
+    const headers = new Headers(this.headers);
+    for (const [k, v] of Object.entries(options.headers ?? {})) headers.set(k, v);
+    if (!headers.has("Accept")) headers.set("Accept", "application/json, application/problem+json");
+    if (this.apiKey !== undefined) headers.set("Authorization", `Bearer ${this.apiKey}`);
+    if (idempotencyKey !== undefined) headers.set("Idempotency-Key", encodeIdempotencyKey(idempotencyKey));
+    else headers.delete("Idempotency-Key");
+
+    let payload: Uint8Array<ArrayBuffer> | undefined; // the same bytes on every attempt
+    if (body instanceof Uint8Array) {
+      payload = new Uint8Array(body); // a copy: later changes by the caller do not reach a retry
+      if (!headers.has("Content-Type")) headers.set("Content-Type", "application/octet-stream");
+    } else if (body !== undefined) {
+      const text = JSON.stringify(body);
+      if (text === undefined) throw new TypeError("Idemgate: the body cannot be serialised as JSON");
+      payload = encoder.encode(text);
+      if (!headers.has("Content-Type")) headers.set("Content-Type", "application/json");
+    }
+
+    signal?.throwIfAborted();
+    const started = this.now();
+    for (let attempt = 1; ; attempt++) {
+      let last: IdemgateError;
+      let delay = backoff(attempt, policy, this.random);
+      let status: number | undefined;
+      const limit = attemptTimeoutMs === undefined ? undefined : withTimeout(signal, attemptTimeoutMs);
+      try {
+        const attemptSignal = limit?.signal ?? signal;
+        const init: RequestInit = { method, headers };
+        if (payload !== undefined) init.body = payload;
+        if (attemptSignal !== undefined) init.signal = attemptSignal;
+        const fetchFn = this.fetchFn;
+        const res = await fetchFn(url, init);
+        const parsed = await readBody(res, method);
+        const replayed = res.headers.get("Idempotent-Replayed")?.toLowerCase() === "true";
+        if (res.status < 400) {
+          return { status: res.status, headers: res.headers, body: parsed as T, replayed, idempotencyKey, attempts: attempt };
+        }
+        const retryAfterMs = parseRetryAfter(res.headers.get("Retry-After"));
+        const problem = new IdemgateProblem(
+          { status: res.status, statusText: res.statusText, headers: res.headers, body: parsed, replayed, idempotencyKey, attempts: attempt },
+          retryAfterMs,
+        );
+        if (!retryable(problem)) throw problem;
+        if (retryAfterMs !== undefined) delay = Math.max(delay, retryAfterMs);
+        status = res.status;
+        last = problem;
+      } catch (err) {
+        if (err instanceof IdemgateProblem) throw err;
+        if (signal?.aborted) throw signal.reason;
+        last = new IdemgateError(
+          `${method} ${url}: no answer after ${attempt} attempt${attempt === 1 ? "" : "s"}: ${describe(err)}`,
+          { cause: err, idempotencyKey, attempts: attempt },
+        );
+      } finally {
+        limit?.dispose();
+      }
+      if (attempt >= policy.maxAttempts) throw last;
+      if (this.now() - started + delay > policy.maxElapsedMs) throw last;
+      this.onRetry?.({ method, url, attempt, delayMs: delay, idempotencyKey, status, error: last });
+      await this.sleepFn(delay, signal);
+      signal?.throwIfAborted();
+    }
+  }
+
+  /**
+   * POSTs payload to an enqueue route and resolves to the job document of
+   * its 202. Retrying with the same key (`options.idempotencyKey`) names
+   * the same job.
+   */
+  async submitJob<P = unknown>(path: string, payload: P, options: RequestOptions = {}): Promise<Job> {
+    const res = await this.request<Job>("POST", path, payload, options);
+    if (res.status !== 202 || typeof res.body !== "object" || res.body === null) {
+      throw new IdemgateError(`POST ${path}: expected 202 and a job document, got ${res.status}`, {
+        idempotencyKey: res.idempotencyKey,
+        attempts: res.attempts,
+      });
+    }
+    return res.body;
+  }
+
+  /** `GET /v1/jobs/{id}`: the job as it stands now. */
+  async getJob(id: string, options: { signal?: AbortSignal } = {}): Promise<Job> {
+    const res = await this.request<Job>("GET", `/v1/jobs/${encodeURIComponent(id)}`, undefined, options);
+    return res.body;
+  }
+
+  /**
+   * Polls the job, with a growing pause, until it has `succeeded` or
+   * `failed`, and resolves to it either way. Rejects with an
+   * IdemgateTimeoutError after `timeoutMs` (default 60000).
+   */
+  async waitJob(id: string, options: WaitJobOptions = {}): Promise<Job> {
+    const { signal, timeoutMs = 60_000, minIntervalMs = 100, maxIntervalMs = 2_000 } = options;
+    const started = this.now();
+    for (let poll = 1; ; poll++) {
+      const job = await this.getJob(id, signal ? { signal } : {});
+      if (job.status === "succeeded" || job.status === "failed") return job;
+      const left = timeoutMs - (this.now() - started);
+      if (left <= 0) {
+        throw new IdemgateTimeoutError(`job ${id} is still ${job.status} after ${timeoutMs} ms`, job);
+      }
+      const ceiling = Math.min(maxIntervalMs, minIntervalMs * 2 ** Math.min(poll - 1, 52));
+      const pause = Math.floor(ceiling / 2 + (this.random() * ceiling) / 2);
+      await this.sleepFn(Math.min(pause, left), signal);
+      signal?.throwIfAborted();
+    }
+  }
+
+  private url(path: string): string {
+    if (/^https?:\/\//i.test(path)) return new URL(path).href;
+    return this.baseUrl + (path.startsWith("/") ? path : `/${path}`);
+  }
+
+}
+
+function retryable(p: IdemgateProblem): boolean {
+  if (p.replayed) return false; // a stored outcome does not change
+  if (retryableStatuses.has(p.status)) return true;
+  return p.status === 409 && problemSlug(p.type) === "idempotency-key-in-use";
+}
+
+/**
+ * A signal that aborts with the caller's signal or after ms, whichever
+ * comes first; dispose clears the timer and the listener.
+ */
+function withTimeout(signal: AbortSignal | undefined, ms: number): { signal: AbortSignal; dispose: () => void } {
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(new IdemgateError(`the attempt took longer than ${ms} ms`)), ms);
+  const onAbort = (): void => ctl.abort(signal?.reason);
+  if (signal?.aborted) onAbort();
+  else signal?.addEventListener("abort", onAbort, { once: true });
+  return {
+    signal: ctl.signal,
+    dispose: () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    },
+  };
+}
+
+async function readBody(res: Response, method: string): Promise<unknown> {
+  if (method === "HEAD") return undefined;
+  const text = await res.text();
+  if (text === "") return undefined;
+  const type = res.headers.get("Content-Type") ?? "";
+  if (/[/+]json\b/i.test(type)) {
+    try {
+      return JSON.parse(text) as unknown;
+    } catch {
+      return text;
+    }
+  }
+  return text;
+}
+
+function describe(err: unknown): string {
+  if (err instanceof Error) {
+    const cause = err.cause instanceof Error ? `: ${err.cause.message}` : "";
+    return `${err.message}${cause}`;
+  }
+  return String(err);
+}

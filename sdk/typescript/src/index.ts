@@ -1,0 +1,18 @@
+export { Idemgate } from "./client.js";
+export { IdemgateError, IdemgateProblem, IdemgateTimeoutError, problemSlug } from "./errors.js";
+export { encodeIdempotencyKey, newIdempotencyKey } from "./key.js";
+export { defaultRetry, parseRetryAfter } from "./retry.js";
+export type {
+  FieldError,
+  IdemgateOptions,
+  IdemgateResponse,
+  Job,
+  JobStatus,
+  ProblemDocument,
+  RequestOptions,
+  RetryEvent,
+  RetryOptions,
+  WaitJobOptions,
+} from "./types.js";
+export type { ProblemResponse } from "./errors.js";
+export type { components, operations, paths } from "./generated/api.js";
