@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/idemgate/idemgate/config/internal/strictyaml"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/workers"
@@ -465,19 +467,7 @@ func pathProblem(p string) string {
 }
 
 // isToken reports whether s is an RFC 9110 token: a method or header name.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
-			continue
-		}
-		return false
-	}
-	return true
-}
+func isToken(s string) bool { return httpguts.ValidHeaderFieldName(s) }
 
 // validName checks a route name ([a-z0-9_.-]+) or, with upperOK, a tenant
 // name ([a-zA-Z0-9_.-]+). Both appear in admin URLs.

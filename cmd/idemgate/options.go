@@ -22,7 +22,6 @@ import (
 	"github.com/idemgate/idemgate/middleware/ratelimit"
 	"github.com/idemgate/idemgate/middleware/ratelimit/redislimit"
 	"github.com/idemgate/idemgate/telemetry"
-	"github.com/idemgate/idemgate/workers"
 )
 
 // This file is where the configuration becomes each library's options;
@@ -154,7 +153,7 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 			Methods:     r.Methods,
 			Path:        r.Path,
 			Timeout:     time.Duration(r.Timeout),
-			Idempotency: idempotencyConfig(r.Idempotency()),
+			Idempotency: r.Idempotency().MiddlewareConfig(r.Name),
 		}
 		if r.PathPrefix != "" {
 			ro.Path, ro.Prefix = r.PathPrefix, true
@@ -193,33 +192,6 @@ func replayCache(c config.ReplayCache) *idempotency.ReplayCache {
 		return nil
 	}
 	return idempotency.NewReplayCache(c.Entries, time.Duration(c.TTL))
-}
-
-func idempotencyConfig(d config.Idempotency) idempotency.Config {
-	return idempotency.Config{
-		Methods:                d.Methods,
-		KeySyntax:              idempotency.KeySyntax(d.KeySyntax),
-		MaxKeyLength:           d.MaxKeyLength,
-		Retention:              time.Duration(d.Retention),
-		Lease:                  time.Duration(d.Lease),
-		WaitInFlight:           time.Duration(d.WaitInFlight),
-		MaxRequestBytes:        d.MaxRequestBytes,
-		MaxStoredResponseBytes: d.MaxStoredResponseBytes,
-		FingerprintHeaders:     d.Fingerprint.Headers,
-		FingerprintJSONFields:  d.Fingerprint.JSONFields,
-		OnStoreError:           idempotency.StoreErrorPolicy(d.OnStoreError),
-		OnAmbiguous:            idempotency.AmbiguousPolicy(d.OnAmbiguous),
-	}
-}
-
-func workerConfig(c config.Worker) workers.Config {
-	return workers.Config{
-		Concurrency:     c.Concurrency,
-		Queues:          c.Queues,
-		LockTTL:         time.Duration(c.LockTTL),
-		MaxAttempts:     c.MaxAttempts,
-		ShutdownTimeout: time.Duration(c.ShutdownTimeout),
-	}
 }
 
 // businessOptions is what the example jobs are given. onDedup, if set,

@@ -83,7 +83,7 @@ func buildWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger, s
 	}
 	reg.MustRegister(telemetry.NewQueueCollector(inspector, slices.Sorted(maps.Keys(cfg.Worker.Queues)), logger))
 
-	wc := workerConfig(cfg.Worker)
+	wc := cfg.Worker.ServerConfig()
 	deps := wc.Deps(pool, rdb)
 	deps.Logger = logger
 	deps.Observer = metrics
