@@ -43,7 +43,7 @@ func setup(t *testing.T) env {
 
 // invoiceSpec declares the job the test requests become.
 func invoiceSpec(task string) *job.Spec {
-	schema, err := job.CompileSchema([]byte(`{
+	spec, err := job.NewSpec(task, []byte(`{
   "type": "object", "additionalProperties": false,
   "required": ["order_id", "amount_cents", "currency"],
   "properties": {
@@ -51,15 +51,11 @@ func invoiceSpec(task string) *job.Spec {
     "amount_cents": {"type": "integer", "minimum": 1},
     "currency": {"type": "string", "pattern": "^[A-Z]{3}$"}
   }
-}`), task)
+}`), "invoice:{order_id}", "")
 	if err != nil {
 		panic(err)
 	}
-	key, err := job.ParseTemplate("invoice:{order_id}")
-	if err != nil {
-		panic(err)
-	}
-	return &job.Spec{Task: task, Queue: "default", Schema: schema, BusinessKey: key}
+	return spec
 }
 
 func (v env) req(key, body string) enqueue.Request {

@@ -56,19 +56,14 @@ func declaredJobs(t testing.TB) []*job.Spec {
 		if err != nil {
 			t.Fatalf("JobsYAML jobs[%d].schema: %v", i, err)
 		}
-		schema, err := job.CompileSchema(raw, j.Task+".schema")
+		spec, err := job.NewSpec(j.Task, raw, j.BusinessKey, j.Resource)
 		if err != nil {
 			t.Fatal(err)
 		}
-		key, err := job.ParseTemplate(j.BusinessKey)
-		if err != nil {
-			t.Fatal(err)
+		if j.Queue != "" {
+			spec.Queue = j.Queue
 		}
-		resource, err := job.ParseTemplate(j.Resource)
-		if err != nil {
-			t.Fatal(err)
-		}
-		specs = append(specs, &job.Spec{Task: j.Task, Queue: j.Queue, Schema: schema, BusinessKey: key, Resource: resource})
+		specs = append(specs, spec)
 	}
 	return specs
 }

@@ -45,7 +45,7 @@ const (
 
 // invoiceSpec is the declared job behind /v1/invoices.
 var invoiceSpec = func() *job.Spec {
-	schema, err := job.CompileSchema([]byte(`{
+	spec, err := job.NewSpec("invoice.create", []byte(`{
   "type": "object", "additionalProperties": false,
   "required": ["order_id", "amount_cents", "currency"],
   "properties": {
@@ -53,15 +53,11 @@ var invoiceSpec = func() *job.Spec {
     "amount_cents": {"type": "integer", "minimum": 1},
     "currency": {"type": "string", "pattern": "^[A-Z]{3}$"}
   }
-}`), "invoice.create")
+}`), "invoice:{order_id}", "")
 	if err != nil {
 		panic(err)
 	}
-	key, err := job.ParseTemplate("invoice:{order_id}")
-	if err != nil {
-		panic(err)
-	}
-	return &job.Spec{Task: "invoice.create", Queue: "default", Schema: schema, BusinessKey: key}
+	return spec
 }()
 
 // testOptions is a gateway with api_key auth for tenant acme, the admin

@@ -12,9 +12,7 @@
 // is it this job's payload (ErrInvalid, 422, with one FieldError per
 // fault).
 //
-//	schema, err := job.CompileSchema(doc, "schemas/shipment.json")
-//	key, err := job.ParseTemplate("shipment:{order_id}")
-//	spec := &job.Spec{Task: "shipment.book", Queue: "default", Schema: schema, BusinessKey: key}
+//	spec, err := job.NewSpec("shipment.book", schemaJSON, "shipment:{order_id}", "order:{order_id}")
 //	p, err := spec.Decode(body)
 //	// p.BusinessKey == "shipment:o-1"
 //

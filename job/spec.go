@@ -2,6 +2,7 @@ package job
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -27,6 +28,27 @@ type Spec struct {
 	// HTTP delivers the job to a receiver; nil means a Go handler
 	// registered in code runs it.
 	HTTP *HTTP
+}
+
+// NewSpec builds the Spec of a job declared in code rather than in a
+// configuration file: it compiles schema (JSON Schema 2020-12, the
+// document as JSON) and parses the business key and resource templates
+// (resource "" for none). The job goes to the "default" queue.
+func NewSpec(task string, schema []byte, businessKey, resource string) (*Spec, error) {
+	s := &Spec{Task: task, Queue: "default"}
+	var err error
+	if s.Schema, err = CompileSchema(schema, task); err != nil {
+		return nil, err
+	}
+	if s.BusinessKey, err = ParseTemplate(businessKey); err != nil {
+		return nil, fmt.Errorf("%s: business key: %w", task, err)
+	}
+	if resource != "" {
+		if s.Resource, err = ParseTemplate(resource); err != nil {
+			return nil, fmt.Errorf("%s: resource: %w", task, err)
+		}
+	}
+	return s, nil
 }
 
 // HTTP is a job's deliver.http: where and how the worker POSTs it.

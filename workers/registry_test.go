@@ -23,23 +23,15 @@ type shipment struct {
 
 func shipmentSpec(t *testing.T) *job.Spec {
 	t.Helper()
-	schema, err := job.CompileSchema([]byte(`{
+	spec, err := job.NewSpec(kind, []byte(`{
   "type": "object", "additionalProperties": false,
   "required": ["order_id", "quantity"],
   "properties": {"order_id": {"type": "string", "minLength": 1}, "quantity": {"type": "integer", "minimum": 1}}
-}`), "shipment.json")
+}`), "effect:{order_id}", "order:{order_id}")
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := job.ParseTemplate("effect:{order_id}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resource, err := job.ParseTemplate("order:{order_id}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &job.Spec{Task: kind, Queue: "default", Schema: schema, BusinessKey: key, Resource: resource}
+	return spec
 }
 
 func tenantTask(t *testing.T, tenant, payload string) *asynq.Task {

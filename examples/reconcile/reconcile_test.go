@@ -48,15 +48,8 @@ func specs(t *testing.T) []*job.Spec {
 		if err != nil {
 			t.Fatal(err)
 		}
-		schema, err := job.CompileSchema(doc, file)
+		spec, err := job.NewSpec(tpl.task, doc, tpl.key, tpl.resource)
 		if err != nil {
-			t.Fatal(err)
-		}
-		spec := &job.Spec{Task: tpl.task, Schema: schema}
-		if spec.BusinessKey, err = job.ParseTemplate(tpl.key); err != nil {
-			t.Fatal(err)
-		}
-		if spec.Resource, err = job.ParseTemplate(tpl.resource); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, spec)

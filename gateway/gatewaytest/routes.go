@@ -101,19 +101,11 @@ func EnqueueRoutes() []EnqueueRoute {
 // Spec compiles r's job declaration. The declarations are this package's
 // own constants, so a failure is a bug here: it panics.
 func (r EnqueueRoute) Spec() *job.Spec {
-	schema, err := job.CompileSchema(r.Schema, r.Task)
+	spec, err := job.NewSpec(r.Task, r.Schema, r.BusinessKey, r.Resource)
 	if err != nil {
 		panic("gatewaytest: " + err.Error())
 	}
-	key, err := job.ParseTemplate(r.BusinessKey)
-	if err != nil {
-		panic("gatewaytest: " + r.Task + ": " + err.Error())
-	}
-	resource, err := job.ParseTemplate(r.Resource)
-	if err != nil {
-		panic("gatewaytest: " + r.Task + ": " + err.Error())
-	}
-	return &job.Spec{Task: r.Task, Queue: "default", Schema: schema, BusinessKey: key, Resource: resource}
+	return spec
 }
 
 // JobRoute is how the served description sees r.
