@@ -118,7 +118,6 @@ type Option func(*options)
 
 type options struct {
 	maxAttempts int
-	validate    func(payload []byte) error
 	// crash simulates the worker dying at a stage (tests only): the handler
 	// abandons its lease and returns without another write.
 	crash func(stage string) bool
@@ -127,13 +126,6 @@ type options struct {
 // WithMaxAttempts overrides Deps.MaxAttempts for one handler.
 func WithMaxAttempts(n int) Option { return func(o *options) { o.maxAttempts = n } }
 
-// WithValidation checks each task's payload before anything is written: a
-// payload it refuses fails the job permanently (a task may be enqueued by
-// other means than the gateway, and no retry makes a bad payload good).
-func WithValidation(validate func(payload []byte) error) Option {
-	return func(o *options) { o.validate = validate }
-}
-
 // identity derives a job's business key and resource from its payload,
 // both still unscoped by tenant.
 type identity[T any] func(raw []byte, payload T) (key, resource string, err error)
@@ -141,7 +133,6 @@ type identity[T any] func(raw []byte, payload T) (key, resource string, err erro
 type handler[T any] struct {
 	kind        string
 	identify    identity[T]
-	validate    func([]byte) error
 	fn          Func[T]
 	db          DB
 	store       *execution.Store
@@ -226,7 +217,6 @@ func newHandler[T any](deps Deps, kind string, identify identity[T], fn Func[T],
 	return &handler[T]{
 		kind:        kind,
 		identify:    identify,
-		validate:    o.validate,
 		fn:          fn,
 		db:          deps.DB,
 		store:       execution.New(deps.DB),
@@ -244,11 +234,6 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	log := h.log
 	if id, ok := asynq.GetTaskID(ctx); ok {
 		log = log.With("job_id", id)
-	}
-	if h.validate != nil {
-		if err := h.validate(task.Payload()); err != nil {
-			return h.unprocessable(ctx, log, task, err)
-		}
 	}
 	var payload T
 	if err := json.Unmarshal(task.Payload(), &payload); err != nil {
