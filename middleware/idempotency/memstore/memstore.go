@@ -4,7 +4,7 @@
 // other's records, so it is no protection across gateway instances.
 //
 //	store := memstore.New()
-//	mw := idempotency.New(idempotency.Config{Route: "payments"}, store)
+//	mw, err := idempotency.New(store, idempotency.Config{Route: "payments"})
 package memstore
 
 import (
