@@ -20,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idemgate/idemgate/config/internal/strictyaml"
+	"github.com/idemgate/idemgate/internal/yamljson"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers"
 )
@@ -349,7 +350,7 @@ func (j *Job) schema(at, dir string, bad badFunc) *job.Schema {
 		bad(at+".schema_file", "schema and schema_file exclude each other; keep one")
 		return nil
 	case inline:
-		doc, err := yamlToJSON(&j.Schema)
+		doc, err := yamljson.Convert(&j.Schema)
 		if err != nil {
 			bad(at+".schema", "%v", err)
 			return nil
@@ -416,7 +417,7 @@ func readSchemaFile(path, name string) ([]byte, error) {
 	if err := yaml.Unmarshal(data, &n); err != nil {
 		return nil, fmt.Errorf("%s is neither JSON nor YAML: %s", name, strictyaml.ErrorText(err))
 	}
-	doc, err := yamlToJSON(&n)
+	doc, err := yamljson.Convert(&n)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

@@ -1,4 +1,11 @@
-package config
+// Package yamljson converts YAML to JSON without losing what JSON can
+// say: the order of keys, numbers as written, strings that look like other
+// types. The configuration converts job schemas with it, and the OpenAPI
+// package its description; a generic decode would sort keys and round
+// numbers.
+//
+//	doc, err := yamljson.Convert(&node)
+package yamljson
 
 import (
 	"bytes"
@@ -8,16 +15,18 @@ import (
 	"strconv"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/idemgate/idemgate/config/internal/strictyaml"
 )
 
-// yamlToJSON writes a YAML document as JSON for the schema compiler,
+// Convert writes a YAML document (or any node of one) as compact JSON,
 // keeping the order of keys and numbers as written (minimum: 1.50 stays
-// 1.50). YAML that has no JSON form (merge keys, a key set twice,
-// .inf) is refused with its line. Aliases are followed, within a budget,
-// so a small file cannot expand into a huge schema.
-func yamlToJSON(n *yaml.Node) ([]byte, error) {
+// 1.50). YAML that has no JSON form (merge keys, a key set twice, a key
+// that is not a scalar, .inf) is refused with its line. Aliases are
+// followed, within a budget, so a small file cannot expand into a huge
+// document. An empty document is null.
+func Convert(n *yaml.Node) ([]byte, error) {
+	if n.Kind == 0 {
+		return []byte("null"), nil
+	}
 	w := jsonWriter{budget: 100_000}
 	if err := w.write(n, 0); err != nil {
 		return nil, err
@@ -32,10 +41,10 @@ type jsonWriter struct {
 
 func (w *jsonWriter) write(n *yaml.Node, depth int) error {
 	if w.budget--; w.budget < 0 {
-		return fmt.Errorf("line %d: the schema is too large (over 100000 values once aliases are expanded)", n.Line)
+		return fmt.Errorf("line %d: the document is too large (over 100000 values once aliases are expanded)", n.Line)
 	}
 	if depth > 100 {
-		return fmt.Errorf("line %d: the schema is nested more than 100 levels deep", n.Line)
+		return fmt.Errorf("line %d: the document is nested more than 100 levels deep", n.Line)
 	}
 	switch n.Kind {
 	case yaml.DocumentNode:
@@ -55,7 +64,7 @@ func (w *jsonWriter) write(n *yaml.Node, depth int) error {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Kind != yaml.ScalarNode {
-				return fmt.Errorf("line %d: a key must be a plain name, not %s", k.Line, strictyaml.Describe(k))
+				return fmt.Errorf("line %d: a key must be a plain name, not %s", k.Line, describe(k))
 			}
 			if k.ShortTag() == "!!merge" {
 				return fmt.Errorf("line %d: merge keys (<<) have no JSON form; write the keys out", k.Line)
@@ -130,4 +139,15 @@ func writeJSONString(buf *bytes.Buffer, s string) {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(s)           // a Go string always encodes
 	buf.Truncate(buf.Len() - 1) // Encode ends with a newline
+}
+
+// describe names a node that cannot be a key.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	return "an alias"
 }
