@@ -54,6 +54,18 @@ type Request struct {
 	Body  []byte
 }
 
+// QueueName is the queue the job goes to: the request's own, else its
+// job's, else job.DefaultQueue.
+func (r Request) QueueName() string {
+	switch {
+	case r.Queue != "":
+		return r.Queue
+	case r.Spec != nil && r.Spec.Queue != "":
+		return r.Spec.Queue
+	}
+	return job.DefaultQueue
+}
+
 // Submit validates the body against the job's schema, records the job and
 // enqueues its task. It is idempotent: the same request again returns the
 // same job and enqueues nothing new. A *job.PayloadError means nothing was
@@ -66,13 +78,7 @@ func (e *Enqueuer) Submit(ctx context.Context, req Request) (Job, error) {
 	if err != nil {
 		return Job{}, err
 	}
-	queue := req.Queue
-	if queue == "" {
-		queue = req.Spec.Queue
-	}
-	if queue == "" {
-		queue = "default"
-	}
+	queue := req.QueueName()
 	j, _, err := e.jobs.create(ctx, Job{
 		ID: JobID(req.Tenant, req.Route, req.Key), Tenant: req.Tenant, Route: req.Route, IdempotencyKey: req.Key,
 		Task: req.Spec.Task, Queue: queue, BusinessKey: p.BusinessKey, Payload: req.Body,

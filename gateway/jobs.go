@@ -58,14 +58,9 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions) http.Handler {
 			g.problems.write(w, r, &Problem{Err: ErrBadRequest, Detail: "the body must be application/json"})
 			return
 		}
-		queue := eo.Queue
-		if queue == "" {
-			queue = eo.Spec.Queue
-		}
-		ctx, span := telemetry.StartEnqueue(r.Context(), eo.Spec.Task, queue, telemetry.Tenant(a.Scope.Tenant), telemetry.Route(route))
-		j, err := g.opts.Jobs.Submit(ctx, enqueue.Request{
-			Tenant: a.Scope.Tenant, Route: route, Key: a.Scope.Key, Spec: eo.Spec, Queue: queue, Body: body,
-		})
+		req := enqueue.Request{Tenant: a.Scope.Tenant, Route: route, Key: a.Scope.Key, Spec: eo.Spec, Queue: eo.Queue, Body: body}
+		ctx, span := telemetry.StartEnqueue(r.Context(), eo.Spec.Task, req.QueueName(), telemetry.Tenant(a.Scope.Tenant), telemetry.Route(route))
+		j, err := g.opts.Jobs.Submit(ctx, req)
 		span.SetAttributes(telemetry.JobID(j.ID))
 		telemetry.End(span, err)
 		if err != nil {

@@ -12,7 +12,7 @@ type Spec struct {
 	// Task is the asynq task type, [a-z0-9_.:-]+, unique.
 	Task string
 	// Queue the job goes to unless its route names another. Default
-	// "default".
+	// DefaultQueue.
 	Queue string
 	// Schema is the compiled JSON Schema of the payload. Required: a nil
 	// Schema accepts any JSON value.
@@ -30,12 +30,15 @@ type Spec struct {
 	HTTP *HTTP
 }
 
+// DefaultQueue is the queue of a job that names none.
+const DefaultQueue = "default"
+
 // NewSpec builds the Spec of a job declared in code rather than in a
 // configuration file: it compiles schema (JSON Schema 2020-12, the
 // document as JSON) and parses the business key and resource templates
-// (resource "" for none). The job goes to the "default" queue.
+// (resource "" for none). The job goes to DefaultQueue.
 func NewSpec(task string, schema []byte, businessKey, resource string) (*Spec, error) {
-	s := &Spec{Task: task, Queue: "default"}
+	s := &Spec{Task: task, Queue: DefaultQueue}
 	var err error
 	if s.Schema, err = CompileSchema(schema, task); err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/lock"
 )
 
@@ -41,7 +42,7 @@ type Config struct {
 // Defaults for Config.
 const (
 	DefaultConcurrency     = 10
-	DefaultQueue           = "default"
+	DefaultQueue           = job.DefaultQueue
 	DefaultLockTTL         = lock.DefaultTTL
 	DefaultMaxAttempts     = 10
 	DefaultShutdownTimeout = 25 * time.Second

@@ -58,7 +58,7 @@ func (j *Jobs) Submit(ctx context.Context, req enqueue.Request) (enqueue.Job, er
 	now := j.Now().UTC()
 	job := enqueue.Job{
 		ID: id, Task: req.Spec.Task, Status: enqueue.StatusQueued, CreatedAt: now, UpdatedAt: now,
-		Tenant: req.Tenant, Route: req.Route, IdempotencyKey: req.Key, Queue: req.Queue,
+		Tenant: req.Tenant, Route: req.Route, IdempotencyKey: req.Key, Queue: req.QueueName(),
 		BusinessKey: p.BusinessKey, Payload: append([]byte(nil), req.Body...),
 	}
 	j.jobs[id] = job
