@@ -29,6 +29,11 @@ type Idempotency struct {
 	// Lease of a claim, at least 100ms and at most Retention. Default
 	// idempotency.DefaultLease, 30s.
 	Lease Duration `yaml:"lease"`
+	// StoreTimeout bounds each call to the store (a claim, a renewal,
+	// storing an outcome): past it a claim is answered 503 with
+	// Retry-After, and an outcome is stored in the background. Default
+	// idempotency.DefaultStoreTimeout, 2s.
+	StoreTimeout Duration `yaml:"store_timeout"`
 	// WaitInFlight > 0 holds a concurrent duplicate and replays the
 	// original's response instead of answering 409. Default 0.
 	WaitInFlight Duration `yaml:"wait_in_flight"`
@@ -69,6 +74,7 @@ type IdempotencyOverride struct {
 	MaxKeyLength           *int        `yaml:"max_key_length"`
 	Retention              *Duration   `yaml:"retention"`
 	Lease                  *Duration   `yaml:"lease"`
+	StoreTimeout           *Duration   `yaml:"store_timeout"`
 	WaitInFlight           *Duration   `yaml:"wait_in_flight"`
 	MaxRequestBytes        *int64      `yaml:"max_request_bytes"`
 	MaxStoredResponseBytes *int64      `yaml:"max_stored_response_bytes"`
@@ -88,6 +94,7 @@ func (d Idempotency) withDefaults() Idempotency {
 	setDefault(&d.MaxKeyLength, idempotency.DefaultMaxKeyLength)
 	setDefault(&d.Retention, Duration(idempotency.DefaultRetention))
 	setDefault(&d.Lease, Duration(idempotency.DefaultLease))
+	setDefault(&d.StoreTimeout, Duration(idempotency.DefaultStoreTimeout))
 	setDefault(&d.MaxRequestBytes, idempotency.DefaultMaxRequestBytes)
 	setDefault(&d.MaxStoredResponseBytes, idempotency.DefaultMaxStoredResponseBytes)
 	setDefault(&d.OnStoreError, string(idempotency.DefaultOnStoreError))
@@ -105,6 +112,7 @@ func (d Idempotency) MiddlewareConfig(route string) idempotency.Config {
 		MaxKeyLength:           d.MaxKeyLength,
 		Retention:              time.Duration(d.Retention),
 		Lease:                  time.Duration(d.Lease),
+		StoreTimeout:           time.Duration(d.StoreTimeout),
 		WaitInFlight:           time.Duration(d.WaitInFlight),
 		MaxRequestBytes:        d.MaxRequestBytes,
 		MaxStoredResponseBytes: d.MaxStoredResponseBytes,
@@ -131,6 +139,7 @@ func (r *Route) Idempotency() Idempotency {
 	override(&d.MaxKeyLength, o.MaxKeyLength)
 	override(&d.Retention, o.Retention)
 	override(&d.Lease, o.Lease)
+	override(&d.StoreTimeout, o.StoreTimeout)
 	override(&d.WaitInFlight, o.WaitInFlight)
 	override(&d.MaxRequestBytes, o.MaxRequestBytes)
 	override(&d.MaxStoredResponseBytes, o.MaxStoredResponseBytes)
@@ -167,6 +176,8 @@ func (o IdempotencyOverride) set(key string) bool {
 		return o.Retention != nil
 	case "lease":
 		return o.Lease != nil
+	case "store_timeout":
+		return o.StoreTimeout != nil
 	case "wait_in_flight":
 		return o.WaitInFlight != nil
 	case "max_request_bytes":

@@ -95,6 +95,14 @@ func TestValidate(t *testing.T) {
 			want: []string{"x.yaml:5: routes[0].idempotency.retention: 10s is shorter than lease 30s"},
 		},
 		{
+			name: "store timeout",
+			yaml: minimal + "idempotency: {store_timeout: -2s}\nroutes:\n  - {name: r, path: /r, upstream: http://u, idempotency: {store_timeout: -1s}}\n",
+			want: []string{
+				"x.yaml:4: idempotency.store_timeout: must be positive, not -2s",
+				"x.yaml:6: routes[0].idempotency.store_timeout: must be positive, not -1s",
+			},
+		},
+		{
 			name: "lease minimum",
 			yaml: minimal + "idempotency: {lease: 10ms}\n",
 			want: []string{"x.yaml:4: idempotency.lease: 10ms is shorter than the minimum 100ms"},

@@ -96,6 +96,8 @@ type Gateway struct {
 	// endpoints; mounts are the prefixes AdminMount added.
 	publicMux, adminMux chi.Routes
 	mounts              []string
+	// guards are the routes' idempotency middlewares, drained by Close.
+	guards []*idempotency.Middleware
 }
 
 // New builds the whole middleware chain once, validating as it goes.
@@ -164,8 +166,17 @@ func New(opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// Close releases the rate limiter's stores.
-func (g *Gateway) Close(ctx context.Context) error { return g.limiter.Close(ctx) }
+// Close waits, until ctx ends, for the idempotency outcomes still being
+// stored in the background (idempotency.Middleware.Drain), then releases
+// the rate limiter's stores. Call it after the listeners have shut down.
+func (g *Gateway) Close(ctx context.Context) error {
+	var errs []error
+	for _, mw := range g.guards {
+		errs = append(errs, mw.Drain(ctx))
+	}
+	errs = append(errs, g.limiter.Close(ctx))
+	return errors.Join(errs...)
+}
 
 // Handler serves the public listener.
 func (g *Gateway) Handler() http.Handler { return g.public }
@@ -216,6 +227,7 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 	if err != nil {
 		return nil, err
 	}
+	g.guards = append(g.guards, mw)
 	h = mw.Wrap(h)
 	h = g.limiter.Wrap(h)
 	h = recordTenant(h)

@@ -56,7 +56,7 @@ type sentKey struct{}
 // newProxy returns the reverse proxy of one upstream route.
 func newProxy(target *url.URL, transport http.RoundTripper, timeout time.Duration, stripHeader string, problems problemWriter) http.Handler {
 	rp := &httputil.ReverseProxy{
-		Transport:  transport,
+		Transport:  leaseChecked{transport},
 		BufferPool: copyBuffers,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -83,6 +83,14 @@ func newProxy(target *url.URL, transport http.RoundTripper, timeout time.Duratio
 			wasSent := sent != nil && sent.Load()
 			a, _ := idempotency.AttemptFrom(r.Context())
 			switch {
+			case errors.Is(err, idempotency.ErrLeaseExpired):
+				// Paused or cut off from the store past the lease: another
+				// request may hold the key now. Nothing was sent.
+				if a != nil {
+					a.NotProcessed()
+				}
+				problems.write(w, r, &idempotency.RequestError{Err: idempotency.ErrStoreUnavailable, RetryAfter: time.Second, Cause: err,
+					Detail: "the claim on this Idempotency-Key expired before the request was sent upstream; it was not processed, retry with the same key"})
 			case !wasSent:
 				// Never reached the upstream: certainly not processed.
 				if a != nil {
@@ -110,6 +118,21 @@ func newProxy(target *url.URL, transport http.RoundTripper, timeout time.Duratio
 		defer cancel()
 		rp.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// leaseChecked refuses to send a request whose idempotency lease has run
+// out by this process's clock (idempotency.Attempt.Check): the last moment
+// a paused or cut-off gateway can avoid going upstream beside the attempt
+// that took its key over.
+type leaseChecked struct{ next http.RoundTripper }
+
+func (t leaseChecked) RoundTrip(req *http.Request) (*http.Response, error) {
+	if a, ok := idempotency.AttemptFrom(req.Context()); ok {
+		if err := a.Check(); err != nil {
+			return nil, err
+		}
+	}
+	return t.next.RoundTrip(req)
 }
 
 // copyBuffers lends the proxies their body copy buffers. Without a pool

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/hibiken/asynqmon"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -130,7 +131,15 @@ func buildGateway(ctx context.Context, cfg *config.Config, logger *slog.Logger, 
 	if err != nil {
 		return nil, usagef("%v", err)
 	}
-	cl.push(func() { _ = g.Close(context.Background()) })
+	cl.push(func() {
+		// Outcomes the store could not take yet get the shutdown timeout
+		// to be stored before the store is closed.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Server.ShutdownTimeout))
+		defer cancel()
+		if err := g.Close(ctx); err != nil {
+			logger.Error("outcomes not stored before shutdown; their keys are released when their lease expires", "err", err)
+		}
+	})
 	if cfg.RedisURL != "" {
 		opt, err := svc.queueConn()
 		if err != nil {

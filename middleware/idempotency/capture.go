@@ -23,9 +23,13 @@ type recorder struct {
 	body    bytes.Buffer
 	omitted bool // the body outgrew the limit; it is not all in body
 	sent    bool // status and buffered body have gone to rw
+	discard bool // the response will not be sent: drop what comes
 	// beforeSend runs once, when the body outgrows the limit before the
-	// handler returned.
-	beforeSend func(status int)
+	// handler returned; it stores the record and reports whether the
+	// response may go to the client. When it may not (the claim was taken
+	// over, or the store could not take the record in time), the rest of
+	// the response is dropped and the middleware answers instead.
+	beforeSend func(status int) bool
 }
 
 var _ http.ResponseWriter = (*recorder)(nil)
@@ -56,6 +60,9 @@ func (r *recorder) Write(p []byte) (int, error) {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK)
 	}
+	if r.discard {
+		return len(p), nil
+	}
 	if r.sent {
 		r.capture(p)
 		return r.rw.Write(p)
@@ -66,8 +73,10 @@ func (r *recorder) Write(p []byte) (int, error) {
 	// Over the limit while still buffering: store without the body, then
 	// hand the client everything.
 	r.omitted = true
-	if r.beforeSend != nil {
-		r.beforeSend(r.status)
+	if r.beforeSend != nil && !r.beforeSend(r.status) {
+		r.discard = true
+		r.body.Reset()
+		return len(p), nil
 	}
 	if err := r.send(); err != nil {
 		return 0, err
@@ -118,6 +127,9 @@ func (r *recorder) Flush() {
 func (r *recorder) FlushError() error {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK)
+	}
+	if r.discard {
+		return nil
 	}
 	if err := r.send(); err != nil {
 		return err

@@ -51,6 +51,13 @@ type Config struct {
 	// Lease of a claim, at least 100ms and at most Retention; renewed
 	// every Lease/3 while the handler runs. Default DefaultLease, 30s.
 	Lease time.Duration
+	// StoreTimeout bounds each store call: a claim, a renewal, storing an
+	// outcome. A claim that cannot be made in time is answered 503 with
+	// Retry-After instead of waiting as long as the network does; an
+	// outcome that cannot be stored in time is retried in the background
+	// (see Middleware.Drain). Keep it well below Lease. Default
+	// DefaultStoreTimeout, 2s.
+	StoreTimeout time.Duration
 	// WaitInFlight > 0 holds a duplicate of a request in flight for up to
 	// this long and replays the original's response instead of 409.
 	// Default 0 (answer 409 at once).
@@ -97,6 +104,7 @@ const (
 	DefaultMaxKeyLength           = 255
 	DefaultRetention              = 24 * time.Hour
 	DefaultLease                  = 30 * time.Second
+	DefaultStoreTimeout           = 2 * time.Second
 	DefaultMaxRequestBytes        = 1 << 20
 	DefaultMaxStoredResponseBytes = 1 << 20
 	DefaultOnStoreError           = FailClosed
@@ -131,6 +139,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
+	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = DefaultStoreTimeout
 	}
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = DefaultMaxRequestBytes
@@ -217,6 +228,9 @@ func (c Config) ValidateResolved() error {
 	if c.Retention > 0 && c.Lease > c.Retention {
 		errs = append(errs, &FieldError{Field: "lease", With: "retention",
 			Message: fmt.Sprintf("%s is longer than retention %s", c.Lease, c.Retention)})
+	}
+	if c.StoreTimeout <= 0 {
+		bad("store_timeout", "must be positive, not %s", c.StoreTimeout)
 	}
 	if c.WaitInFlight < 0 {
 		bad("wait_in_flight", "must not be negative, not %s", c.WaitInFlight)

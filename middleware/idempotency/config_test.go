@@ -44,6 +44,7 @@ func TestConfigFieldErrors(t *testing.T) {
 				"max_key_length: 0 is outside 1..4096",
 				"retention: must be positive, not 0s",
 				"lease: must be positive, not 0s",
+				"store_timeout: must be positive, not 0s",
 				"max_request_bytes: must be positive, not 0",
 				"max_stored_response_bytes: must be positive, not 0",
 				`on_store_error: "" is not fail_closed or fail_open`,

@@ -27,6 +27,14 @@ type Middleware struct {
 	cfg   Config
 	store Store
 	fp    *Fingerprinter
+
+	// Outcomes still being stored after their request ended (settle.go),
+	// and claims being let go (abandonClaim). Drain ends them.
+	bgCtx          context.Context
+	stopBackground context.CancelFunc
+	bgMu           sync.Mutex
+	draining       bool
+	bgWG           sync.WaitGroup
 }
 
 // New validates cfg and returns the middleware for its route.
@@ -42,7 +50,9 @@ func New(store Store, cfg Config) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Middleware{cfg: cfg, store: store, fp: fp}, nil
+	m := &Middleware{cfg: cfg, store: store, fp: fp}
+	m.bgCtx, m.stopBackground = context.WithCancel(context.Background())
+	return m, nil
 }
 
 // Config returns the effective configuration, defaults filled in.
@@ -87,12 +97,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	req := ClaimRequest{Scope: scope, Fingerprint: fingerprint, Owner: newOwner(), Lease: m.cfg.Lease, Retention: m.cfg.Retention}
-	res, err := m.store.Claim(r.Context(), req)
+	res, sent, err := m.claim(r.Context(), req)
 	if err == nil && !res.Claimed && res.Record.State == StateInFlight && res.Record.Fingerprint == fingerprint && m.cfg.WaitInFlight > 0 {
-		res, err = m.waitInFlight(r.Context(), req, res)
+		res, sent, err = m.waitInFlight(r.Context(), req, res)
 	}
 	if err != nil {
-		m.storeFailed(w, r, next, scope, err)
+		m.storeFailed(w, r, next, req, err)
 		return
 	}
 	if !res.Claimed {
@@ -100,7 +110,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.answerExisting(w, r, fingerprint, res.Record)
 		return
 	}
-	m.execute(w, r, next, req, res)
+	m.execute(w, r, next, req, res, sent)
+}
+
+// claim makes one Claim call bounded by StoreTimeout and returns when it
+// was sent, where the lease it may grant begins.
+func (m *Middleware) claim(ctx context.Context, req ClaimRequest) (ClaimResult, time.Time, error) {
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	defer cancel()
+	res, err := m.store.Claim(ctx, req)
+	return res, sent, err
 }
 
 func (m *Middleware) readBody(r *http.Request) ([]byte, error) {
@@ -130,25 +150,35 @@ func tooLarge(limit int64) error {
 
 // answerExisting answers a request whose key has a record it did not claim.
 func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, fingerprint string, rec Record) {
+	ev, err := m.judge(fingerprint, rec)
+	if err != nil {
+		m.refuse(w, r, ev, err)
+		return
+	}
+	m.observe(r, ev)
+	replay(w, *rec.Response)
+}
+
+// judge decides the answer from an existing record: a replay of its
+// stored response (a nil error) or the refusal to send.
+func (m *Middleware) judge(fingerprint string, rec Record) (Event, error) {
 	ev := Event{Scope: rec.Scope, FencingToken: rec.FencingToken}
 	switch {
 	case rec.Fingerprint != fingerprint:
 		ev.Outcome = OutcomeMismatch
-		m.refuse(w, r, ev, &RequestError{Err: ErrKeyReused,
-			Detail: "this Idempotency-Key was already used for a different request; use a new key for a new request"})
+		return ev, &RequestError{Err: ErrKeyReused,
+			Detail: "this Idempotency-Key was already used for a different request; use a new key for a new request"}
 	case rec.State == StateCompleted && rec.Response != nil:
 		ev.Outcome = OutcomeReplay
-		m.observe(r, ev)
-		replay(w, *rec.Response)
+		return ev, nil
 	case rec.State == StateUnknown:
 		ev.Outcome = OutcomeConflict
-		m.refuse(w, r, ev, &RequestError{Err: ErrOutcomeUnknown,
-			Detail: "the outcome of the original request is unknown and held for an operator; do not retry with a new key before checking"})
-	default:
-		ev.Outcome = OutcomeConflict
-		m.refuse(w, r, ev, &RequestError{Err: ErrKeyInUse,
-			Detail: "a request with this Idempotency-Key is still being processed; retry after the delay in Retry-After", RetryAfter: m.retryAfter(rec)})
+		return ev, &RequestError{Err: ErrOutcomeUnknown,
+			Detail: "the outcome of the original request is unknown and held for an operator; do not retry with a new key before checking"}
 	}
+	ev.Outcome = OutcomeConflict
+	return ev, &RequestError{Err: ErrKeyInUse,
+		Detail: "a request with this Idempotency-Key is still being processed; retry after the delay in Retry-After", RetryAfter: m.retryAfter(rec)}
 }
 
 // retryAfter is the time left on the original's lease, between 1s and the
@@ -189,7 +219,12 @@ func (m *Middleware) observe(r *http.Request, ev Event) {
 }
 
 // storeFailed follows OnStoreError when the claim could not be made.
-func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, next http.Handler, scope Scope, err error) {
+func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, next http.Handler, req ClaimRequest, err error) {
+	scope := req.Scope
+	if errors.Is(err, context.DeadlineExceeded) {
+		// No answer in time: the claim may have been made all the same.
+		m.abandonClaim(req)
+	}
 	if r.Context().Err() != nil {
 		return // the client went away; there is nobody to answer
 	}
@@ -209,7 +244,7 @@ func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, next ht
 // waitInFlight polls (and listens, when the store can notify) until the
 // original finishes, then claims again: the result is a replay, a release
 // the waiter now owns, or — at the deadline — the in-flight record.
-func (m *Middleware) waitInFlight(ctx context.Context, req ClaimRequest, res ClaimResult) (ClaimResult, error) {
+func (m *Middleware) waitInFlight(ctx context.Context, req ClaimRequest, res ClaimResult) (ClaimResult, time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.WaitInFlight)
 	defer cancel()
 	var changed <-chan struct{}
@@ -223,169 +258,78 @@ func (m *Middleware) waitInFlight(ctx context.Context, req ClaimRequest, res Cla
 	delay := 20 * time.Millisecond
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
+	var sent time.Time
 	for {
 		select {
 		case <-ctx.Done():
-			return res, nil
+			return res, sent, nil
 		case <-changed:
 		case <-timer.C:
 			delay = min(2*delay, 500*time.Millisecond)
 		}
 		timer.Reset(delay)
-		next, err := m.store.Claim(ctx, req)
+		next, at, err := m.claim(ctx, req)
 		if err != nil {
 			if ctx.Err() != nil {
-				return res, nil
+				return res, sent, nil
 			}
-			return next, err
+			return next, at, err
 		}
-		res = next
+		res, sent = next, at
 		if res.Claimed || res.Record.State != StateInFlight || res.Record.Fingerprint != req.Fingerprint {
-			return res, nil
+			return res, sent, nil
 		}
 	}
 }
 
 // execute runs next under the claim and stores or releases its outcome.
-func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, req ClaimRequest, res ClaimResult) {
+// sent is when the claim was sent: the lease runs from then.
+func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, req ClaimRequest, res ClaimResult, sent time.Time) {
 	attempt := &Attempt{Scope: req.Scope, FencingToken: res.Record.FencingToken, TakeOver: res.TakeOver}
+	attempt.lease.begin(sent, m.cfg.Lease)
 	m.observe(r, Event{Outcome: OutcomeNew, Scope: req.Scope, FencingToken: attempt.FencingToken, TakeOver: attempt.TakeOver})
 
 	// Storing must finish even if the client goes away.
 	storeCtx := context.WithoutCancel(r.Context())
 	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), attemptKey{}, attempt))
 	defer cancel(nil)
-	rn := m.startRenewing(storeCtx, req, cancel)
-	stopRenewing := rn.stop
+	rn := m.startRenewing(storeCtx, req, attempt, cancel)
 	rec := &recorder{rw: w, limit: m.cfg.MaxStoredResponseBytes, header: make(http.Header)}
-	finished := false
-	var early Stored // set when the record was stored before the handler returned
-	rec.beforeSend = func(status int) {
+	finished, settled := false, false
+	ans := answerOwn
+	rec.beforeSend = func(status int) bool {
 		if decide(attempt, status, m.cfg.OnAmbiguous) != StoredCompleted {
-			return
+			return true
 		}
-		stopRenewing()
-		early = m.finish(storeCtx, r, req, attempt, StoredCompleted, rec.response())
+		settled = true
+		ans = m.settle(storeCtx, r, req, attempt, rn, StoredCompleted, rec.response())
+		return ans == answerOwn
 	}
 	defer func() {
-		if finished {
+		if finished || settled {
 			return
 		}
 		// The handler panicked: its effect is unknown.
-		stopRenewing()
-		if early == "" {
-			attempt.Ambiguous()
-			m.finish(storeCtx, r, req, attempt, decide(attempt, 0, m.cfg.OnAmbiguous), Response{})
-		}
+		attempt.Ambiguous()
+		m.settle(storeCtx, r, req, attempt, rn, decide(attempt, 0, m.cfg.OnAmbiguous), Response{})
 	}()
 
 	next.ServeHTTP(rec, r.WithContext(ctx))
 	finished = true
-	stopRenewing()
-	if early == "" {
+	if !settled {
 		resp := rec.response()
-		m.finish(storeCtx, r, req, attempt, decide(attempt, resp.Status, m.cfg.OnAmbiguous), resp)
+		ans = m.settle(storeCtx, r, req, attempt, rn, decide(attempt, resp.Status, m.cfg.OnAmbiguous), resp)
 	}
-	_ = rec.send()
-}
-
-// renewer keeps the lease alive every Lease/3 until stop; a failed
-// renewal is retried sooner, so one slow store call does not cost the
-// claim. When the claim is lost to someone else the handler's context is
-// cancelled. It runs on a timer, not a goroutine of its own: most requests
-// end long before the first renewal is due, and then none ever runs.
-type renewer struct {
-	m      *Middleware
-	ctx    context.Context
-	req    ClaimRequest
-	cancel context.CancelCauseFunc
-
-	mu      sync.Mutex
-	stopped bool
-	timer   *time.Timer
-	running sync.WaitGroup // a renewal in progress
-}
-
-func (m *Middleware) startRenewing(ctx context.Context, req ClaimRequest, cancel context.CancelCauseFunc) *renewer {
-	rn := &renewer{m: m, ctx: ctx, req: req, cancel: cancel}
-	rn.mu.Lock()
-	rn.timer = time.AfterFunc(m.cfg.Lease/3, rn.renew)
-	rn.mu.Unlock()
-	return rn
-}
-
-// stop ends the renewals and waits for one in progress; it may be called
-// more than once.
-func (rn *renewer) stop() {
-	rn.mu.Lock()
-	rn.stopped = true
-	rn.timer.Stop()
-	rn.mu.Unlock()
-	rn.running.Wait()
-}
-
-func (rn *renewer) renew() {
-	rn.mu.Lock()
-	if rn.stopped {
-		rn.mu.Unlock()
-		return
-	}
-	rn.running.Add(1)
-	rn.mu.Unlock()
-	defer rn.running.Done()
-
-	period := rn.m.cfg.Lease / 3
-	err := rn.m.store.Renew(rn.ctx, rn.req.Scope, rn.req.Owner, rn.m.cfg.Lease)
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
 	switch {
-	case errors.Is(err, ErrNotOwner):
-		rn.cancel(ErrNotOwner)
-	case rn.stopped:
-	case err != nil:
-		rn.m.cfg.Logger.WarnContext(rn.ctx, "idempotency lease renewal failed", "route", rn.req.Scope.Route, "idempotency_key", rn.req.Scope.Key, "err", err)
-		rn.timer.Reset(min(period, 100*time.Millisecond))
+	case rec.sent:
+		// Streamed: the client has had the response as it came.
+	case ans == answerRecord:
+		m.answerFromRecord(w, r, req)
+	case ans == answerPending:
+		m.answerPending(w, r)
 	default:
-		rn.timer.Reset(period)
+		_ = rec.send()
 	}
-}
-
-// finish stores what became of the attempt, retrying a failed store write a
-// few times. It returns what was stored (StoredLost when nothing could be).
-func (m *Middleware) finish(ctx context.Context, r *http.Request, req ClaimRequest, a *Attempt, what Stored, resp Response) Stored {
-	var err error
-	for try := range 3 {
-		if try > 0 {
-			time.Sleep(time.Duration(try) * 50 * time.Millisecond)
-		}
-		switch what {
-		case StoredCompleted:
-			err = m.store.Complete(ctx, req.Scope, req.Owner, resp, m.cfg.Retention)
-		case StoredReleased:
-			err = m.store.Release(ctx, req.Scope, req.Owner)
-		case StoredHeld:
-			err = m.store.MarkUnknown(ctx, req.Scope, req.Owner)
-		}
-		if err == nil || errors.Is(err, ErrNotOwner) {
-			break
-		}
-	}
-	ev := Event{Outcome: OutcomeNew, Scope: req.Scope, FencingToken: a.FencingToken, TakeOver: a.TakeOver, Stored: what, Status: resp.Status}
-	if err == nil && what == StoredCompleted && m.cfg.ReplayCache != nil && !resp.BodyOmitted {
-		now := time.Now()
-		m.cfg.ReplayCache.put(Record{
-			Scope: req.Scope, Fingerprint: req.Fingerprint, State: StateCompleted, FencingToken: a.FencingToken,
-			Response: &resp, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(m.cfg.Retention),
-		})
-	}
-	if err != nil {
-		ev.Stored, ev.Err = StoredLost, err
-		m.cfg.Logger.ErrorContext(ctx, "idempotency record not stored; a retry after the lease may run the request again",
-			"route", req.Scope.Route, "tenant", req.Scope.Tenant, "idempotency_key", req.Scope.Key,
-			"fencing_token", a.FencingToken, "wanted", string(what), "err", err)
-	}
-	m.observe(r, ev)
-	return ev.Stored
 }
 
 func newOwner() string {

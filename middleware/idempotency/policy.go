@@ -53,7 +53,8 @@ type Attempt struct {
 	// released record (a retry of an attempt that did not finish).
 	TakeOver bool
 
-	mark atomic.Int32
+	mark  atomic.Int32
+	lease leaseClock
 }
 
 const (
