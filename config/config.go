@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
@@ -189,6 +190,21 @@ type Worker struct {
 	// ShutdownTimeout bounds the wait for running jobs on shutdown.
 	// Default workers.DefaultShutdownTimeout, 25s.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// RequeueAfter is the relay's grace period: a job that has not
+	// finished and whose record has not changed for this long has its
+	// task looked up in the queue, and enqueued again when the queue has
+	// lost it. Positive; an explicit 0 is refused. Default
+	// enqueue.DefaultRequeueAfter, 1m.
+	RequeueAfter Duration `yaml:"requeue_after"`
+	// RequeueInterval is the time between two passes of the relay.
+	// Positive; an explicit 0 is refused. Default
+	// enqueue.DefaultRequeueInterval, 15s.
+	RequeueInterval Duration `yaml:"requeue_interval"`
+}
+
+// RelayOptions returns the settings of the worker's relay.
+func (w Worker) RelayOptions() enqueue.RelayOptions {
+	return enqueue.RelayOptions{After: time.Duration(w.RequeueAfter), Interval: time.Duration(w.RequeueInterval)}
 }
 
 // ServerConfig returns the settings of the workers' server.
@@ -260,6 +276,17 @@ const (
 	defaultAdminListen       = "127.0.0.1:9090"
 	defaultWorkerAdminListen = "127.0.0.1:9091"
 )
+
+// defaultWorker is the worker section before the file is read: the keys
+// whose zero value is refused rather than defaulted start at their
+// defaults, so that only an explicit value, checked, replaces them.
+func defaultWorker() Worker {
+	return Worker{
+		AdminListen:     defaultWorkerAdminListen,
+		RequeueAfter:    Duration(enqueue.DefaultRequeueAfter),
+		RequeueInterval: Duration(enqueue.DefaultRequeueInterval),
+	}
+}
 
 // withDefaults fills every unset field with the default documented on it
 // and normalises case where the value is compared later (methods, hex).

@@ -38,8 +38,8 @@ func Parse(data []byte, name string, getenv func(string) string, opts ...Option)
 	}
 	expanded, refs := expand(data, getenv)
 	// Keys whose empty value means "off" start at their default, so that
-	// only an explicit "" clears them.
-	cfg := &Config{AdminListen: defaultAdminListen, Worker: Worker{AdminListen: defaultWorkerAdminListen}}
+	// only an explicit "" clears them; so do keys whose zero is refused.
+	cfg := &Config{AdminListen: defaultAdminListen, Worker: defaultWorker()}
 	doc := strictyaml.Decode(expanded, cfg, "listen", "store", "routes")
 	r := &report{file: name, doc: doc, unread: map[string]bool{}, fromEnv: map[string]string{}}
 	for _, p := range doc.Problems {

@@ -244,6 +244,17 @@ func (c *Config) validateWorker(bad badFunc) {
 	if msg := httpURLProblem(c.Worker.PartnerURL); msg != "" {
 		bad("worker.partner_url", "%s", msg)
 	}
+	// Zero is refused, not defaulted: the relay is what delivers a job
+	// whose task the queue lost, and it cannot be turned off.
+	positive(bad, "worker.requeue_after", c.Worker.RequeueAfter)
+	positive(bad, "worker.requeue_interval", c.Worker.RequeueInterval)
+}
+
+// positive reports a number that is not above zero.
+func positive(bad badFunc, key string, v Duration) {
+	if v <= 0 {
+		bad(key, "must be positive, not %v", v)
+	}
 }
 
 // split lists the problems a library's Validate joined: those of type E,

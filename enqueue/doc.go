@@ -15,8 +15,17 @@
 // `idemgate dlq`, from the jobs table, because asynq's archive is bounded.
 // The package does not know how a task is run.
 //
+// The record, not the task, is the truth: a job is accepted once its
+// record is committed, even if its enqueue then fails (ErrTaskDeferred),
+// and the queue may lose tasks (a Redis restart without persistence). The
+// Relay finds the unfinished jobs whose tasks are missing and enqueues
+// them again with the same TaskID.
+//
 //	e := enqueue.New(pool, asynqClient)
 //	spec, _ := cfg.Job("invoice.create") // a declared job (package job)
 //	job, err := e.Submit(ctx, enqueue.Request{Tenant: "acme", Route: "invoices",
 //		Key: "order-42", Spec: spec, Body: body})
+//
+//	relay := enqueue.NewRelay(e, inspector, enqueue.RelayOptions{})
+//	go relay.Run(ctx) // owned: wait for it after ctx ends
 package enqueue

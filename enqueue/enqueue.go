@@ -66,10 +66,17 @@ func (r Request) QueueName() string {
 	return job.DefaultQueue
 }
 
+// ErrTaskDeferred: Submit recorded the job but could not enqueue its task
+// (the queue was unreachable). The job is accepted all the same: its
+// record is the truth, and the Relay enqueues the missing task once the
+// queue answers again. Submit returns the recorded job with it.
+var ErrTaskDeferred = errors.New("enqueue: job recorded, its task deferred to the relay")
+
 // Submit validates the body against the job's schema, records the job and
 // enqueues its task. It is idempotent: the same request again returns the
 // same job and enqueues nothing new. A *job.PayloadError means nothing was
-// recorded or enqueued.
+// recorded or enqueued. An error wrapping ErrTaskDeferred comes with the
+// recorded job: it is accepted, and only its task is late.
 func (e *Enqueuer) Submit(ctx context.Context, req Request) (Job, error) {
 	if req.Spec == nil {
 		return Job{}, errors.New("enqueue: submit: no job spec")
@@ -90,13 +97,23 @@ func (e *Enqueuer) Submit(ctx context.Context, req Request) (Job, error) {
 		// Enqueue even when the record already existed: the gateway may
 		// have died between the two steps. asynq keeps one task per id.
 		if err := e.enqueue(ctx, j); err != nil {
-			return Job{}, err
+			return j, fmt.Errorf("%w: %w", ErrTaskDeferred, err)
 		}
 	}
 	return j, nil
 }
 
+// enqueue sends job's task. A task asynq already holds under the job id is
+// not an error: it is the same job.
 func (e *Enqueuer) enqueue(ctx context.Context, job Job) error {
+	_, err := e.send(ctx, job)
+	return err
+}
+
+// send sends job's task and reports whether asynq took it as new: false
+// when it already held a task with the job id. It is the one way a job's
+// task is built.
+func (e *Enqueuer) send(ctx context.Context, job Job) (bool, error) {
 	headers := map[string]string{HeaderJobID: job.ID, HeaderTenant: job.Tenant}
 	if e.Headers != nil {
 		for k, v := range e.Headers(ctx) {
@@ -106,8 +123,11 @@ func (e *Enqueuer) enqueue(ctx context.Context, job Job) error {
 	task := asynq.NewTaskWithHeaders(job.Task, job.Payload, headers,
 		asynq.TaskID(job.ID), asynq.Queue(job.Queue), asynq.MaxRetry(MaxRetry))
 	_, err := e.client.EnqueueContext(ctx, task)
-	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
-		return fmt.Errorf("enqueue: %s: %w", job.ID, err)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, asynq.ErrTaskIDConflict):
+		return false, nil
 	}
-	return nil
+	return false, fmt.Errorf("enqueue: %s: %w", job.ID, err)
 }

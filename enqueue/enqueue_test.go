@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/enqueue"
@@ -19,6 +20,7 @@ func TestMain(m *testing.M) {
 
 type env struct {
 	e         *enqueue.Enqueuer
+	pool      *pgxpool.Pool
 	inspector *asynq.Inspector
 	queue     string
 }
@@ -38,7 +40,7 @@ func setup(t *testing.T) env {
 		_ = inspector.DeleteQueue(queue, true)
 		_ = inspector.Close()
 	})
-	return env{e: enqueue.New(pool, client), inspector: inspector, queue: queue}
+	return env{e: enqueue.New(pool, client), pool: pool, inspector: inspector, queue: queue}
 }
 
 // invoiceSpec declares the job the test requests become.
@@ -163,8 +165,9 @@ func TestRetryEnqueuesWhatACrashLeftOut(t *testing.T) {
 	dead := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1", DialTimeout: 200e6})
 	t.Cleanup(func() { _ = dead.Close() })
 	r := v.req("half", `{"order_id":"o-2","amount_cents":1,"currency":"EUR"}`)
-	if _, err := enqueue.New(pool, dead).Submit(t.Context(), r); err == nil {
-		t.Fatal("Submit with an unreachable queue succeeded")
+	deferred, err := enqueue.New(pool, dead).Submit(t.Context(), r)
+	if !errors.Is(err, enqueue.ErrTaskDeferred) || deferred.ID != enqueue.JobID("acme", "invoices", "half") || deferred.Status != enqueue.StatusQueued {
+		t.Fatalf("Submit with an unreachable queue: %+v %v, want the recorded job and ErrTaskDeferred", deferred, err)
 	}
 	live := asynq.NewClient(asynq.RedisClientOpt{Addr: v.inspectorAddr(t)})
 	t.Cleanup(func() { _ = live.Close() })

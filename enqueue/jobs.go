@@ -187,3 +187,40 @@ func (s *Jobs) Requeue(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// position is a place in the order the relay reads jobs in: by updated_at,
+// then id. The zero value is before every job.
+type position struct {
+	updatedAt time.Time
+	id        string
+}
+
+// unfinished lists the jobs that have not finished (queued, processing,
+// retrying) and whose record has not changed for olderThan, oldest first,
+// from after, at most limit. The partial index jobs_unfinished (migration
+// 00008) serves it.
+func (s *Jobs) unfinished(ctx context.Context, olderThan time.Duration, after position, limit int) ([]Job, error) {
+	const q = `SELECT ` + jobColumns + ` FROM jobs
+ WHERE status IN ('queued', 'processing', 'retrying')
+   AND updated_at < now() - make_interval(secs => $1)
+   AND (updated_at, id) > ($2, $3)
+ ORDER BY updated_at, id
+ LIMIT $4`
+	rows, err := s.db.Query(ctx, q, olderThan.Seconds(), after.updatedAt, after.id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue: unfinished jobs: %w", err)
+	}
+	defer rows.Close()
+	var out []Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, fmt.Errorf("enqueue: unfinished jobs: %w", err)
+		}
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("enqueue: unfinished jobs: %w", err)
+	}
+	return out, nil
+}

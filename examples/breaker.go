@@ -20,8 +20,9 @@ type BreakerConfig struct {
 }
 
 // ErrCircuitOpen is what a partner call returns, without calling, while the
-// endpoint's circuit is open. It is transient: the job is retried with
-// backoff and the call is made once the circuit lets calls through again.
+// endpoint's circuit is open, wrapped with workers.Unavailable: the job is
+// retried with backoff, without counting the attempt, and the call is made
+// once the circuit lets calls through again.
 var ErrCircuitOpen = errors.New("examples: partner circuit open")
 
 // callOutcome is what a call says about the partner's health.

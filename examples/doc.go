@@ -17,7 +17,8 @@
 //     update conditional on the fencing token;
 //   - payment.charge: a partner call that carries the same tenant-scoped
 //     Idempotency-Key on every attempt, behind a timeout and a circuit
-//     breaker;
+//     breaker; a partner that is down makes the job wait
+//     (workers.Unavailable), not fail;
 //   - notification.send: a Redis dedup window in front of a PostgreSQL
 //     record.
 //

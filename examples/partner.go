@@ -22,8 +22,9 @@ import (
 const maxPartnerResponseBytes = 1 << 20
 
 // PartnerError is a partner's answer other than 2xx. Status 408, 425, 429
-// and 5xx are transient (the partner did not process the request, or may
-// answer differently later); every other 4xx is a refusal retrying cannot
+// and 5xx say the partner is unavailable (it did not process the request,
+// or may answer differently later) and are wrapped with
+// workers.Unavailable; every other 4xx is a refusal retrying cannot
 // change, and is wrapped with workers.Permanent.
 type PartnerError struct {
 	Endpoint string
@@ -78,12 +79,14 @@ func send[T any](ctx context.Context, p *partner, job workers.Job[T]) (string, e
 }
 
 // post sends body with the Idempotency-Key key and returns the "id" of the
-// effect from the partner's JSON answer. Its error is transient unless the
-// partner refused the request for good (workers.Permanent).
+// effect from the partner's JSON answer. Its error says the partner is
+// unavailable (workers.Unavailable: down, overloaded, silent, or its
+// circuit open), or that the partner refused the request for good
+// (workers.Permanent); anything else is transient.
 func (p *partner) post(ctx context.Context, key string, body []byte) (string, error) {
 	done, err := p.breaker.allow()
 	if err != nil {
-		return "", fmt.Errorf("partner %s: %w", p.endpoint, err)
+		return "", workers.Unavailable(fmt.Errorf("partner %s: %w", p.endpoint, err))
 	}
 	id, outcome, err := p.do(ctx, key, body)
 	done(outcome)
@@ -108,18 +111,22 @@ func (p *partner) do(job context.Context, key string, body []byte) (string, call
 			return "", callIgnored, fmt.Errorf("partner %s: %w", p.endpoint, err)
 		}
 		// A timeout or a dropped connection is ambiguous: the partner may
-		// have applied the request. The retry sends the same key.
-		return "", callFailed, fmt.Errorf("partner %s: %w", p.endpoint, err)
+		// have applied the request. The retry sends the same key, so it
+		// is safe to retry for as long as the partner stays unavailable.
+		return "", callFailed, workers.Unavailable(fmt.Errorf("partner %s: %w", p.endpoint, err))
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxPartnerResponseBytes))
 	if err != nil {
-		return "", callFailed, fmt.Errorf("partner %s: read answer: %w", p.endpoint, err)
+		if job.Err() != nil {
+			return "", callIgnored, fmt.Errorf("partner %s: read answer: %w", p.endpoint, err)
+		}
+		return "", callFailed, workers.Unavailable(fmt.Errorf("partner %s: read answer: %w", p.endpoint, err))
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		perr := &PartnerError{Endpoint: p.endpoint, Status: resp.StatusCode, Body: clipBody(data)}
 		if perr.Transient() {
-			return "", callFailed, perr
+			return "", callFailed, workers.Unavailable(perr)
 		}
 		// The partner is up and answering; it refuses this request.
 		return "", callSucceeded, workers.Permanent(perr)

@@ -31,11 +31,14 @@ import (
 //     succeeded; partner_charge_id is unique, so no two payments can claim
 //     one charge.
 //
-// Transient failures (5xx, 408, 425, 429, timeouts, connection errors) are
-// retried by the framework with exponential backoff and full jitter; a
-// circuit breaker in front of the partner stops the calls while it keeps
-// failing (ErrCircuitOpen, transient). Any other 4xx is a refusal retrying
-// cannot change: the payment and the job are marked failed.
+// A partner that is unavailable (5xx, 408, 425, 429, timeouts, connection
+// errors) is retried by the framework with exponential backoff and full
+// jitter, and those attempts are not counted (workers.Unavailable): an
+// outage longer than the backoffs delays the payment instead of failing
+// it. A circuit breaker in front of the partner stops the calls while it
+// keeps failing (ErrCircuitOpen, unavailable too). Any other 4xx is a
+// refusal retrying cannot change: the payment and the job are marked
+// failed.
 
 // ErrPaymentConflict is returned, permanently, for a payment id already
 // recorded with another amount or currency, and for a charge id the partner

@@ -65,6 +65,117 @@ func TestPaymentChaos(t *testing.T) {
 	t.Logf("%d failed deliveries on the way; partner stats %+v", retried, e.sim.Stats())
 }
 
+// A partner down for longer than a payment has attempts: the payment
+// waits instead of failing, every call carries the same Idempotency-Key,
+// and once the partner is back it is charged exactly once, even though the
+// first call that reached the recovered partner lost its answer.
+func TestPaymentWaitsOutAPartnerOutage(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	// The partner's dice: 0 while it is down (FailRate: 503), then what
+	// next holds, then 0.99 (no failure, no drop).
+	var (
+		mu   sync.Mutex
+		down = true
+		next []float64
+	)
+	dice := func() float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case down:
+			return 0
+		case len(next) > 0:
+			v := next[0]
+			next = next[1:]
+			return v
+		}
+		return 0.99
+	}
+	e := newBizEnv(t, partnersim.Options{FailRate: 0.5, DropRate: 0.5, Rand: dice}, func(b *Business, d *workers.Deps) {
+		// net/http resends a request with an Idempotency-Key by itself
+		// when a reused connection dies before the answer, which would
+		// hide the lost answer this test is about.
+		b.HTTPClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		b.Breaker = BreakerConfig{Failures: 3, CoolDown: time.Minute}
+		b.Now = clock.Now
+		d.MaxAttempts = 2
+	})
+	p := PaymentCharge{PaymentID: "pay-outage", AmountCents: 4200, Currency: "EUR"}
+	tk := task(t, "acme", TaskPaymentCharge, p)
+	waits := func(step string, open bool) {
+		t.Helper()
+		err := e.deliver(t, tk)
+		if err == nil || errors.Is(err, asynq.SkipRetry) || workers.IsPermanent(err) || !workers.IsUnavailable(err) {
+			t.Fatalf("%s: %v, want the partner unavailable, retried", step, err)
+		}
+		if errors.Is(err, ErrCircuitOpen) != open {
+			t.Fatalf("%s: %v; circuit open = %v, want %v", step, err, errors.Is(err, ErrCircuitOpen), open)
+		}
+		if rec := e.exec(t, "acme", "payment:pay-outage"); rec.Status != "processing" || rec.Attempts != 0 {
+			t.Fatalf("%s: execution = %+v, want processing with no attempt counted", step, rec)
+		}
+	}
+
+	// Three 503s open the circuit; then the calls stop reaching the
+	// partner. Eight deliveries in all, four times the job's attempts.
+	for i := range 3 {
+		waits(fmt.Sprintf("503 #%d", i+1), false)
+	}
+	for i := range 5 {
+		waits(fmt.Sprintf("circuit open #%d", i+1), true)
+	}
+	if got := e.sim.Stats().Requests; got != 3 {
+		t.Fatalf("partner got %d requests while down, want 3 (the circuit opened)", got)
+	}
+
+	// The partner is back, but the probe's answer is lost after it applied
+	// the charge: ambiguous, still not an attempt.
+	mu.Lock()
+	down, next = false, []float64{0.99, 0} // no 503, then drop the answer
+	mu.Unlock()
+	clock.Add(time.Minute)
+	waits("the charge applied, its answer lost", false)
+	waits("circuit open again", true)
+	if applied := e.sim.Applied(); len(applied) != 1 {
+		t.Fatalf("partner applied %v, want one charge", applied)
+	}
+
+	// The next probe repeats the key and gets the first charge.
+	clock.Add(time.Minute)
+	if err := e.deliver(t, tk); err != nil {
+		t.Fatalf("delivery once the partner answers: %v", err)
+	}
+	applied := e.sim.Applied()
+	if len(applied) != 1 {
+		t.Fatalf("partner applied %v, want one charge", applied)
+	}
+	var charge string
+	for id, n := range applied {
+		if n != 1 {
+			t.Fatalf("charge %s applied %d times", id, n)
+		}
+		charge = id
+	}
+	rec := e.exec(t, "acme", "payment:pay-outage")
+	if rec.Status != "succeeded" || rec.Attempts != 1 || rec.ResultRef != charge {
+		t.Fatalf("execution = %+v, want succeeded after 1 real attempt with %s", rec, charge)
+	}
+	if st := strings1(t, e.pool, `SELECT status || ' ' || partner_charge_id FROM payments WHERE tenant = 'acme' AND payment_id = 'pay-outage'`); len(st) != 1 || st[0] != "succeeded "+charge {
+		t.Fatalf("payment = %q, want succeeded with %s", st, charge)
+	}
+	if keys := e.keys.distinct(); len(keys) != 1 || keys[0] != "acme/payment:pay-outage" {
+		t.Fatalf("Idempotency-Keys sent = %q, want one, the payment's", keys)
+	}
+	// A later duplicate is a replay.
+	if err := e.deliver(t, tk); err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	if got := e.sim.Stats().Applied; got != 1 {
+		t.Fatalf("partner applied %d charges in all, want 1", got)
+	}
+}
+
 // scriptedPartner answers /charges with whatever answer returns, and counts
 // the calls that reach it.
 type scriptedPartner struct {
@@ -219,6 +330,8 @@ func TestPaymentBreaker(t *testing.T) {
 				t.Fatalf("delivery: %v, want a transient error", err)
 			case !st.ok && errors.Is(err, ErrCircuitOpen) != st.open:
 				t.Fatalf("delivery: %v; circuit open = %v, want %v", err, errors.Is(err, ErrCircuitOpen), st.open)
+			case !st.ok && !workers.IsUnavailable(err):
+				t.Fatalf("delivery: %v, want the partner unavailable", err)
 			}
 			if got := sp.calls.Load(); got != st.wantCalls {
 				t.Fatalf("partner called %d times, want %d", got, st.wantCalls)
@@ -245,12 +358,13 @@ func TestPartnerAnswers(t *testing.T) {
 	}
 	drop := func(w http.ResponseWriter, r *http.Request) { panic(http.ErrAbortHandler) }
 	tests := []struct {
-		name      string
-		answer    func(w http.ResponseWriter, r *http.Request) // nil: nobody listens
-		wantID    string
-		permanent bool
-		outcome   callOutcome
-		is        error
+		name        string
+		answer      func(w http.ResponseWriter, r *http.Request) // nil: nobody listens
+		wantID      string
+		permanent   bool
+		unavailable bool
+		outcome     callOutcome
+		is          error
 	}{
 		{name: "201 with an id", answer: answerWith(201, `{"id":"ch_1"}`), wantID: "ch_1", outcome: callSucceeded},
 		{name: "200 replayed", answer: answerWith(200, `{"id":"ch_2","object":"charge"}`), wantID: "ch_2", outcome: callSucceeded},
@@ -261,16 +375,16 @@ func TestPartnerAnswers(t *testing.T) {
 		{name: "404", answer: answerWith(404, ``), permanent: true, outcome: callSucceeded},
 		{name: "409", answer: answerWith(409, ``), permanent: true, outcome: callSucceeded},
 		{name: "422 key reused", answer: answerWith(422, `{"error":"Idempotency-Key reused with another body"}`), permanent: true, outcome: callSucceeded},
-		{name: "408", answer: answerWith(408, ``), outcome: callFailed},
-		{name: "425", answer: answerWith(425, ``), outcome: callFailed},
-		{name: "429", answer: answerWith(429, ``), outcome: callFailed},
-		{name: "500", answer: answerWith(500, ``), outcome: callFailed},
-		{name: "502", answer: answerWith(502, ``), outcome: callFailed},
-		{name: "503", answer: answerWith(503, ``), outcome: callFailed},
-		{name: "504", answer: answerWith(504, ``), outcome: callFailed},
-		{name: "timeout", answer: hang, outcome: callFailed, is: context.DeadlineExceeded},
-		{name: "connection dropped", answer: drop, outcome: callFailed},
-		{name: "connection refused", outcome: callFailed},
+		{name: "408", answer: answerWith(408, ``), unavailable: true, outcome: callFailed},
+		{name: "425", answer: answerWith(425, ``), unavailable: true, outcome: callFailed},
+		{name: "429", answer: answerWith(429, ``), unavailable: true, outcome: callFailed},
+		{name: "500", answer: answerWith(500, ``), unavailable: true, outcome: callFailed},
+		{name: "502", answer: answerWith(502, ``), unavailable: true, outcome: callFailed},
+		{name: "503", answer: answerWith(503, ``), unavailable: true, outcome: callFailed},
+		{name: "504", answer: answerWith(504, ``), unavailable: true, outcome: callFailed},
+		{name: "timeout", answer: hang, unavailable: true, outcome: callFailed, is: context.DeadlineExceeded},
+		{name: "connection dropped", answer: drop, unavailable: true, outcome: callFailed},
+		{name: "connection refused", unavailable: true, outcome: callFailed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -298,6 +412,9 @@ func TestPartnerAnswers(t *testing.T) {
 			id, outcome, err := p.do(t.Context(), "acme/payment:7", []byte(`{"payment_id":"7"}`))
 			if id != tt.wantID || outcome != tt.outcome || (err != nil) == (tt.wantID != "") || workers.IsPermanent(err) != tt.permanent {
 				t.Fatalf("do = %q, outcome %v, %v; want %q, outcome %v, permanent %v", id, outcome, err, tt.wantID, tt.outcome, tt.permanent)
+			}
+			if workers.IsUnavailable(err) != tt.unavailable {
+				t.Fatalf("IsUnavailable(%v) = %v, want %v", err, workers.IsUnavailable(err), tt.unavailable)
 			}
 			if tt.is != nil && !errors.Is(err, tt.is) {
 				t.Fatalf("error %v is not %v", err, tt.is)

@@ -63,6 +63,14 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions) http.Handler {
 		j, err := g.opts.Jobs.Submit(ctx, req)
 		span.SetAttributes(telemetry.JobID(j.ID))
 		telemetry.End(span, err)
+		if errors.Is(err, enqueue.ErrTaskDeferred) {
+			// The record is committed, so the job is accepted (GET
+			// /v1/jobs/{id} shows it): the relay enqueues its task once
+			// the queue answers again.
+			g.opts.Logger.WarnContext(r.Context(), "job accepted, its task not enqueued yet (the relay will)",
+				"job_id", j.ID, "task", j.Task, "queue", j.Queue, "err", err)
+			err = nil
+		}
 		if err != nil {
 			g.jobError(w, r, err)
 			return
@@ -94,7 +102,8 @@ func (g *Gateway) jobError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, enqueue.ErrNotFound):
 		g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "no such job"})
 	default:
-		// Nothing is known to be enqueued: the key is released (503).
+		// No job was recorded (or none could be read): 503, which
+		// releases the key.
 		g.problems.write(w, r, &Problem{Err: ErrQueueUnavailable, Detail: "the job could not be queued; retry with the same Idempotency-Key", RetryAfter: time.Second, Cause: err})
 	}
 }

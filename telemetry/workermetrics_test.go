@@ -53,7 +53,7 @@ func TestWorkerMetricsSeriesExistAtZero(t *testing.T) {
 	for _, s := range []string{workers.StatusSucceeded, workers.StatusFailed} {
 		want = append(want, "idemgate_jobs_total{status="+s+","+task+"}")
 	}
-	for _, c := range []string{workers.ClassTransient, workers.ClassPermanent, workers.ClassLockBusy, workers.ClassStaleToken} {
+	for _, c := range []string{workers.ClassTransient, workers.ClassPermanent, workers.ClassUnavailable, workers.ClassLockBusy, workers.ClassStaleToken} {
 		want = append(want, "idemgate_job_attempts_total{error_class="+c+","+task+"}")
 	}
 	got := series(t, reg)
@@ -94,6 +94,8 @@ func TestWorkerMetricsCountEachEvent(t *testing.T) {
 			map[string]float64{"idemgate_job_attempts_total{error_class=transient,task=payment.charge}": 1}},
 		{"permanent attempt", func(o workers.Observer) { o.Attempt(task, workers.ClassPermanent) },
 			map[string]float64{"idemgate_job_attempts_total{error_class=permanent,task=payment.charge}": 1}},
+		{"unavailable attempt", func(o workers.Observer) { o.Attempt(task, workers.ClassUnavailable) },
+			map[string]float64{"idemgate_job_attempts_total{error_class=unavailable,task=payment.charge}": 1}},
 		{"lock busy attempt", func(o workers.Observer) { o.Attempt(task, workers.ClassLockBusy) },
 			map[string]float64{"idemgate_job_attempts_total{error_class=lock_busy,task=payment.charge}": 1}},
 		{"stale token attempt", func(o workers.Observer) { o.Attempt(task, workers.ClassStaleToken) },

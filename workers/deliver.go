@@ -105,10 +105,14 @@ const maxErrorBody = 256
 //   - 2xx: success. The result reference is the JSON body's string
 //     "result_ref", else the Location header, else "http:<status>" (the
 //     receiver gave none, but the job's record says what it answered).
-//   - 408, 425, 429, 5xx, no answer, a timeout, a connection error: a
-//     transient error, retried with backoff; with a Retry-After it is a
-//     *RetryAfterError, so the retry waits at least that long (bounded by
-//     d.MaxRetryAfter).
+//   - 408, 425, 429, 502, 503, 504, no answer, a timeout, a connection
+//     error: the receiver is unavailable (Unavailable), retried with
+//     backoff without counting the attempt, however long it lasts;
+//   - 500 and any other 5xx: a transient error, retried with backoff and
+//     counted, so a receiver that fails on this job dead-letters it after
+//     MaxAttempts;
+//   - either way, with a Retry-After the error is a *RetryAfterError, so
+//     the retry waits at least that long (bounded by d.MaxRetryAfter).
 //   - 409 with Idemgate-Stale: true: a newer attempt holds the resource;
 //     the error matches fence.ErrStaleToken, so this attempt stops without
 //     a verdict.
@@ -291,18 +295,23 @@ func (dl *deliverer) judge(ctx, actx context.Context, job Job[json.RawMessage], 
 	case status == http.StatusConflict && strings.EqualFold(strings.TrimSpace(resp.Header.Get(headerStale)), "true"):
 		return "", fmt.Errorf("%w: %w", answered, fence.Stale(job.Resource, job.Token, 0))
 	case retryable(status):
-		if after, ok := retryAfter(resp.Header.Get("Retry-After"), dl.now(), dl.maxRetryAfter); ok {
-			return "", &RetryAfterError{After: after, Err: answered}
+		var err error = answered
+		if unavailableStatus(status) {
+			err = Unavailable(answered)
 		}
-		return "", answered
+		if after, ok := retryAfter(resp.Header.Get("Retry-After"), dl.now(), dl.maxRetryAfter); ok {
+			return "", &RetryAfterError{After: after, Err: err}
+		}
+		return "", err
 	default:
 		return "", Permanent(answered)
 	}
 }
 
-// callError is the transient error of a call that got no answer. A
-// cancelled ctx (the lock lost, a shutdown) is reported as such, so the
-// framework sees why the attempt stopped.
+// callError is the error of a call that got no answer: the receiver is
+// unavailable (refused, reset, silent until the timeout). A cancelled ctx
+// (the lock lost, a shutdown) says nothing about the receiver and is
+// reported as such, so the framework sees why the attempt stopped.
 func (dl *deliverer) callError(ctx, actx context.Context, err error) error {
 	// *url.Error repeats the URL, possibly with a password in it.
 	if ue, ok := errors.AsType[*url.Error](err); ok {
@@ -315,9 +324,9 @@ func (dl *deliverer) callError(ctx, actx context.Context, err error) error {
 		}
 		return fmt.Errorf("deliver to %s: %w", dl.shownURL, ctx.Err())
 	case errors.Is(actx.Err(), context.DeadlineExceeded):
-		return fmt.Errorf("deliver to %s: no answer within %s: %w", dl.shownURL, dl.timeout, context.DeadlineExceeded)
+		return Unavailable(fmt.Errorf("deliver to %s: no answer within %s: %w", dl.shownURL, dl.timeout, context.DeadlineExceeded))
 	default:
-		return fmt.Errorf("deliver to %s: %w", dl.shownURL, err)
+		return Unavailable(fmt.Errorf("deliver to %s: %w", dl.shownURL, err))
 	}
 }
 
@@ -333,6 +342,19 @@ func retryable(status int) bool {
 	default:
 		return true
 	}
+}
+
+// unavailableStatus reports whether a retryable status says the receiver,
+// or a proxy in front of it, could not take the request now: it is not a
+// verdict on the job, so the attempt is not counted. A 500, and any other
+// 5xx, may be the receiver failing on this very job, and is counted.
+func unavailableStatus(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
 }
 
 // resultRef is the reference a 2xx answer gives the job's result.

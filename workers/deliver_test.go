@@ -9,12 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -23,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/workers/execution"
 	"github.com/idemgate/idemgate/workers/fence"
 )
 
@@ -260,6 +263,7 @@ type outcome int
 const (
 	succeeded outcome = iota
 	transient
+	unavailable // transient, the attempt not counted
 	permanent
 	superseded
 )
@@ -286,18 +290,22 @@ func TestDeliverAnswers(t *testing.T) {
 		{name: "result_ref not a string", status: 200, body: `{"result_ref":12}`, want: succeeded, wantRef: "http:200"},
 		{name: "204", status: 204, want: succeeded, wantRef: "http:204"},
 
-		{name: "503", status: 503, body: "down for maintenance", want: transient, wantMsg: []string{"answered 503: down for maintenance"}},
+		{name: "503", status: 503, body: "down for maintenance", want: unavailable, wantMsg: []string{"answered 503: down for maintenance"}},
 		{name: "500", status: 500, want: transient, wantMsg: []string{"answered 500"}},
-		{name: "502", status: 502, want: transient},
-		{name: "408", status: 408, want: transient},
-		{name: "425", status: 425, want: transient},
-		{name: "429 without Retry-After", status: 429, want: transient},
-		{name: "429, Retry-After seconds", status: 429, header: map[string]string{"Retry-After": "2"}, want: transient, wantAfter: 2 * time.Second, wantMsg: []string{"answered 429", "retry after 2s"}},
-		{name: "503, Retry-After HTTP-date", status: 503, header: map[string]string{"Retry-After": now.Add(90 * time.Second).Format(http.TimeFormat)}, want: transient, wantAfter: 90 * time.Second},
-		{name: "Retry-After beyond the bound", status: 503, header: map[string]string{"Retry-After": "604800"}, want: transient, wantAfter: DefaultDeliveryMaxRetryAfter},
-		{name: "Retry-After beyond int64", status: 429, header: map[string]string{"Retry-After": "99999999999999999999999"}, want: transient, wantAfter: DefaultDeliveryMaxRetryAfter},
-		{name: "Retry-After date in the past", status: 503, header: map[string]string{"Retry-After": now.Add(-time.Minute).Format(http.TimeFormat)}, want: transient},
-		{name: "Retry-After malformed", status: 503, header: map[string]string{"Retry-After": "soon"}, want: transient},
+		{name: "501", status: 501, want: transient},
+		{name: "507", status: 507, want: transient},
+		{name: "500, Retry-After", status: 500, header: map[string]string{"Retry-After": "3"}, want: transient, wantAfter: 3 * time.Second},
+		{name: "502", status: 502, want: unavailable},
+		{name: "504", status: 504, want: unavailable},
+		{name: "408", status: 408, want: unavailable},
+		{name: "425", status: 425, want: unavailable},
+		{name: "429 without Retry-After", status: 429, want: unavailable},
+		{name: "429, Retry-After seconds", status: 429, header: map[string]string{"Retry-After": "2"}, want: unavailable, wantAfter: 2 * time.Second, wantMsg: []string{"answered 429", "retry after 2s"}},
+		{name: "503, Retry-After HTTP-date", status: 503, header: map[string]string{"Retry-After": now.Add(90 * time.Second).Format(http.TimeFormat)}, want: unavailable, wantAfter: 90 * time.Second},
+		{name: "Retry-After beyond the bound", status: 503, header: map[string]string{"Retry-After": "604800"}, want: unavailable, wantAfter: DefaultDeliveryMaxRetryAfter},
+		{name: "Retry-After beyond int64", status: 429, header: map[string]string{"Retry-After": "99999999999999999999999"}, want: unavailable, wantAfter: DefaultDeliveryMaxRetryAfter},
+		{name: "Retry-After date in the past", status: 503, header: map[string]string{"Retry-After": now.Add(-time.Minute).Format(http.TimeFormat)}, want: unavailable},
+		{name: "Retry-After malformed", status: 503, header: map[string]string{"Retry-After": "soon"}, want: unavailable},
 
 		{name: "409 stale", status: 409, header: map[string]string{"Idemgate-Stale": "true"}, body: "superseded", want: superseded},
 		{name: "409 stale, any case", status: 409, header: map[string]string{"Idemgate-Stale": "True"}, want: superseded},
@@ -346,6 +354,9 @@ func TestDeliverAnswers(t *testing.T) {
 			}
 			if IsPermanent(err) != (tt.want == permanent) {
 				t.Fatalf("IsPermanent(%v) = %v, want %v", err, IsPermanent(err), tt.want == permanent)
+			}
+			if IsUnavailable(err) != (tt.want == unavailable) {
+				t.Fatalf("IsUnavailable(%v) = %v, want %v", err, IsUnavailable(err), tt.want == unavailable)
 			}
 			if stale := errors.Is(err, fence.ErrStaleToken); stale != (tt.want == superseded) {
 				t.Fatalf("errors.Is(%v, fence.ErrStaleToken) = %v, want %v", err, stale, tt.want == superseded)
@@ -416,8 +427,8 @@ func TestDeliverTimeoutCancelsTheRequest(t *testing.T) {
 	srv, _, cancelled := stallingReceiver(t)
 
 	_, err := Deliver(HTTPDelivery{URL: srv.URL, Timeout: 50 * time.Millisecond})(t.Context(), deliveryJob(1, 7))
-	if err == nil || IsPermanent(err) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("deliver = %v; want a transient deadline error", err)
+	if err == nil || IsPermanent(err) || !IsUnavailable(err) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("deliver = %v; want an unavailable receiver, a deadline error", err)
 	}
 	if !strings.Contains(err.Error(), "no answer within 50ms") {
 		t.Errorf("error %q does not say the receiver did not answer in time", err)
@@ -457,6 +468,9 @@ func TestDeliverCancelledContextCancelsTheRequest(t *testing.T) {
 			err := <-errc
 			if err == nil || IsPermanent(err) {
 				t.Fatalf("deliver = %v; want a transient error", err)
+			}
+			if IsUnavailable(err) {
+				t.Fatalf("deliver = %v; our own cancellation says nothing about the receiver", err)
 			}
 			for _, want := range tt.want {
 				if !errors.Is(err, want) {
@@ -505,12 +519,168 @@ func TestDeliverDroppedConnectionIsTransient(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	_, err := Deliver(HTTPDelivery{URL: srv.URL})(t.Context(), deliveryJob(1, 7))
-	if err == nil || IsPermanent(err) || errors.Is(err, fence.ErrStaleToken) {
-		t.Fatalf("deliver = %v; want a transient error", err)
+	if err == nil || IsPermanent(err) || !IsUnavailable(err) || errors.Is(err, fence.ErrStaleToken) {
+		t.Fatalf("deliver = %v; want an unavailable receiver", err)
 	}
 	if _, ok := errors.AsType[*RetryAfterError](err); ok {
 		t.Fatalf("deliver = %v; a dropped connection asks for no delay", err)
 	}
+}
+
+func TestDeliverConnectionRefusedIsUnavailable(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.NotFoundHandler())
+	srv.Close() // nobody listens any more
+	_, err := Deliver(HTTPDelivery{URL: srv.URL})(t.Context(), deliveryJob(1, 7))
+	if err == nil || IsPermanent(err) || !IsUnavailable(err) {
+		t.Fatalf("deliver = %v; want an unavailable receiver", err)
+	}
+}
+
+// deliveryTask is the task of shipment order o, as the gateway enqueues it.
+func deliveryTask(o string) *asynq.Task {
+	payload := `{"order_id":"` + o + `"}`
+	return asynq.NewTaskWithHeaders("shipment.book", []byte(payload), map[string]string{enqueue.HeaderJobID: "job_" + o})
+}
+
+func shipmentKey(p json.RawMessage) string {
+	var o order
+	_ = json.Unmarshal(p, &o)
+	return "shipment:" + o.OrderID
+}
+
+func shipmentResource(p json.RawMessage) string {
+	var o order
+	_ = json.Unmarshal(p, &o)
+	return "order:" + o.OrderID
+}
+
+// Through the handler: a receiver that is down for more deliveries than
+// the job has attempts, then answers, gets the job once and the job
+// succeeds; one that answers 500 dead-letters it after MaxAttempts.
+func TestDeliverUnavailableReceiverIsNotAnAttempt(t *testing.T) {
+	t.Parallel()
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	tests := []struct {
+		name string
+		// downStatus is what the receiver answers while down; 0: the
+		// connection is refused.
+		downStatus int
+		retryAfter string
+	}{
+		{name: "503", downStatus: http.StatusServiceUnavailable},
+		{name: "503 with Retry-After", downStatus: http.StatusServiceUnavailable, retryAfter: "3"},
+		{name: "429", downStatus: http.StatusTooManyRequests},
+		{name: "connection refused"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			const down = 5
+			var answered, succeeded atomic.Int64
+			var lastAttempt atomic.Value
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				lastAttempt.Store(r.Header.Get("Idemgate-Attempt"))
+				if answered.Add(1) <= down {
+					if tt.retryAfter != "" {
+						w.Header().Set("Retry-After", tt.retryAfter)
+					}
+					w.WriteHeader(tt.downStatus)
+					return
+				}
+				succeeded.Add(1)
+				io.WriteString(w, `{"result_ref":"shp_1"}`)
+			}))
+			t.Cleanup(srv.Close)
+			d := HTTPDelivery{URL: srv.URL}
+			if tt.downStatus == 0 {
+				var dials atomic.Int64
+				d.Client = &http.Client{Transport: &http.Transport{
+					DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+						if dials.Add(1) <= down {
+							return nil, refused
+						}
+						return (&net.Dialer{}).DialContext(ctx, network, addr)
+					},
+				}}
+				answered.Store(down) // the receiver answers every request it gets
+			}
+			h := Handle(e.deps(nil, 20*time.Second), "shipment.book", shipmentKey, shipmentResource, Deliver(d), WithMaxAttempts(2))
+			o := fmt.Sprintf("u%d", i)
+			task := deliveryTask(o)
+
+			for n := 1; n <= down; n++ {
+				err := h.ProcessTask(t.Context(), task)
+				if err == nil || errors.Is(err, asynq.SkipRetry) || !IsUnavailable(err) || !IsFailure(err) {
+					t.Fatalf("delivery %d while the receiver is down: %v, want an unavailable receiver, retried", n, err)
+				}
+				if tt.retryAfter != "" {
+					// As asynq sees it; a jitter of 0 shows the floor.
+					b := Backoff{Rand: func(int64) int64 { return 0 }}
+					if got := b.RetryDelay(n-1, err, task); got != 3*time.Second {
+						t.Fatalf("delivery %d: RetryDelay = %s, want the Retry-After, 3s", n, got)
+					}
+				}
+				if rec := e.record(t, "shipment:"+o); rec.Status != execution.StatusProcessing || rec.Attempts != 0 {
+					t.Fatalf("delivery %d: record = %+v, want processing with no attempt counted", n, rec)
+				}
+			}
+			if err := h.ProcessTask(t.Context(), task); err != nil {
+				t.Fatalf("delivery once the receiver is back: %v", err)
+			}
+			if rec := e.record(t, "shipment:"+o); rec.Status != execution.StatusSucceeded || rec.Attempts != 1 || rec.ResultRef != "shp_1" {
+				t.Fatalf("record = %+v, want succeeded after 1 attempt", rec)
+			}
+			if err := h.ProcessTask(t.Context(), task); err != nil {
+				t.Fatalf("a later duplicate: %v", err)
+			}
+			if got := succeeded.Load(); got != 1 {
+				t.Fatalf("the receiver accepted the job %d times, want 1", got)
+			}
+			if got := lastAttempt.Load(); got != "1" {
+				t.Fatalf("Idemgate-Attempt of the delivery that succeeded = %v, want 1", got)
+			}
+		})
+	}
+
+	t.Run("500 dead-letters after MaxAttempts", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		var calls atomic.Int64
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			calls.Add(1)
+			http.Error(w, "nil pointer dereference", http.StatusInternalServerError)
+		}))
+		t.Cleanup(srv.Close)
+		h := Handle(e.deps(nil, 20*time.Second), "shipment.book", shipmentKey, shipmentResource, Deliver(HTTPDelivery{URL: srv.URL}), WithMaxAttempts(3))
+		task := deliveryTask("f")
+		for n := 1; n <= 3; n++ {
+			err := h.ProcessTask(t.Context(), task)
+			if IsUnavailable(err) {
+				t.Fatalf("delivery %d: %v: a 500 is a receiver failing on the job, not an unavailable one", n, err)
+			}
+			if n < 3 {
+				if err == nil || errors.Is(err, asynq.SkipRetry) {
+					t.Fatalf("delivery %d: %v, want a retryable failure", n, err)
+				}
+				continue
+			}
+			if !errors.Is(err, asynq.SkipRetry) {
+				t.Fatalf("delivery %d: %v, want SkipRetry (archive)", n, err)
+			}
+		}
+		rec := e.record(t, "shipment:f")
+		if rec.Status != execution.StatusFailed || rec.Attempts != 3 || !strings.Contains(rec.LastError, "attempts exhausted (3 of 3)") ||
+			!strings.Contains(rec.LastError, "answered 500") {
+			t.Fatalf("record = %+v, want failed after 3 attempts with the receiver's answer", rec)
+		}
+		if got := calls.Load(); got != 3 {
+			t.Fatalf("receiver called %d times, want 3", got)
+		}
+	})
 }
 
 func TestDeliverWithoutJobIDIsPermanent(t *testing.T) {

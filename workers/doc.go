@@ -42,14 +42,40 @@
 // already succeeded, or is running, with a different payload fails as a
 // *ConflictError instead of reporting the other job's result.
 //
-// The business function returns a result reference, or an error: transient
-// by default (retried with exponential backoff and full jitter), permanent
-// with Permanent (the job is marked failed and its task archived, asynq's
-// dead-letter queue). Attempts are counted in job_executions, not by asynq:
-// a busy lock reschedules the task soon and is not an attempt, and after
-// Config.MaxAttempts real attempts the handler dead-letters the job itself.
-// Tasks are therefore enqueued with asynq.MaxRetry(AsynqMaxRetry), and the
-// server uses RetryDelay and IsFailure (NewServer sets both).
+// The business function returns a result reference, or an error of one of
+// three classes:
+//
+//   - transient, by default: retried with exponential backoff and full
+//     jitter, and counted as an attempt;
+//   - unavailable, with Unavailable: a dependency the job needs is down
+//     (a partner's 503, a timeout, a refused connection, an open circuit
+//     breaker). Retried with the same growing backoff, its error recorded,
+//     but the attempt is given back: an outage, however long, delays the
+//     job and never dead-letters it;
+//   - permanent, with Permanent: the job is marked failed and its task
+//     archived (asynq's dead-letter queue).
+//
+// Attempts are counted in job_executions, not by asynq: a busy lock
+// reschedules the task soon and is not an attempt, an unavailable
+// dependency is not one either, and after Config.MaxAttempts real attempts
+// the handler dead-letters the job itself. Tasks are therefore enqueued
+// with asynq.MaxRetry(AsynqMaxRetry), and the server uses RetryDelay and
+// IsFailure (NewServer sets both).
+//
+//	resp, err := partner.Do(req) // the same Idempotency-Key on every attempt
+//	switch {
+//	case err != nil:
+//		return "", workers.Unavailable(err) // not counted
+//	case resp.StatusCode == http.StatusServiceUnavailable:
+//		return "", workers.Unavailable(errors.New("partner answered 503"))
+//	case resp.StatusCode == http.StatusBadRequest:
+//		return "", workers.Permanent(errors.New("partner refused the charge"))
+//	}
+//
+// Deliver judges a receiver's answers the same way: 408, 425, 429, 502,
+// 503, 504, a timeout and a connection error are unavailable; a 500, or
+// another 5xx, is counted, so a receiver that keeps failing on one job
+// dead-letters it.
 //
 // asynq's own task lease does not protect the data: when a worker stalls or
 // a shutdown times out, asynq hands the task to another worker while the

@@ -30,6 +30,44 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
+// UnavailableError marks an error that says nothing about the job: a
+// dependency it needs (a partner API, a receiver) is down or overloaded, so
+// the attempt could not even be judged. The job is retried with the usual
+// exponential backoff and full jitter, its error is recorded, but the
+// attempt is given back: it does not count toward MaxAttempts, and
+// unavailability alone never dead-letters a job, however long it lasts.
+type UnavailableError struct {
+	Err error
+}
+
+func (e *UnavailableError) Error() string { return "unavailable: " + e.Err.Error() }
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Unavailable marks err as the unavailability of a dependency. A business
+// function returns it when the call it depends on could not be made or
+// was not processed: a connection refused, a timeout, a 503, a 429, an
+// open circuit breaker. It is for "not now", never for "not this job": an
+// error that retrying this job cannot fix is Permanent, and one that may
+// be a fault of the job (a 500 from the job's own receiver) stays a plain
+// error, so that it eventually dead-letters. Permanent wins over
+// Unavailable when an error is both. Unavailable(nil) is nil.
+//
+// An effect whose call went unanswered may have happened: the retry must
+// send the same idempotency key, as it must after any transient error.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &UnavailableError{Err: err}
+}
+
+// IsUnavailable reports whether err, or an error it wraps, marks a
+// dependency as unavailable.
+func IsUnavailable(err error) bool {
+	var u *UnavailableError
+	return errors.As(err, &u)
+}
+
 // LockBusyError is returned when another worker holds the job's resource.
 // It is not a failure: the task is rescheduled after a short jittered
 // delay and the attempt is not counted.

@@ -100,19 +100,24 @@ func ExamplePermanent() {
 		name string
 		err  error
 	}{
-		{"timeout", errors.New("partner timed out")},
+		{"receiver 500", errors.New("receiver answered 500")},
+		{"partner down", workers.Unavailable(errors.New("partner answered 503"))},
 		{"declined", workers.Permanent(errors.New("card declined"))},
 		{"lock busy", &workers.LockBusyError{Task: "payment.charge", Key: "payment:7", Resource: "payment:7"}},
 		{"lost ownership", &workers.OwnershipLostError{Task: "payment.charge", Key: "payment:7", Resource: "payment:7", Token: 3, Err: fence.Stale("payment:7", 3, 4)}},
 	}
+	// A failure is retried with a growing backoff; an unavailable one does
+	// not count toward MaxAttempts.
 	for _, o := range outcomes {
-		fmt.Printf("%-14s permanent=%-5v failure=%v\n", o.name, workers.IsPermanent(o.err), workers.IsFailure(o.err))
+		fmt.Printf("%-14s permanent=%-5v unavailable=%-5v failure=%v\n", o.name,
+			workers.IsPermanent(o.err), workers.IsUnavailable(o.err), workers.IsFailure(o.err))
 	}
 	// Output:
-	// timeout        permanent=false failure=true
-	// declined       permanent=true  failure=true
-	// lock busy      permanent=false failure=false
-	// lost ownership permanent=false failure=false
+	// receiver 500   permanent=false unavailable=false failure=true
+	// partner down   permanent=false unavailable=true  failure=true
+	// declined       permanent=true  unavailable=false failure=true
+	// lock busy      permanent=false unavailable=false failure=false
+	// lost ownership permanent=false unavailable=false failure=false
 }
 
 // Retry delays: exponential with full jitter for failures, short for a busy

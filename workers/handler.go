@@ -90,7 +90,8 @@ type Job[T any] struct {
 	// to fence.Check, or compares it in its own WHERE clause, in the
 	// transaction that writes.
 	Token int64
-	// Attempt counts real attempts, from 1.
+	// Attempt counts real attempts, from 1. An attempt that ended with
+	// Unavailable is given back, so the next one has the same number.
 	Attempt int
 	// Task is the asynq task.
 	Task *asynq.Task
@@ -105,7 +106,9 @@ func (j Job[T]) CheckFence(ctx context.Context, tx fence.Querier) error {
 // Func is a business function. It does the job's effect under ctx, which is
 // cancelled as soon as the job's lock is lost, and returns a reference to
 // the result (an invoice id). Its error is transient unless wrapped with
-// Permanent; a *fence.StaleTokenError means a newer owner took the job.
+// Permanent (the job fails) or Unavailable (a dependency is down: retried,
+// the attempt not counted); a *fence.StaleTokenError means a newer owner
+// took the job.
 //
 // A job can run again after its effect happened (a crash before it was
 // recorded), so the effect must itself be idempotent per Key: a unique
@@ -158,7 +161,9 @@ type handler[T any] struct {
 //  5. the job is marked succeeded with fn's result, and only then acked;
 //  6. a permanent error, or a transient one on the last attempt, marks the
 //     job failed and archives the task; a transient one is retried with
-//     backoff; a lost lease or stale token retries without failing;
+//     backoff; an unavailable dependency is retried with backoff and the
+//     attempt given back; a lost lease or stale token retries without
+//     failing;
 //  7. the lock is released if still ours.
 //
 // Handle panics if deps lacks DB or Redis, or if kind, key, resource or fn
@@ -426,6 +431,8 @@ func (r *run[T]) failed(ctx, fctx context.Context, err error) error {
 	switch {
 	case IsPermanent(err):
 		return r.deadLetter(ctx, fctx, err, true)
+	case IsUnavailable(err):
+		return r.unavailable(ctx, fctx, err)
 	case ctx.Err() != nil:
 		// asynq cancelled the task (shutdown, deadline) and has already
 		// requeued or rescheduled it, whatever we return: record the error
@@ -445,6 +452,33 @@ func (r *run[T]) failed(ctx, fctx context.Context, err error) error {
 	return fmt.Errorf("workers: %s %s attempt %d: %w", h.kind, r.id.key, r.attempts, err)
 }
 
+// unavailable handles an attempt that found a dependency unavailable: the
+// error is recorded and the attempt given back (MarkUnavailable), and the
+// task is retried with backoff however many times it has been so far.
+func (r *run[T]) unavailable(ctx, fctx context.Context, err error) error {
+	h := r.h
+	if budgetSpent(ctx) {
+		// asynq archives the task on this failure whatever we return:
+		// record it, or the job would stay processing with no task left.
+		return r.deadLetter(ctx, fctx, err, false)
+	}
+	attempts := r.attempts
+	if merr := h.store.MarkUnavailable(fctx, r.id.tenant, r.id.key, r.token, err.Error()); merr != nil {
+		if lost := r.lost(ctx, merr); lost != nil {
+			return lost
+		}
+		// The attempt stays counted: a lost write errs toward the
+		// dead-letter queue, never toward retrying forever.
+		r.log.WarnContext(ctx, "recording the unavailable dependency failed", "error", merr)
+	} else {
+		attempts--
+	}
+	h.obs.Attempt(h.kind, ClassUnavailable)
+	h.status(fctx, r.task, r.id.key, StatusRetrying, attempts, "", err.Error())
+	r.log.WarnContext(ctx, "dependency unavailable: will retry, the attempt not counted", "error", err)
+	return fmt.Errorf("workers: %s %s: %w", h.kind, r.id.key, err)
+}
+
 // deadLetter marks the job failed and returns the error that makes asynq
 // archive its task.
 func (r *run[T]) deadLetter(ctx, fctx context.Context, err error, permanent bool) error {
@@ -452,7 +486,15 @@ func (r *run[T]) deadLetter(ctx, fctx context.Context, err error, permanent bool
 	class, reason := ClassPermanent, err.Error()
 	if !permanent {
 		class = ClassTransient
-		reason = fmt.Sprintf("attempts exhausted (%d of %d): %s", min(r.attempts, h.maxAttempts), h.maxAttempts, reason)
+		if IsUnavailable(err) {
+			class = ClassUnavailable
+		}
+		if r.attempts >= h.maxAttempts {
+			reason = fmt.Sprintf("attempts exhausted (%d of %d): %s", min(r.attempts, h.maxAttempts), h.maxAttempts, reason)
+		} else {
+			// Only a task enqueued without AsynqMaxRetry gets here.
+			reason = fmt.Sprintf("asynq retry budget spent after %d of %d attempts: %s", r.attempts, h.maxAttempts, reason)
+		}
 	}
 	if merr := h.store.MarkFailed(fctx, r.id.tenant, r.id.key, r.token, reason); merr != nil {
 		if lost := r.lost(ctx, merr); lost != nil {

@@ -16,6 +16,9 @@ const (
 	ClassTransient = "transient"
 	// ClassPermanent: the job is marked failed and archived.
 	ClassPermanent = "permanent"
+	// ClassUnavailable: a dependency was unavailable (Unavailable);
+	// retried with exponential backoff, not counted toward MaxAttempts.
+	ClassUnavailable = "unavailable"
 	// ClassLockBusy: another worker holds the resource; rescheduled soon,
 	// not counted as an attempt.
 	ClassLockBusy = "lock_busy"
@@ -39,7 +42,7 @@ func LockResults() []string { return []string{LockAcquired, LockBusy, LockError}
 
 // ErrorClasses lists the error classes Observer.Attempt reports.
 func ErrorClasses() []string {
-	return []string{ClassTransient, ClassPermanent, ClassLockBusy, ClassStaleToken}
+	return []string{ClassTransient, ClassPermanent, ClassUnavailable, ClassLockBusy, ClassStaleToken}
 }
 
 // FinishedStatuses lists the statuses Observer.JobFinished reports: the
@@ -67,7 +70,8 @@ type Observer interface {
 	// FencingRejected reports a write refused for a stale fencing token.
 	FencingRejected()
 	// Attempt reports an attempt that did not succeed, by error class
-	// (ClassTransient, ClassPermanent, ClassLockBusy, ClassStaleToken).
+	// (ClassTransient, ClassPermanent, ClassUnavailable, ClassLockBusy,
+	// ClassStaleToken).
 	Attempt(task, errorClass string)
 	// JobReplay reports a delivery of a job that had already succeeded,
 	// acked without running it again.

@@ -79,9 +79,10 @@ func (b Backoff) validate() error {
 }
 
 // RetryDelay is an asynq.RetryDelayFunc. n is the number of failures the
-// task has had before this one. After a failure the delay is drawn
-// uniformly from [0, min(Max, Base·2ⁿ)) (full jitter, so retries of many
-// jobs that failed together spread out instead of returning together).
+// task has had before this one, an unavailable dependency included (see
+// IsFailure). After a failure the delay is drawn uniformly from
+// [0, min(Max, Base·2ⁿ)) (full jitter, so retries of many jobs that failed
+// together spread out instead of returning together).
 // After a *LockBusyError or an *OwnershipLostError it is drawn from
 // [Busy/2, 3·Busy/2) whatever n is. When err wraps a *RetryAfterError the
 // delay is at least its After, even above Max: whoever asked knows when
@@ -112,7 +113,8 @@ func (b Backoff) jittered(n int, err error) time.Duration {
 
 // RetryAfterError asks for the next attempt no sooner than After: a
 // receiver answered 429 or 503 with a Retry-After. It is a transient
-// error like any other (it counts as an attempt); only its delay differs.
+// error like any other, counted as an attempt unless it wraps an
+// *UnavailableError (or is wrapped by one); only its delay differs.
 // Whoever builds one bounds After (HTTPDelivery.MaxRetryAfter), since
 // RetryDelay honours it as it is.
 type RetryAfterError struct {
@@ -133,6 +135,13 @@ func RetryDelay(n int, err error, task *asynq.Task) time.Duration {
 // IsFailure is an asynq IsFailure predicate: a busy lock and a lost
 // ownership are not failures of the job, so asynq neither counts them
 // against the task's retry budget nor in its failure statistics.
+//
+// An *UnavailableError is a failure to asynq, although the handler does
+// not count it toward MaxAttempts: asynq increments the retry count it
+// passes to RetryDelay only for failures, and the backoff must keep
+// growing while a dependency stays down instead of hammering it every
+// Base. The task is enqueued with AsynqMaxRetry, so asynq's count never
+// archives it.
 func IsFailure(err error) bool {
 	if err == nil {
 		return false

@@ -41,6 +41,11 @@ func TestBackoffRetryDelay(t *testing.T) {
 		{name: "retry-after floors the jitter", n: 0, err: fmt.Errorf("wrapped: %w", retryAfter5s), rand: lowest, want: 5 * time.Second},
 		{name: "retry-after above max", n: 0, err: &RetryAfterError{After: time.Hour, Err: errors.New("x")}, rand: highest, want: time.Hour},
 		{name: "jitter above retry-after", n: 3, err: &RetryAfterError{After: time.Millisecond, Err: errors.New("x")}, rand: highest, want: 800*time.Millisecond - 1},
+		{name: "unavailable, first", n: 0, err: Unavailable(errors.New("503")), rand: highest, want: 100*time.Millisecond - 1},
+		{name: "unavailable keeps doubling", n: 3, err: fmt.Errorf("wrapped: %w", Unavailable(errors.New("503"))), rand: highest, want: 800*time.Millisecond - 1},
+		{name: "unavailable capped at max", n: 40, err: Unavailable(errors.New("503")), rand: highest, want: 2*time.Second - 1},
+		{name: "unavailable with retry-after", n: 0, err: Unavailable(retryAfter5s), rand: lowest, want: 5 * time.Second},
+		{name: "retry-after wrapping unavailable", n: 0, err: &RetryAfterError{After: 5 * time.Second, Err: Unavailable(errors.New("503"))}, rand: lowest, want: 5 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,6 +80,7 @@ func TestErrorClasses(t *testing.T) {
 		err         error
 		wantFailure bool
 		wantPerm    bool
+		wantUnavail bool
 	}{
 		{name: "plain error", err: errors.New("timeout"), wantFailure: true},
 		{name: "context cancelled", err: context.Canceled, wantFailure: true},
@@ -84,14 +90,20 @@ func TestErrorClasses(t *testing.T) {
 		{name: "wrapped busy lock", err: fmt.Errorf("x: %w", &LockBusyError{Err: lock.ErrBusy})},
 		{name: "lost ownership", err: &OwnershipLostError{Err: fence.Stale("r", 1, 2)}},
 		{name: "retry after", err: &RetryAfterError{After: time.Second, Err: errors.New("429")}, wantFailure: true},
+		// A failure to asynq, so the backoff grows; the handler does not
+		// count it.
+		{name: "unavailable", err: Unavailable(errors.New("503")), wantFailure: true, wantUnavail: true},
+		{name: "wrapped unavailable", err: fmt.Errorf("charge: %w", Unavailable(errors.New("503"))), wantFailure: true, wantUnavail: true},
+		{name: "retry after, unavailable", err: &RetryAfterError{After: time.Second, Err: Unavailable(errors.New("503"))}, wantFailure: true, wantUnavail: true},
+		{name: "permanent and unavailable", err: Permanent(Unavailable(errors.New("gone"))), wantFailure: true, wantPerm: true, wantUnavail: true},
 		{name: "nil", err: nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			if tt.err == nil {
-				if IsFailure(nil) || Permanent(nil) != nil {
-					t.Fatal("nil is a failure or permanent")
+				if IsFailure(nil) || Permanent(nil) != nil || Unavailable(nil) != nil || IsUnavailable(nil) {
+					t.Fatal("nil is a failure, permanent or unavailable")
 				}
 				return
 			}
@@ -100,6 +112,9 @@ func TestErrorClasses(t *testing.T) {
 			}
 			if got := IsPermanent(tt.err); got != tt.wantPerm {
 				t.Fatalf("IsPermanent = %v, want %v", got, tt.wantPerm)
+			}
+			if got := IsUnavailable(tt.err); got != tt.wantUnavail {
+				t.Fatalf("IsUnavailable = %v, want %v", got, tt.wantUnavail)
 			}
 		})
 	}
@@ -110,6 +125,9 @@ func TestErrorsUnwrap(t *testing.T) {
 	cause := errors.New("declined")
 	if !errors.Is(Permanent(cause), cause) {
 		t.Fatal("Permanent hides its cause")
+	}
+	if err := Unavailable(cause); !errors.Is(err, cause) || err.Error() != "unavailable: declined" {
+		t.Fatalf("Unavailable(%v) = %q: it hides its cause", cause, err)
 	}
 	if err := (&LockBusyError{Err: fmt.Errorf("x: %w", lock.ErrBusy)}); !errors.Is(err, lock.ErrBusy) {
 		t.Fatal("LockBusyError hides lock.ErrBusy")

@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -191,6 +192,89 @@ func TestServerLockContentionDoesNotDeadLetter(t *testing.T) {
 	}
 	if calls.Load() != 1 {
 		t.Fatalf("business function ran %d times", calls.Load())
+	}
+}
+
+// Through asynq: a partner down for three times as many deliveries as the
+// job has attempts, then back. Nothing is archived, the job succeeds after
+// one real attempt, and the backoff kept growing: asynq counted every
+// unavailable delivery in the retry count it gives RetryDelay.
+func TestServerUnavailableDoesNotDeadLetter(t *testing.T) {
+	t.Parallel()
+	s := newServerEnv(t)
+	obs := newRecorder()
+	const down = 6
+	var calls atomic.Int64
+	deps := s.deps(obs, 20*time.Second)
+	deps.MaxAttempts = 2
+	h := Handle(deps, kind, orderKey, orderResource, func(ctx context.Context, job Job[order]) (string, error) {
+		if calls.Add(1) <= down {
+			return "", Unavailable(errors.New("partner answered 503"))
+		}
+		return idempotentEffect(ctx, s.pool, job, "A")
+	})
+	// Each delay is drawn from [0, ceiling): record the ceilings and draw
+	// 0, so the test waits for nothing but asynq's polling.
+	var (
+		mu       sync.Mutex
+		ceilings []time.Duration
+	)
+	draw := func(n int64) int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		ceilings = append(ceilings, time.Duration(n))
+		return 0
+	}
+	s.start(t, h, Config{MaxAttempts: 2, Retry: Backoff{Base: time.Millisecond, Max: time.Second, Busy: 50 * time.Millisecond, Rand: draw}})
+	s.enqueue(t, newTask(t, "25"))
+
+	waitFor(t, "the job to succeed", func() bool {
+		if qi := s.queueInfo(t); qi.Archived != 0 {
+			t.Fatalf("the task was archived while the partner was down: %+v", s.record(t, "effect:25"))
+		}
+		return s.status(t, "effect:25") == execution.StatusSucceeded
+	})
+	if rec := s.record(t, "effect:25"); rec.Attempts != 1 {
+		t.Fatalf("record = %+v, want succeeded after 1 real attempt", rec)
+	}
+	if qi := s.queueInfo(t); qi.Archived != 0 {
+		t.Fatalf("%d tasks archived", qi.Archived)
+	}
+	if got := calls.Load(); got != down+1 {
+		t.Fatalf("business function ran %d times, want %d", got, down+1)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond,
+		8 * time.Millisecond, 16 * time.Millisecond, 32 * time.Millisecond}
+	if !slices.Equal(ceilings, want) {
+		t.Fatalf("backoff ceilings = %v, want %v: the backoff must keep growing while the partner is down", ceilings, want)
+	}
+	if obs.count("attempt:unavailable") != down || obs.count("finished:failed") != 0 {
+		t.Fatalf("observer = %v", obs.counts)
+	}
+}
+
+// A task enqueued with a small asynq budget is archived by asynq when the
+// budget is spent, unavailable or not: the handler records the job failed,
+// saying why, rather than leaving it processing with no task left.
+func TestServerUnavailableWithSpentBudget(t *testing.T) {
+	t.Parallel()
+	s := newServerEnv(t)
+	deps := s.deps(nil, 20*time.Second)
+	deps.MaxAttempts = 10
+	h := Handle(deps, kind, orderKey, orderResource, func(context.Context, Job[order]) (string, error) {
+		return "", Unavailable(errors.New("partner answered 503"))
+	})
+	s.start(t, h, Config{})
+	if _, err := s.client.Enqueue(newTask(t, "26"), asynq.Queue(s.queue), asynq.MaxRetry(2)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the task to be archived", func() bool { return s.queueInfo(t).Archived == 1 })
+	rec := s.record(t, "effect:26")
+	if rec.Status != execution.StatusFailed || rec.Attempts != 1 ||
+		rec.LastError != "asynq retry budget spent after 1 of 10 attempts: unavailable: partner answered 503" {
+		t.Fatalf("record = %+v, want failed, saying asynq's budget is spent", rec)
 	}
 }
 

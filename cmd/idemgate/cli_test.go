@@ -41,6 +41,10 @@ func TestCLIUsage(t *testing.T) {
 		{"keys bad operation", []string{"keys", "burn", "a", "b", "c", "--config", "x"}, 2, `unknown operation "burn"`},
 		{"migrate without action", []string{"migrate"}, 2, "up, down, status"},
 		{"dlq without action", []string{"dlq"}, 2, "list, replay or delete"},
+		{"jobs without action", []string{"jobs"}, 2, "jobs: want requeue followed by job ids"},
+		{"jobs bad operation", []string{"jobs", "retry", "job_1", "--config", "x"}, 2, `jobs: unknown operation "retry" (want requeue)`},
+		{"jobs requeue without ids", []string{"jobs", "requeue", "--config", "x"}, 2, "jobs requeue: name at least one job id"},
+		{"jobs help", []string{"jobs", "--help"}, 0, "jobs requeue JOB_ID... --config FILE"},
 		{"bad log format", []string{"serve", "--config", "x.yaml", "--log-format", "xml"}, 2, `--log-format "xml": want json or text`},
 		{"bad log level", []string{"worker", "--config", "x.yaml", "--log-level", "loud"}, 2, `--log-level "loud"`},
 	}

@@ -39,5 +39,5 @@ func runDev(ctx context.Context, args []string, getenv func(string) string, stdo
 	servers := append(g.servers(cfg),
 		server{name: "partnersim", addr: partner.Host, handler: partnersim.New(partnersim.Options{})},
 		w.adminServer(cfg))
-	return runAll(ctx, cfg, logger, stdout, g.store, servers, w.srv.Run)
+	return runAll(ctx, cfg, logger, stdout, g.store, servers, w.srv.Run, w.relay.Run)
 }

@@ -1,6 +1,7 @@
 // Command idemgate is the idempotency gateway: `idemgate serve` runs it,
 // `idemgate worker` runs its job workers, and the other subcommands manage
-// the schema, the configuration, idempotency records and dead letters.
+// the schema, the configuration, idempotency records, dead letters and
+// jobs.
 package main
 
 import (
@@ -55,7 +56,8 @@ Usage:
   idemgate keys    get|delete|resolve TENANT ROUTE KEY --config FILE
   idemgate config  check --config FILE  validate a config, printing every problem
   idemgate dlq     list|replay|delete [JOB_ID...] --config FILE
-  idemgate reconcile --config FILE      check the business invariants
+  idemgate jobs    requeue JOB_ID... --config FILE
+  idemgate reconcile --config FILE      check the business invariants and stuck jobs
 
 Every command takes --help. Exit codes: 0 ok, 1 failure, 2 usage or config error.
 `
@@ -85,6 +87,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runDev(ctx, rest, getenv, stdout, stderr)
 	case "dlq":
 		return runDLQ(ctx, rest, getenv, stdout, stderr)
+	case "jobs":
+		return runJobs(ctx, rest, getenv, stdout, stderr)
 	case "reconcile":
 		return runReconcile(ctx, rest, getenv, stdout, stderr)
 	default:

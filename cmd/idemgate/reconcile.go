@@ -11,30 +11,49 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/examples/reconcile"
 )
 
-// runReconcile checks the business invariants; any violation exits 1.
+// defaultStuckAfter is --stuck-after's default.
+const defaultStuckAfter = 15 * time.Minute
+
+// runReconcile checks the business invariants and reports stuck jobs; any
+// violation exits 1.
 func runReconcile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var partner string
-	var grace time.Duration
+	var grace, stuckAfter time.Duration
 	cfg, _, err := loadCommand("reconcile", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&partner, "partner", "", "also compare with the partner's own account of applied effects (partnersim: its base URL)")
 		fs.DurationVar(&grace, "grace", 0, "leave effects younger than this out of the effect-without-job check (for a busy system)")
+		fs.DurationVar(&stuckAfter, "stuck-after", defaultStuckAfter, "report unfinished jobs whose record has not changed for longer than this (0: do not)")
 	})
 	if err != nil {
 		return err
+	}
+	if stuckAfter < 0 {
+		return usagef("--stuck-after %s: must not be negative (0 turns the stuck-job report off)", stuckAfter)
 	}
 	if cfg.DatabaseURL == "" {
 		return usagef("reconcile: database_url is required")
 	}
 	var cl closers
 	defer cl.close()
-	pool, err := newServices(cfg, &cl).postgres(ctx)
+	svc := newServices(cfg, &cl)
+	pool, err := svc.postgres(ctx)
 	if err != nil {
 		return err
 	}
-	opts := reconcile.Options{Grace: grace}
+	opts := reconcile.Options{Grace: grace, StuckAfter: stuckAfter}
+	if stuckAfter > 0 && cfg.RedisURL != "" {
+		inspector, err := svc.queueInspector()
+		if err != nil {
+			return err
+		}
+		opts.TaskState = func(_ context.Context, queue, id string) (string, error) {
+			return enqueue.TaskState(inspector, queue, id)
+		}
+	}
 	if partner != "" {
 		if _, err := url.Parse(partner); err != nil {
 			return usagef("--partner: %v", err)

@@ -36,13 +36,15 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
-	return runAll(ctx, cfg, logger, stdout, nil, []server{w.adminServer(cfg)}, w.srv.Run)
+	return runAll(ctx, cfg, logger, stdout, nil, []server{w.adminServer(cfg)}, w.srv.Run, w.relay.Run)
 }
 
-// worker is an asynq server running the declared jobs, and its admin
-// listener's handler (/metrics, /healthz).
+// worker is an asynq server running the declared jobs, the relay that
+// enqueues again the tasks the queue lost, and its admin listener's
+// handler (/metrics, /healthz).
 type worker struct {
 	srv   *workers.Server
+	relay *enqueue.Relay
 	admin http.Handler
 }
 
@@ -73,6 +75,13 @@ func buildWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger, s
 	if err != nil {
 		return nil, err
 	}
+	client, err := svc.queueClient()
+	if err != nil {
+		return nil, err
+	}
+	relayOpts := cfg.Worker.RelayOptions()
+	relayOpts.Logger = logger
+	relay := enqueue.NewRelay(enqueue.New(pool, client), inspector, relayOpts)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -110,7 +119,7 @@ func buildWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger, s
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
-	return &worker{srv: srv, admin: admin}, nil
+	return &worker{srv: srv, relay: relay, admin: admin}, nil
 }
 
 // recordStatus keeps the job document of each task the gateway submitted

@@ -17,6 +17,10 @@
 //     effect row (invoice, ledger row, succeeded payment, notification) and
 //     records that effect's id as its result, and no effect row lacks a
 //     succeeded execution;
+//   - stuck jobs, when Options.StuckAfter is set: no job stays unfinished
+//     (queued, processing, retrying) with its record unchanged for longer,
+//     each reported with where the queue holds its task, if it does
+//     (Options.TaskState) — a job whose task the queue lost never runs;
 //   - partner, when Options gives the partner's own account: every effect
 //     the partner applied was applied once and is recorded by exactly one
 //     succeeded payment or notification, and every recorded one was applied.

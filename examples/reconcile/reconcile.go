@@ -26,6 +26,9 @@ const (
 	CheckEffectJobs = "effect_jobs"
 	// CheckPartner: the partner's applied effects match what is recorded.
 	CheckPartner = "partner"
+	// CheckStuckJobs: no job stays unfinished, its record unchanged, for
+	// longer than Options.StuckAfter.
+	CheckStuckJobs = "stuck_jobs"
 )
 
 // DefaultProgressEvery is Options.ProgressEvery's default.
@@ -58,6 +61,15 @@ type Options struct {
 	// Both describe a partner that serves only this worker: anything else
 	// it applies shows up as unrecorded.
 	PartnerApplied func(ctx context.Context) (int64, error)
+	// StuckAfter, when > 0, enables CheckStuckJobs: every job that has not
+	// finished (queued, processing, retrying) and whose record has not
+	// changed for longer than StuckAfter is a violation. Default 0, off.
+	StuckAfter time.Duration
+	// TaskState, if set, says where the queue holds a job's task: its
+	// state ("pending", "active", "retry", …) or "" when the queue has
+	// none. CheckStuckJobs names it for each stuck job; without it the
+	// report says the task was not looked up.
+	TaskState func(ctx context.Context, queue, jobID string) (string, error)
 }
 
 func (o Options) withDefaults() Options {
@@ -126,6 +138,7 @@ func Run(ctx context.Context, db DB, w io.Writer, opts Options) (Report, error) 
 		{CheckJobs, r.jobs},
 		{CheckJobEffects, r.jobEffects},
 		{CheckEffectJobs, r.effectJobs},
+		{CheckStuckJobs, r.stuckJobs},
 		{CheckPartner, r.partner},
 	}
 	for _, c := range checks {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -480,5 +481,66 @@ func TestStatsApplied(t *testing.T) {
 				t.Fatalf("StatsApplied = %d, %v; want %d, error %v", got, err, tt.want, tt.wantErr)
 			}
 		})
+	}
+}
+
+// A job left unfinished, its record unchanged for longer than StuckAfter,
+// is reported with its status, task, age and where its task is; a job that
+// changed recently, and a finished one, are not.
+func TestStuckJobs(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	plant := func(id, status, age string) {
+		w.exec(t, `
+INSERT INTO jobs (id, tenant, route, idempotency_key, task, queue, business_key, payload, status, updated_at)
+VALUES ($1, 'acme', 'invoices', $1, 'invoice.create', 'bulk', 'invoice:' || $1, '{}', $2, now() - $3::interval)`, id, status, age)
+	}
+	plant("job_lost", "queued", "2 hours")
+	plant("job_waiting", "retrying", "20 minutes")
+	plant("job_recent", "processing", "1 minute")
+	plant("job_failed", "failed", "3 hours")
+	states := map[string]string{"job_waiting": "retry"}
+	var asked []string
+	opts := reconcile.Options{
+		StuckAfter: 15 * time.Minute,
+		TaskState: func(_ context.Context, queue, id string) (string, error) {
+			asked = append(asked, queue+"/"+id)
+			return states[id], nil
+		},
+	}
+	var out bytes.Buffer
+	rep, err := reconcile.Run(t.Context(), w.pool, &out, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Detail is a pattern: the age is the record's, seconds later.
+	want := []reconcile.Violation{
+		{Check: reconcile.CheckStuckJobs, IDs: []string{"job_lost", "acme/invoice:job_lost"},
+			Detail: `^invoice\.create job job_lost is queued, unchanged for 2h0m\d+s; its task is missing from queue bulk$`},
+		{Check: reconcile.CheckStuckJobs, IDs: []string{"job_waiting", "acme/invoice:job_waiting"},
+			Detail: `^invoice\.create job job_waiting is retrying, unchanged for 20m\d+s; its task is retry in queue bulk$`},
+	}
+	if !slices.EqualFunc(rep.Violations, want, func(a, b reconcile.Violation) bool {
+		return a.Check == b.Check && slices.Equal(a.IDs, b.IDs) && regexp.MustCompile(b.Detail).MatchString(a.Detail)
+	}) {
+		t.Fatalf("violations:\n%v\nwant:\n%v\noutput:\n%s", rep.Violations, want, out.String())
+	}
+	if !slices.Equal(asked, []string{"bulk/job_lost", "bulk/job_waiting"}) {
+		t.Errorf("tasks looked up: %q, want the stuck jobs' only", asked)
+	}
+	if rep.Rows[reconcile.CheckStuckJobs] != 2 || !strings.Contains(out.String(), "reconcile: stuck_jobs: 2 rows, 2 violations\n") {
+		t.Errorf("rows %v; output:\n%s", rep.Rows, out.String())
+	}
+
+	// Without TaskState the report says so; without StuckAfter the check
+	// does not run.
+	out.Reset()
+	rep, err = reconcile.Run(t.Context(), w.pool, &out, reconcile.Options{StuckAfter: time.Hour})
+	if err != nil || len(rep.Violations) != 1 || !strings.HasSuffix(rep.Violations[0].Detail, "; its task was not looked up") {
+		t.Fatalf("without TaskState: %v %v", rep.Violations, err)
+	}
+	rep, err = reconcile.Run(t.Context(), w.pool, &out, reconcile.Options{})
+	if _, ran := rep.Rows[reconcile.CheckStuckJobs]; err != nil || !rep.Clean() || ran {
+		t.Fatalf("without StuckAfter: %v %v, rows %v", rep.Violations, err, rep.Rows)
 	}
 }

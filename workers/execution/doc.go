@@ -14,7 +14,9 @@
 // row is final: Take refuses it with ErrSucceeded and the worker acks the
 // duplicate delivery instead of running it again. A key that has
 // succeeded, or is running, with another payload refuses the attempt with
-// ErrConflict.
+// ErrConflict. The attempt count means real attempts: MarkUnavailable
+// records an attempt that found a dependency unavailable and gives it back
+// in the same statement.
 //
 //	store := execution.New(pool)
 //	rec, err := store.Take(ctx, execution.Attempt{

@@ -75,3 +75,41 @@ func TestTenantScopeMigration(t *testing.T) {
 		t.Fatalf("acme's accepted fence: %d %v, want 7 carried over", accepted, err)
 	}
 }
+
+// TestUnavailableAttemptsMigration: from migration 00009 a job may have 0
+// attempts (every one so far found a dependency unavailable); rolling it
+// back counts such a job as having had one.
+func TestUnavailableAttemptsMigration(t *testing.T) {
+	dbURL := testenv.Postgres(t)
+	db, err := sql.Open("pgx", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	p, err := migrations.Provider(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	const insert = `INSERT INTO job_executions (tenant, key, task, resource, status, attempt_count, fencing_token)
+		VALUES ('acme', $1, 'payment.charge', 'acme/payment:1', 'processing', 0, 1)`
+	if _, err := db.ExecContext(ctx, insert, "payment:1"); err != nil {
+		t.Fatalf("a job with 0 attempts: %v", err)
+	}
+	if _, err := p.DownTo(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	var attempts int
+	if err := db.QueryRowContext(ctx, `SELECT attempt_count FROM job_executions WHERE key = 'payment:1'`).Scan(&attempts); err != nil || attempts != 1 {
+		t.Fatalf("attempts after rolling 00009 back: %d %v, want 1", attempts, err)
+	}
+	if _, err := db.ExecContext(ctx, insert, "payment:2"); err == nil {
+		t.Fatal("before 00009, a job with 0 attempts was accepted")
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, insert, "payment:2"); err != nil {
+		t.Fatalf("a job with 0 attempts after 00009 again: %v", err)
+	}
+}

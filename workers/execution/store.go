@@ -234,13 +234,31 @@ UPDATE job_executions
 	return s.settle(ctx, "succeeded", tenant, key, token, StatusSucceeded, tag, err)
 }
 
-// MarkRetrying records the transient error an attempt ended with; the job
-// stays processing until the next attempt.
+// MarkRetrying records the transient error an attempt ended with; the
+// attempt stays counted and the job stays processing until the next one.
 func (s *Store) MarkRetrying(ctx context.Context, tenant, key string, token int64, lastErr string) error {
 	tag, err := s.db.Exec(ctx, `
 UPDATE job_executions SET last_error = $4, updated_at = now()
  WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`, tenant, key, token, clip(lastErr))
 	return s.settle(ctx, "retrying", tenant, key, token, StatusProcessing, tag, err)
+}
+
+// MarkUnavailable records the error of an attempt that found a dependency
+// unavailable and gives the attempt back: attempt_count goes down by one in
+// the same statement, so the count keeps meaning real attempts (the ones
+// that could reach a verdict) and a dependency's outage, however long,
+// never uses up the job's attempts. Giving the attempt back, rather than
+// keeping a second counter, leaves every reader of attempt_count right as
+// it is, and an attempt that dies before this write (a crash) stays
+// counted, which errs toward dead-lettering, never toward retrying forever.
+// A job whose every attempt so far found its dependency down has 0. The
+// job stays processing until the next attempt.
+func (s *Store) MarkUnavailable(ctx context.Context, tenant, key string, token int64, lastErr string) error {
+	tag, err := s.db.Exec(ctx, `
+UPDATE job_executions
+   SET last_error = $4, attempt_count = GREATEST(attempt_count - 1, 0), updated_at = now()
+ WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`, tenant, key, token, clip(lastErr))
+	return s.settle(ctx, "unavailable", tenant, key, token, StatusProcessing, tag, err)
 }
 
 // MarkFailed records that the job has failed for good: a permanent error,

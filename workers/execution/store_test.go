@@ -251,6 +251,65 @@ func TestLongErrorIsClipped(t *testing.T) {
 	}
 }
 
+// TestMarkUnavailableGivesTheAttemptBack: an attempt that found a
+// dependency unavailable is recorded and not counted; a transient error is
+// counted; only the owner can give its attempt back.
+func TestMarkUnavailableGivesTheAttemptBack(t *testing.T) {
+	t.Parallel()
+	store := execution.New(testenv.Pool(t))
+	ctx := t.Context()
+	a := execution.Attempt{Tenant: "acme", Key: "payment:1", Task: "payment.charge", Resource: "payment:1"}
+	take := func() execution.Record {
+		t.Helper()
+		rec, err := store.Take(ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	check := func(step string, attempts int, lastErr string) {
+		t.Helper()
+		rec, err := store.Get(ctx, "acme", a.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Status != execution.StatusProcessing || rec.Attempts != attempts || rec.LastError != lastErr {
+			t.Fatalf("%s: record = %+v, want processing, %d attempts, last error %q", step, rec, attempts, lastErr)
+		}
+	}
+
+	first := take()
+	if err := store.MarkUnavailable(ctx, "acme", a.Key, first.FencingToken, "partner answered 503"); err != nil {
+		t.Fatal(err)
+	}
+	check("unavailable on the first attempt", 0, "partner answered 503")
+	second := take()
+	if second.Attempts != 1 {
+		t.Fatalf("the attempt after an unavailable one: %+v, want attempt 1", second)
+	}
+	if err := store.MarkRetrying(ctx, "acme", a.Key, second.FencingToken, "partner answered 500"); err != nil {
+		t.Fatal(err)
+	}
+	check("a transient error", 1, "partner answered 500")
+	third := take()
+	if err := store.MarkUnavailable(ctx, "acme", a.Key, third.FencingToken, "partner timeout"); err != nil {
+		t.Fatal(err)
+	}
+	check("unavailable after a real attempt", 1, "partner timeout")
+
+	fourth := take()
+	if err := store.MarkUnavailable(ctx, "acme", a.Key, third.FencingToken, "late"); !errors.Is(err, fence.ErrStaleToken) {
+		t.Fatalf("a superseded attempt gave its attempt back: %v, want a stale token", err)
+	}
+	check("after the stale give-back", 2, "partner timeout")
+	if err := store.MarkSucceeded(ctx, "acme", a.Key, fourth.FencingToken, "ch_1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.MarkUnavailable(ctx, "acme", a.Key, fourth.FencingToken, "late"); !errors.Is(err, execution.ErrSucceeded) {
+		t.Fatalf("MarkUnavailable of a succeeded job: %v, want ErrSucceeded", err)
+	}
+}
+
 // TestTakeDrawsTheTokenAndMarksProcessing: Take counts the attempt under a
 // token drawn from the resource's fence, the same counter fence.Next uses,
 // and refuses a job that has succeeded.

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/idemgate/idemgate/enqueue"
+)
+
+// runJobs is `idemgate jobs requeue JOB_ID...`: the relay's work, for
+// the jobs an operator names, whatever the age of their records.
+func runJobs(ctx context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
+	fs := newFlags("jobs", "jobs requeue JOB_ID... --config FILE", stdout)
+	path := fs.String("config", "", "configuration file (YAML)")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) == 0:
+		fs.Usage()
+		return usagef("jobs: want requeue followed by job ids")
+	case pos[0] != "requeue":
+		fs.Usage()
+		return usagef("jobs: unknown operation %q (want requeue)", pos[0])
+	case len(pos) == 1:
+		fs.Usage()
+		return usagef("jobs requeue: name at least one job id")
+	}
+	ids := pos[1:]
+	cfg, err := loadConfig(*path, getenv, false)
+	if err != nil {
+		return err
+	}
+	if cfg.DatabaseURL == "" || cfg.RedisURL == "" {
+		return usagef("jobs: database_url and redis_url are required")
+	}
+	var cl closers
+	defer cl.close()
+	svc := newServices(cfg, &cl)
+	pool, err := svc.postgres(ctx)
+	if err != nil {
+		return err
+	}
+	client, err := svc.queueClient()
+	if err != nil {
+		return err
+	}
+	inspector, err := svc.queueInspector()
+	if err != nil {
+		return err
+	}
+	relay := enqueue.NewRelay(enqueue.New(pool, client), inspector, enqueue.RelayOptions{})
+
+	var errs []error
+	for _, id := range ids {
+		job, sent, err := relay.Requeue(ctx, id)
+		switch {
+		case errors.Is(err, enqueue.ErrNotFound):
+			errs = append(errs, fmt.Errorf("%s: no such job", id))
+		case errors.Is(err, enqueue.ErrFinished) && job.Status == enqueue.StatusSucceeded:
+			fmt.Fprintf(stdout, "%s: already succeeded, nothing to do\n", id)
+		case errors.Is(err, enqueue.ErrFinished):
+			errs = append(errs, fmt.Errorf("%s: %s, not requeued: use `idemgate dlq replay %s`", id, job.Status, id))
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", id, err))
+		case sent:
+			fmt.Fprintf(stdout, "%s: requeued (%s, %s on queue %s)\n", id, job.Status, job.Task, job.Queue)
+		default:
+			fmt.Fprintf(stdout, "%s: task present (%s, %s on queue %s)\n", id, job.Status, job.Task, job.Queue)
+		}
+	}
+	return errors.Join(errs...)
+}

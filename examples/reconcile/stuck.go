@@ -1,0 +1,52 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgate/idemgate/workers"
+)
+
+// stuckJobs reports every job that has not finished and whose record has
+// not changed for longer than StuckAfter, saying whether the queue still
+// holds its task: a job whose task the queue lost never runs, and one
+// whose task waits may only be behind a backlog.
+func (r *run) stuckJobs(ctx context.Context) error {
+	if r.opts.StuckAfter <= 0 {
+		return nil
+	}
+	const query = `
+SELECT id, tenant, business_key, task, queue, status, extract(epoch FROM now() - updated_at)::float8
+  FROM jobs
+ WHERE status IN ('queued', 'processing', 'retrying')
+   AND updated_at < now() - make_interval(secs => $1)
+ ORDER BY updated_at, id`
+	return r.scan(ctx, CheckStuckJobs, query, []any{r.opts.StuckAfter.Seconds()}, func(rows pgx.Rows) error {
+		var (
+			id, tenant, key, task, queue, status string
+			age                                  float64
+		)
+		if err := rows.Scan(&id, &tenant, &key, &task, &queue, &status, &age); err != nil {
+			return err
+		}
+		where := "its task was not looked up"
+		if r.opts.TaskState != nil {
+			state, err := r.opts.TaskState(ctx, queue, id)
+			switch {
+			case err != nil:
+				return fmt.Errorf("task of %s: %w", id, err)
+			case state == "":
+				where = fmt.Sprintf("its task is missing from queue %s", queue)
+			default:
+				where = fmt.Sprintf("its task is %s in queue %s", state, queue)
+			}
+		}
+		unchanged := (time.Duration(age * float64(time.Second))).Round(time.Second)
+		r.violation(CheckStuckJobs, fmt.Sprintf("%s job %s is %s, unchanged for %s; %s", task, id, status, unchanged, where),
+			id, workers.Scope(tenant, key))
+		return nil
+	})
+}
