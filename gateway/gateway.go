@@ -192,6 +192,18 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 			rt.methods[strings.ToUpper(m)] = true
 		}
 	}
+	ic := ro.Idempotency
+	ic.Route = ro.Name
+	ic.Tenant = func(r *http.Request) string { return auth.Tenant(r.Context()) }
+	ic.ErrorHandler = g.problems.write
+	ic.ReplayCache = g.opts.ReplayCache
+	ic.Observe = observeIdempotency
+	ic.Logger = g.opts.Logger
+	mw, err := idempotency.New(store, ic)
+	if err != nil {
+		return nil, err
+	}
+	g.guards = append(g.guards, mw)
 	var h http.Handler
 	switch {
 	case ro.Enqueue != nil:
@@ -202,7 +214,7 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 			return nil, errors.New("an enqueue route needs its declared job")
 		}
 		rt.kind = KindEnqueue
-		h = g.handleEnqueue(ro.Name, *ro.Enqueue)
+		h = g.handleEnqueue(ro.Name, *ro.Enqueue, mw.Config().StoreTimeout)
 	case ro.Handler != nil:
 		rt.kind = KindHandler
 		h = ro.Handler
@@ -216,18 +228,6 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 	default:
 		return nil, errors.New("neither an upstream nor a handler")
 	}
-	ic := ro.Idempotency
-	ic.Route = ro.Name
-	ic.Tenant = func(r *http.Request) string { return auth.Tenant(r.Context()) }
-	ic.ErrorHandler = g.problems.write
-	ic.ReplayCache = g.opts.ReplayCache
-	ic.Observe = observeIdempotency
-	ic.Logger = g.opts.Logger
-	mw, err := idempotency.New(store, ic)
-	if err != nil {
-		return nil, err
-	}
-	g.guards = append(g.guards, mw)
 	h = mw.Wrap(h)
 	h = g.limiter.Wrap(h)
 	h = recordTenant(h)

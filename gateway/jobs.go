@@ -35,7 +35,7 @@ type EnqueueOptions struct {
 // handleEnqueue accepts a request as a job. It runs inside the idempotency
 // middleware, so its 202 is the stored response every retry replays, with
 // the same job id.
-func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions) http.Handler {
+func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions, timeout time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a, ok := idempotency.AttemptFrom(r.Context())
 		if !ok {
@@ -59,7 +59,12 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions) http.Handler {
 			return
 		}
 		req := enqueue.Request{Tenant: a.Scope.Tenant, Route: route, Key: a.Scope.Key, Spec: eo.Spec, Queue: eo.Queue, Body: body}
-		ctx, span := telemetry.StartEnqueue(r.Context(), eo.Spec.Task, req.QueueName(), telemetry.Tenant(a.Scope.Tenant), telemetry.Route(route))
+		// Bounded like every store call of the route: a database or
+		// broker out of reach costs the client a fast 503 (or, once the
+		// record is written, a 202 the relay makes good), not a hang.
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		defer cancel()
+		ctx, span := telemetry.StartEnqueue(ctx, eo.Spec.Task, req.QueueName(), telemetry.Tenant(a.Scope.Tenant), telemetry.Route(route))
 		j, err := g.opts.Jobs.Submit(ctx, req)
 		span.SetAttributes(telemetry.JobID(j.ID))
 		telemetry.End(span, err)
