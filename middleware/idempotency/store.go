@@ -49,9 +49,12 @@ type Record struct {
 	Scope       Scope
 	Fingerprint string
 	State       State
-	// FencingToken is 1 on the first claim and strictly higher on every
-	// later claim of the same record (take-over after a lease expired, or a
-	// new attempt after a release).
+	// FencingToken is at least 1 on the first claim and strictly higher on
+	// every later claim of the same record (take-over after a lease
+	// expired, or a new attempt after a release), and below 2^53 so that a
+	// JavaScript number holds it exactly. pgstore and memstore start at 1;
+	// redisstore starts from the Redis server's clock in microseconds, so
+	// that a record Redis lost does not start again at 1.
 	FencingToken int64
 	// Owner is the random token of the attempt holding the claim; empty
 	// unless State is StateInFlight.

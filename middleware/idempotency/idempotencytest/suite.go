@@ -9,6 +9,10 @@
 // milliseconds) and every wait polls for the expected state with a generous
 // deadline, so it neither flakes on a loaded machine nor depends on the
 // store's clock agreeing with the test's.
+//
+// Fencing tokens are checked as the Store contract states them: at least 1
+// on a record's first claim, strictly higher on each later one. A store that
+// counts from 1 passes TokensFromOne to have the exact values checked too.
 package idempotencytest
 
 import (
@@ -17,6 +21,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -25,30 +30,53 @@ import (
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
+// Option changes what Run checks.
+type Option func(*options)
+
+type options struct {
+	tokensFromOne bool
+}
+
+// TokensFromOne checks fencing tokens exactly: 1 on a record's first claim
+// and one more on each later claim, as pgstore and memstore issue them.
+// Without it Run accepts any first token of at least 1 (redisstore starts
+// from its server's clock) and any strictly higher later one.
+func TokensFromOne() Option {
+	return func(o *options) { o.tokensFromOne = true }
+}
+
 // Run runs every conformance test against stores made by newStore. Each
 // subtest gets its own store and its own scopes.
-func Run(t *testing.T, newStore func(t *testing.T) idempotency.Store) {
+func Run(t *testing.T, newStore func(t *testing.T) idempotency.Store, opts ...Option) {
 	t.Helper()
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	k := tokens{fromOne: o.tokensFromOne}
+	withTokens := func(fn func(*testing.T, idempotency.Store, tokens)) func(*testing.T, idempotency.Store) {
+		return func(t *testing.T, s idempotency.Store) { fn(t, s, k) }
+	}
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, s idempotency.Store)
 	}{
 		{"GetMissing", testGetMissing},
-		{"ClaimNew", testClaimNew},
+		{"ClaimNew", withTokens(testClaimNew)},
 		{"ClaimRace", testClaimRace},
 		{"CompleteAndReplay", testCompleteAndReplay},
 		{"OwnerOnly", testOwnerOnly},
 		{"FingerprintMismatch", testFingerprintMismatch},
 		{"InFlightNotTakenOver", testInFlightNotTakenOver},
 		{"RenewKeepsLease", testRenewKeepsLease},
-		{"LeaseExpiryTakeOver", testLeaseExpiryTakeOver},
-		{"ReleaseAndReclaim", testReleaseAndReclaim},
-		{"FencingMonotonic", testFencingMonotonic},
-		{"UnknownAndResolve", testUnknownAndResolve},
+		{"LeaseExpiryTakeOver", withTokens(testLeaseExpiryTakeOver)},
+		{"ReleaseAndReclaim", withTokens(testReleaseAndReclaim)},
+		{"FencingMonotonic", withTokens(testFencingMonotonic)},
+		{"UnknownAndResolve", withTokens(testUnknownAndResolve)},
 		{"Expiry", testExpiry},
 		{"LargeBinaryBody", testLargeBinaryBody},
 		{"BodyOmitted", testBodyOmitted},
-		{"TenantAndRouteIsolation", testIsolation},
+		{"TenantAndRouteIsolation", withTokens(testIsolation)},
 		{"ScopeSeparatorsDoNotCollide", testScopeSeparators},
 		{"Delete", testDelete},
 		{"Watch", testWatch},
@@ -113,6 +141,36 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// tokens checks fencing tokens against what the store promises.
+type tokens struct {
+	fromOne bool // TokensFromOne
+}
+
+// maxToken bounds every token: 2^53, so that a JavaScript number holds it.
+const maxToken = 1 << 53
+
+// first checks the token of a record's first claim.
+func (k tokens) first(t *testing.T, what string, got int64) {
+	t.Helper()
+	switch {
+	case k.fromOne && got != 1:
+		t.Fatalf("%s: fencing token %d, want 1", what, got)
+	case got < 1 || got >= maxToken:
+		t.Fatalf("%s: fencing token %d, want at least 1 and below 2^53", what, got)
+	}
+}
+
+// next checks the token of a claim that followed one with token prev.
+func (k tokens) next(t *testing.T, what string, prev, got int64) {
+	t.Helper()
+	switch {
+	case k.fromOne && got != prev+1:
+		t.Fatalf("%s: fencing token %d, want %d", what, got, prev+1)
+	case got <= prev || got >= maxToken:
+		t.Fatalf("%s: fencing token %d, want more than %d and below 2^53", what, got, prev)
+	}
+}
+
 func sampleResponse() idempotency.Response {
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
@@ -128,19 +186,18 @@ func testGetMissing(t *testing.T, s idempotency.Store) {
 	}
 }
 
-func testClaimNew(t *testing.T, s idempotency.Store) {
+func testClaimNew(t *testing.T, s idempotency.Store, k tokens) {
 	scope := newScope()
 	req := claimReq(scope, "fp-a")
 	res := mustClaim(t, s, req)
 	if !res.Claimed || res.TakeOver {
 		t.Fatalf("first claim: Claimed=%v TakeOver=%v, want true false", res.Claimed, res.TakeOver)
 	}
-	if res.Record.FencingToken != 1 {
-		t.Fatalf("first claim fencing token = %d, want 1", res.Record.FencingToken)
-	}
+	k.first(t, "first claim", res.Record.FencingToken)
 	rec := mustGet(t, s, scope)
-	if rec.State != idempotency.StateInFlight || rec.Owner != req.Owner || rec.Fingerprint != "fp-a" || rec.Scope != scope {
-		t.Fatalf("record after claim = %+v", rec)
+	if rec.State != idempotency.StateInFlight || rec.Owner != req.Owner || rec.Fingerprint != "fp-a" || rec.Scope != scope ||
+		rec.FencingToken != res.Record.FencingToken {
+		t.Fatalf("record after claim = %+v, want token %d", rec, res.Record.FencingToken)
 	}
 	if !rec.LeaseUntil.After(time.Now().Add(lease / 2)) {
 		t.Fatalf("lease_until %v is not about %v ahead", rec.LeaseUntil, lease)
@@ -187,7 +244,7 @@ func testClaimRace(t *testing.T, s idempotency.Store) {
 func testCompleteAndReplay(t *testing.T, s idempotency.Store) {
 	scope := newScope()
 	req := claimReq(scope, "fp")
-	mustClaim(t, s, req)
+	token := mustClaim(t, s, req).Record.FencingToken
 	want := sampleResponse()
 	if err := s.Complete(t.Context(), scope, req.Owner, want, retention); err != nil {
 		t.Fatalf("Complete: %v", err)
@@ -201,8 +258,8 @@ func testCompleteAndReplay(t *testing.T, s idempotency.Store) {
 		t.Fatalf("record after completion = %+v", rec)
 	}
 	assertResponse(t, *rec.Response, want)
-	if rec.FencingToken != 1 || rec.Owner != "" {
-		t.Fatalf("completed record token=%d owner=%q, want 1 and empty", rec.FencingToken, rec.Owner)
+	if rec.FencingToken != token || rec.Owner != "" {
+		t.Fatalf("completed record token=%d owner=%q, want the claim's %d and empty", rec.FencingToken, rec.Owner, token)
 	}
 	assertResponse(t, *mustGet(t, s, scope).Response, want)
 	// Completing twice is refused: the claim ended with the first.
@@ -315,20 +372,21 @@ func testRenewKeepsLease(t *testing.T, s idempotency.Store) {
 	}
 }
 
-func testLeaseExpiryTakeOver(t *testing.T, s idempotency.Store) {
+func testLeaseExpiryTakeOver(t *testing.T, s idempotency.Store, k tokens) {
 	scope := newScope()
 	crashed := claimReq(scope, "fp")
 	crashed.Lease = 300 * time.Millisecond
-	mustClaim(t, s, crashed)
+	first := mustClaim(t, s, crashed).Record.FencingToken
 	// The first owner "crashes": it never renews. A retry takes over.
 	var res idempotency.ClaimResult
 	eventually(t, "take-over after the lease expired", func() bool {
 		res = mustClaim(t, s, claimReq(scope, "fp"))
 		return res.Claimed
 	})
-	if !res.TakeOver || res.Record.FencingToken != 2 {
-		t.Fatalf("take-over: TakeOver=%v token=%d, want true 2", res.TakeOver, res.Record.FencingToken)
+	if !res.TakeOver {
+		t.Fatal("take-over after the lease expired: TakeOver is false")
 	}
+	k.next(t, "take-over after the lease expired", first, res.Record.FencingToken)
 	if err := s.Complete(t.Context(), scope, crashed.Owner, sampleResponse(), retention); !errors.Is(err, idempotency.ErrNotOwner) {
 		t.Fatalf("stale owner's Complete after take-over: got %v, want ErrNotOwner", err)
 	}
@@ -345,10 +403,10 @@ func testLeaseExpiryTakeOver(t *testing.T, s idempotency.Store) {
 	}
 }
 
-func testReleaseAndReclaim(t *testing.T, s idempotency.Store) {
+func testReleaseAndReclaim(t *testing.T, s idempotency.Store, k tokens) {
 	scope := newScope()
 	req := claimReq(scope, "fp")
-	mustClaim(t, s, req)
+	first := mustClaim(t, s, req).Record.FencingToken
 	if err := s.Release(t.Context(), scope, req.Owner); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
@@ -362,12 +420,13 @@ func testReleaseAndReclaim(t *testing.T, s idempotency.Store) {
 		t.Fatal("a released record was claimed by a request with another fingerprint")
 	}
 	res := mustClaim(t, s, claimReq(scope, "fp"))
-	if !res.Claimed || !res.TakeOver || res.Record.FencingToken != 2 {
-		t.Fatalf("reclaim after release: %+v, want claimed take-over with token 2", res)
+	if !res.Claimed || !res.TakeOver {
+		t.Fatalf("reclaim after release: %+v, want a claimed take-over", res)
 	}
+	k.next(t, "reclaim after release", first, res.Record.FencingToken)
 }
 
-func testFencingMonotonic(t *testing.T, s idempotency.Store) {
+func testFencingMonotonic(t *testing.T, s idempotency.Store, k tokens) {
 	scope := newScope()
 	var last int64
 	for i := range 6 {
@@ -380,8 +439,10 @@ func testFencingMonotonic(t *testing.T, s idempotency.Store) {
 			res = mustClaim(t, s, req)
 			return res.Claimed
 		})
-		if res.Record.FencingToken <= last {
-			t.Fatalf("claim %d: fencing token %d not greater than %d", i, res.Record.FencingToken, last)
+		if i == 0 {
+			k.first(t, "claim 0", res.Record.FencingToken)
+		} else {
+			k.next(t, fmt.Sprintf("claim %d", i), last, res.Record.FencingToken)
 		}
 		last = res.Record.FencingToken
 		if i%2 == 0 {
@@ -390,16 +451,13 @@ func testFencingMonotonic(t *testing.T, s idempotency.Store) {
 			}
 		} // odd claims are abandoned and expire
 	}
-	if last != 6 {
-		t.Fatalf("after six claims the fencing token is %d, want 6", last)
-	}
 }
 
-func testUnknownAndResolve(t *testing.T, s idempotency.Store) {
+func testUnknownAndResolve(t *testing.T, s idempotency.Store, k tokens) {
 	ctx := t.Context()
 	scope := newScope()
 	req := claimReq(scope, "fp")
-	mustClaim(t, s, req)
+	first := mustClaim(t, s, req).Record.FencingToken
 	if err := s.MarkUnknown(ctx, scope, req.Owner); err != nil {
 		t.Fatalf("MarkUnknown: %v", err)
 	}
@@ -414,9 +472,10 @@ func testUnknownAndResolve(t *testing.T, s idempotency.Store) {
 		t.Fatalf("resolved record state = %s, want released", rec.State)
 	}
 	res = mustClaim(t, s, claimReq(scope, "fp"))
-	if !res.Claimed || res.Record.FencingToken != 2 {
-		t.Fatalf("claim after Resolve: %+v, want claimed with token 2", res)
+	if !res.Claimed {
+		t.Fatalf("claim after Resolve: %+v, want claimed", res)
 	}
+	k.next(t, "claim after Resolve", first, res.Record.FencingToken)
 	if err := s.Resolve(ctx, scope); !errors.Is(err, idempotency.ErrNotUnknown) {
 		t.Fatalf("Resolve of an in-flight record: got %v, want ErrNotUnknown", err)
 	}
@@ -472,7 +531,7 @@ func testBodyOmitted(t *testing.T, s idempotency.Store) {
 	assertResponse(t, got, want)
 }
 
-func testIsolation(t *testing.T, s idempotency.Store) {
+func testIsolation(t *testing.T, s idempotency.Store, k tokens) {
 	base := newScope()
 	otherTenant := base
 	otherTenant.Tenant += "-other"
@@ -485,9 +544,10 @@ func testIsolation(t *testing.T, s idempotency.Store) {
 	}
 	for _, scope := range []idempotency.Scope{otherTenant, otherRoute} {
 		res := mustClaim(t, s, claimReq(scope, "fp"))
-		if !res.Claimed || res.Record.FencingToken != 1 {
+		if !res.Claimed || res.TakeOver {
 			t.Fatalf("same key in %+v: %+v, want a new claim of its own", scope, res)
 		}
+		k.first(t, fmt.Sprintf("same key in %+v", scope), res.Record.FencingToken)
 	}
 	if rec := mustGet(t, s, base); rec.State != idempotency.StateCompleted {
 		t.Fatalf("original record disturbed: %+v", rec)

@@ -12,6 +12,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// memstore counts fencing tokens from 1, and the suite checks that too.
 func TestConformance(t *testing.T) {
-	idempotencytest.Run(t, func(*testing.T) idempotency.Store { return memstore.New() })
+	idempotencytest.Run(t, func(*testing.T) idempotency.Store { return memstore.New() }, idempotencytest.TokensFromOne())
 }

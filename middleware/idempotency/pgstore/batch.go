@@ -18,6 +18,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -39,9 +40,20 @@ import (
 // commit); either way each caller runs its statement again on its own,
 // told which of the two it was, and the statements recognise their own
 // earlier write as they do after any lost connection.
+//
+// Deadlines. A caller waits for its batch only as long as its context
+// lets it: then it returns ctx's error, as it would from a statement of
+// its own cancelled mid-flight. A statement whose caller has given up
+// before its batch holds a connection is dropped, never sent. A batch runs
+// under a context that ends when every one of its callers has given up
+// (nobody would read its results, and pgx then gives up a connection that
+// stopped answering) or when the batch timeout passes, whichever is first,
+// so a flusher is never held for longer by a network that stopped
+// answering.
 const (
-	defaultFlushers = 4
-	defaultMaxBatch = 64
+	defaultFlushers     = 4
+	defaultMaxBatch     = 64
+	defaultBatchTimeout = 30 * time.Second
 )
 
 // WithBatching sets how many batches may be in flight at once (flushers)
@@ -51,8 +63,19 @@ func WithBatching(flushers, max int) Option {
 	return func(s *Store) { s.flushers, s.maxBatch = flushers, max }
 }
 
+// WithBatchTimeout bounds a batch's round trip, whatever its callers'
+// contexts allow (default 30s; 0 leaves it to them), so that a connection
+// that stopped answering holds a flusher no longer. It matters only for
+// callers without a deadline, since a batch ends when all of its callers
+// have given up. When it passes, every caller still waiting runs its
+// statement again on its own, under its own context.
+func WithBatchTimeout(d time.Duration) Option {
+	return func(s *Store) { s.batchTimeout = d }
+}
+
 // op is one statement waiting for a batch.
 type op struct {
+	ctx  context.Context // the caller's: the statement is sent only while it is live
 	sql  string
 	args []any
 	// order sorts a batch: statements lock rows in one global order, so two
@@ -74,9 +97,10 @@ func (e *batchError) Error() string { return "pgstore: batch: " + e.err.Error() 
 func (e *batchError) Unwrap() error { return e.err }
 
 type batcher struct {
-	pool  *pgxpool.Pool
-	queue chan *op
-	max   int
+	pool    *pgxpool.Pool
+	queue   chan *op
+	max     int
+	timeout time.Duration // 0: none
 
 	mu     sync.RWMutex
 	closed bool
@@ -87,8 +111,8 @@ type batcher struct {
 	statements, batches atomic.Int64
 }
 
-func newBatcher(pool *pgxpool.Pool, flushers, max int) *batcher {
-	b := &batcher{pool: pool, queue: make(chan *op, flushers*max), max: max}
+func newBatcher(pool *pgxpool.Pool, flushers, max int, timeout time.Duration) *batcher {
+	b := &batcher{pool: pool, queue: make(chan *op, flushers*max), max: max, timeout: timeout}
 	for range flushers {
 		b.wg.Go(b.flush)
 	}
@@ -96,14 +120,15 @@ func newBatcher(pool *pgxpool.Pool, flushers, max int) *batcher {
 }
 
 // do runs o in a batch and returns its error once the batch has
-// committed. It reports false, running nothing, when the batcher is
-// closed.
+// committed, or ctx's error as soon as ctx ends. It reports false, running
+// nothing, when the batcher is closed.
 func (b *batcher) do(ctx context.Context, o *op) (error, bool) {
 	b.mu.RLock()
 	if b.closed {
 		b.mu.RUnlock()
 		return nil, false
 	}
+	o.ctx = ctx
 	o.done = make(chan error, 1)
 	select {
 	case b.queue <- o:
@@ -116,8 +141,14 @@ func (b *batcher) do(ctx context.Context, o *op) (error, bool) {
 	case err := <-o.done:
 		return err, true
 	case <-ctx.Done():
-		// The statement may still run and commit; the caller gives up
-		// on knowing, as it would on a statement cancelled mid-flight.
+		select {
+		case err := <-o.done: // the result came with the deadline: it stands
+			return err, true
+		default:
+		}
+		// Still queued, the statement is dropped (run). Sent, it may
+		// still run and commit; the caller gives up on knowing, as it
+		// would on a statement cancelled mid-flight.
 		return ctx.Err(), true
 	}
 }
@@ -158,9 +189,32 @@ func (b *batcher) run(ops []*op) {
 	if len(ops) > 1 {
 		slices.SortStableFunc(ops, func(x, y *op) int { return cmp.Compare(x.order, y.order) })
 	}
+	if ops = waiting(ops); len(ops) == 0 {
+		return
+	}
+	ctx, cancel := b.context(ops)
+	defer cancel()
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		if len(ops) == 1 && ctx.Err() == nil {
+			ops[0].done <- err // the statement's own error, as in send
+			return
+		}
+		// Nothing was sent: each caller still waiting runs its
+		// statement on its own, under its own context.
+		for _, o := range ops {
+			o.done <- &batchError{err: err}
+		}
+		return
+	}
+	defer conn.Release()
+	// Nothing but this stands between the statements and the wire now.
+	if ops = waiting(ops); len(ops) == 0 {
+		return
+	}
 	b.statements.Add(int64(len(ops)))
 	b.batches.Add(1)
-	results, err := b.send(ops)
+	results, err := send(ctx, conn, ops)
 	for i, o := range ops {
 		if err != nil {
 			o.done <- err
@@ -170,17 +224,59 @@ func (b *batcher) run(ops []*op) {
 	}
 }
 
-// send runs ops. Results are read in full, and the batch closed (which
-// returns after the commit), before any is handed back. A non-nil error
-// means no statement's result stands.
-func (b *batcher) send(ops []*op) ([]error, error) {
+// waiting hands ops whose callers have given up their context's error, so
+// that they are never sent, and returns the others, reusing ops.
+func waiting(ops []*op) []*op {
+	return slices.DeleteFunc(ops, func(o *op) bool {
+		if err := o.ctx.Err(); err != nil {
+			o.done <- err
+			return true
+		}
+		return false
+	})
+}
+
+// context is what a batch of ops runs under: a context that ends when
+// every caller's has ended, or when the batch timeout passes. A batch of
+// one runs under its caller's context, bounded by the timeout.
+func (b *batcher) context(ops []*op) (context.Context, context.CancelFunc) {
+	withTimeout := func(parent context.Context) (context.Context, context.CancelFunc) {
+		if b.timeout > 0 {
+			return context.WithTimeout(parent, b.timeout)
+		}
+		return context.WithCancel(parent)
+	}
+	if len(ops) == 1 {
+		return withTimeout(ops[0].ctx)
+	}
+	ctx, cancel := withTimeout(context.Background())
+	var left atomic.Int64
+	left.Store(int64(len(ops)))
+	stops := make([]func() bool, len(ops))
+	for i, o := range ops {
+		stops[i] = context.AfterFunc(o.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// send runs ops on conn under ctx. Results are read in full, and the batch
+// closed (which returns after the commit), before any is handed back. A
+// non-nil error means no statement's result stands.
+func send(ctx context.Context, conn *pgxpool.Conn, ops []*op) ([]error, error) {
 	var batch pgx.Batch
 	for _, o := range ops {
 		batch.Queue(o.sql, o.args...)
 	}
-	// The batch runs to completion whatever its callers' contexts do:
-	// cancelling it midway would leave them unsure what committed.
-	br := b.pool.SendBatch(context.Background(), &batch)
+	br := conn.SendBatch(ctx, &batch)
 	results := make([]error, len(ops))
 	var failed error
 	for i, o := range ops {
@@ -195,15 +291,22 @@ func (b *batcher) send(ops []*op) ([]error, error) {
 	}
 	closeErr := br.Close()
 	switch {
-	case len(ops) == 1 && (failed != nil || closeErr != nil):
+	case failed == nil && closeErr == nil:
+		return results, nil
+	case ctx.Err() != nil:
+		// The batch was given up (its callers gone, or its timeout
+		// passed), maybe after the commit: callers still waiting run
+		// their statements again on their own.
+		return nil, &batchError{err: errors.Join(failed, closeErr), committed: true}
+	case len(ops) == 1:
 		// A batch of one is the statement on its own: its error is the
 		// statement's, handled as such.
 		return nil, cmp.Or(failed, closeErr)
 	case failed != nil && !connLost(failed):
 		// A statement failed: the implicit transaction rolled back.
 		return nil, &batchError{err: failed}
-	case failed != nil || closeErr != nil:
+	default:
+		// The connection was lost, maybe after the commit.
 		return nil, &batchError{err: errors.Join(failed, closeErr), committed: true}
 	}
-	return results, nil
 }

@@ -15,7 +15,11 @@
 // round trip run as one transaction, so one commit serves them all
 // (batch.go; WithBatching tunes or turns it off). A result is handed back
 // only after the commit that holds it, and when a batch fails each of its
-// statements runs again on its own.
+// statements runs again on its own. Every call returns its context's error
+// once the context ends, batched or not; a statement whose caller gave up
+// before its batch was sent is never sent, and a batch stuck on a network
+// that stopped answering ends when all of its callers have given up, or at
+// the batch timeout (WithBatchTimeout).
 //
 //	store := pgstore.New(pool) // a *pgxpool.Pool on a migrated database
 //	defer store.Close()        // stops the batcher and the LISTEN connection Watch opened

@@ -41,12 +41,13 @@ var ErrClosed = errors.New("pgstore: store closed")
 // use. The pool belongs to the caller; Close only stops what the Store
 // started itself (the listener behind Watch).
 type Store struct {
-	pool     *pgxpool.Pool
-	channel  string
-	log      *slog.Logger
-	flushers int
-	maxBatch int
-	batch    *batcher // nil: batching off
+	pool         *pgxpool.Pool
+	channel      string
+	log          *slog.Logger
+	flushers     int
+	maxBatch     int
+	batchTimeout time.Duration
+	batch        *batcher // nil: batching off
 
 	mu       sync.Mutex
 	watchers map[string]map[*watcher]struct{} // by scope id
@@ -86,18 +87,19 @@ func WithLogger(l *slog.Logger) Option {
 // New returns a Store on pool, whose database has the migrations applied.
 func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	s := &Store{
-		pool:     pool,
-		channel:  DefaultChannel,
-		log:      slog.Default(),
-		watchers: make(map[string]map[*watcher]struct{}),
-		flushers: defaultFlushers,
-		maxBatch: defaultMaxBatch,
+		pool:         pool,
+		channel:      DefaultChannel,
+		log:          slog.Default(),
+		watchers:     make(map[string]map[*watcher]struct{}),
+		flushers:     defaultFlushers,
+		maxBatch:     defaultMaxBatch,
+		batchTimeout: defaultBatchTimeout,
 	}
 	for _, opt := range opts {
 		opt(s)
 	}
 	if s.flushers > 0 && s.maxBatch > 1 {
-		s.batch = newBatcher(pool, s.flushers, s.maxBatch)
+		s.batch = newBatcher(pool, s.flushers, s.maxBatch, s.batchTimeout)
 	}
 	return s
 }

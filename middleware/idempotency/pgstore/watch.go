@@ -111,8 +111,8 @@ func (s *Store) unwatch(id string, w *watcher) {
 }
 
 // Close stops the listener connection and waits for its goroutine, and
-// stops the batcher once the statements queued have run; later statements
-// run on their own. Watch channels then stay quiet; the pool is left open.
+// stops the batcher once the statements queued have run (or were dropped,
+// their callers gone); later statements run on their own. Watch channels then stay quiet; the pool is left open.
 // Close may be called more than once.
 func (s *Store) Close() {
 	if s.batch != nil {

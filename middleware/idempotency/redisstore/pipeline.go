@@ -8,9 +8,10 @@ package redisstore
 // has no commit to share: a pipeline is not a transaction, each script
 // stays atomic on its own and its error is its own, and the only retry is
 // EVAL after NOSCRIPT (the node lacks the cached script). So a pipeline
-// needs no rollback handling and no goroutines: callers lead in turn, and
-// a Store dropped without Close leaves nothing running. One mechanism for
-// both would carry both failure models.
+// needs no rollback handling and no long-lived goroutines: a sender starts
+// when a script finds a pipeline slot free and ends when the queue is
+// empty, and a Store dropped without Close leaves nothing running once the
+// replies are in. One mechanism for both would carry both failure models.
 
 import (
 	"context"
@@ -25,14 +26,19 @@ import (
 // arrive while others are on the wire are sent together, as one pipeline:
 // one write, one read, and one pass of Redis's event loop for many. Each
 // script stays atomic on its own; a pipeline is not a transaction and needs
-// none. Nobody waits for a pipeline to fill: the caller that finds no
-// pipeline free sends its own script at once, and scripts that queue
-// behind a busy pipeline go out together when it returns.
+// none. Nobody waits for a pipeline to fill: a script that finds a pipeline
+// slot free starts a sender, which sends it at once, and scripts that queue
+// behind busy pipelines go out together when one returns.
 //
-// There are no goroutines of the pipeliner's own. The first caller to find
-// a free slot leads: it sends what is queued and, when more queued
-// meanwhile, hands the lead to the first of those callers. So nothing is
-// left running when the store is dropped.
+// A caller waits for its reply or for its context, whichever ends first
+// (see roundtrip.go). A script whose caller has given up while it was
+// queued is dropped, never sent. A pipeline waits for a pool connection
+// under a context that ends when every one of its callers has given up, so
+// that go-redis stops waiting for nobody; once a connection is found, the
+// client's read and write timeouts bound the pipeline on the wire. A
+// script whose caller gives up during that wait for a connection still
+// goes out if another caller of its pipeline still waits: go-redis takes
+// the connection and writes in one call, leaving no point to drop it at.
 const (
 	defaultPipelines   = 2
 	defaultMaxPipeline = 64
@@ -47,108 +53,120 @@ func WithPipelining(pipelines, max int) Option {
 
 // call is one script waiting for a pipeline.
 type call struct {
+	ctx    context.Context // the caller's: the script is sent only while it is live
 	script *redis.Script
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd
 	done   chan struct{} // closed when cmd holds the reply
-	lead   chan struct{} // closed when this caller is to send the queue
-	handed bool          // lead closed; under pipeliner.mu
 }
 
 // hot runs one of the scripts every request runs: through the pipeliner
-// when pipelining is on, else on its own under ctx.
+// when pipelining is on, else as a round trip of its own.
 func (s *Store) hot(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	if s.pipe == nil {
-		return script.Run(ctx, s.client, keys, args...)
+	if s.pipe != nil {
+		if err := ctx.Err(); err != nil {
+			return failedCmd(ctx, err)
+		}
+		return s.pipe.run(ctx, script, keys, args...)
 	}
-	if err := ctx.Err(); err != nil {
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(err)
-		return cmd
+	cmd, err := roundTrip(ctx, &s.flights, func(ctx context.Context) (*redis.Cmd, error) {
+		return script.Run(ctx, s.client, keys, args...), nil
+	})
+	if err != nil {
+		return failedCmd(ctx, err)
 	}
-	return s.pipe.run(script, keys, args...)
+	return cmd
+}
+
+// failedCmd is a reply that never came: err, as a command's error.
+func failedCmd(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return cmd
 }
 
 type pipeliner struct {
-	client redis.UniversalClient
-	max    int
-	slots  int
+	client  redis.UniversalClient
+	max     int
+	slots   int
+	flights *flights // runs the senders
 
 	mu      sync.Mutex
 	queue   []*call
-	sending int // pipelines on the wire
+	sending int // senders running, each with at most one pipeline on the wire
 
 	// What went out: scripts and the round trips that carried them.
 	scripts, trips atomic.Int64
 }
 
-// run sends script and returns its reply.
-func (p *pipeliner) run(script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	c := &call{script: script, keys: keys, args: args, done: make(chan struct{}), lead: make(chan struct{})}
+// run sends script and returns its reply, or ctx's error as soon as ctx
+// ends.
+func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	c := &call{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
 	p.mu.Lock()
 	p.queue = append(p.queue, c)
-	lead := p.sending < p.slots
-	if lead {
+	start := p.sending < p.slots
+	if start {
 		p.sending++
 	}
 	p.mu.Unlock()
-	leadCh := c.lead
-	for {
-		if lead {
-			// The batch may not reach this call when others queued
-			// first; then a later leader sends it.
-			p.send()
-			lead = false
-		}
+	if start {
+		p.flights.start(p.send)
+	}
+	select {
+	case <-c.done:
+		return c.cmd
+	case <-ctx.Done():
 		select {
-		case <-c.done:
-			// A call is handed the lead only while queued, so before its
-			// reply: a lead not taken yet is taken now, or its slot would
-			// never be passed on.
-			select {
-			case <-leadCh:
-				p.send()
-			default:
-			}
+		case <-c.done: // the reply came with the deadline: it stands
 			return c.cmd
-		case <-leadCh:
-			lead, leadCh = true, nil // handed the lead: once at most
+		default:
+			// Still queued, the script is dropped (take); on the
+			// wire, its reply goes unread.
+			return failedCmd(ctx, ctx.Err())
 		}
 	}
 }
 
-// send sends the queue (up to max scripts) and passes the lead on if more
-// is queued, or frees the slot.
+// send sends pipelines until the queue is empty, then frees its slot.
 func (p *pipeliner) send() {
-	p.mu.Lock()
-	n := min(len(p.queue), p.max)
-	batch := p.queue[:n:n]
-	p.queue = p.queue[n:]
-	p.mu.Unlock()
-
-	if n > 0 {
-		p.exec(batch)
-	}
-
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.queue {
-		if !c.handed {
-			// The slot stays taken: the next leader has it.
-			c.handed = true
-			close(c.lead)
+	for {
+		batch := p.take()
+		if batch == nil {
 			return
 		}
+		p.exec(batch)
 	}
-	p.sending--
 }
 
-// exec runs batch and fills every call's cmd. The callers' contexts are
-// not used: a script on the wire runs to completion whoever waits, and the
-// client's read and write timeouts bound it.
+// take removes up to max scripts from the queue, dropping those whose
+// caller has given up, and returns them. When none is left it frees the
+// sender's slot and returns nil.
+func (p *pipeliner) take() []*call {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var batch []*call
+	for len(p.queue) > 0 && len(batch) < p.max {
+		c := p.queue[0]
+		p.queue[0] = nil
+		p.queue = p.queue[1:]
+		if c.ctx.Err() != nil {
+			continue // its caller returned ctx's error: it never runs
+		}
+		batch = append(batch, c)
+	}
+	if len(batch) == 0 {
+		p.sending--
+		return nil
+	}
+	return batch
+}
+
+// exec runs batch and fills every call's cmd.
 func (p *pipeliner) exec(batch []*call) {
-	ctx := context.Background()
+	ctx, stop := callersContext(batch)
+	defer stop()
 	p.trips.Add(1)
 	p.scripts.Add(int64(len(batch)))
 	if len(batch) == 1 {
@@ -165,9 +183,36 @@ func (p *pipeliner) exec(batch []*call) {
 	for _, c := range batch {
 		if err := c.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			// The script is not loaded on that node (a restart, a new
-			// node, SCRIPT FLUSH): Run loads it.
-			c.cmd = c.script.Run(ctx, p.client, c.keys, c.args...)
+			// node, SCRIPT FLUSH), so it did not run: Run loads and runs
+			// it, unless its caller has given up meanwhile.
+			c.cmd = c.script.Run(c.ctx, p.client, c.keys, c.args...)
 		}
 		close(c.done)
+	}
+}
+
+// callersContext is the context a pipeline runs under: a pipeline of one
+// runs under its caller's, a larger one under a context that ends when
+// every caller's has ended.
+func callersContext(batch []*call) (context.Context, func()) {
+	if len(batch) == 1 {
+		return batch[0].ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var waiting atomic.Int64
+	waiting.Store(int64(len(batch)))
+	stops := make([]func() bool, len(batch))
+	for i, c := range batch {
+		stops[i] = context.AfterFunc(c.ctx, func() {
+			if waiting.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
 	}
 }

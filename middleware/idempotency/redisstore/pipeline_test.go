@@ -1,8 +1,10 @@
 package redisstore
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -10,9 +12,24 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemgate/idemgate/internal/faultproxy"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
+
+// deletePrefix deletes the keys under prefix. It runs in cleanups, where
+// the test's context has ended already.
+func deletePrefix(rdb *redis.Client, prefix string) {
+	ctx := context.Background()
+	var keys []string
+	it := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for it.Next(ctx) {
+		keys = append(keys, it.Val())
+	}
+	if len(keys) > 0 {
+		rdb.Del(ctx, keys...)
+	}
+}
 
 // TestPipelinesShareRoundTrips: concurrent claims and completions, with
 // duplicates among them, share round trips, and each key is still claimed
@@ -22,17 +39,7 @@ func TestPipelinesShareRoundTrips(t *testing.T) {
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix()
 	s := New(rdb, WithPrefix(prefix), WithPipelining(2, 32))
-	t.Cleanup(func() {
-		_ = s.Close()
-		var keys []string
-		it := rdb.Scan(t.Context(), 0, prefix+"*", 1000).Iterator()
-		for it.Next(t.Context()) {
-			keys = append(keys, it.Val())
-		}
-		if len(keys) > 0 {
-			rdb.Del(t.Context(), keys...)
-		}
-	})
+	t.Cleanup(func() { _ = s.Close(); deletePrefix(rdb, prefix) })
 	ctx := t.Context()
 	const keys, dups = 100, 3
 	var (
@@ -100,12 +107,14 @@ func TestPipelineLoadsMissingScripts(t *testing.T) {
 	_, _ = rand.Read(nonce[:])
 	// A body no server has cached: its SHA is unknown everywhere.
 	script := redis.NewScript("return ARGV[1] -- " + hex.EncodeToString(nonce[:]))
-	p := &pipeliner{client: rdb, max: 64, slots: 1}
+	var f flights
+	t.Cleanup(f.wait)
+	p := &pipeliner{client: rdb, max: 64, slots: 1, flights: &f}
 	var wg sync.WaitGroup
 	got := make([]string, 20)
 	errs := make([]error, 20)
 	for i := range got {
-		wg.Go(func() { got[i], errs[i] = p.run(script, nil, fmt.Sprint("v", i)).Text() })
+		wg.Go(func() { got[i], errs[i] = p.run(t.Context(), script, nil, fmt.Sprint("v", i)).Text() })
 	}
 	wg.Wait()
 	for i := range got {
@@ -115,5 +124,93 @@ func TestPipelineLoadsMissingScripts(t *testing.T) {
 	}
 	if p.trips.Load() >= p.scripts.Load() {
 		t.Logf("no pipeline formed (%d trips for %d scripts); the NOSCRIPT path was not exercised", p.trips.Load(), p.scripts.Load())
+	}
+}
+
+// bound is how long a test waits for something that must happen; generous
+// on purpose.
+const bound = 15 * time.Second
+
+// TestPipelineDropsScriptsOfCallersGone: a script queued behind a pipeline
+// that the network holds up, and whose caller gives up, is never sent, not
+// even once the network answers again.
+func TestPipelineDropsScriptsOfCallersGone(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	proxy, err := faultproxy.New(rdb.Options().Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The client's own timeouts are far longer than the test's deadlines.
+	opt.Addr, opt.ReadTimeout, opt.WriteTimeout = proxy.Addr(), time.Minute, time.Minute
+	proxied := redis.NewClient(opt)
+	prefix := testenv.Prefix()
+	s := New(proxied, WithPrefix(prefix), WithPipelining(1, 64))
+	t.Cleanup(func() {
+		proxy.Thaw()
+		_ = s.Close()
+		_ = proxied.Close()
+		_ = proxy.Close()
+		deletePrefix(rdb, prefix)
+	})
+	req := func(key string) idempotency.ClaimRequest {
+		return idempotency.ClaimRequest{Scope: idempotency.Scope{Tenant: "t", Route: "r", Key: key}, Fingerprint: "fp", Owner: "o-" + key, Lease: time.Minute, Retention: time.Hour}
+	}
+	claim := func(ctx context.Context, key string) error {
+		res, err := s.Claim(ctx, req(key))
+		if err == nil && !res.Claimed {
+			err = fmt.Errorf("%s not claimed: %+v", key, res.Record)
+		}
+		return err
+	}
+	if err := claim(t.Context(), "warm"); err != nil {
+		t.Fatal(err)
+	}
+
+	proxy.Freeze()
+	// a takes the only pipeline and waits on the frozen network...
+	trips := s.pipe.trips.Load()
+	aDone := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		aDone <- claim(ctx, "a")
+	}()
+	for deadline := time.Now().Add(bound); s.pipe.trips.Load() == trips; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a's claim did not go out within %s", bound)
+		}
+	}
+	// ...so b queues behind it, and gives up there.
+	bDone := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		bDone <- claim(ctx, "b")
+	}()
+	for name, done := range map[string]chan error{"a": aDone, "b": bDone} {
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("claim of %s on a frozen network: %v, want context.DeadlineExceeded", name, err)
+			}
+		case <-time.After(bound):
+			t.Fatalf("claim of %s had not returned %s after its deadline", name, bound)
+		}
+	}
+
+	proxy.Thaw()
+	// c queues after b, so once c is claimed b's turn has passed.
+	ctx, cancel := context.WithTimeout(t.Context(), bound)
+	defer cancel()
+	if err := claim(ctx, "c"); err != nil {
+		t.Fatalf("claim once the network answers again: %v", err)
+	}
+	if rec, err := s.Get(ctx, req("b").Scope); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Fatalf("b, whose caller gave up before it was sent, was claimed after all: %+v, %v", rec, err)
 	}
 }

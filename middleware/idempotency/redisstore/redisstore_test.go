@@ -236,7 +236,7 @@ func TestScriptFlush(t *testing.T) {
 	cycle := func(name string) {
 		t.Helper()
 		sc := scope(name)
-		claim(t, s, sc, "owner-1", time.Minute, time.Hour)
+		first := claimToken(t, s, sc, "owner-1").Record.FencingToken
 		if err := s.Renew(ctx, sc, "owner-1", time.Minute); err != nil {
 			t.Fatalf("Renew: %v", err)
 		}
@@ -246,11 +246,14 @@ func TestScriptFlush(t *testing.T) {
 		if err := s.Resolve(ctx, sc); err != nil {
 			t.Fatalf("Resolve: %v", err)
 		}
-		claim(t, s, sc, "owner-2", time.Minute, time.Hour)
+		second := claimToken(t, s, sc, "owner-2").Record.FencingToken
 		if err := s.Release(ctx, sc, "owner-2"); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
-		claim(t, s, sc, "owner-3", time.Minute, time.Hour)
+		third := claimToken(t, s, sc, "owner-3").Record.FencingToken
+		if first >= second || second >= third {
+			t.Fatalf("fencing tokens %d, %d, %d: not rising", first, second, third)
+		}
 		if err := s.Complete(ctx, sc, "owner-3", idempotency.Response{Status: 201, Body: []byte("done")}, time.Hour); err != nil {
 			t.Fatalf("Complete: %v", err)
 		}
@@ -258,7 +261,7 @@ func TestScriptFlush(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Get: %v", err)
 		}
-		if rec.State != idempotency.StateCompleted || rec.FencingToken != 3 || string(rec.Response.Body) != "done" {
+		if rec.State != idempotency.StateCompleted || rec.FencingToken != third || string(rec.Response.Body) != "done" {
 			t.Fatalf("record after the cycle: %+v", rec)
 		}
 	}

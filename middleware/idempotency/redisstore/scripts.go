@@ -6,13 +6,16 @@ import "github.com/redis/go-redis/v9"
 // trip. Each script touches exactly one key (KEYS[1], the record's hash), so
 // it runs on the node that owns that key's slot in a Redis Cluster. Times are
 // Unix milliseconds from the server's clock (TIME), never the gateway's.
+// Scripts write after reading TIME, which needs effects replication: the
+// only mode since Redis 7, the default since Redis 5 (replicas and the AOF
+// get the writes, never the script to run again).
 //
 // A record's hash fields:
 //
 //	tenant route key   the scope, checked on every claim
 //	fp                 request fingerprint
 //	state              in_flight | completed | released | unknown
-//	token              fencing token
+//	token              fencing token (see claimScript)
 //	owner              attempt token; absent unless in_flight
 //	lease              lease end (ms); absent unless in_flight
 //	created updated    (ms)
@@ -32,9 +35,13 @@ import "github.com/redis/go-redis/v9"
 // prelude is shared by the scripts. record returns the fields in the order
 // of the field* constants below.
 const prelude = `
-local function now_ms()
+local function clock()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+end
+local function now_ms()
+  return (clock())
 end
 local function record(key)
   return redis.call('HMGET', key, 'fp', 'state', 'token', 'owner', 'lease',
@@ -69,11 +76,23 @@ const (
 // was released or its lease ran out; anything else returns the record as it
 // is. A record that is missing or past its expiry is created afresh, but an
 // expired one still present keeps counting fencing tokens from where it was.
+//
+// The fencing token is the record's previous token plus one or the server
+// clock in microseconds, whichever is higher. Counting alone would start
+// again at 1 for a record Redis lost (a restart without persistence, a
+// failover to a replica that lacked it), and an upstream could not tell the
+// re-run from the original; the clock has moved on since any token was
+// issued, so the first claim after a loss still gets a higher one. The
+// previous token keeps tokens rising when the clock does not (two claims in
+// one microsecond, a clock stepped back). Microseconds since 1970 stay below
+// 2^53 until the year 2255, so a JavaScript number holds every token
+// exactly; Lua numbers are doubles, exact below 2^53 too, and both HSET and
+// the integer reply carry them without rounding.
 const claimScript = prelude + `
 local key = KEYS[1]
 local tenant, route, ikey, fp, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local lease, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
-local now = now_ms()
+local now, now_us = clock()
 local cur = redis.call('HMGET', key, 'tenant', 'route', 'key', 'fp', 'state', 'token', 'lease', 'expires', 'created')
 local token, created, takeover = 0, now, 0
 if cur[5] then
@@ -92,7 +111,7 @@ if cur[5] then
   end
   redis.call('HDEL', key, 'status', 'header', 'body', 'omitted', 'watched')
 end
-token = token + 1
+token = math.max(token + 1, now_us)
 local lease_until = now + lease
 local expires = math.max(now + retention, lease_until)
 redis.call('HSET', key, 'tenant', tenant, 'route', route, 'key', ikey, 'fp', fp,

@@ -32,8 +32,10 @@ var ErrClosed = errors.New("redisstore: store closed")
 const DefaultPrefix = "idemgate:"
 
 // Store keeps idempotency records in Redis, one hash per record. It is safe
-// for concurrent use. Close it to stop the pub/sub connection that Watch
-// opens; the Redis client stays the caller's.
+// for concurrent use. Every call returns ctx's error as soon as ctx ends,
+// whatever the client's timeouts (roundtrip.go). Close it to stop the
+// pub/sub connection that Watch opens and to wait for round trips whose
+// callers gave up; the Redis client stays the caller's.
 type Store struct {
 	client  redis.UniversalClient
 	prefix  string
@@ -41,6 +43,7 @@ type Store struct {
 
 	pipelines, maxPipeline int
 	pipe                   *pipeliner // nil: pipelining off
+	flights                flights    // round trips on goroutines of their own
 
 	// Watch state; see watch.go.
 	mu       sync.Mutex
@@ -80,7 +83,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		opt(s)
 	}
 	if s.pipelines > 0 && s.maxPipeline > 1 {
-		s.pipe = &pipeliner{client: client, max: s.maxPipeline, slots: s.pipelines}
+		s.pipe = &pipeliner{client: client, max: s.maxPipeline, slots: s.pipelines, flights: &s.flights}
 	}
 	return s
 }
@@ -162,7 +165,9 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 
 // Renew extends the owner's lease.
 func (s *Store) Renew(ctx context.Context, scope idempotency.Scope, owner string, lease time.Duration) error {
-	n, err := s.scripts.renew.Run(ctx, s.client, []string{s.key(scope)}, owner, millis(lease)).Int64()
+	n, err := roundTrip(ctx, &s.flights, func(ctx context.Context) (int64, error) {
+		return s.scripts.renew.Run(ctx, s.client, []string{s.key(scope)}, owner, millis(lease)).Int64()
+	})
 	if err != nil {
 		return fmt.Errorf("redisstore: renew: %w", err)
 	}
@@ -217,7 +222,9 @@ func (s *Store) finish(ctx context.Context, scope idempotency.Scope, owner strin
 
 // Get returns scope's record, or idempotency.ErrNotFound.
 func (s *Store) Get(ctx context.Context, scope idempotency.Scope) (idempotency.Record, error) {
-	vals, err := s.scripts.get.Run(ctx, s.client, []string{s.key(scope)}).Slice()
+	vals, err := roundTrip(ctx, &s.flights, func(ctx context.Context) ([]any, error) {
+		return s.scripts.get.Run(ctx, s.client, []string{s.key(scope)}).Slice()
+	})
 	if errors.Is(err, redis.Nil) {
 		return idempotency.Record{}, idempotency.ErrNotFound
 	}
@@ -233,7 +240,10 @@ func (s *Store) Get(ctx context.Context, scope idempotency.Scope) (idempotency.R
 
 // Delete removes scope's record whatever its state.
 func (s *Store) Delete(ctx context.Context, scope idempotency.Scope) error {
-	if err := s.client.Del(ctx, s.key(scope)).Err(); err != nil {
+	_, err := roundTrip(ctx, &s.flights, func(ctx context.Context) (int64, error) {
+		return s.client.Del(ctx, s.key(scope)).Result()
+	})
+	if err != nil {
 		return fmt.Errorf("redisstore: delete: %w", err)
 	}
 	return nil
@@ -241,7 +251,9 @@ func (s *Store) Delete(ctx context.Context, scope idempotency.Scope) error {
 
 // Resolve turns an unknown outcome into a released one.
 func (s *Store) Resolve(ctx context.Context, scope idempotency.Scope) error {
-	n, err := s.scripts.resolve.Run(ctx, s.client, []string{s.key(scope)}).Int64()
+	n, err := roundTrip(ctx, &s.flights, func(ctx context.Context) (int64, error) {
+		return s.scripts.resolve.Run(ctx, s.client, []string{s.key(scope)}).Int64()
+	})
 	if err != nil {
 		return fmt.Errorf("redisstore: resolve: %w", err)
 	}

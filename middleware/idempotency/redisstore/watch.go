@@ -95,7 +95,9 @@ func (s *Store) Watch(ctx context.Context, scope idempotency.Scope) (<-chan stru
 		// Subscribed first, marked second: an end that sees the mark
 		// publishes to a subscription already there, and an end before
 		// the mark is seen by the caller's next read.
-		err = s.scripts.watch.Run(ctx, s.client, []string{s.key(scope)}).Err()
+		_, err = roundTrip(ctx, &s.flights, func(ctx context.Context) (any, error) {
+			return s.scripts.watch.Run(ctx, s.client, []string{s.key(scope)}).Result()
+		})
 	}
 	if err != nil {
 		stop()
@@ -167,9 +169,12 @@ func (s *Store) unwatch(channel string, w *watch) {
 }
 
 // Close stops the shared subscription, if Watch opened one, and waits for
-// its reader. Watches still open receive nothing more. The Redis client is
-// not closed.
+// its reader, and for the round trips whose callers gave up before their
+// reply came: those end with the reply or the client's read timeout. Watches
+// still open receive nothing more; every other call still works. The Redis
+// client is not closed.
 func (s *Store) Close() error {
+	defer s.flights.wait()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
