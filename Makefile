@@ -84,6 +84,14 @@ bench-quick: build ## the same scenarios in about 2 minutes
 soak: build ## idemgate at a fixed rate for 10 minutes: RSS and goroutines at start and end
 	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench soak -duration 10m $(SOAKFLAGS)
 
+# The fault suite (cmd/idemchaos, RELIABILITY.md): it starts its own Redis
+# and PostgreSQL on free loopback ports, never the shared ones, and stops
+# everything it started; CHAOSFLAGS passes more flags (-scenario, -keys,
+# -short, -json, -dir).
+.PHONY: chaos
+chaos: build ## run the fault suite against private Redis and PostgreSQL servers (a few minutes)
+	@$(BENCH_SERVICES) $(GO) build -o bin/idemchaos ./cmd/idemchaos && ./bin/idemchaos -idemgate bin/idemgate $(CHAOSFLAGS)
+
 # API reference: docs/api.html, one self-contained page rendered from
 # openapi/openapi.yaml by Redocly's CLI (fetched from npm by npx).
 REDOCLY_VERSION ?= 2.77.0

@@ -1,0 +1,183 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// clientsPerKey is how many clients send each key at once: the original
+// and two impatient retries, as a caller behind a timeout would produce.
+const clientsPerKey = 3
+
+// load is the traffic of one scenario: keys started at an even pace over
+// spread, each sent by clientsPerKey concurrent clients that retry with
+// the same key and body until they get a final answer or the key's
+// deadline passes.
+type load struct {
+	gateways       []string // the gateways' base URLs
+	path           string
+	tenant         string
+	body           func(key string) []byte
+	spread         time.Duration
+	attemptTimeout time.Duration // one HTTP exchange
+	keyDeadline    time.Duration // from the key's start
+}
+
+// answer is a client's final answer: any status but 409, 429 and 5xx.
+type answer struct {
+	status int
+	id     string // charge_id of a proxied answer, id of a job document
+	at     time.Time
+}
+
+// keyResult is what the clients of one key got.
+type keyResult struct {
+	key     string
+	answers []answer // one per client that got a final answer
+}
+
+// loadResult is what the whole load got.
+type loadResult struct {
+	start, lastLaunch time.Time
+	keys              []keyResult
+	successes         []time.Time // every 2xx any client received, replays included
+}
+
+// runLoad sends keys and returns when every client has finished (a final
+// answer, its deadline, or ctx's end).
+func runLoad(ctx context.Context, l load, keys []string) *loadResult {
+	transport := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport, Timeout: l.attemptTimeout}
+
+	res := &loadResult{start: time.Now(), keys: make([]keyResult, len(keys))}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	success := func(at time.Time) {
+		mu.Lock()
+		res.successes = append(res.successes, at)
+		mu.Unlock()
+	}
+	var pace time.Duration
+	if len(keys) > 1 {
+		pace = l.spread / time.Duration(len(keys)-1)
+	}
+	for i, key := range keys {
+		if i > 0 {
+			if !sleep(ctx, time.Until(res.start.Add(time.Duration(i)*pace))) {
+				break
+			}
+		}
+		res.lastLaunch = time.Now()
+		res.keys[i].key = key
+		kctx, cancel := context.WithTimeout(ctx, l.keyDeadline)
+		var kwg sync.WaitGroup
+		answers := make([]*answer, clientsPerKey)
+		for c := range clientsPerKey {
+			kwg.Go(func() { answers[c] = l.send(kctx, client, key, c, success) })
+		}
+		wg.Go(func() {
+			kwg.Wait()
+			cancel()
+			for _, a := range answers {
+				if a != nil {
+					res.keys[i].answers = append(res.keys[i].answers, *a)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i := range res.keys {
+		if res.keys[i].key == "" {
+			res.keys[i].key = keys[i]
+		}
+	}
+	slices.SortFunc(res.successes, func(a, b time.Time) int { return a.Compare(b) })
+	return res
+}
+
+// send is one client: it retries on connection errors, 409, 429 and 5xx
+// with the same key and body, honouring Retry-After, and alternates
+// between the gateways as a load balancer would. It returns nil when no
+// final answer came before ctx ended.
+func (l load) send(ctx context.Context, client *http.Client, key string, c int, success func(time.Time)) *answer {
+	body := l.body(key)
+	for attempt := 0; ; attempt++ {
+		url := l.gateways[(c+attempt)%len(l.gateways)] + l.path
+		status, retryAfter, id := l.exchange(ctx, client, url, key, body)
+		now := time.Now()
+		if status >= 200 && status < 300 {
+			success(now)
+		}
+		if status != 0 && status != http.StatusConflict && status != http.StatusTooManyRequests && status < 500 {
+			return &answer{status: status, id: id, at: now}
+		}
+		wait := retryAfter
+		if wait <= 0 {
+			// Exponential backoff with full jitter, 50ms to 1s.
+			wait = time.Duration(rand.Int64N(int64(min(50*time.Millisecond<<min(attempt, 5), time.Second)))) + 10*time.Millisecond
+		}
+		if !sleep(ctx, wait) {
+			return nil
+		}
+	}
+}
+
+// exchange is one attempt: status 0 for a connection error or timeout.
+func (l load) exchange(ctx context.Context, client *http.Client, url, key string, body []byte) (status int, retryAfter time.Duration, id string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, ""
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set(tenantHeader, l.tenant)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, 0, ""
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if err != nil {
+		return 0, 0, ""
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+		retryAfter = time.Duration(s) * time.Second
+	}
+	var doc struct {
+		ChargeID string `json:"charge_id"`
+		ID       string `json:"id"`
+	}
+	if resp.StatusCode < 300 && json.Unmarshal(raw, &doc) == nil {
+		id = doc.ChargeID
+		if id == "" {
+			id = doc.ID
+		}
+	}
+	return resp.StatusCode, retryAfter, id
+}
+
+// sleep waits d, or less when ctx ends first (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,226 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Row is what one scenario measured. A nil count was not measured: the
+// job counts need jobs.
+type Row struct {
+	Scenario string `json:"scenario"`
+	// Keys is how many keys the clients sent.
+	Keys int `json:"keys"`
+	// Reruns counts keys the upstream applied more than once.
+	Reruns *int `json:"reruns"`
+	// SameTokenReruns counts keys the upstream applied twice with one
+	// fencing token: a stale attempt it could not have refused.
+	SameTokenReruns *int `json:"same_token_reruns"`
+	// LowerTokenAfterHigher counts keys whose upstream saw a token lower
+	// than one it had already applied.
+	LowerTokenAfterHigher *int `json:"lower_token_after_higher"`
+	// TokensNotRising counts keys applied both before and after the fault
+	// started whose later token is not above every earlier one.
+	TokensNotRising *int `json:"tokens_not_rising"`
+	// SplitAnswers counts keys whose clients received different final 2xx
+	// answers (different charge or job ids).
+	SplitAnswers int `json:"split_answers"`
+	// LostKeys counts keys no client got a final answer for.
+	LostKeys int `json:"lost_keys"`
+	// AcceptedJobs counts jobs answered 202; LostJobs those of them not
+	// succeeded when the scenario settled.
+	AcceptedJobs *int `json:"accepted_jobs"`
+	LostJobs     *int `json:"lost_accepted_jobs"`
+	// UnavailableMS is the longest stretch of the load with no 2xx
+	// answer, in milliseconds.
+	UnavailableMS int64 `json:"unavailable_ms"`
+	// Seconds is the scenario's running time, set-up included.
+	Seconds float64 `json:"seconds"`
+	// Broken lists the guarantees the scenario broke.
+	Broken []string `json:"broken"`
+	// Error says why the scenario could not run to its end.
+	Error string `json:"error,omitempty"`
+}
+
+// Failed reports whether the row breaks a guarantee or did not complete.
+func (r *Row) Failed() bool { return len(r.Broken) > 0 || r.Error != "" }
+
+// measure fills r from what the clients got, what the upstream applied
+// (proxied or delivered), when the fault started, and which accepted jobs
+// succeeded (nil for proxied load).
+func (r *Row) measure(res *loadResult, applied map[string][]Application, faultStart time.Time, succeeded map[string]bool) {
+	r.Keys = len(res.keys)
+	for _, k := range res.keys {
+		if len(k.answers) == 0 {
+			r.LostKeys++
+			continue
+		}
+		ids := map[string]bool{}
+		for _, a := range k.answers {
+			if a.status >= 200 && a.status < 300 {
+				ids[a.id] = true
+			}
+		}
+		if len(ids) > 1 {
+			r.SplitAnswers++
+		}
+	}
+	r.UnavailableMS = longestGap(res).Milliseconds()
+
+	if applied != nil {
+		var reruns, same, lower, notRising int
+		for _, apps := range applied {
+			if len(apps) > 1 {
+				reruns++
+			}
+			seen := map[int64]bool{}
+			var highest int64
+			sameKey, lowerKey := false, false
+			for i, a := range apps {
+				if seen[a.Token] {
+					sameKey = true
+				}
+				seen[a.Token] = true
+				if i > 0 && a.Token < highest {
+					lowerKey = true
+				}
+				highest = max(highest, a.Token)
+			}
+			if sameKey {
+				same++
+			}
+			if lowerKey {
+				lower++
+			}
+			if !faultStart.IsZero() && !risesAcross(apps, faultStart) {
+				notRising++
+			}
+		}
+		r.Reruns, r.SameTokenReruns, r.LowerTokenAfterHigher, r.TokensNotRising = &reruns, &same, &lower, &notRising
+	}
+
+	if succeeded != nil {
+		accepted, lost := len(succeeded), 0
+		for _, ok := range succeeded {
+			if !ok {
+				lost++
+			}
+		}
+		r.AcceptedJobs, r.LostJobs = &accepted, &lost
+	}
+	r.Broken = check(r)
+}
+
+// risesAcross reports whether every application from at on carries a
+// token above every application before at (true when the key has none on
+// one side).
+func risesAcross(apps []Application, at time.Time) bool {
+	var before int64 = -1
+	after := int64(-1)
+	for _, a := range apps {
+		if a.At.Before(at) {
+			before = max(before, a.Token)
+		} else if after < 0 || a.Token < after {
+			after = a.Token
+		}
+	}
+	return before < 0 || after < 0 || after > before
+}
+
+// longestGap is the longest stretch without a 2xx answer, from the start
+// of the load to the last 2xx or the last key's start, whichever is later.
+func longestGap(res *loadResult) time.Duration {
+	prev, gap := res.start, time.Duration(0)
+	for _, t := range res.successes {
+		gap = max(gap, t.Sub(prev))
+		prev = t
+	}
+	if res.lastLaunch.After(prev) {
+		gap = max(gap, res.lastLaunch.Sub(prev))
+	}
+	return gap
+}
+
+// acceptedJobs returns the distinct job ids answered 202.
+func acceptedJobs(res *loadResult) []string {
+	seen := map[string]bool{}
+	var ids []string
+	for _, k := range res.keys {
+		for _, a := range k.answers {
+			if a.status == 202 && a.id != "" && !seen[a.id] {
+				seen[a.id] = true
+				ids = append(ids, a.id)
+			}
+		}
+	}
+	return ids
+}
+
+// Report is the suite's result: one row per scenario run.
+type Report struct {
+	Rows []*Row `json:"scenarios"`
+}
+
+// Failed reports whether any scenario broke a guarantee or did not complete.
+func (rep *Report) Failed() bool {
+	for _, r := range rep.Rows {
+		if r.Failed() {
+			return true
+		}
+	}
+	return false
+}
+
+// WriteJSON writes the report as JSON.
+func (rep *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+// WriteTable writes the report as one aligned table, then a line for
+// each broken guarantee and each error.
+func (rep *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\tkeys\tre-runs\tsame token\tlower token\tnot rising\tsplit answers\tlost keys\tlost jobs\tunavailable\tverdict\t")
+	for _, r := range rep.Rows {
+		lostJobs := "-"
+		if r.LostJobs != nil {
+			lostJobs = fmt.Sprintf("%d/%d", *r.LostJobs, *r.AcceptedJobs)
+		}
+		verdict := "ok"
+		switch {
+		case r.Error != "":
+			verdict = "ERROR"
+		case len(r.Broken) > 0:
+			verdict = "BROKEN"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%.1fs\t%s\t\n", r.Scenario, r.Keys,
+			count(r.Reruns), count(r.SameTokenReruns), count(r.LowerTokenAfterHigher), count(r.TokensNotRising),
+			r.SplitAnswers, r.LostKeys, lostJobs, float64(r.UnavailableMS)/1000, verdict)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range rep.Rows {
+		if len(r.Broken) > 0 {
+			fmt.Fprintf(w, "%s: broken: %s\n", r.Scenario, strings.Join(r.Broken, "; "))
+		}
+		if r.Error != "" {
+			fmt.Fprintf(w, "%s: error: %s\n", r.Scenario, r.Error)
+		}
+	}
+	return nil
+}
+
+func count(v *int) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.Itoa(*v)
+}

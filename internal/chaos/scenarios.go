@@ -1,0 +1,156 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/faultproxy"
+)
+
+// scenario is one fault under load.
+type scenario struct {
+	name    string
+	store   string // the idempotency store: postgres (default) or redis
+	jobs    bool   // the load submits jobs (enqueue route) instead of proxied charges
+	workers int
+	// spread is how long keys keep starting; the fault starts faultAt
+	// into it. With faultAfterLoad the fault comes once every key has its
+	// answer, and the workers start only after it.
+	spread         time.Duration
+	faultAt        time.Duration
+	faultAfterLoad bool
+	fault          func(context.Context, *env) error
+	// settle bounds the wait for accepted jobs to succeed.
+	settle time.Duration
+}
+
+// env is what a fault acts on.
+type env struct {
+	pg      *Postgres
+	redis   *Redis
+	proxy   *faultproxy.Proxy // between every idemgate process and PostgreSQL
+	cluster *cluster
+}
+
+// scenarios is the suite, in the order it runs.
+func scenarios() []scenario {
+	return []scenario{
+		{name: "broker-wipe", jobs: true, workers: 1, spread: 4 * time.Second, faultAfterLoad: true, fault: restartRedis, settle: 30 * time.Second},
+		{name: "broker-wipe-submit", jobs: true, workers: 1, spread: 8 * time.Second, faultAt: 3 * time.Second, fault: restartRedis, settle: 30 * time.Second},
+		{name: "pg-restart-fast", spread: 10 * time.Second, faultAt: 2 * time.Second, fault: restartPostgres("fast", 3)},
+		{name: "pg-restart-immediate", spread: 10 * time.Second, faultAt: 2 * time.Second, fault: restartPostgres("immediate", 3)},
+		{name: "pg-stop-8s", spread: 16 * time.Second, faultAt: 3 * time.Second, fault: stopPostgres(8 * time.Second)},
+		{name: "pg-freeze-10s", spread: 18 * time.Second, faultAt: 3 * time.Second, fault: freezePostgres(10 * time.Second)},
+		{name: "gateway-sigstop", spread: 14 * time.Second, faultAt: 3 * time.Second, fault: stopGateway(2 * lease)},
+		{name: "redis-store-loss", store: "redis", spread: 10 * time.Second, faultAt: 3 * time.Second, fault: restartRedis},
+		{name: "gateway-sigkill", spread: 10 * time.Second, faultAt: 3 * time.Second, fault: killGateway},
+		// asynq gives a dead worker's tasks back once their lease has been
+		// expired for 30s, on a one-minute sweep: up to about 2 minutes.
+		{name: "worker-sigkill", jobs: true, workers: 2, spread: 8 * time.Second, faultAt: 3 * time.Second, fault: killWorker, settle: 150 * time.Second},
+	}
+}
+
+// Names lists the scenarios in the order they run.
+func Names() []string {
+	var names []string
+	for _, s := range scenarios() {
+		names = append(names, s.name)
+	}
+	return names
+}
+
+// pick returns the named scenarios in suite order; none named: all.
+func pick(names []string) ([]scenario, error) {
+	all := scenarios()
+	if len(names) == 0 {
+		return all, nil
+	}
+	var errs []error
+	for _, n := range names {
+		if !slices.ContainsFunc(all, func(s scenario) bool { return s.name == n }) {
+			errs = append(errs, errors.New("unknown scenario "+n+" (one of "+strings.Join(Names(), ", ")+")"))
+		}
+	}
+	if errs != nil {
+		return nil, errors.Join(errs...)
+	}
+	return slices.DeleteFunc(all, func(s scenario) bool { return !slices.Contains(names, s.name) }), nil
+}
+
+// restartRedis kills Redis (no persistence: every key, task and record in
+// it is gone) and starts it again on the same port.
+func restartRedis(ctx context.Context, e *env) error { return e.redis.Restart(ctx) }
+
+// restartPostgres is pg_ctl restart -m mode, times times, 2s apart: a
+// restart takes a fraction of a second, and each one is another chance to
+// catch requests between their claim and their stored outcome.
+func restartPostgres(mode string, times int) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		for i := range times {
+			if i > 0 && !sleep(ctx, 2*time.Second) {
+				return ctx.Err()
+			}
+			if err := e.pg.Restart(ctx, mode); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// stopPostgres stops PostgreSQL (-m fast) for d, then starts it.
+func stopPostgres(d time.Duration) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		if err := e.pg.Stop(ctx, "fast"); err != nil {
+			return err
+		}
+		if !sleep(ctx, d) {
+			return ctx.Err()
+		}
+		return e.pg.Start(ctx)
+	}
+}
+
+// freezePostgres stops every byte between the idemgate processes and
+// PostgreSQL for d, connections left open, then lets them flow again.
+func freezePostgres(d time.Duration) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		e.proxy.Freeze()
+		defer e.proxy.Thaw()
+		sleep(ctx, d)
+		return nil
+	}
+}
+
+// stopGateway SIGSTOPs the first gateway for d (longer than its lease),
+// then SIGCONTs it.
+func stopGateway(d time.Duration) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		gw := e.cluster.gateways[0]
+		if err := gw.signal(syscall.SIGSTOP); err != nil {
+			return err
+		}
+		sleep(ctx, d)
+		return gw.signal(syscall.SIGCONT)
+	}
+}
+
+// killGateway SIGKILLs the first gateway and starts it again a second later.
+func killGateway(ctx context.Context, e *env) error {
+	gw := e.cluster.gateways[0]
+	gw.kill()
+	sleep(ctx, time.Second)
+	return gw.start(ctx)
+}
+
+// killWorker SIGKILLs the first worker and starts it again a second later.
+func killWorker(ctx context.Context, e *env) error {
+	w := e.cluster.workers[0]
+	w.kill()
+	sleep(ctx, time.Second)
+	return w.start(ctx)
+}

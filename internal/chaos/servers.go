@@ -1,0 +1,343 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+)
+
+// The suite's own servers: a Redis and a PostgreSQL on free loopback
+// ports, with their data in the suite's directory. They are the only
+// servers it ever stops, flushes or restarts.
+
+// Redis is a private redis-server.
+type Redis struct {
+	bin        string
+	port       int
+	dir        string
+	appendOnly bool
+	log        *os.File
+	p          *proc
+}
+
+// StartRedis starts redis-server on a free port with its files in dir;
+// appendOnly turns persistence on (the append-only file), otherwise a
+// restart loses everything.
+func StartRedis(ctx context.Context, dir string, appendOnly bool) (*Redis, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errors.New("redis-server not found on PATH: the fault suite starts a private Redis (install redis-server, e.g. apt-get install redis-server)")
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	log, err := os.OpenFile(filepath.Join(dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	r := &Redis{bin: bin, port: port, dir: dir, appendOnly: appendOnly, log: log}
+	if err := r.Start(ctx); err != nil {
+		_ = log.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// URL is the redis:// URL of database 0.
+func (r *Redis) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.port) }
+
+// Start starts the server (again, on the same port) and waits until it
+// answers PING.
+func (r *Redis) Start(ctx context.Context) error {
+	appendOnly := "no"
+	if r.appendOnly {
+		appendOnly = "yes"
+	}
+	p, err := startProc(procSpec{
+		name: "redis-server", path: r.bin, dir: r.dir, log: r.log,
+		args: []string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", appendOnly, "--dir", r.dir},
+	})
+	if err != nil {
+		return err
+	}
+	r.p = p
+	return waitUntil(ctx, 20*time.Second, "redis-server ready", p, r.ping)
+}
+
+// ping sends one PING on a connection of its own (a client library would
+// retry and log while the server is still starting).
+func (r *Redis) ping(ctx context.Context) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", r.port))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	buf := make([]byte, 64)
+	n, err := conn.Read(buf)
+	if err != nil {
+		return err
+	}
+	if got := string(buf[:n]); got != "+PONG\r\n" {
+		return fmt.Errorf("PING: %q", got)
+	}
+	return nil
+}
+
+// Kill ends the server at once (SIGKILL): without persistence everything
+// it held is gone.
+func (r *Redis) Kill() {
+	if r.p != nil {
+		r.p.kill()
+	}
+}
+
+// Restart kills the server and starts it again on the same port.
+func (r *Redis) Restart(ctx context.Context) error {
+	r.Kill()
+	return r.Start(ctx)
+}
+
+// Flush empties the server between scenarios.
+func (r *Redis) Flush(ctx context.Context) error {
+	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.port)})
+	defer rdb.Close()
+	return rdb.FlushAll(ctx).Err()
+}
+
+// Close stops the server for good.
+func (r *Redis) Close() {
+	r.Kill()
+	_ = r.log.Close()
+}
+
+// Postgres is a private PostgreSQL cluster: initdb in a directory of the
+// suite, then the postmaster as a child process. A stop goes through
+// pg_ctl (so -m fast and -m immediate mean what they mean to an operator);
+// a start runs the postmaster again as a child, which is what pg_ctl
+// restart does, except that the suite keeps owning the process. The
+// server keeps PostgreSQL's durable defaults (fsync, synchronous
+// commits): a restart then takes as long as a real one, and an immediate
+// shutdown loses no acknowledged commit.
+type Postgres struct {
+	bindir string
+	dir    string // owned by the server's user
+	data   string
+	port   int
+	as     *syscall.Credential // nil: the suite's own user
+	log    *os.File
+	p      *proc
+}
+
+// StartPostgres creates a cluster in dir (initdb) and starts it on a free
+// port. As root, the server runs as the postgres user, which then owns dir.
+func StartPostgres(ctx context.Context, dir string) (*Postgres, error) {
+	bindir, err := postgresBindir()
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	pg := &Postgres{bindir: bindir, dir: dir, data: filepath.Join(dir, "data"), port: port}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, fmt.Errorf("running as root, the private PostgreSQL needs the postgres user: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		pg.as = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return nil, err
+		}
+	}
+	if pg.log, err = os.OpenFile(filepath.Join(dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
+		return nil, err
+	}
+	if err := pg.run(ctx, "initdb", "-D", pg.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"); err != nil {
+		_ = pg.log.Close()
+		return nil, err
+	}
+	if err := pg.Start(ctx); err != nil {
+		_ = pg.log.Close()
+		return nil, err
+	}
+	return pg, nil
+}
+
+// postgresBindir finds the directory holding initdb, pg_ctl and postgres:
+// next to initdb on PATH, else the newest /usr/lib/postgresql/*/bin.
+func postgresBindir() (string, error) {
+	var dirs []string
+	if p, err := exec.LookPath("initdb"); err == nil {
+		dirs = append(dirs, filepath.Dir(p))
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			dirs = append(dirs, filepath.Dir(real))
+		}
+	}
+	installed, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	slices.SortFunc(installed, func(a, b string) int { return versionOf(b) - versionOf(a) })
+	dirs = append(dirs, installed...)
+	for _, d := range dirs {
+		if isExec(filepath.Join(d, "initdb")) && isExec(filepath.Join(d, "pg_ctl")) && isExec(filepath.Join(d, "postgres")) {
+			return d, nil
+		}
+	}
+	return "", errors.New("initdb, pg_ctl and postgres not found on PATH or under /usr/lib/postgresql/*/bin: the fault suite starts a private PostgreSQL (install the server, e.g. apt-get install postgresql)")
+}
+
+func versionOf(bindir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(bindir)))
+	return v
+}
+
+func isExec(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+}
+
+// Addr is the server's host:port.
+func (pg *Postgres) Addr() string { return fmt.Sprintf("127.0.0.1:%d", pg.port) }
+
+// URL is a connection string for database db on addr (the server's own
+// address, or a proxy's in front of it).
+func URL(addr, db string) string {
+	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", addr, db)
+}
+
+// Start runs the postmaster and waits until it accepts connections.
+func (pg *Postgres) Start(ctx context.Context) error {
+	p, err := startProc(procSpec{
+		name: "postgres", path: filepath.Join(pg.bindir, "postgres"), dir: pg.dir, log: pg.log, as: pg.as,
+		args: []string{"-D", pg.data, "-p", strconv.Itoa(pg.port), "-k", pg.dir,
+			"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300"},
+	})
+	if err != nil {
+		return err
+	}
+	pg.p = p
+	return waitUntil(ctx, 60*time.Second, "postgres ready", p, func(ctx context.Context) error {
+		conn, err := pgx.Connect(ctx, URL(pg.Addr(), "postgres"))
+		if err != nil {
+			return err
+		}
+		return conn.Close(ctx)
+	})
+}
+
+// Stop shuts the server down with pg_ctl stop -m mode (smart, fast or
+// immediate) and waits for the postmaster to exit.
+func (pg *Postgres) Stop(ctx context.Context, mode string) error {
+	if pg.p == nil || pg.p.exited() {
+		return nil
+	}
+	if err := pg.run(ctx, "pg_ctl", "stop", "-D", pg.data, "-m", mode, "-w", "-t", "30"); err != nil {
+		return err
+	}
+	if !pg.p.wait(10 * time.Second) {
+		return errors.New("postgres: still running after pg_ctl stop")
+	}
+	return nil
+}
+
+// Restart is pg_ctl restart -m mode: stop, then start with the same options.
+func (pg *Postgres) Restart(ctx context.Context, mode string) error {
+	if err := pg.Stop(ctx, mode); err != nil {
+		return err
+	}
+	return pg.Start(ctx)
+}
+
+// CreateDatabase creates an empty database.
+func (pg *Postgres) CreateDatabase(ctx context.Context, name string) error {
+	conn, err := pgx.Connect(ctx, URL(pg.Addr(), "postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	return err
+}
+
+// Close stops the server for good: an immediate shutdown, then SIGKILL.
+func (pg *Postgres) Close() {
+	if pg.p != nil {
+		pg.p.stop(syscall.SIGQUIT, 10*time.Second)
+	}
+	_ = pg.log.Close()
+}
+
+// run runs one of the server's tools as the server's user, its output
+// going to the server's log.
+func (pg *Postgres) run(ctx context.Context, tool string, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(pg.bindir, tool), args...)
+	cmd.Dir = pg.dir
+	cmd.Env = childEnv()
+	cmd.Stdout, cmd.Stderr = pg.log, pg.log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: pg.as}
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %v: %w (see %s)", tool, args, err, pg.log.Name())
+	}
+	return nil
+}
+
+// freePort is a TCP port on 127.0.0.1 free a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitUntil polls check every 50ms until it succeeds, p exits, ctx ends or
+// d passes.
+func waitUntil(ctx context.Context, d time.Duration, what string, p *proc, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var last error
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, time.Second)
+		last = check(cctx)
+		ccancel()
+		if last == nil {
+			return nil
+		}
+		if p != nil && p.exited() {
+			return fmt.Errorf("%s: %s exited: %v", what, p.name, p.err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: not within %s: %v", what, d, last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

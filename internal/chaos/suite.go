@@ -1,0 +1,281 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgate/idemgate/internal/faultproxy"
+)
+
+// Options configure a run of the suite.
+type Options struct {
+	// Idemgate is the idemgate binary the gateways and workers run.
+	Idemgate string
+	// Scenarios names the scenarios to run; empty runs them all.
+	Scenarios []string
+	// Keys per scenario. Default 300, or 100 when Short.
+	Keys int
+	// Short shortens what can be shortened: fewer keys over a shorter
+	// load, and shorter deadlines for the clients.
+	Short bool
+	// Dir keeps the servers' data and every process's configuration and
+	// log; empty: a temporary directory removed at the end.
+	Dir string
+	// Progress gets a line as each scenario starts and ends. Default
+	// io.Discard.
+	Progress io.Writer
+}
+
+// Run starts a private Redis and PostgreSQL, runs each scenario against
+// fresh gateways and workers, stops everything it started, and returns
+// one row per scenario. An error means the suite itself could not run;
+// a broken guarantee is in the report (Report.Failed).
+func Run(ctx context.Context, o Options) (*Report, error) {
+	picked, err := pick(o.Scenarios)
+	if err != nil {
+		return nil, err
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if o.Keys <= 0 {
+		o.Keys = 300
+		if o.Short {
+			o.Keys = 100
+		}
+	}
+	bin, err := filepath.Abs(o.Idemgate)
+	if err != nil {
+		return nil, err
+	}
+	if !isExec(bin) {
+		return nil, fmt.Errorf("idemgate binary %s: not an executable file (make build, or -idemgate PATH)", o.Idemgate)
+	}
+
+	dir := o.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "idemchaos-"); err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	// The server's user (postgres, when the suite runs as root) must
+	// reach its own directory inside.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return nil, err
+	}
+
+	keys, err := probeKeys(ctx, bin, dir)
+	if err != nil {
+		return nil, err
+	}
+	redis, err := StartRedis(ctx, filepath.Join(dir, "redis"), false)
+	if err != nil {
+		return nil, err
+	}
+	defer redis.Close()
+	pg, err := StartPostgres(ctx, filepath.Join(dir, "postgres"))
+	if err != nil {
+		return nil, err
+	}
+	defer pg.Close()
+
+	s := &suite{bin: bin, dir: dir, keys: keys, redis: redis, pg: pg, opts: o}
+	rep := &Report{}
+	for i, sc := range picked {
+		if ctx.Err() != nil {
+			break
+		}
+		fmt.Fprintf(o.Progress, "idemchaos: %s: %d keys\n", sc.name, o.Keys)
+		start := time.Now()
+		row := &Row{Scenario: sc.name, Broken: []string{}}
+		if err := s.run(ctx, i, sc, row); err != nil {
+			row.Error = err.Error()
+		}
+		row.Seconds = time.Since(start).Round(100 * time.Millisecond).Seconds()
+		verdict := "ok"
+		if row.Failed() {
+			verdict = "failed"
+		}
+		fmt.Fprintf(o.Progress, "idemchaos: %s: %s in %.0fs\n", sc.name, verdict, row.Seconds)
+		rep.Rows = append(rep.Rows, row)
+	}
+	return rep, ctx.Err()
+}
+
+// suite is what every scenario of a run shares.
+type suite struct {
+	bin   string
+	dir   string
+	keys  map[string]bool
+	redis *Redis
+	pg    *Postgres
+	opts  Options
+}
+
+// run runs scenario number i and fills row.
+func (s *suite) run(ctx context.Context, i int, sc scenario, row *Row) error {
+	db := fmt.Sprintf("chaos_%d", i)
+	if err := s.pg.CreateDatabase(ctx, db); err != nil {
+		return err
+	}
+	if err := s.redis.Flush(ctx); err != nil {
+		return err
+	}
+	proxy, err := faultproxy.New(s.pg.Addr())
+	if err != nil {
+		return err
+	}
+	defer proxy.Close()
+	up, err := StartUpstream(250 * time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer up.Close()
+
+	store := sc.store
+	if store == "" {
+		store = "postgres"
+	}
+	dir := filepath.Join(s.dir, sc.name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	cl, err := newCluster(s.bin, dir, clusterConfig{
+		Store: store, DatabaseURL: URL(proxy.Addr(), db), RedisURL: s.redis.URL(),
+		UpstreamURL: up.URL(), Secret: newSecret(), Lease: lease, keys: s.keys,
+	}, sc.workers)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	if err := cl.migrate(ctx); err != nil {
+		return err
+	}
+	if err := cl.startGateways(ctx); err != nil {
+		return err
+	}
+	if !sc.faultAfterLoad {
+		if err := cl.startWorkers(ctx); err != nil {
+			return err
+		}
+	}
+
+	l := load{
+		gateways:       cl.urls,
+		path:           upstreamPath,
+		tenant:         tenant,
+		body:           chargeJSON,
+		spread:         sc.spread,
+		attemptTimeout: 15 * time.Second,
+		keyDeadline:    60 * time.Second,
+	}
+	if sc.jobs {
+		l.path = jobsPath
+	}
+	faultAt := sc.faultAt
+	if s.opts.Short {
+		// The same faults over a shorter load: what is left of the spread
+		// still covers each fault, and fewer keys come at a similar pace.
+		l.spread = max(sc.spread-4*time.Second, sc.spread/2)
+		faultAt = sc.faultAt / 2
+		l.keyDeadline = 40 * time.Second
+	}
+	keys := make([]string, s.opts.Keys)
+	for k := range keys {
+		keys[k] = fmt.Sprintf("%s-%04d", sc.name, k)
+	}
+
+	e := &env{pg: s.pg, redis: s.redis, proxy: proxy, cluster: cl}
+	var (
+		res        *loadResult
+		faultStart time.Time
+		faultErr   error
+	)
+	if sc.faultAfterLoad {
+		res = runLoad(ctx, l, keys)
+		faultStart = time.Now()
+		faultErr = sc.fault(ctx, e)
+		if faultErr == nil {
+			faultErr = cl.startWorkers(ctx)
+		}
+	} else {
+		done := make(chan *loadResult, 1)
+		go func() { done <- runLoad(ctx, l, keys) }()
+		if sleep(ctx, faultAt) {
+			faultStart = time.Now()
+			faultErr = sc.fault(ctx, e)
+		}
+		res = <-done
+	}
+	if faultErr != nil {
+		faultErr = fmt.Errorf("fault: %w", faultErr)
+	}
+
+	var (
+		succeeded map[string]bool
+		settleErr error
+	)
+	if sc.jobs {
+		succeeded, settleErr = settle(ctx, URL(s.pg.Addr(), db), acceptedJobs(res), sc.settle)
+	}
+	row.measure(res, up.Applied(), faultStart, succeeded)
+	return errors.Join(faultErr, settleErr, cl.exited(), ctx.Err())
+}
+
+// settle waits up to d for the accepted jobs to succeed, reading the jobs
+// table straight from PostgreSQL, and returns which did.
+func settle(ctx context.Context, dbURL string, ids []string, d time.Duration) (map[string]bool, error) {
+	succeeded := map[string]bool{}
+	for _, id := range ids {
+		succeeded[id] = false
+	}
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return succeeded, err
+	}
+	defer pool.Close()
+	deadline := time.Now().Add(d)
+	for {
+		rows, err := pool.Query(ctx, "SELECT id FROM jobs WHERE id = ANY($1) AND status = 'succeeded'", ids)
+		if err == nil {
+			for rows.Next() {
+				var id string
+				if rows.Scan(&id) == nil {
+					succeeded[id] = true
+				}
+			}
+			rows.Close()
+			err = rows.Err()
+		}
+		done := 0
+		for _, ok := range succeeded {
+			if ok {
+				done++
+			}
+		}
+		if done == len(ids) {
+			return succeeded, nil
+		}
+		if time.Now().After(deadline) {
+			return succeeded, err
+		}
+		if !sleep(ctx, 500*time.Millisecond) {
+			return succeeded, ctx.Err()
+		}
+	}
+}
+
+// chargeJSON is the proxied request of a key.
+func chargeJSON(key string) []byte {
+	return fmt.Appendf(nil, `{"ref":%q,"amount_cents":1250,"currency":"EUR"}`, key)
+}
