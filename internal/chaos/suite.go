@@ -146,13 +146,17 @@ func (s *suite) run(ctx context.Context, i int, sc scenario, row *Row) error {
 	if store == "" {
 		store = "postgres"
 	}
+	scLease := sc.lease
+	if scLease == 0 {
+		scLease = lease
+	}
 	dir := filepath.Join(s.dir, sc.name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	cl, err := newCluster(s.bin, dir, clusterConfig{
 		Store: store, DatabaseURL: URL(proxy.Addr(), db), RedisURL: s.redis.URL(),
-		UpstreamURL: up.URL(), Secret: newSecret(), Lease: lease, keys: s.keys,
+		UpstreamURL: up.URL(), Secret: newSecret(), Lease: scLease, keys: s.keys,
 	}, sc.workers)
 	if err != nil {
 		return err
