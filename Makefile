@@ -58,8 +58,11 @@ test-short: ## unit tests only, no services needed
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 30s)
-	@for t in FuzzParseKey FuzzFingerprint FuzzCanonicalFast; do \
-	  $(GO) test ./middleware/idempotency -run '^$$' -fuzz "^$$t$$" -fuzztime $${FUZZTIME:-30s}; \
+	@for t in middleware/idempotency:FuzzParseKey middleware/idempotency:FuzzFingerprint \
+	  middleware/idempotency:FuzzCanonicalFast middleware/idempotency:FuzzCheckIJSON \
+	  middleware/idempotency:FuzzCanonicalInjective config:FuzzParse config:FuzzExpand \
+	  config:FuzzParseRateLimit job:FuzzParseTemplate receiver:FuzzParse; do \
+	  $(GO) test ./$${t%%:*} -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $${FUZZTIME:-30s} || exit 1; \
 	done
 
 .PHONY: lint

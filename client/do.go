@@ -51,10 +51,12 @@ type Response struct {
 //
 // Retried, with exponential backoff and full jitter, no sooner than a
 // Retry-After says: a network error or timeout (not a refused TLS
-// certificate), 408, 409
-// idempotency-key-in-use, 425, 429, 502, 503 and 504. Any other answer is
-// final: a 1xx–3xx returns the Response and a nil error; a 4xx or 5xx
-// returns the Response and a *Problem.
+// certificate), and a problem whose retryable member is true — or, in a
+// document without one, 408, 409 idempotency-key-in-use, 425, 429, 502,
+// 503 and 504. A replayed answer is never retried: it is stored and would
+// come back the same. Any other answer is final: a 1xx–3xx returns the
+// Response and a nil error; a 4xx or 5xx returns the Response and a
+// *Problem.
 //
 // When the attempts or MaxElapsed run out on a retryable answer, Do
 // returns the last Response and an error wrapping both
@@ -127,7 +129,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body any, opts ...
 				return resp, nil
 			}
 			p := problemFrom(res.status, res.header, res.body)
-			if !retryable(p) {
+			if !p.Retryable || resp.Replayed {
 				return resp, p
 			}
 			cause = p
@@ -155,19 +157,6 @@ func stopped(ctx context.Context, method, path string, cause error) error {
 		return fmt.Errorf("idemgate: %s %s: %w", method, path, ctx.Err())
 	}
 	return fmt.Errorf("idemgate: %s %s: %w; last answer: %w", method, path, ctx.Err(), cause)
-}
-
-// retryable reports whether a 4xx or 5xx answer means "not processed, try
-// again": the gateway released the key, or the original still runs.
-func retryable(p *Problem) bool {
-	switch p.Status {
-	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests,
-		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return true
-	case http.StatusConflict:
-		return p.Slug() == slugKeyInUse
-	}
-	return false
 }
 
 // retryableNetwork reports whether a failed attempt may succeed when

@@ -174,6 +174,78 @@ func TestFinalAnswersAreNotRetried(t *testing.T) {
 	}
 }
 
+// TestRetryableMember: the document's retryable member decides, whatever
+// the status; a replayed answer is final even when it says true.
+func TestRetryableMember(t *testing.T) {
+	t.Parallel()
+	doc := func(status int, retryable bool, header map[string]string) reply {
+		h := map[string]string{"Content-Type": "application/problem+json"}
+		for k, v := range header {
+			h[k] = v
+		}
+		b, _ := json.Marshal(map[string]any{
+			"type": "https://idemgate.dev/problems/x", "title": "x", "status": status, "detail": "d",
+			"instance": "urn:uuid:01a2384e-26cb-7f2a-9944-c9c3269e0d37", "request_id": "01a2384e-26cb-7f2a-9944-c9c3269e0d37",
+			"retryable": retryable,
+		})
+		return reply{status: status, header: h, body: string(b)}
+	}
+	tests := []struct {
+		name     string
+		answer   reply
+		attempts int
+	}{
+		{"true on a 500", doc(500, true, nil), 2},
+		{"false on a 503", doc(503, false, nil), 1},
+		{"true on a replay", doc(500, true, map[string]string{"Idempotent-Replayed": "true"}), 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			g := newGateway(t, tc.answer, created(`{}`))
+			resp, _ := testClient(g, newClock()).Do(t.Context(), "POST", "/v1/payments", []byte(`{}`))
+			if resp == nil || resp.Attempts != tc.attempts {
+				t.Fatalf("resp %+v, want %d attempts", resp, tc.attempts)
+			}
+		})
+	}
+}
+
+// TestProblemMembers: what a generic client acts on is decoded, and a
+// document without retryable gets it from its status.
+func TestProblemMembers(t *testing.T) {
+	t.Parallel()
+	body := `{"type":"https://idemgate.dev/problems/idempotency-key-reused","title":"Idempotency-Key reused with a different request",
+		"status":422,"detail":"use a new key","instance":"urn:uuid:01a2384e-26cb-7f2a-9944-c9c3269e0d37",
+		"request_id":"01a2384e-26cb-7f2a-9944-c9c3269e0d37","retryable":false,"idempotency_key":"order-42",
+		"documentation":"https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-idempotency-key-header#section-2.2"}`
+	g := newGateway(t, reply{status: 422, header: map[string]string{"Content-Type": "application/problem+json"}, body: body})
+	_, err := testClient(g, newClock()).Do(t.Context(), "POST", "/v1/payments", []byte(`{}`), WithKey("order-42"))
+	var p *Problem
+	if !errors.As(err, &p) || !IsKeyReused(err) {
+		t.Fatalf("err = %v, want idempotency-key-reused", err)
+	}
+	if p.Retryable || p.IdempotencyKey != "order-42" || p.Instance != "urn:uuid:01a2384e-26cb-7f2a-9944-c9c3269e0d37" ||
+		p.Documentation != "https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-idempotency-key-header#section-2.2" {
+		t.Errorf("problem %+v", p)
+	}
+	for _, tc := range []struct {
+		answer    reply
+		retryable bool
+	}{
+		{problemReply(409, "idempotency-key-in-use", "", nil), true},
+		{problemReply(409, "idempotency-outcome-unknown", "", nil), false},
+		{problemReply(429, "rate-limited", "", nil), true},
+		{reply{status: 502, body: "bad gateway"}, true},
+		{reply{status: 500, body: "oops"}, false},
+	} {
+		p := problemFrom(tc.answer.status, http.Header{"Content-Type": {tc.answer.header["Content-Type"]}}, []byte(tc.answer.body))
+		if p.Retryable != tc.retryable {
+			t.Errorf("%d %s without retryable: Retryable %v, want %v", p.Status, p.Slug(), p.Retryable, tc.retryable)
+		}
+	}
+}
+
 func TestNonProblemAnswer(t *testing.T) {
 	t.Parallel()
 	g := newGateway(t, reply{status: 404, header: map[string]string{"Content-Type": "text/plain"}, body: "no such thing\n"})

@@ -5,9 +5,10 @@
 // attempts reach the gateway, the upstream runs the request once and every
 // later attempt gets the stored answer (Response.Replayed).
 //
-// Do retries what means "not processed, try again" — a network error, 408,
-// 409 idempotency-key-in-use (the first attempt still runs), 425, 429,
-// 502, 503, 504 — with exponential backoff and full jitter, never sooner
+// Do retries what means "not processed, try again" — a network error, a
+// problem whose retryable member is true, and in documents without one
+// 408, 409 idempotency-key-in-use (the first attempt still runs), 425,
+// 429, 502, 503, 504 — with exponential backoff and full jitter, never sooner
 // than the gateway's Retry-After, within Retry's MaxAttempts and
 // MaxElapsed and the context. Every other answer is final. A 4xx or 5xx
 // comes back as a *Problem (RFC 9457), matched by its type's last segment

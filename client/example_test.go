@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,7 +33,9 @@ func payments() (*httptest.Server, *int) {
 				w.Header().Set("Content-Type", "application/problem+json")
 				w.WriteHeader(http.StatusUnprocessableEntity)
 				fmt.Fprintf(w, `{"type":"https://idemgate.dev/problems/idempotency-key-reused","title":"Idempotency-Key reused",
-					"status":422,"detail":"this key was used for a different request","instance":%q,"request_id":"req-2"}`, r.URL.Path)
+					"status":422,"detail":"this key was used for a different request",
+					"instance":"urn:uuid:01a2384e-26cb-7f2a-9944-c9c3269e0d37","request_id":"01a2384e-26cb-7f2a-9944-c9c3269e0d37",
+					"retryable":false,"idempotency_key":%q}`, strings.Trim(key, `"`))
 				return
 			}
 			w.Header().Set("Idempotent-Replayed", "true")
@@ -90,12 +93,12 @@ func ExampleIsKeyReused() {
 	fmt.Println(client.IsKeyReused(err), "attempts:", resp.Attempts)
 	var p *client.Problem
 	if errors.As(err, &p) {
-		fmt.Println(p.Status, p.Slug(), p.RequestID)
+		fmt.Println(p.Status, p.Slug(), "retryable:", p.Retryable, "key:", p.IdempotencyKey)
 	}
 	fmt.Println(err)
 	// Output:
 	// true attempts: 1
-	// 422 idempotency-key-reused req-2
+	// 422 idempotency-key-reused retryable: false key: k-1
 	// idemgate: 422 idempotency-key-reused: this key was used for a different request
 }
 

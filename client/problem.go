@@ -21,13 +21,26 @@ type FieldError = openapi.FieldError
 // upstream's own error page) becomes a Problem too: Type "about:blank",
 // Title the status text, Detail the start of the body.
 type Problem struct {
-	Type      string       `json:"type"`
-	Title     string       `json:"title"`
-	Status    int          `json:"status"`
-	Detail    string       `json:"detail"`
-	Instance  string       `json:"instance"`
-	RequestID string       `json:"request_id"`
-	Errors    []FieldError `json:"errors,omitempty"`
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	// Instance names the occurrence: urn:uuid: and the request id as a
+	// UUID (the gateway's; an upstream's document may hold anything).
+	Instance  string `json:"instance"`
+	RequestID string `json:"request_id"`
+	// Retryable says whether the same request, with the same key, may be
+	// sent again as it is: the document's retryable member when it has
+	// one, otherwise the status decides (408, 425, 429, 502, 503, 504, and
+	// 409 idempotency-key-in-use).
+	Retryable bool `json:"retryable"`
+	// IdempotencyKey is the key the gateway read from the request, when
+	// the problem concerns one.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Documentation links the section of the IETF Idempotency-Key draft
+	// the problem is about (also the answer's Link rel="describedby").
+	Documentation string       `json:"documentation,omitempty"`
+	Errors        []FieldError `json:"errors,omitempty"`
 }
 
 // Slug is the last path segment of Type (idempotency-key-reused), which
@@ -88,9 +101,15 @@ const maxDetail = 200
 func problemFrom(status int, h http.Header, body []byte) *Problem {
 	if mt, _, _ := mime.ParseMediaType(h.Get("Content-Type")); mt == "application/problem+json" {
 		var p Problem
+		var member struct {
+			Retryable *bool `json:"retryable"`
+		}
 		if json.Unmarshal(body, &p) == nil && p.Type != "" {
 			if p.Status == 0 {
 				p.Status = status
+			}
+			if json.Unmarshal(body, &member) != nil || member.Retryable == nil {
+				p.Retryable = retryableStatus(p.Status, p.Slug())
 			}
 			return &p
 		}
@@ -106,5 +125,20 @@ func problemFrom(status int, h http.Header, body []byte) *Problem {
 		}
 		detail = detail[:cut] + "…"
 	}
-	return &Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail}
+	return &Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail,
+		Retryable: retryableStatus(status, "")}
+}
+
+// retryableStatus decides, for a document without a retryable member,
+// whether an answer means "not processed, try again": the gateway released
+// the key, or the original still runs.
+func retryableStatus(status int, slug string) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	case http.StatusConflict:
+		return slug == slugKeyInUse
+	}
+	return false
 }

@@ -25,6 +25,12 @@ type Config struct {
 	// AdminTokenSHA256 is the hex SHA-256 of the admin bearer token (64 hex
 	// digits, stored lower case). Required unless AdminListen is "".
 	AdminTokenSHA256 string `yaml:"admin_token_sha256"`
+	// TLS, when set, serves the public listener over HTTPS (and HTTP/2)
+	// with this certificate, re-read when its files change and on SIGHUP.
+	// Default none: plain HTTP.
+	TLS *TLSFiles `yaml:"tls"`
+	// AdminTLS is TLS for the admin listener. Default none.
+	AdminTLS *TLSFiles `yaml:"admin_tls"`
 	// ProblemBase prefixes every problem+json type. An absolute URL ending
 	// in "/". Default idempotency.DefaultProblemBase,
 	// "https://idemgate.dev/problems/".
@@ -172,6 +178,13 @@ type Worker struct {
 	// AdminListen serves the worker's /metrics and /healthz. Default
 	// "127.0.0.1:9091" when the key is absent; "" turns it off.
 	AdminListen string `yaml:"admin_listen"`
+	// AdminTokenSHA256 is the hex SHA-256 of the bearer token the worker's
+	// /metrics needs (/healthz stays open for orchestrators' probes).
+	// Default, when the key is absent, the top-level admin_token_sha256;
+	// "" (explicit, or with no top-level token) leaves /metrics open.
+	AdminTokenSHA256 string `yaml:"admin_token_sha256"`
+	// AdminTLS is TLS for the worker's admin listener. Default none.
+	AdminTLS *TLSFiles `yaml:"admin_tls"`
 	// Concurrency is the number of jobs run at once. Default
 	// workers.DefaultConcurrency, 10.
 	Concurrency int `yaml:"concurrency"`
@@ -234,6 +247,11 @@ type Route struct {
 	Upstream string `yaml:"upstream"`
 	// Enqueue turns a request into a job instead.
 	Enqueue *Enqueue `yaml:"enqueue"`
+	// UpstreamTLS, when set, is how this route's https:// upstream is
+	// trusted and, with a client certificate, how the gateway proves
+	// itself to it (mutual TLS). Default: the system's roots, no client
+	// certificate. Upstream routes only.
+	UpstreamTLS *UpstreamTLS `yaml:"upstream_tls"`
 	// Timeout, when > 0, bounds the whole upstream exchange of this route.
 	// Upstream routes only. Default none beyond the proxy timeouts.
 	Timeout Duration `yaml:"timeout"`
@@ -277,14 +295,19 @@ const (
 	defaultWorkerAdminListen = "127.0.0.1:9091"
 )
 
+// inheritAdminToken stands for an absent worker.admin_token_sha256 until
+// withDefaults gives it the top-level token; it can never be a hex digest.
+const inheritAdminToken = "(admin_token_sha256)"
+
 // defaultWorker is the worker section before the file is read: the keys
 // whose zero value is refused rather than defaulted start at their
 // defaults, so that only an explicit value, checked, replaces them.
 func defaultWorker() Worker {
 	return Worker{
-		AdminListen:     defaultWorkerAdminListen,
-		RequeueAfter:    Duration(enqueue.DefaultRequeueAfter),
-		RequeueInterval: Duration(enqueue.DefaultRequeueInterval),
+		AdminListen:      defaultWorkerAdminListen,
+		AdminTokenSHA256: inheritAdminToken,
+		RequeueAfter:     Duration(enqueue.DefaultRequeueAfter),
+		RequeueInterval:  Duration(enqueue.DefaultRequeueInterval),
 	}
 }
 
@@ -300,6 +323,10 @@ func (c *Config) withDefaults() {
 	setDefault(&c.Auth.Header, "Authorization")
 	setDefault(&c.RateLimitStore, "memory")
 	c.AdminTokenSHA256 = strings.ToLower(c.AdminTokenSHA256)
+	if c.Worker.AdminTokenSHA256 == inheritAdminToken {
+		c.Worker.AdminTokenSHA256 = c.AdminTokenSHA256
+	}
+	c.Worker.AdminTokenSHA256 = strings.ToLower(c.Worker.AdminTokenSHA256)
 	for i := range c.Tenants {
 		for k, h := range c.Tenants[i].APIKeySHA256 {
 			c.Tenants[i].APIKeySHA256[k] = strings.ToLower(h)

@@ -16,7 +16,8 @@ import (
 type Idempotency struct {
 	// Methods that require an Idempotency-Key, upper case. Default
 	// idempotency.DefaultMethods, POST and PATCH; an explicit empty list
-	// means no method needs one.
+	// means no method needs one. A method that is not a standard one
+	// ("post", "PURGE") needs one too unless the list is empty.
 	Methods []string `yaml:"methods"`
 	// KeySyntax is "compat" (default, idempotency.DefaultKeySyntax: an
 	// RFC 8941 sf-string or a bare token) or "strict" (sf-string only).
@@ -54,6 +55,12 @@ type Idempotency struct {
 	// retry runs again with the same key forwarded) or "hold" (409 until an
 	// operator resolves the key).
 	OnAmbiguous string `yaml:"on_ambiguous"`
+	// ForwardKey is the Idempotency-Key an upstream receives:
+	// "tenant_scoped" (default, idempotency.DefaultForwardKey:
+	// "{tenant}:{key}", so two tenants never share a key at an upstream)
+	// or "as_sent" (the key alone, for upstreams that scope keys by
+	// Idemgate-Tenant). Either is the key in canonical form, unquoted.
+	ForwardKey string `yaml:"forward_key"`
 }
 
 // Fingerprint chooses what identifies a request. In a route's override a
@@ -81,6 +88,7 @@ type IdempotencyOverride struct {
 	Fingerprint            Fingerprint `yaml:"fingerprint"`
 	OnStoreError           *string     `yaml:"on_store_error"`
 	OnAmbiguous            *string     `yaml:"on_ambiguous"`
+	ForwardKey             *string     `yaml:"forward_key"`
 }
 
 // withDefaults fills the unset settings with the middleware's defaults. A
@@ -99,6 +107,7 @@ func (d Idempotency) withDefaults() Idempotency {
 	setDefault(&d.MaxStoredResponseBytes, idempotency.DefaultMaxStoredResponseBytes)
 	setDefault(&d.OnStoreError, string(idempotency.DefaultOnStoreError))
 	setDefault(&d.OnAmbiguous, string(idempotency.DefaultOnAmbiguous))
+	setDefault(&d.ForwardKey, string(idempotency.DefaultForwardKey))
 	return d
 }
 
@@ -120,6 +129,7 @@ func (d Idempotency) MiddlewareConfig(route string) idempotency.Config {
 		FingerprintJSONFields:  d.Fingerprint.JSONFields,
 		OnStoreError:           idempotency.StoreErrorPolicy(d.OnStoreError),
 		OnAmbiguous:            idempotency.AmbiguousPolicy(d.OnAmbiguous),
+		ForwardKey:             idempotency.ForwardKeyPolicy(d.ForwardKey),
 	}
 }
 
@@ -151,6 +161,7 @@ func (r *Route) Idempotency() Idempotency {
 	}
 	override(&d.OnStoreError, o.OnStoreError)
 	override(&d.OnAmbiguous, o.OnAmbiguous)
+	override(&d.ForwardKey, o.ForwardKey)
 	d.Methods = slices.Clone(d.Methods)
 	d.Fingerprint.Headers = slices.Clone(d.Fingerprint.Headers)
 	d.Fingerprint.JSONFields = slices.Clone(d.Fingerprint.JSONFields)
@@ -192,6 +203,8 @@ func (o IdempotencyOverride) set(key string) bool {
 		return o.OnStoreError != nil
 	case "on_ambiguous":
 		return o.OnAmbiguous != nil
+	case "forward_key":
+		return o.ForwardKey != nil
 	}
 	return false
 }

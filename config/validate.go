@@ -125,6 +125,7 @@ func (c *Config) validate(o *options) error {
 	c.validateWorker(bad)
 	c.validateJobs(bad, o)
 	c.validateRoutes(bad)
+	c.validateTLS(bad, o)
 	return errors.Join(errs...)
 }
 
@@ -240,6 +241,12 @@ func (c *Config) validateWorker(bad badFunc) {
 	}
 	for _, err := range others {
 		bad("worker", "%v", err)
+	}
+	// An inherited token was checked as admin_token_sha256.
+	if c.Worker.AdminTokenSHA256 != "" && c.Worker.AdminTokenSHA256 != c.AdminTokenSHA256 {
+		if msg := sha256Problem(c.Worker.AdminTokenSHA256); msg != "" {
+			bad("worker.admin_token_sha256", "%s", msg)
+		}
 	}
 	if msg := httpURLProblem(c.Worker.PartnerURL); msg != "" {
 		bad("worker.partner_url", "%s", msg)

@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -112,6 +114,9 @@ SELECT ` + jobColumns + `, false FROM jobs WHERE id = $1 AND NOT EXISTS (SELECT 
 
 // Get returns the job with id if it belongs to tenant.
 func (s *Jobs) Get(ctx context.Context, tenant, id string) (Job, error) {
+	if !storable(id) || !storable(tenant) {
+		return Job{}, ErrNotFound // no row can hold it
+	}
 	j, err := scanJob(s.db.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1 AND tenant = $2`, id, tenant))
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Job{}, fmt.Errorf("enqueue: get job: %w", err)
@@ -121,6 +126,9 @@ func (s *Jobs) Get(ctx context.Context, tenant, id string) (Job, error) {
 
 // ByID returns the job with id, whatever its tenant (operators).
 func (s *Jobs) ByID(ctx context.Context, id string) (Job, error) {
+	if !storable(id) {
+		return Job{}, ErrNotFound
+	}
 	j, err := scanJob(s.db.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, id))
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Job{}, fmt.Errorf("enqueue: get job: %w", err)
@@ -130,7 +138,9 @@ func (s *Jobs) ByID(ctx context.Context, id string) (Job, error) {
 
 // SetStatus records what the worker reports (status is a job.Status, as
 // workers.StatusFunc is told it). A succeeded job stays succeeded: a late
-// report from a stale attempt cannot move it back.
+// report from a stale attempt cannot move it back. resultRef and lastErr
+// come from receivers' answers: what PostgreSQL's text cannot hold in
+// them (U+0000, bytes that are not UTF-8) is stored as U+FFFD.
 func (s *Jobs) SetStatus(ctx context.Context, id, status string, attempts int, resultRef, lastErr string) error {
 	const q = `
 UPDATE jobs SET status = $2, attempts = GREATEST(attempts, $3),
@@ -138,7 +148,7 @@ UPDATE jobs SET status = $2, attempts = GREATEST(attempts, $3),
        last_error = CASE WHEN $2 = 'succeeded' THEN NULL ELSE COALESCE(NULLIF($5, ''), last_error) END,
        updated_at = now()
  WHERE id = $1 AND status <> 'succeeded'`
-	_, err := s.db.Exec(ctx, q, id, status, attempts, resultRef, lastErr)
+	_, err := s.db.Exec(ctx, q, id, status, attempts, storableText(resultRef), storableText(lastErr))
 	if err != nil {
 		return fmt.Errorf("enqueue: set job status: %w", err)
 	}
@@ -165,6 +175,9 @@ func (s *Jobs) Failed(ctx context.Context, limit int) ([]Job, error) {
 
 // Delete removes a job record (operators, after dlq delete).
 func (s *Jobs) Delete(ctx context.Context, id string) error {
+	if !storable(id) {
+		return ErrNotFound
+	}
 	tag, err := s.db.Exec(ctx, `DELETE FROM jobs WHERE id = $1`, id)
 	if err != nil {
 		return fmt.Errorf("enqueue: delete job: %w", err)
@@ -178,6 +191,9 @@ func (s *Jobs) Delete(ctx context.Context, id string) error {
 // Requeue puts a failed job back to queued (dlq replay); ErrNotFound when
 // it is not failed.
 func (s *Jobs) Requeue(ctx context.Context, id string) error {
+	if !storable(id) {
+		return ErrNotFound
+	}
 	tag, err := s.db.Exec(ctx, `UPDATE jobs SET status = 'queued', last_error = NULL, updated_at = now() WHERE id = $1 AND status = 'failed'`, id)
 	if err != nil {
 		return fmt.Errorf("enqueue: requeue job: %w", err)
@@ -223,4 +239,20 @@ func (s *Jobs) unfinished(ctx context.Context, olderThan time.Duration, after po
 		return nil, fmt.Errorf("enqueue: unfinished jobs: %w", err)
 	}
 	return out, nil
+}
+
+// storable reports whether s can be a PostgreSQL text value, and so be
+// compared with one: UTF-8 without U+0000. A lookup by anything else
+// fails in the database (SQLSTATE 22021) instead of finding nothing.
+func storable(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
+// storableText makes s a PostgreSQL text value: each U+0000, and each
+// run of bytes that are not UTF-8, becomes U+FFFD.
+func storableText(s string) string {
+	if storable(s) {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }

@@ -20,11 +20,11 @@ import (
 // adminRoutes lists the whole admin API. Everything needs the admin token.
 func (g *Gateway) adminRoutes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(g.requireAdmin, chimiddleware.GetHead)
+	r.Use(routeEscaped, g.requireAdmin, chimiddleware.GetHead)
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(g.opts.Metrics.Registry, promhttp.HandlerOpts{}))
-	r.Get("/admin/keys/{tenant}/{route}/{key}", g.handleKeyGet())
-	r.Delete("/admin/keys/{tenant}/{route}/{key}", g.handleKeyDelete())
-	r.Post("/admin/keys/{tenant}/{route}/{key}/resolve", g.handleKeyResolve())
+	r.With(g.storableScope).Get("/admin/keys/{tenant}/{route}/{key}", g.handleKeyGet())
+	r.With(g.storableScope).Delete("/admin/keys/{tenant}/{route}/{key}", g.handleKeyDelete())
+	r.With(g.storableScope).Post("/admin/keys/{tenant}/{route}/{key}/resolve", g.handleKeyResolve())
 	if g.opts.Pprof {
 		r.HandleFunc(pprofPrefix+"*", pprof.Index)
 		r.HandleFunc(pprofPrefix+"cmdline", pprof.Cmdline)
@@ -38,7 +38,36 @@ func (g *Gateway) adminRoutes() http.Handler {
 	r.NotFound(notFound)
 	r.MethodNotAllowed(notFound)
 	g.adminMux = r
-	return requestid.Middleware(g.recoverPanics(r))
+	return requestid.Middleware(g.sameOrigin(g.recoverPanics(r)))
+}
+
+// sameOrigin refuses a state-changing request that a browser sent from
+// another origin (http.CrossOriginProtection: Sec-Fetch-Site, else Origin
+// against Host). The admin token may be HTTP Basic credentials a browser
+// remembers and adds to a cross-site form's POST by itself. Safe methods,
+// same-origin requests (the queue UI's own) and requests without either
+// header (the CLI, curl, scripts) go through.
+func (g *Gateway) sameOrigin(next http.Handler) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.problems.write(w, r, &Problem{Err: ErrBadRequest,
+			Detail: "a state-changing request to the admin listener from another origin is refused; send it from the admin listener's own origin, or without a browser"})
+	}))
+	return cop.Handler(next)
+}
+
+// routeEscaped makes chi match the path as it was sent, so that scopeOf
+// decodes each segment exactly once. chi matches RawPath when it is set
+// and the decoded Path otherwise, and net/url leaves RawPath empty when
+// the default encoding gives the path back: "pct%2541" (the key pct%41)
+// reached chi as "pct%41" and was decoded again, to pctA.
+func routeEscaped(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rctx := chi.RouteContext(r.Context()); rctx != nil && rctx.RoutePath == "" {
+			rctx.RoutePath = r.URL.EscapedPath()
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // pprofPrefix is where net/http/pprof is mounted when Options.Pprof is set.
@@ -51,7 +80,7 @@ const pprofPrefix = "/debug/pprof/"
 func (g *Gateway) AdminMount(prefix string, h http.Handler) {
 	g.mounts = append(g.mounts, prefix)
 	inner := g.private
-	authed := g.requireAdminToken(h, `Basic realm="idemgate-admin", charset="UTF-8"`)
+	authed := g.sameOrigin(g.requireAdminToken(h, `Basic realm="idemgate-admin", charset="UTF-8"`))
 	g.private = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == prefix || len(r.URL.Path) > len(prefix) && r.URL.Path[:len(prefix)+1] == prefix+"/" {
 			authed.ServeHTTP(w, r)
@@ -61,8 +90,9 @@ func (g *Gateway) AdminMount(prefix string, h http.Handler) {
 	})
 }
 
-// scopeOf reads the record's scope from the path. chi matches the raw
-// path, so a key holding "/" arrives percent-encoded and is unescaped here.
+// scopeOf reads the record's scope from the path. chi matches the path as
+// sent (routeEscaped), so each segment — a key may hold "/" or "%" — is
+// percent-decoded here, once.
 func scopeOf(r *http.Request) idempotency.Scope {
 	param := func(name string) string {
 		v := chi.URLParam(r, name)

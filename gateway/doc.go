@@ -9,8 +9,10 @@
 // build it the same way (package gateway/gatewaytest runs one in the test
 // process).
 //
-// A proxied route forwards the client's Idempotency-Key with the claim's
-// Idempotency-Fencing-Token and Idemgate-Tenant, and tells the idempotency
+// A proxied route forwards the client's key in canonical form, scoped to
+// the tenant ("acme:order-42", unless the route's ForwardKey is as_sent),
+// with the claim's Idempotency-Fencing-Token and Idemgate-Tenant, on the
+// path it was matched by, and tells the idempotency
 // middleware whether a failed call was certainly not processed or
 // ambiguous. An enqueue route hands the request to Options.Jobs (an
 // *enqueue.Enqueuer), which validates it against the declared job

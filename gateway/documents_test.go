@@ -168,11 +168,21 @@ func TestDocumentsOnTheWire(t *testing.T) {
 		{"problem with fields", http.MethodPost, "/v1/invoices", `{"order_id":"o-2","amount_cents":-1,"currency":"EUR"}`,
 			append([]string{"Idempotency-Key", "k2"}, auth...), http.StatusUnprocessableEntity, "application/problem+json",
 			`{"type":"https://idemgate.dev/problems/invalid-payload","title":"Invalid payload","status":422,` +
-				`"detail":"invalid payload: amount_cents: must be at least 1","instance":"/v1/invoices","request_id":"req-1",` +
-				`"errors":[{"field":"amount_cents","message":"must be at least 1"}]}` + "\n"},
+				`"detail":"invalid payload: amount_cents: must be at least 1",` +
+				`"instance":"urn:uuid:c5cc59ef-6d2f-50b2-9b2a-3283dd65c6e9","request_id":"req-1","retryable":false,` +
+				`"idempotency_key":"k2","errors":[{"field":"amount_cents","message":"must be at least 1"}]}` + "\n"},
 		{"problem", http.MethodGet, "/v1/nothing", "", []string{"X-Request-Id", "req-2"}, http.StatusNotFound, "application/problem+json",
 			`{"type":"https://idemgate.dev/problems/not-found","title":"Not found","status":404,` +
-				`"detail":"no route matches GET /v1/nothing","instance":"/v1/nothing","request_id":"req-2"}` + "\n"},
+				`"detail":"no route matches GET /v1/nothing",` +
+				`"instance":"urn:uuid:f336c8f6-073f-59d7-97ba-e62afe7075dd","request_id":"req-2","retryable":false}` + "\n"},
+		{"problem with documentation", http.MethodPost, "/v1/invoices", `{}`,
+			[]string{"Authorization", "Bearer " + testAPIKey, "X-Request-Id", "0193A8C4-7B1E-7C3D-9F00-1A2B3C4D5E6F"},
+			http.StatusBadRequest, "application/problem+json",
+			`{"type":"https://idemgate.dev/problems/idempotency-key-missing","title":"Idempotency-Key header missing","status":400,` +
+				`"detail":"POST requests to this route need an Idempotency-Key header",` +
+				`"instance":"urn:uuid:0193a8c4-7b1e-7c3d-9f00-1a2b3c4d5e6f","request_id":"0193A8C4-7B1E-7C3D-9F00-1A2B3C4D5E6F",` +
+				`"retryable":false,` +
+				`"documentation":"https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-idempotency-key-header#section-2.1"}` + "\n"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

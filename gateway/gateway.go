@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -69,6 +68,9 @@ type RouteOptions struct {
 	// Upstream is where a proxied route forwards; Timeout bounds the call.
 	Upstream *url.URL
 	Timeout  time.Duration
+	// Transport, when set, carries this route's upstream calls instead of
+	// Options.Transport (an upstream with its own TLS settings).
+	Transport http.RoundTripper
 	// Enqueue makes the route an enqueue route.
 	Enqueue *EnqueueOptions
 	// Handler serves a route that is neither proxied nor enqueued.
@@ -224,7 +226,11 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 		if g.auth.Mode() == auth.ModeAPIKey {
 			strip = g.auth.Header()
 		}
-		h = timedUpstream(g.opts.Metrics, ro.Name, newProxy(ro.Upstream, g.opts.Transport, ro.Timeout, strip, g.problems))
+		transport := g.opts.Transport
+		if ro.Transport != nil {
+			transport = ro.Transport
+		}
+		h = timedUpstream(g.opts.Metrics, ro.Name, newProxy(ro.Upstream, transport, ro.Timeout, strip, mw.Config(), g.problems))
 	default:
 		return nil, errors.New("neither an upstream nor a handler")
 	}
@@ -275,7 +281,12 @@ func (g *Gateway) publicRoutes() http.Handler {
 // endpoints: the longest matching route, or 404.
 func (g *Gateway) handleTable() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		rt := g.table.match(r.Method, r.URL.Path)
+		path, err := routePath(r.URL)
+		if err != nil {
+			g.problems.write(w, r, &Problem{Err: ErrBadRequest, Detail: err.Error()})
+			return
+		}
+		rt := g.table.match(r.Method, path)
 		if rt == nil {
 			g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "no route matches " + r.Method + " " + r.URL.Path})
 			return
@@ -356,25 +367,11 @@ func (g *Gateway) requireAdmin(next http.Handler) http.Handler {
 // refusal.
 func (g *Gateway) requireAdminToken(next http.Handler, challenge string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, ok := adminCredential(r)
-		sum := sha256.Sum256([]byte(token))
-		var zero [sha256.Size]byte
-		if g.admin == zero || !ok || subtle.ConstantTimeCompare(sum[:], g.admin[:]) != 1 {
+		if !auth.AdminToken(r, g.admin) {
 			w.Header().Set("WWW-Authenticate", challenge)
 			g.problems.write(w, r, &Problem{Err: auth.ErrUnauthorized, Detail: "the admin API needs the admin bearer token"})
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-func adminCredential(r *http.Request) (string, bool) {
-	if _, password, ok := r.BasicAuth(); ok {
-		return password, true
-	}
-	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	return strings.TrimSpace(token), true
 }

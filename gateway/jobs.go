@@ -124,7 +124,12 @@ func (g *Gateway) handleJobGet() http.Handler {
 			g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "this gateway has no enqueue routes"})
 			return
 		}
-		job, err := g.opts.Jobs.Get(r.Context(), auth.Tenant(r.Context()), chi.URLParam(r, "id"))
+		id := chi.URLParam(r, "id")
+		if !storable(id) {
+			g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "no such job"})
+			return
+		}
+		job, err := g.opts.Jobs.Get(r.Context(), auth.Tenant(r.Context()), id)
 		if err != nil {
 			g.jobError(w, r, err)
 			return

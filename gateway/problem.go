@@ -69,6 +69,12 @@ var kinds = []kind{
 	{ErrQueueUnavailable, http.StatusServiceUnavailable, "queue-unavailable", "Queue unavailable"},
 }
 
+// problem is the row as the idempotency package describes problems, so
+// that both tables answer Retryable and Documentation by one rule.
+func (k kind) problem() idempotency.Problem {
+	return idempotency.Problem{Status: k.status, Slug: k.slug, Title: k.title}
+}
+
 func lookupKind(err error) (kind, bool) {
 	if p, ok := idempotency.ProblemFor(err); ok {
 		return kind{status: p.Status, slug: p.Slug, title: p.Title}, true
@@ -83,7 +89,11 @@ func lookupKind(err error) (kind, bool) {
 
 // problemWriter renders every error the gateway answers with, as
 // application/problem+json (RFC 9457). It is the only place that turns an
-// error into a status.
+// error into a status. Besides the RFC's members a document names its
+// occurrence (instance: the request id as a urn:uuid:), says whether the
+// same request may be sent again (retryable), names the key it concerns
+// (idempotency_key) and links the draft's section (documentation, and
+// Link rel="describedby"), so a generic client can act on it.
 type problemWriter struct {
 	base   string
 	logger *slog.Logger
@@ -97,7 +107,7 @@ func (pw problemWriter) write(w http.ResponseWriter, r *http.Request, err error)
 	if !known {
 		k = kind{status: http.StatusInternalServerError, slug: "internal", title: "Internal error"}
 	}
-	detail, retryAfter := "", time.Duration(0)
+	detail, retryAfter, key := "", time.Duration(0), ""
 	var fields []job.FieldError
 	var p *Problem
 	var ire *idempotency.RequestError
@@ -106,9 +116,12 @@ func (pw problemWriter) write(w http.ResponseWriter, r *http.Request, err error)
 	case errors.As(err, &p):
 		detail, retryAfter, fields = p.Detail, p.RetryAfter, p.Fields
 	case errors.As(err, &ire):
-		detail, retryAfter = ire.Detail, ire.RetryAfter
+		detail, retryAfter, key = ire.Detail, ire.RetryAfter, ire.Key
 	case errors.As(err, &rle):
 		detail, retryAfter = "too many requests for this tenant; retry after the delay in Retry-After", rle.RetryAfter
+	}
+	if a, ok := idempotency.AttemptFrom(r.Context()); ok && key == "" {
+		key = a.Scope.Key // an error of the request running under its claim
 	}
 	if k.status >= 500 {
 		// 5xx details are fixed text; the cause goes to the log only.
@@ -124,13 +137,22 @@ func (pw problemWriter) write(w http.ResponseWriter, r *http.Request, err error)
 	if retryAfter > 0 {
 		idempotency.SetRetryAfter(w.Header(), retryAfter)
 	}
+	id := requestid.FromContext(r.Context())
 	body := openapi.Problem{
 		Type:      pw.base + k.slug,
 		Title:     k.title,
 		Status:    k.status,
 		Detail:    detail,
-		Instance:  r.URL.Path,
-		RequestId: requestid.FromContext(r.Context()),
+		Instance:  requestid.URN(id),
+		RequestId: id,
+		Retryable: k.problem().Retryable(),
+	}
+	if key != "" {
+		body.IdempotencyKey = &key
+	}
+	doc := k.problem().Documentation()
+	if doc != "" {
+		body.Documentation = &doc
 	}
 	if len(fields) > 0 {
 		errs := make([]openapi.FieldError, len(fields))
@@ -144,6 +166,7 @@ func (pw problemWriter) write(w http.ResponseWriter, r *http.Request, err error)
 	if k.status == http.StatusUnauthorized && pw.challenge != "" && h.Get("WWW-Authenticate") == "" {
 		h.Set("WWW-Authenticate", pw.challenge)
 	}
+	idempotency.SetDocumentationLink(h, doc)
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Content-Length", strconv.Itoa(len(b)+1))
 	h.Del("ETag")

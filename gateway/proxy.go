@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,9 +19,10 @@ import (
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
-// HeaderFencingToken carries the claim's fencing token upstream: 1 on the
-// first claim, higher on every take-over, so an upstream can refuse a
-// stale attempt.
+// HeaderFencingToken carries the claim's fencing token upstream: strictly
+// higher on every take-over (1 on the first claim with the PostgreSQL and
+// memory stores, the server's clock with Redis), so an upstream can refuse
+// a stale attempt.
 const HeaderFencingToken = "Idempotency-Fencing-Token"
 
 // HeaderTenant tells the upstream which tenant the gateway authenticated.
@@ -53,30 +56,43 @@ func NewTransport(c TransportConfig) *http.Transport {
 // the upstream: the line between "not processed" and "ambiguous".
 type sentKey struct{}
 
-// newProxy returns the reverse proxy of one upstream route.
-func newProxy(target *url.URL, transport http.RoundTripper, timeout time.Duration, stripHeader string, problems problemWriter) http.Handler {
+// newProxy returns the reverse proxy of one upstream route. idem is the
+// route's effective idempotency settings (Middleware.Config): which key
+// the upstream receives.
+func newProxy(target *url.URL, transport http.RoundTripper, timeout time.Duration, stripHeader string, idem idempotency.Config, problems problemWriter) http.Handler {
 	rp := &httputil.ReverseProxy{
 		Transport:  leaseChecked{transport},
 		BufferPool: copyBuffers,
+		// ReverseProxy has already removed the hop-by-hop headers, and
+		// every header the client named in Connection, from pr.Out when
+		// Rewrite runs: what the upstream must receive is set here, so a
+		// "Connection: Idempotency-Key" cannot take the key away.
 		Rewrite: func(pr *httputil.ProxyRequest) {
+			in, out := pr.In, pr.Out
+			dropOwnedHeaders(out.Header, stripHeader)
 			pr.SetURL(target)
 			pr.SetXForwarded()
-			out := pr.Out
-			if stripHeader != "" {
-				out.Header.Del(stripHeader) // the tenant's credentials stay here
+			tenant := auth.Tenant(in.Context())
+			if tenant != "" {
+				out.Header.Set(HeaderTenant, tenant)
 			}
-			out.Header.Del(HeaderTenant)
-			out.Header.Del(HeaderFencingToken)
-			if t := auth.Tenant(pr.In.Context()); t != "" {
-				out.Header.Set(HeaderTenant, t)
+			if key, ok := upstreamKey(in, tenant, idem); ok {
+				out.Header.Set(idempotency.HeaderKey, key)
 			}
-			if a, ok := idempotency.AttemptFrom(pr.In.Context()); ok {
+			if a, ok := idempotency.AttemptFrom(in.Context()); ok {
 				out.Header.Set(HeaderFencingToken, strconv.FormatInt(a.FencingToken, 10))
 			}
 			var sent atomic.Bool
 			trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
 			ctx := context.WithValue(out.Context(), sentKey{}, &sent)
 			*out = *out.WithContext(httptrace.WithClientTrace(ctx, trace))
+		},
+		ModifyResponse: func(res *http.Response) error {
+			// The gateway alone says whether an answer is a replay; an
+			// upstream's own marks would be stored and replayed as ours.
+			dropReplayMarks(res.Header)
+			dropReplayMarks(res.Trailer)
+			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			sent, _ := r.Context().Value(sentKey{}).(*atomic.Bool)
@@ -91,8 +107,11 @@ func newProxy(target *url.URL, transport http.RoundTripper, timeout time.Duratio
 				}
 				problems.write(w, r, &idempotency.RequestError{Err: idempotency.ErrStoreUnavailable, RetryAfter: time.Second, Cause: err,
 					Detail: "the claim on this Idempotency-Key expired before the request was sent upstream; it was not processed, retry with the same key"})
-			case !wasSent:
-				// Never reached the upstream: certainly not processed.
+			case !wasSent || refusedHandshake(err):
+				// Never reached the upstream, or the upstream refused the
+				// TLS handshake (with TLS 1.3 the refusal of a client
+				// certificate arrives after the request was written):
+				// certainly not processed.
 				if a != nil {
 					a.NotProcessed()
 				}
@@ -119,6 +138,68 @@ func newProxy(target *url.URL, transport http.RoundTripper, timeout time.Duratio
 		rp.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
+
+// upstreamKey is the Idempotency-Key the upstream receives: the claim's
+// key, in canonical form, as the route's forward_key says — by default
+// after the tenant, so two tenants never share a key at an upstream. A
+// request that runs without a claim (a method that needs no key, or the
+// store down with fail_open) has the key it sent forwarded the same way,
+// and none when it is not a valid key.
+func upstreamKey(in *http.Request, tenant string, idem idempotency.Config) (string, bool) {
+	if a, ok := idempotency.AttemptFrom(in.Context()); ok {
+		return idem.ForwardKey.Key(a.Scope), true
+	}
+	maxLen := idem.MaxKeyLength
+	if maxLen == 0 {
+		maxLen = idempotency.DefaultMaxKeyLength
+	}
+	key, err := idempotency.ParseKey(in.Header.Values(idempotency.HeaderKey), idem.KeySyntax, maxLen)
+	if err != nil {
+		return "", false
+	}
+	if tenant == "" {
+		tenant = idempotency.AnonymousTenant
+	}
+	return idem.ForwardKey.Key(idempotency.Scope{Tenant: tenant, Route: idem.Route, Key: key}), true
+}
+
+// dropOwnedHeaders removes from a request going upstream every header
+// the gateway sets itself, in any spelling an upstream may read as it:
+// many servers (CGI, WSGI, Rack, nginx's $http_ variables) read "_" as
+// "-" and fold case, so an Idempotency_Fencing_Token or Idemgate_Tenant
+// sent by a client would stand next to, or for, the gateway's own. Owned
+// are the Idemgate-* headers, Idempotency-Key and
+// Idempotency-Fencing-Token (set again after this), the credentials
+// header the proxy strips (stripHeader, "" for none), and the forwarding
+// headers SetXForwarded writes.
+func dropOwnedHeaders(h http.Header, stripHeader string) {
+	for name := range h {
+		n := readAs(name)
+		switch {
+		case strings.HasPrefix(n, "idemgate-"), n == readAs(idempotency.HeaderKey), n == readAs(HeaderFencingToken),
+			stripHeader != "" && n == readAs(stripHeader),
+			n == "forwarded", n == "x-forwarded-for", n == "x-forwarded-host", n == "x-forwarded-proto":
+			delete(h, name)
+		}
+	}
+}
+
+// dropReplayMarks removes Idempotent-Replayed, X-Idempotent-Replayed and
+// Idempotent-Body-Omitted, in any spelling, from an upstream's answer: the
+// idempotency middleware sets them on the replays it answers, and only
+// there.
+func dropReplayMarks(h http.Header) {
+	for name := range h {
+		switch readAs(name) {
+		case readAs(idempotency.HeaderReplayed), readAs(idempotency.HeaderReplayedX), readAs(idempotency.HeaderBodyOmitted):
+			delete(h, name)
+		}
+	}
+}
+
+// readAs is a header name as servers that fold "_" into "-" and ignore
+// case read it.
+func readAs(name string) string { return strings.ToLower(strings.ReplaceAll(name, "_", "-")) }
 
 // leaseChecked refuses to send a request whose idempotency lease has run
 // out by this process's clock (idempotency.Attempt.Check): the last moment
@@ -157,6 +238,13 @@ func (b *bufferPool) Put(buf []byte) {
 	}
 	buf = buf[:copyBufferSize]
 	b.p.Put(&buf)
+}
+
+// refusedHandshake reports whether the upstream ended the connection with
+// a TLS alert: it refused the handshake, so it never read the request.
+func refusedHandshake(err error) bool {
+	var alert tls.AlertError
+	return errors.As(err, &alert)
 }
 
 func isTimeout(err error) bool {

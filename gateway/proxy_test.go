@@ -43,7 +43,7 @@ func TestProxyRefusesAnExpiredLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = mw.Drain(context.Background()) }()
-	proxy := newProxy(target, http.DefaultTransport, 0, "", pw)
+	proxy := newProxy(target, http.DefaultTransport, 0, "", mw.Config(), pw)
 	paused := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(300 * time.Millisecond) // three leases without a renewal
 		proxy.ServeHTTP(w, r)

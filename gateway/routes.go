@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"errors"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -57,6 +59,53 @@ func (t table) match(method, path string) *route {
 		}
 	}
 	return nil
+}
+
+// errAbnormalPath refuses a path that is not in normal form.
+var errAbnormalPath = errors.New(`the path has a "." or ".." segment or an empty one ("//"), literally or percent-encoded; ` +
+	"send it in normal form (RFC 3986, section 6.2.2)")
+
+// routePath returns the path a request is routed by, or errAbnormalPath.
+//
+// Routes are matched, and the request forwarded, on the path as it was
+// sent: nothing is resolved, so that what matched one route is what its
+// upstream receives. A path an upstream could read as another one is
+// refused instead: a "." or ".." segment (also "%2e", "..;x" as Tomcat
+// reads it, or between encoded slashes or backslashes, which some servers
+// decode into separators) and an empty segment other than a trailing
+// slash ("/v1//payments", which many servers collapse).
+//
+// An encoded slash (%2F) stays part of its segment: "/v1/payments%2Fx"
+// is one segment after /v1, so it does not match a route /v1/payments,
+// and the upstream receives it as sent.
+func routePath(u *url.URL) (string, error) {
+	p := u.Path
+	if !strings.HasPrefix(p, "/") {
+		return p, nil // "*" or an authority: no route matches
+	}
+	// u.Path is decoded: "%2e" is ".", and an encoded slash a separator
+	// here, as it is for an upstream that decodes before it resolves.
+	segs := strings.Split(strings.ReplaceAll(p[1:], `\`, "/"), "/")
+	for i, seg := range segs {
+		name, _, _ := strings.Cut(seg, ";")
+		if name == "." || name == ".." || seg == "" && i < len(segs)-1 {
+			return "", errAbnormalPath
+		}
+	}
+	raw := u.EscapedPath()
+	if !strings.Contains(raw, "%2F") && !strings.Contains(raw, "%2f") {
+		return p, nil
+	}
+	// Decode each segment on its own, keeping its slashes encoded.
+	parts := strings.Split(raw, "/")
+	for i, part := range parts {
+		dec, err := url.PathUnescape(part)
+		if err != nil {
+			return "", errAbnormalPath
+		}
+		parts[i] = strings.ReplaceAll(dec, "/", "%2F")
+	}
+	return strings.Join(parts, "/"), nil
 }
 
 // Endpoint is one method and path a listener answers, as PublicRoutes and

@@ -29,7 +29,8 @@ type FieldError struct {
 	Message string `json:"message"`
 }
 
-// ErrMalformed: the body is not one JSON value.
+// ErrMalformed: the body is not one JSON value, or not one every reader
+// takes alike (I-JSON, RFC 7493) and PostgreSQL can store.
 var ErrMalformed = errors.New("malformed payload")
 
 // ErrInvalid: the body is JSON but breaks the job's schema, or cannot
@@ -76,10 +77,14 @@ func decodeJSON(body []byte) (any, error) {
 // Canonical returns the canonical form of a JSON document: object keys
 // sorted, no insignificant white space, numbers as written (10.50 stays
 // 10.50). Two payloads of one business key are the same request when
-// their canonical forms are equal. The error wraps ErrMalformed.
+// their canonical forms are equal. The error wraps ErrMalformed; a
+// document that is not I-JSON has no one canonical form and is refused.
 func Canonical(body []byte) ([]byte, error) {
 	v, err := decodeJSON(body)
 	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	if err := idempotency.CheckIJSON(body); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	var buf bytes.Buffer

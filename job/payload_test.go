@@ -130,3 +130,75 @@ func TestCanonical(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeRefusesWhatCannotBeStored: a body every reader would not take
+// alike, or that PostgreSQL cannot hold (jsonb has no U+0000; numeric has
+// bounds), is malformed — 400 — rather than a write that fails as if the
+// database were down.
+func TestDecodeRefusesWhatCannotBeStored(t *testing.T) {
+	t.Parallel()
+	s := spec(t)
+	for _, tc := range []struct {
+		name, body string
+		fields     []FieldError
+	}{
+		{"NUL in a value", `{"order_id": "o-1\u0000", "customer": {"id": "c"}}`,
+			[]FieldError{{"order_id", `holds U+0000 (\u0000), which cannot be stored`}}},
+		{"NUL in a name", `{"order_id": "o-1", "customer": {"id": "c", "n\u0000": 1}}`,
+			[]FieldError{{"customer", `the member name "n\x00" holds U+0000 (\u0000), which cannot be stored`}}},
+		{"NUL deep in an array", `{"order_id": "o", "customer": {"id": "c", "tags": ["a", "\u0000"]}}`,
+			[]FieldError{{"customer.tags[1]", `holds U+0000 (\u0000), which cannot be stored`}}},
+		{"not UTF-8", "{\"order_id\": \"o-\xff\", \"customer\": {\"id\": \"c\"}}",
+			[]FieldError{{"order_id", "bytes that are not UTF-8 in a string; the body must be I-JSON (RFC 7493)"}}},
+		{"lone surrogate", `{"order_id": "\ud800", "customer": {"id": "c"}}`,
+			[]FieldError{{"order_id", `a high surrogate escape (\ud800) without a low one after it; the body must be I-JSON (RFC 7493)`}}},
+		{"duplicate name", `{"order_id": "o-1", "customer": {"id": "c", "id": "d"}}`,
+			[]FieldError{{"customer", `duplicate member name "id"; the body must be I-JSON (RFC 7493)`}}},
+		{"number too large", `{"order_id": "o", "customer": {"id": "c"}, "quantity": 1e131072}`,
+			[]FieldError{{"quantity", "the number 1e131072 is too large to be stored (at most 131072 digits before the decimal point)"}}},
+		{"number too precise", `{"order_id": "o", "customer": {"id": "c"}, "quantity": 1.5e-16383}`,
+			[]FieldError{{"quantity", "the number 1.5e-16383 has too many digits after the decimal point to be stored (at most 16383)"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := s.Decode([]byte(tc.body))
+			var pe *PayloadError
+			if !errors.Is(err, ErrMalformed) || !errors.As(err, &pe) {
+				t.Fatalf("Decode error = %v, want a *PayloadError wrapping ErrMalformed", err)
+			}
+			if !slices.Equal(pe.Fields, tc.fields) {
+				t.Errorf("fields =\n%s\nwant\n%s", show(pe.Fields), show(tc.fields))
+			}
+		})
+	}
+	// What PostgreSQL does hold is a payload like any other.
+	for _, body := range []string{
+		`{"order_id": "o", "customer": {"id": "c"}, "note": "\ufffd\u0001 😀 \ud83d\ude00"}`,
+		`{"order_id": "o", "customer": {"id": "c"}, "big": 1e131071, "small": 123e-16383, "zero": 0e999999999999999999999}`,
+	} {
+		if _, err := s.Decode([]byte(body)); err != nil {
+			t.Errorf("Decode(%s): %v", body, err)
+		}
+	}
+	if _, err := Canonical([]byte(`{"a": 1, "a": 2}`)); !errors.Is(err, ErrMalformed) {
+		t.Errorf("Canonical of a document with a duplicate name: %v, want ErrMalformed", err)
+	}
+}
+
+func TestNumericFault(t *testing.T) {
+	t.Parallel()
+	// The bounds as PostgreSQL's jsonb applies them: the enqueue tests
+	// store each accepted number for real.
+	for _, n := range []string{"0", "-0", "1", "1.50", "-1e131071", "9.9e131071", "0.5e131072", "10e131070", "1E+131071",
+		"1e-16383", "123e-16383", "0e200000", "0e99999999999999999999999", "0.000e-16380"} {
+		if msg := numericFault(n); msg != "" {
+			t.Errorf("numericFault(%s) = %q, want none", n, msg)
+		}
+	}
+	for _, n := range []string{"1e131072", "-1e131072", "10e131071", "1e99999999999999999999999", "1e-16384", "1.5e-16383",
+		"0e-20000", "0.0e-16383", "1e-99999999999999999999999", "0e-99999999999999999999999"} {
+		if numericFault(n) == "" {
+			t.Errorf("numericFault(%s) = none, want a fault", n)
+		}
+	}
+}

@@ -73,13 +73,17 @@ const DefaultTimeout = 30 * time.Second
 
 // Decode checks body against the schema and renders the templates. The
 // error is a *PayloadError wrapping ErrMalformed when body is not one JSON
-// value (the gateway answers 400) or ErrInvalid when the payload breaks
-// the schema or cannot form the business key or resource (422), with one
-// FieldError per fault.
+// value, or one that is not I-JSON or that PostgreSQL cannot store (the
+// gateway answers 400), or ErrInvalid when the payload breaks the schema
+// or cannot form the business key or resource (422), with one FieldError
+// per fault.
 func (s *Spec) Decode(body []byte) (Payload, error) {
 	data, err := decodeJSON(body)
 	if err != nil {
 		return Payload{}, &PayloadError{Kind: ErrMalformed, Fields: []FieldError{{Field: "", Message: err.Error()}}}
+	}
+	if faults := unstorable(body, data); len(faults) > 0 {
+		return Payload{}, &PayloadError{Kind: ErrMalformed, Fields: faults}
 	}
 	if s.Schema == nil {
 		// Nothing to check against; the templates still must render.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgate/idemgate/gateway/gatewaytest"
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/requestid"
 	"github.com/idemgate/idemgate/openapi"
 )
 
@@ -187,19 +188,48 @@ func wantProblem(t *testing.T, ex exchange, status int, slug string) openapi.Pro
 	if p.Status != status {
 		t.Errorf("status member %d, want %d", p.Status, status)
 	}
-	if p.Instance != ex.req.URL.Path {
-		t.Errorf("instance %q, want the request path %q", p.Instance, ex.req.URL.Path)
-	}
-	// A replayed problem is the stored body: its request_id is the
-	// original request's, the header this response's.
+	// A replayed problem is the stored body: its request_id and instance
+	// are the original request's, the header this response's.
 	replayed := ex.resp.Header.Get(idempotency.HeaderReplayed) == "true"
 	if id := ex.resp.Header.Get("X-Request-Id"); p.RequestId == "" || p.RequestId != id && !replayed {
 		t.Errorf("request_id %q, want the X-Request-Id header %q", p.RequestId, id)
+	}
+	if p.Instance != requestid.URN(p.RequestId) {
+		t.Errorf("instance %q, want %q, the urn:uuid: of request_id %q", p.Instance, requestid.URN(p.RequestId), p.RequestId)
+	}
+	if p.Retryable != problemRetryable[slug] {
+		t.Errorf("retryable %v, want %v", p.Retryable, problemRetryable[slug])
+	}
+	doc, link := problemDocumentation[slug], ""
+	if doc != "" {
+		link = "<" + doc + `>; rel="describedby"; type="text/html"`
+	}
+	if got := deref(p.Documentation); got != doc || ex.resp.Header.Get("Link") != link {
+		t.Errorf("documentation %q and Link %q, want %q and %q", got, ex.resp.Header.Get("Link"), doc, link)
+	}
+	// The key is the one the request sent, parsed; the refusals of a
+	// request whose key was read always name it.
+	sent := ex.req.Header.Get(idempotency.HeaderKey)
+	if p.IdempotencyKey != nil && *p.IdempotencyKey != strings.Trim(sent, `"`) {
+		t.Errorf("idempotency_key %q, want the key sent, %q", *p.IdempotencyKey, sent)
+	}
+	switch slug {
+	case "idempotency-key-reused", "idempotency-key-in-use", "idempotency-outcome-unknown", "request-too-large":
+		if p.IdempotencyKey == nil {
+			t.Errorf("%s names no idempotency_key (sent %q)", slug, sent)
+		}
 	}
 	if p.Title == "" || p.Detail == "" {
 		t.Errorf("title %q and detail %q must not be empty", p.Title, p.Detail)
 	}
 	return p
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // slugOf returns the slug of a problem type under the default base.

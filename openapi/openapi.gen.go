@@ -122,7 +122,7 @@ type IdempotencyRecord struct {
 	// Fingerprint The hex SHA-256 fingerprint of the request that claimed the key.
 	Fingerprint string `json:"fingerprint"`
 
-	// FencingToken 1 on the first claim, strictly higher on every later one.
+	// FencingToken Strictly higher on every later claim; 1 on the first claim with the PostgreSQL and memory stores, the Redis server's clock in microseconds with the Redis store.
 	FencingToken int64 `json:"fencing_token"`
 
 	// LeaseUntil When the current claim's lease ends (a record that was claimed).
@@ -185,7 +185,9 @@ type OpenAPIDocument struct {
 }
 
 // Problem An RFC 9457 problem document. Match on the slug that ends `type`;
-// `detail` is for people and may change.
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
 type Problem struct {
 	// Type The configured `problem_base` followed by the problem's slug.
 	Type string `json:"type"`
@@ -199,14 +201,45 @@ type Problem struct {
 	// Detail What went wrong with this request and what to do; never internal causes.
 	Detail string `json:"detail"`
 
-	// Instance The request's path.
+	// Instance The occurrence, not the resource: `urn:uuid:` and the request id
+	// as a UUID. A request id the gateway made is a UUIDv7 and is used
+	// as it is, as is a client's `X-Request-Id` that is a UUID (in
+	// lower case); any other client id is mapped to its name-based
+	// UUIDv5 (RFC 9562) in the name space
+	// `06d654e8-62ff-58c4-a765-bdfb3bbe6edf`, so the same
+	// `request_id` always gives the same `instance`.
 	Instance string `json:"instance"`
 
 	// RequestId The request's id, as in `X-Request-Id`. A replayed answer
 	// (`Idempotent-Replayed: true`) is the stored document, so its
-	// `request_id` names the original request while `X-Request-Id`
-	// names this one.
+	// `request_id` and `instance` name the original request while
+	// `X-Request-Id` names this one.
 	RequestId string `json:"request_id"`
+
+	// Retryable `true` when the same request, with the same `Idempotency-Key`,
+	// may be sent again as it is: it was not processed (408, 425,
+	// 429, 502 `upstream-unavailable`, 503, 504 `upstream-timeout`),
+	// or the original still runs (409 `idempotency-key-in-use`). Wait
+	// for `Retry-After` when there is one. `false` when the request,
+	// the key or an operator must change something first (400, 401,
+	// 404, 409 `idempotency-outcome-unknown`, 413, 422, 500): sent
+	// again as it is, it gets the same answer.
+	Retryable bool `json:"retryable"`
+
+	// IdempotencyKey The request's `Idempotency-Key` as parsed (without the quotes
+	// of an sf-string). Absent when the request had none, its key is
+	// invalid, or the problem arose before the key was read
+	// (`unauthorized`, `rate-limited`).
+	IdempotencyKey *string `json:"idempotency_key,omitempty"`
+
+	// Documentation The section of the IETF Idempotency-Key draft the problem is
+	// about, also sent as `Link: <…>; rel="describedby"`: `#section-2.1`
+	// (syntax) for `idempotency-key-missing` and
+	// `idempotency-key-invalid`, `#section-2.2` (uniqueness) for
+	// `idempotency-key-reused`, `#section-2.6` (enforcement) for
+	// `idempotency-key-in-use` and `idempotency-outcome-unknown`.
+	// Absent for the problems the draft does not cover.
+	Documentation *string `json:"documentation,omitempty"`
 
 	// Errors For `bad-request` and `invalid-payload` on enqueue routes, what is at fault.
 	Errors *[]FieldError `json:"errors,omitempty"`
@@ -258,68 +291,97 @@ type Route = string
 type Tenant = string
 
 // AdminBadRequest An RFC 9457 problem document. Match on the slug that ends `type`;
-// `detail` is for people and may change.
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
 type AdminBadRequest = Problem
 
 // AdminUnauthorized An RFC 9457 problem document. Match on the slug that ends `type`;
-// `detail` is for people and may change.
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
 type AdminUnauthorized = Problem
 
 // BadRequest An RFC 9457 problem document. Match on the slug that ends `type`;
-// `detail` is for people and may change.
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
 type BadRequest = Problem
 
 // Conflict An RFC 9457 problem document. Match on the slug that ends `type`;
-// `detail` is for people and may change.
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
 type Conflict = Problem
 
 // InternalError An RFC 9457 problem document. Match on the slug that ends `type`;
-// `detail` is for people and may change.
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
 type InternalError = Problem
 
 // JobAccepted A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it.
 type JobAccepted = Job
 
 // NotFound An RFC 9457 problem document. Match on the slug that ends `type`;
-// `detail` is for people and may change.
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
 type NotFound = Problem
 
 // NotReady An RFC 9457 problem document. Match on the slug that ends `type`;
-// `detail` is for people and may change.
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
 type NotReady = Problem
 
 // RateLimited An RFC 9457 problem document. Match on the slug that ends `type`;
-// `detail` is for people and may change.
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
 type RateLimited = Problem
 
 // RequestTooLarge An RFC 9457 problem document. Match on the slug that ends `type`;
-// `detail` is for people and may change.
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
 type RequestTooLarge = Problem
 
 // ServiceUnavailable An RFC 9457 problem document. Match on the slug that ends `type`;
-// `detail` is for people and may change.
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
 type ServiceUnavailable = Problem
 
 // Unauthorized An RFC 9457 problem document. Match on the slug that ends `type`;
-// `detail` is for people and may change.
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
 type Unauthorized = Problem
 
 // UnprocessableEntity An RFC 9457 problem document. Match on the slug that ends `type`;
-// `detail` is for people and may change.
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
 type UnprocessableEntity = Problem
 
 // UpstreamTimeout An RFC 9457 problem document. Match on the slug that ends `type`;
-// `detail` is for people and may change.
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
 type UpstreamTimeout = Problem
 
 // UpstreamUnavailable An RFC 9457 problem document. Match on the slug that ends `type`;
-// `detail` is for people and may change.
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
 type UpstreamUnavailable = Problem
 
 // GetJobParams defines parameters for GetJob.
 type GetJobParams struct {
 	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
-	// in problem documents and in the logs. One of 1 to 128 letters, digits
-	// and `-_.:`; anything else is replaced with a random id.
+	// in problem documents (`request_id`, and as a UUID in `instance`) and
+	// in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+	// else, or none, is replaced with a new UUIDv7.
 	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
 }

@@ -44,6 +44,30 @@ var problemStatus = map[string]int{
 	"upstream-timeout":              504,
 }
 
+// problemRetryable lists the problem types a client may simply send again
+// (the same request, the same key); every other type is not retryable.
+var problemRetryable = map[string]bool{
+	"idempotency-key-in-use":        true,
+	"rate-limited":                  true,
+	"upstream-unavailable":          true,
+	"idempotency-store-unavailable": true,
+	"queue-unavailable":             true,
+	"not-ready":                     true,
+	"upstream-timeout":              true,
+}
+
+const draft = "https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-idempotency-key-header"
+
+// problemDocumentation is the draft section of each problem type the
+// draft covers: its documentation member and Link rel="describedby".
+var problemDocumentation = map[string]string{
+	"idempotency-key-missing":     draft + "#section-2.1",
+	"idempotency-key-invalid":     draft + "#section-2.1",
+	"idempotency-key-reused":      draft + "#section-2.2",
+	"idempotency-key-in-use":      draft + "#section-2.6",
+	"idempotency-outcome-unknown": draft + "#section-2.6",
+}
+
 func TestProblemTableMatchesMiddleware(t *testing.T) {
 	t.Parallel()
 	for _, err := range []error{
@@ -57,6 +81,10 @@ func TestProblemTableMatchesMiddleware(t *testing.T) {
 		}
 		if got, ok := problemStatus[p.Slug]; !ok || got != p.Status {
 			t.Errorf("the middleware answers %v with %d %s; the description says %d", err, p.Status, p.Slug, got)
+		}
+		if p.Retryable() != problemRetryable[p.Slug] || p.Documentation() != problemDocumentation[p.Slug] {
+			t.Errorf("the middleware says %s is retryable=%v, documented at %q; the description says %v, %q",
+				p.Slug, p.Retryable(), p.Documentation(), problemRetryable[p.Slug], problemDocumentation[p.Slug])
 		}
 	}
 }
@@ -177,8 +205,23 @@ func checkResponse(t *testing.T, name string, status int, resp *openapi3.Respons
 		if got != status || v["status"] != float64(status) {
 			t.Errorf("%s: example %s is a %d %s", name, ex, got, typ)
 		}
-		if required := []string{"type", "title", "status", "detail", "instance", "request_id"}; len(v) < len(required) {
-			t.Errorf("%s: example %s lacks members: %v", name, ex, v)
+		for _, member := range []string{"type", "title", "status", "detail", "instance", "request_id", "retryable"} {
+			if _, ok := v[member]; !ok {
+				t.Errorf("%s: example %s lacks %s: %v", name, ex, member, v)
+			}
+		}
+		slug := slugOf(typ)
+		if v["retryable"] != problemRetryable[slug] {
+			t.Errorf("%s: example %s has retryable %v, want %v", name, ex, v["retryable"], problemRetryable[slug])
+		}
+		if doc, _ := v["documentation"].(string); doc != problemDocumentation[slug] {
+			t.Errorf("%s: example %s has documentation %q, want %q", name, ex, doc, problemDocumentation[slug])
+		}
+		if id, _ := v["request_id"].(string); v["instance"] != "urn:uuid:"+id {
+			t.Errorf("%s: example %s has instance %v for request_id %q", name, ex, v["instance"], id)
+		}
+		if _, ok := problemDocumentation[slug]; ok && resp.Headers["Link"] == nil {
+			t.Errorf("%s: example %s links the draft, but the response does not document Link", name, ex)
 		}
 	}
 	if status == 429 || status == 503 {

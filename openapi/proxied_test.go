@@ -84,8 +84,9 @@ func TestProxiedResponsesMatchSpec(t *testing.T) {
 		up.mu.Lock()
 		h := up.header
 		up.mu.Unlock()
-		// What the policy promises the upstream.
-		if h.Get("Idempotency-Key") != `"order-42"` || h.Get("Idempotency-Fencing-Token") != "1" ||
+		// What the policy promises the upstream: the canonical key, scoped
+		// to the tenant.
+		if h.Get("Idempotency-Key") != gatewaytest.Tenant+":order-42" || h.Get("Idempotency-Fencing-Token") != "1" ||
 			h.Get("Idemgate-Tenant") != gatewaytest.Tenant || h.Get("Authorization") != "" {
 			t.Errorf("the upstream got Idempotency-Key %q, Idempotency-Fencing-Token %q, Idemgate-Tenant %q, Authorization %q",
 				h.Get("Idempotency-Key"), h.Get("Idempotency-Fencing-Token"), h.Get("Idemgate-Tenant"), h.Get("Authorization"))

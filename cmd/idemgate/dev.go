@@ -11,11 +11,12 @@ import (
 // runDev runs the gateway, a worker and partnersim (on worker.partner_url)
 // in one process, for trying idemgate out. The gateway and the worker share
 // the process's services.
-func runDev(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func runDev(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	cfg, logger, err := loadCommand("dev", args, getenv, stdout, stderr)
 	if err != nil {
 		return err
 	}
+	defer func() { err = logExit(cfg, logger, err) }()
 	partner, err := url.Parse(cfg.Worker.PartnerURL)
 	if err != nil || partner.Host == "" {
 		return usagef("worker.partner_url %q: dev mode runs partnersim there, so it must be http://HOST:PORT", cfg.Worker.PartnerURL)
@@ -39,5 +40,5 @@ func runDev(ctx context.Context, args []string, getenv func(string) string, stdo
 	servers := append(g.servers(cfg),
 		server{name: "partnersim", addr: partner.Host, handler: partnersim.New(partnersim.Options{})},
 		w.adminServer(cfg))
-	return runAll(ctx, cfg, logger, stdout, g.store, servers, w.srv.Run, w.relay.Run)
+	return runAll(ctx, cfg, logger, stdout, &svc.certs, g.store, servers, w.srv.Run, w.relay.Run)
 }

@@ -35,25 +35,13 @@ func runDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil {
 		return err
 	}
-	if cfg.DatabaseURL == "" || cfg.RedisURL == "" {
-		return usagef("dlq: database_url and redis_url are required")
-	}
 	var cl closers
 	defer cl.close()
-	svc := newServices(cfg, &cl)
-	pool, err := svc.postgres(ctx)
+	enq, inspector, err := openJobQueue(ctx, cfg, &cl, "dlq")
 	if err != nil {
 		return err
 	}
-	client, err := svc.queueClient()
-	if err != nil {
-		return err
-	}
-	inspector, err := svc.queueInspector()
-	if err != nil {
-		return err
-	}
-	dl := enqueue.NewDeadLetters(enqueue.New(pool, client), inspector)
+	dl := enqueue.NewDeadLetters(enq, inspector)
 
 	switch op {
 	case "list":

@@ -34,25 +34,13 @@ func runJobs(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
-	if cfg.DatabaseURL == "" || cfg.RedisURL == "" {
-		return usagef("jobs: database_url and redis_url are required")
-	}
 	var cl closers
 	defer cl.close()
-	svc := newServices(cfg, &cl)
-	pool, err := svc.postgres(ctx)
+	enq, inspector, err := openJobQueue(ctx, cfg, &cl, "jobs")
 	if err != nil {
 		return err
 	}
-	client, err := svc.queueClient()
-	if err != nil {
-		return err
-	}
-	inspector, err := svc.queueInspector()
-	if err != nil {
-		return err
-	}
-	relay := enqueue.NewRelay(enqueue.New(pool, client), inspector, enqueue.RelayOptions{})
+	relay := enqueue.NewRelay(enq, inspector, enqueue.RelayOptions{})
 
 	var errs []error
 	for _, id := range ids {

@@ -19,13 +19,17 @@ import (
 type server struct {
 	name, addr string
 	handler    http.Handler
+	// tls, when set, serves HTTPS (HTTP/2 offered) with these files.
+	tls *config.TLSFiles
 }
 
 // runAll serves the listeners and runs each background function until ctx
 // ends or one of them fails; then everything stops and is waited for.
-func runAll(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout io.Writer, store idempotency.Store, servers []server, background ...func(context.Context) error) error {
+// Meanwhile SIGHUP re-reads every certificate in certs.
+func runAll(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout io.Writer, certs *certs, store idempotency.Store, servers []server, background ...func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	background = append(background, certs.reloadOnHangup(logger))
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -42,7 +46,7 @@ func runAll(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout
 	for _, f := range background {
 		wg.Go(func() { fail(f(ctx)) })
 	}
-	fail(serve(ctx, cfg, logger, stdout, store, servers))
+	fail(serve(ctx, cfg, logger, stdout, certs, store, servers))
 	cancel()
 	wg.Wait()
 	return errors.Join(errs...)
@@ -51,30 +55,49 @@ func runAll(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout
 // serve listens on every server (an empty address is off), runs the
 // janitor when the store has one, and on ctx's end shuts down gracefully:
 // no new connections, in-flight requests finish and store their records.
-func serve(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout io.Writer, store idempotency.Store, servers []server) error {
+func serve(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout io.Writer, certs *certs, store idempotency.Store, servers []server) error {
 	var (
 		wg   sync.WaitGroup
 		errc = make(chan error, len(servers))
 		srvs []*http.Server
 	)
+	abort := func(err error) error {
+		for _, srv := range srvs {
+			_ = srv.Close()
+		}
+		wg.Wait()
+		return err
+	}
 	for _, s := range servers {
 		if s.addr == "" {
 			continue
 		}
+		tlsConfig, err := certs.serverConfig(s.tls, logger)
+		if err != nil {
+			return abort(usagef("%s listener: %v", s.name, err))
+		}
 		ln, err := net.Listen("tcp", s.addr)
 		if err != nil {
-			for _, srv := range srvs {
-				_ = srv.Close()
-			}
-			wg.Wait()
-			return fmt.Errorf("%s listener: %w", s.name, err)
+			return abort(fmt.Errorf("%s listener: %w", s.name, err))
 		}
 		srv := httpServer(cfg.Server, s.handler, logger)
+		srv.TLSConfig = tlsConfig
 		srvs = append(srvs, srv)
-		fmt.Fprintf(stdout, "idemgate: %s listening on http://%s\n", s.name, ln.Addr())
-		logger.Info("listening", "listener", s.name, "addr", ln.Addr().String())
+		scheme := "http"
+		if tlsConfig != nil {
+			scheme = "https"
+		}
+		url := scheme + "://" + ln.Addr().String()
+		announce(stdout, cfg.Log.Format, s.name, url)
+		logger.Info("listening", "listener", s.name, "url", url, "addr", ln.Addr().String())
 		wg.Go(func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			var err error
+			if tlsConfig != nil {
+				err = srv.ServeTLS(ln, "", "")
+			} else {
+				err = srv.Serve(ln)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("%s listener: %w", s.name, err)
 			}
 		})
@@ -105,4 +128,17 @@ func serve(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout 
 	}
 	wg.Wait()
 	return err
+}
+
+// announce tells whoever started the process (a script, a test, a
+// supervisor) on stdout that a listener is ready, and where. With log.format
+// text the line is "idemgate: NAME listening on URL"; with json it is a
+// JSON object like every other line the process writes:
+// {"time":…,"level":"INFO","msg":"listening","listener":NAME,"url":URL}.
+func announce(stdout io.Writer, format, name, url string) {
+	if format == "json" {
+		slog.New(slog.NewJSONHandler(stdout, nil)).Info("listening", "listener", name, "url", url)
+		return
+	}
+	fmt.Fprintf(stdout, "idemgate: %s listening on %s\n", name, url)
 }

@@ -44,6 +44,7 @@ func loadCommand(name string, args []string, getenv func(string) string, stdout,
 		cfg.Log.Level = *logLevel
 	}
 	logger := newLogger(cfg, stderr)
+	takeProcessLogs(logger, stderr)
 	for _, w := range cfg.Warnings() {
 		logger.Warn("configuration: " + w)
 	}

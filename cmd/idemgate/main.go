@@ -32,16 +32,31 @@ func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(f
 // errHelp: --help was asked for and printed; exit 0.
 var errHelp = errors.New("help shown")
 
+// loggedError is an error the command has already logged in its log's
+// format: exitCode only turns it into the exit code.
+type loggedError struct{ err error }
+
+func (e *loggedError) Error() string { return e.err.Error() }
+func (e *loggedError) Unwrap() error { return e.err }
+
 func exitCode(err error, stderr io.Writer) int {
-	var ue *usageError
+	var (
+		ue     *usageError
+		le     *loggedError
+		logged = errors.As(err, &le)
+	)
 	switch {
 	case err == nil, errors.Is(err, errHelp):
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintln(stderr, "idemgate:", err)
+		if !logged {
+			fmt.Fprintln(stderr, "idemgate:", err)
+		}
 		return 2
 	default:
-		fmt.Fprintln(stderr, "idemgate:", err)
+		if !logged {
+			fmt.Fprintln(stderr, "idemgate:", err)
+		}
 		return 1
 	}
 }

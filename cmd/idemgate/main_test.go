@@ -55,10 +55,19 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// addrs extracts "idemgate: NAME listening on http://ADDR" lines.
+// addrs extracts the listeners' URLs from the lines announcing them:
+// "idemgate: NAME listening on URL" (log.format text) or
+// {"msg":"listening","listener":NAME,"url":URL,…} (json).
 func addrs(out string) map[string]string {
 	found := map[string]string{}
 	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "{") {
+			var l struct{ Msg, Listener, URL string }
+			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "listening" && l.Listener != "" {
+				found[l.Listener] = l.URL
+			}
+			continue
+		}
 		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "idemgate: "), " listening on ")
 		if ok {
 			found[name] = strings.TrimSpace(rest)

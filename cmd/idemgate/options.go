@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -35,6 +37,38 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 		return slog.New(telemetry.LogHandler(slog.NewTextHandler(w, opts)))
 	}
 	return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, opts)))
+}
+
+// logExit logs the error a command that writes JSON logs ends with, so
+// that its last line is JSON too, and marks it logged for exitCode. With
+// text logs the error is printed as "idemgate: …", as before the logger
+// existed.
+func logExit(cfg *config.Config, logger *slog.Logger, err error) error {
+	if err == nil || cfg.Log.Format != "json" {
+		return err
+	}
+	logger.Error("exiting", "err", err)
+	return &loggedError{err}
+}
+
+// takeProcessLogs sends what libraries write through the process-wide
+// loggers — the standard log package (OpenTelemetry's errors among them)
+// and go-redis — to logger, in its format. Only a command writing to the
+// process's own stderr does so: commands run inside tests keep their
+// output apart.
+func takeProcessLogs(logger *slog.Logger, stderr io.Writer) {
+	if f, ok := stderr.(*os.File); !ok || f != os.Stderr {
+		return
+	}
+	slog.SetDefault(logger)
+	redis.SetLogger(redisLogger{logger})
+}
+
+// redisLogger is go-redis's logger on slog.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.WarnContext(ctx, fmt.Sprintf(format, v...), "component", "redis")
 }
 
 // postgresConfig is the pool for database_url, traced.
@@ -121,8 +155,9 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 		AdminTokenSHA256: cfg.AdminTokenSHA256,
 		Logger:           logger,
 		ReplayCache:      replayCache(cfg.ReplayCache),
-		Transport:        telemetry.HTTPTransport(gateway.NewTransport(transportConfig(cfg.Proxy))),
 	}
+	shared := gateway.NewTransport(transportConfig(cfg.Proxy))
+	opts.Transport = telemetry.HTTPTransport(shared)
 	for _, t := range cfg.Tenants {
 		opts.Auth.Tenants = append(opts.Auth.Tenants, auth.TenantKeys{Name: t.Name, APIKeySHA256s: t.APIKeySHA256})
 		if t.RateLimit != nil {
@@ -165,6 +200,13 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 				return opts, usagef("routes[%d].upstream: %v", i, err)
 			}
 			ro.Upstream = u
+			if r.UpstreamTLS != nil {
+				t, err := deps.certs.upstreamTransport(shared, r.UpstreamTLS, logger)
+				if err != nil {
+					return opts, usagef("routes[%d].upstream_tls: %v", i, err)
+				}
+				ro.Transport = telemetry.HTTPTransport(t)
+			}
 		case r.Enqueue != nil:
 			spec, ok := cfg.Job(r.Enqueue.Task)
 			if !ok {

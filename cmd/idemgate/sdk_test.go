@@ -238,6 +238,9 @@ func TestSDKRetries(t *testing.T) {
 		if p.RequestID == "" || p.RequestID != resp.Header.Get("X-Request-Id") {
 			t.Errorf("problem request_id %q, X-Request-Id %q", p.RequestID, resp.Header.Get("X-Request-Id"))
 		}
+		if p.Retryable || p.IdempotencyKey != flowKey || p.Instance != "urn:uuid:"+p.RequestID || p.Documentation == "" {
+			t.Errorf("problem %+v: want not retryable, naming the key, its occurrence and the draft", p)
+		}
 		if n := len(up.callsOf(flowKey)); n != 2 {
 			t.Errorf("the refused body reached the upstream: %d calls", n)
 		}

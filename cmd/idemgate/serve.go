@@ -20,7 +20,7 @@ import (
 	"github.com/idemgate/idemgate/telemetry"
 )
 
-func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	var pprof bool
 	cfg, logger, err := loadCommand("serve", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&pprof, "pprof", false, "serve CPU and allocation profiles at /debug/pprof/ on the admin listener (admin token required)")
@@ -28,6 +28,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
+	defer func() { err = logExit(cfg, logger, err) }()
 	var cl closers
 	defer cl.close()
 	stopTracing, err := startTracing(ctx, "idemgate-gateway", getenv, logger)
@@ -40,7 +41,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	return runAll(ctx, cfg, logger, stdout, g.store, g.servers(cfg))
+	return runAll(ctx, cfg, logger, stdout, &svc.certs, g.store, g.servers(cfg))
 }
 
 // gatewayDeps are the services the gateway uses.
@@ -53,13 +54,15 @@ type gatewayDeps struct {
 	store idempotency.Store
 	// jobs is set when a route enqueues.
 	jobs *enqueue.Enqueuer
+	// certs holds the client certificates of routes[].upstream_tls.
+	certs *certs
 }
 
 // openGatewayDeps opens the gateway's services. withPostgres opens
 // PostgreSQL (and so checks it in /readyz) even when neither the store nor
 // a route needs it.
 func openGatewayDeps(ctx context.Context, cfg *config.Config, svc *services, withPostgres bool) (gatewayDeps, error) {
-	var deps gatewayDeps
+	deps := gatewayDeps{certs: &svc.certs}
 	enqueues := false
 	for _, r := range cfg.Routes {
 		enqueues = enqueues || r.Enqueue != nil
@@ -105,8 +108,8 @@ type builtGateway struct {
 
 func (g *builtGateway) servers(cfg *config.Config) []server {
 	return []server{
-		{name: "public", addr: cfg.Listen, handler: telemetry.HTTPHandler(g.Handler())},
-		{name: "admin", addr: cfg.AdminListen, handler: g.AdminHandler()},
+		{name: "public", addr: cfg.Listen, handler: telemetry.HTTPHandler(g.Handler()), tls: cfg.TLS},
+		{name: "admin", addr: cfg.AdminListen, handler: g.AdminHandler(), tls: cfg.AdminTLS},
 	}
 }
 

@@ -32,7 +32,9 @@ func randomID() string {
 }
 
 // upstream is the service behind the gateway. It counts calls per
-// (path, key) and remembers the headers each call carried.
+// (path, key) and remembers the headers each call carried. The key is the
+// client's: the gateway forwards it scoped to the tenant ("acme:k"), and
+// the prefix naming the Idemgate-Tenant the call carried is taken off.
 type upstream struct {
 	mu    sync.Mutex
 	calls map[string][]http.Header
@@ -60,7 +62,7 @@ func (u *upstream) headers(path, key string) []http.Header {
 
 func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	key := r.Header.Get("Idempotency-Key")
+	key := strings.TrimPrefix(r.Header.Get("Idempotency-Key"), r.Header.Get("Idemgate-Tenant")+":")
 	u.mu.Lock()
 	id := r.URL.Path + " " + key
 	u.calls[id] = append(u.calls[id], r.Header.Clone())
@@ -233,7 +235,7 @@ func (r resp) problem(t *testing.T) map[string]any {
 	if err := json.Unmarshal(r.body, &p); err != nil {
 		t.Fatalf("problem body %s: %v", r.body, err)
 	}
-	for _, f := range []string{"type", "title", "status", "detail", "instance", "request_id"} {
+	for _, f := range []string{"type", "title", "status", "detail", "instance", "request_id", "retryable"} {
 		if _, ok := p[f]; !ok {
 			t.Fatalf("problem %s lacks %q", r.body, f)
 		}
@@ -464,12 +466,14 @@ func testReplayFidelity(t *testing.T, g *gatewayProc, up *upstream, k func(strin
 	if again.header.Get("Set-Cookie") != "" || again.header.Get("X-Request-Id") == first.header.Get("X-Request-Id") {
 		t.Errorf("replay carried Set-Cookie or the original's request id: %v", again.header)
 	}
-	if n := up.count("/v1/payments/sub", `"`+key+`"`) + up.count("/v1/payments/sub", key); n != 1 {
+	if n := up.count("/v1/payments/sub", key); n != 1 {
 		t.Fatalf("upstream called %d times, want 1", n)
 	}
-	h := up.headers("/v1/payments/sub", `"`+key+`"`)[0]
-	if fencingToken(h) < 1 || h.Get("Authorization") != "" || h.Get("Idemgate-Tenant") != "acme" {
-		t.Errorf("upstream headers: token %q authorization %q tenant %q", h.Get("Idempotency-Fencing-Token"), h.Get("Authorization"), h.Get("Idemgate-Tenant"))
+	// The key was sent quoted: the upstream gets the canonical key,
+	// scoped to the tenant.
+	h := up.headers("/v1/payments/sub", key)[0]
+	if h.Get("Idempotency-Key") != "acme:"+key || fencingToken(h) < 1 || h.Get("Authorization") != "" || h.Get("Idemgate-Tenant") != "acme" {
+		t.Errorf("upstream headers: key %q token %q authorization %q tenant %q", h.Get("Idempotency-Key"), h.Get("Idempotency-Fencing-Token"), h.Get("Authorization"), h.Get("Idemgate-Tenant"))
 	}
 }
 
@@ -486,6 +490,10 @@ func testIsolation(t *testing.T, g *gatewayProc, up *upstream, k func(string) st
 	if up.count("/v1/payments", key) != 2 || up.count("/v2/payments", key) != 1 {
 		t.Fatalf("upstream calls: v1 %d v2 %d, want 2 and 1", up.count("/v1/payments", key), up.count("/v2/payments", key))
 	}
+	// Two tenants never share a key at the upstream.
+	if hs := up.headers("/v1/payments", key); hs[0].Get("Idempotency-Key") == hs[1].Get("Idempotency-Key") {
+		t.Errorf("both tenants reached the upstream with Idempotency-Key %q", hs[0].Get("Idempotency-Key"))
+	}
 	if r := send(t, g.public, req{path: "/v1/payments", key: key, apiKey: "globex-key"}); !bytes.Equal(r.body, b.body) {
 		t.Error("globex's replay is not globex's response")
 	}
@@ -501,7 +509,7 @@ func testReleaseAndOversize(t *testing.T, g *gatewayProc, up *upstream, k func(s
 		t.Fatalf("after an upstream 503 the retry must run again: %d", r.status)
 	}
 	hs := up.headers("/v1/flaky", key)
-	if len(hs) != 2 || hs[0].Get("Idempotency-Key") != key || hs[1].Get("Idempotency-Key") != key || fencingToken(hs[1]) <= fencingToken(hs[0]) {
+	if len(hs) != 2 || hs[0].Get("Idempotency-Key") != "acme:"+key || hs[1].Get("Idempotency-Key") != "acme:"+key || fencingToken(hs[1]) <= fencingToken(hs[0]) {
 		t.Fatalf("retry after release: %d calls, second token %q", len(hs), hs[len(hs)-1].Get("Idempotency-Fencing-Token"))
 	}
 
@@ -627,7 +635,7 @@ func testKilled(t *testing.T, cfg string, up *upstream, k func(string) string) {
 		t.Fatalf("retry after the crash: %d %s", r.status, r.body)
 	}
 	hs := up.headers("/v1/slow", key)
-	if len(hs) != 2 || hs[1].Get("Idempotency-Key") != key || fencingToken(hs[1]) <= fencingToken(hs[0]) {
+	if len(hs) != 2 || hs[1].Get("Idempotency-Key") != "acme:"+key || fencingToken(hs[1]) <= fencingToken(hs[0]) {
 		t.Fatalf("upstream saw %d calls; take-over key %q token %q, want the same key and a higher token",
 			len(hs), hs[len(hs)-1].Get("Idempotency-Key"), hs[len(hs)-1].Get("Idempotency-Fencing-Token"))
 	}

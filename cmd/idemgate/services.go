@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
@@ -30,6 +31,7 @@ type services struct {
 	queue     *asynq.Client
 	inspector *asynq.Inspector
 	store     idempotency.Store
+	certs     certs
 }
 
 func newServices(cfg *config.Config, c *closers) *services {
@@ -156,4 +158,27 @@ func (s *services) idempotencyStore(ctx context.Context) (idempotency.Store, err
 		s.store = memstore.New()
 	}
 	return s.store, nil
+}
+
+// openJobQueue opens what the operator commands on jobs need (cmd names
+// the command in the usage error): the job records and the queue, to
+// enqueue and to inspect. Their release is pushed on cl.
+func openJobQueue(ctx context.Context, cfg *config.Config, cl *closers, cmd string) (*enqueue.Enqueuer, *asynq.Inspector, error) {
+	if cfg.DatabaseURL == "" || cfg.RedisURL == "" {
+		return nil, nil, usagef("%s: database_url and redis_url are required", cmd)
+	}
+	svc := newServices(cfg, cl)
+	pool, err := svc.postgres(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := svc.queueClient()
+	if err != nil {
+		return nil, nil, err
+	}
+	inspector, err := svc.queueInspector()
+	if err != nil {
+		return nil, nil, err
+	}
+	return enqueue.New(pool, client), inspector, nil
 }

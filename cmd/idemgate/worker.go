@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"maps"
@@ -16,15 +19,19 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/examples"
+	"github.com/idemgate/idemgate/middleware/auth"
+	"github.com/idemgate/idemgate/middleware/requestid"
+	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/telemetry"
 	"github.com/idemgate/idemgate/workers"
 )
 
-func runWorker(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func runWorker(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	cfg, logger, err := loadCommand("worker", args, getenv, stdout, stderr)
 	if err != nil {
 		return err
 	}
+	defer func() { err = logExit(cfg, logger, err) }()
 	var cl closers
 	defer cl.close()
 	stopTracing, err := startTracing(ctx, "idemgate-worker", getenv, logger)
@@ -32,11 +39,12 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	cl.push(stopTracing)
-	w, err := buildWorker(ctx, cfg, logger, newServices(cfg, &cl))
+	svc := newServices(cfg, &cl)
+	w, err := buildWorker(ctx, cfg, logger, svc)
 	if err != nil {
 		return err
 	}
-	return runAll(ctx, cfg, logger, stdout, nil, []server{w.adminServer(cfg)}, w.srv.Run, w.relay.Run)
+	return runAll(ctx, cfg, logger, stdout, &svc.certs, nil, []server{w.adminServer(cfg)}, w.srv.Run, w.relay.Run)
 }
 
 // worker is an asynq server running the declared jobs, the relay that
@@ -49,7 +57,7 @@ type worker struct {
 }
 
 func (w *worker) adminServer(cfg *config.Config) server {
-	return server{name: "worker-admin", addr: cfg.Worker.AdminListen, handler: w.admin}
+	return server{name: "worker-admin", addr: cfg.Worker.AdminListen, handler: w.admin, tls: cfg.Worker.AdminTLS}
 }
 
 // buildWorker opens the worker's services and builds its server: one
@@ -114,12 +122,41 @@ func buildWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger, s
 	}
 
 	admin := http.NewServeMux()
-	admin.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	admin.Handle("GET /metrics", requireAdminToken(cfg.Worker.AdminTokenSHA256, cfg.ProblemBase,
+		promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	// /healthz stays open: it says only that the process is up, and an
+	// orchestrator's liveness probe should not need a secret.
 	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
-	return &worker{srv: srv, relay: relay, admin: admin}, nil
+	return &worker{srv: srv, relay: relay, admin: requestid.Middleware(admin)}, nil
+}
+
+// requireAdminToken lets through requests that carry the token whose hex
+// SHA-256 is tokenSHA256 — as a bearer token or, from a browser, as the
+// password of HTTP Basic authentication — as the gateway's admin listener
+// does. An empty tokenSHA256 (checked by config) lets everything through.
+func requireAdminToken(tokenSHA256, problemBase string, next http.Handler) http.Handler {
+	if tokenSHA256 == "" {
+		return next
+	}
+	var want [sha256.Size]byte
+	_, _ = hex.Decode(want[:], []byte(tokenSHA256))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !auth.AdminToken(r, want) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate-admin"`)
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_ = json.NewEncoder(w).Encode(openapi.Problem{
+				Type: problemBase + "unauthorized", Title: "Missing or invalid credentials", Status: http.StatusUnauthorized,
+				Detail: "the worker's /metrics needs the admin bearer token", Instance: r.URL.Path,
+				RequestId: requestid.FromContext(r.Context()),
+			})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // recordStatus keeps the job document of each task the gateway submitted

@@ -56,15 +56,16 @@ func TestMeasure(t *testing.T) {
 	if r.UnavailableMS != 4000 {
 		t.Errorf("unavailable = %dms, want 4000", r.UnavailableMS)
 	}
-	// redis-store-loss promises no same token, no lower token, no split
-	// answer and rising tokens; it promises nothing about re-runs or jobs.
-	for _, b := range []string{"same token (4)", "lower token after a higher one (2)", "split answers (1)", "tokens rise across the loss (3)"} {
+	// redis-store-loss promises no same token, no lower token and rising
+	// tokens; it promises nothing about re-runs, jobs or split answers
+	// (the records went with Redis' data).
+	for _, b := range []string{"same token (4)", "lower token after a higher one (2)", "tokens rise across the loss (3)"} {
 		if !strings.Contains(strings.Join(r.Broken, "; "), b) {
 			t.Errorf("broken = %q, want it to name %q", r.Broken, b)
 		}
 	}
-	if len(r.Broken) != 4 {
-		t.Errorf("broken = %q, want 4 guarantees", r.Broken)
+	if len(r.Broken) != 3 {
+		t.Errorf("broken = %q, want 3 guarantees", r.Broken)
 	}
 }
 

@@ -96,11 +96,17 @@ func (a *Authenticator) Header() string { return a.header }
 // Mode is the configured mode.
 func (a *Authenticator) Mode() Mode { return a.mode }
 
-// Authenticate returns the request's tenant or ErrUnauthorized.
+// Authenticate returns the request's tenant or ErrUnauthorized. The
+// credentials header must come once: with two lines, which one a proxy in
+// front checked and which one an upstream reads is anyone's guess.
 func (a *Authenticator) Authenticate(r *http.Request) (string, error) {
-	switch a.mode {
-	case ModeNone:
+	if a.mode == ModeNone {
 		return Anonymous, nil
+	}
+	if len(r.Header.Values(a.header)) > 1 {
+		return "", ErrUnauthorized
+	}
+	switch a.mode {
 	case ModeHeader:
 		name := strings.TrimSpace(r.Header.Get(a.header))
 		if !ValidTenant(name) || (len(a.known) > 0 && !a.known[name]) {

@@ -179,7 +179,7 @@ func notStored(canonical string) bool {
 	switch canonical {
 	case "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
 		"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-		"Set-Cookie", "Content-Length", HeaderReplayed:
+		"Set-Cookie", "Content-Length", HeaderReplayed, HeaderReplayedX:
 		return true
 	}
 	return false

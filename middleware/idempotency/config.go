@@ -33,6 +33,32 @@ const (
 	AmbiguousHold AmbiguousPolicy = "hold"
 )
 
+// ForwardKeyPolicy says which Idempotency-Key a handler that forwards the
+// request (the gateway's proxy) sends upstream. Whatever the policy, it is
+// the key in its canonical form (ParseKey's result: unquoted), never the
+// header as the client wrote it, so "abc" and abc reach the upstream as
+// one key.
+type ForwardKeyPolicy string
+
+const (
+	// ForwardTenantScoped forwards "{tenant}:{key}" (default). An upstream
+	// that scopes keys to its account — the gateway — then never sees two
+	// tenants' requests under one key.
+	ForwardTenantScoped ForwardKeyPolicy = "tenant_scoped"
+	// ForwardAsSent forwards the key alone, for an upstream that scopes
+	// keys by the tenant it is told (Idemgate-Tenant) itself.
+	ForwardAsSent ForwardKeyPolicy = "as_sent"
+)
+
+// Key returns the Idempotency-Key to forward upstream for the key of s,
+// s.Key in canonical form. The zero policy is ForwardTenantScoped.
+func (p ForwardKeyPolicy) Key(s Scope) string {
+	if p == ForwardAsSent {
+		return s.Key
+	}
+	return s.Tenant + ":" + s.Key
+}
+
 // Config configures the middleware for one route. The zero value of every
 // field but Route means its default.
 type Config struct {
@@ -40,7 +66,10 @@ type Config struct {
 	Route string
 	// Methods that require a key, each an HTTP method token. Default (nil)
 	// DefaultMethods, POST and PATCH; an empty, non-nil list means none.
-	// Other methods pass through untouched.
+	// Other standard methods (GET, HEAD, OPTIONS, TRACE, PUT, DELETE,
+	// CONNECT) pass through untouched; a method that is not one of the
+	// standard ones (RFC 9110 methods are case-sensitive, so "post" is
+	// not POST) needs a key too unless Methods is an empty, non-nil list.
 	Methods []string
 	// KeySyntax: KeyCompat or KeyStrict. Default DefaultKeySyntax, compat.
 	KeySyntax KeySyntax
@@ -81,6 +110,10 @@ type Config struct {
 	// OnAmbiguous: AmbiguousRelease or AmbiguousHold. Default
 	// DefaultOnAmbiguous, release.
 	OnAmbiguous AmbiguousPolicy
+	// ForwardKey: ForwardTenantScoped or ForwardAsSent, the key a handler
+	// forwarding the request sends upstream (ForwardKeyPolicy.Key).
+	// Default DefaultForwardKey, tenant_scoped.
+	ForwardKey ForwardKeyPolicy
 	// ReplayCache, when set, answers replays of recently completed records
 	// from process memory. Routes may share one.
 	ReplayCache *ReplayCache
@@ -109,6 +142,7 @@ const (
 	DefaultMaxStoredResponseBytes = 1 << 20
 	DefaultOnStoreError           = FailClosed
 	DefaultOnAmbiguous            = AmbiguousRelease
+	DefaultForwardKey             = ForwardTenantScoped
 )
 
 // The bounds of MaxKeyLength and Lease.
@@ -154,6 +188,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OnAmbiguous == "" {
 		c.OnAmbiguous = DefaultOnAmbiguous
+	}
+	if c.ForwardKey == "" {
+		c.ForwardKey = DefaultForwardKey
 	}
 	if c.Tenant == nil {
 		c.Tenant = func(*http.Request) string { return AnonymousTenant }
@@ -261,7 +298,34 @@ func (c Config) ValidateResolved() error {
 	default:
 		bad("on_ambiguous", "%q is not release or hold", c.OnAmbiguous)
 	}
+	switch c.ForwardKey {
+	case ForwardTenantScoped, ForwardAsSent:
+	default:
+		bad("forward_key", "%q is not tenant_scoped or as_sent", c.ForwardKey)
+	}
 	return errors.Join(errs...)
+}
+
+// standardMethod reports whether m is a method RFC 9110 or RFC 5789
+// defines, spelt as they define it.
+func standardMethod(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut,
+		http.MethodDelete, http.MethodPost, http.MethodPatch, http.MethodConnect:
+		return true
+	}
+	return false
+}
+
+// needsKey reports whether a request with this method must carry a key: a
+// method Methods names, or any method that is not a standard one (a
+// lower-case "post", an extension method), which nothing says is safe,
+// unless Methods is empty: no method needs a key then.
+func (c Config) needsKey(method string) bool {
+	if slices.Contains(c.Methods, method) {
+		return true
+	}
+	return len(c.Methods) > 0 && !standardMethod(method)
 }
 
 // isToken reports whether s is an RFC 9110 token, as a method and a header

@@ -49,6 +49,7 @@ func TestConfigFieldErrors(t *testing.T) {
 				"max_stored_response_bytes: must be positive, not 0",
 				`on_store_error: "" is not fail_closed or fail_open`,
 				`on_ambiguous: "" is not release or hold`,
+				`forward_key: "" is not tenant_scoped or as_sent`,
 			},
 		},
 		{

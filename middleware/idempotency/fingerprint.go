@@ -34,6 +34,12 @@ type FingerprintInput struct {
 // dropped, numbers and strings kept as written), so key order and
 // formatting do not make two equal requests differ. With JSONFields (JSON
 // Pointers, RFC 6901) only those fields of a JSON body count.
+//
+// Canonicalising must never make two different documents one: a body sent
+// as JSON that is JSON but not I-JSON (RFC 7493) — invalid UTF-8, an
+// unpaired surrogate escape, a duplicate member name — has no single
+// meaning to canonicalise, and is refused (ErrNotIJSON). A body sent as
+// JSON that is not JSON at all is fingerprinted by its bytes.
 type Fingerprinter struct {
 	headers []string
 	fields  [][]string
@@ -59,8 +65,11 @@ func NewFingerprinter(headers, jsonFields []string) (*Fingerprinter, error) {
 	return f, nil
 }
 
-// Fingerprint returns the hex SHA-256 fingerprint of in.
-func (f *Fingerprinter) Fingerprint(in FingerprintInput) string {
+// Fingerprint returns the hex SHA-256 fingerprint of in. The error is a
+// *JSONError wrapping ErrNotIJSON when in has a JSON media type and a body
+// that is JSON but not I-JSON: such a request must be refused, since its
+// fingerprint could not tell it from another request.
+func (f *Fingerprinter) Fingerprint(in FingerprintInput) (string, error) {
 	sc := scratchPool.Get().(*fingerprintScratch)
 	b := sc.pre[:0]
 	b = appendField(b, "idemgate-fingerprint-v1")
@@ -78,11 +87,14 @@ func (f *Fingerprinter) Fingerprint(in FingerprintInput) string {
 			b = appendField(b, strings.TrimSpace(v))
 		}
 	}
-	b = f.body(b, in.Body, isJSON, sc)
+	b, err := f.body(b, in.Body, isJSON, sc)
 	sum := sha256.Sum256(b)
 	sc.pre = b
 	sc.release()
-	return hex.EncodeToString(sum[:])
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // fingerprintScratch is the reusable memory of one Fingerprint call: the
@@ -106,30 +118,39 @@ func (sc *fingerprintScratch) release() {
 	scratchPool.Put(sc)
 }
 
-func (f *Fingerprinter) body(b, body []byte, isJSON bool, sc *fingerprintScratch) []byte {
+// body appends the body's part of the preimage: a tag ("raw", "json",
+// "json-fields") and the bytes it covers.
+func (f *Fingerprinter) body(b, body []byte, isJSON bool, sc *fingerprintScratch) ([]byte, error) {
 	if !isJSON {
 		b = appendField(b, "raw")
-		return appendFieldBytes(b, body)
+		return appendFieldBytes(b, body), nil
 	}
 	if len(f.fields) == 0 {
 		// The fast path covers the common documents; it gives up, without
-		// a verdict, on anything unusual.
+		// a verdict, on anything unusual. What it takes is I-JSON: ASCII
+		// strings without escapes, no duplicate names.
 		if canon, ok := appendCanonicalFast(sc.body[:0], body, &sc.canon); ok {
 			sc.body = canon
 			b = appendField(b, "json")
-			return appendFieldBytes(b, canon)
+			return appendFieldBytes(b, canon), nil
 		}
 	}
 	doc, ok := decodeJSON(body)
 	if !ok {
 		b = appendField(b, "raw")
-		return appendFieldBytes(b, body)
+		return appendFieldBytes(b, body), nil
+	}
+	// encoding/json keeps the last of two members of one name and turns
+	// bad bytes and lone surrogates into U+FFFD: different bodies would
+	// decode, and fingerprint, alike.
+	if err := CheckIJSON(body); err != nil {
+		return b, err
 	}
 	var buf bytes.Buffer
 	if len(f.fields) == 0 {
 		b = appendField(b, "json")
 		writeCanonical(&buf, doc)
-		return appendFieldBytes(b, buf.Bytes())
+		return appendFieldBytes(b, buf.Bytes()), nil
 	}
 	b = appendField(b, "json-fields")
 	for i, tokens := range f.fields {
@@ -143,7 +164,7 @@ func (f *Fingerprinter) body(b, body []byte, isJSON bool, sc *fingerprintScratch
 		writeCanonical(&buf, v)
 		b = appendFieldBytes(b, buf.Bytes())
 	}
-	return b
+	return b, nil
 }
 
 // appendField appends a length-prefixed string so that no two sequences

@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"testing"
 
@@ -19,7 +20,11 @@ func fp(t testing.TB, f *idempotency.Fingerprinter, in idempotency.FingerprintIn
 	if in.Path == "" {
 		in.Path = "/v1/payments"
 	}
-	return f.Fingerprint(in)
+	got, err := f.Fingerprint(in)
+	if err != nil {
+		t.Fatalf("Fingerprint(%q): %v", in.Body, err)
+	}
+	return got
 }
 
 func TestFingerprint(t *testing.T) {
@@ -154,15 +159,21 @@ func FuzzFingerprint(f *testing.F) {
 	fpr, _ := idempotency.NewFingerprinter(nil, nil)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		in := idempotency.FingerprintInput{Method: "POST", Route: "r", Path: "/p", ContentType: "application/json", Body: body}
-		a := fpr.Fingerprint(in)
-		if a != fpr.Fingerprint(in) {
+		a, errA := fpr.Fingerprint(in)
+		if again, err := fpr.Fingerprint(in); again != a || (err == nil) != (errA == nil) {
 			t.Fatal("fingerprint is not deterministic")
+		}
+		if errA != nil {
+			if !errors.Is(errA, idempotency.ErrNotIJSON) || idempotency.CheckIJSON(body) == nil {
+				t.Fatalf("refused %q with %v, which CheckIJSON accepts", body, errA)
+			}
+			return
 		}
 		spaced := append(append([]byte(" \n"), body...), '\t')
 		in2 := in
 		in2.Body = spaced
-		if json.Valid(body) && fpr.Fingerprint(in2) != a {
-			t.Fatalf("white space around valid JSON %q changed the fingerprint", body)
+		if b, err := fpr.Fingerprint(in2); json.Valid(body) && (b != a || err != nil) {
+			t.Fatalf("white space around valid JSON %q changed the fingerprint (%v)", body, err)
 		}
 	})
 }
@@ -193,10 +204,10 @@ func TestFingerprintStable(t *testing.T) {
 		{idempotency.FingerprintInput{Method: "POST", Route: "r", Path: "/p", ContentType: "application/json", Body: []byte(`{"a":1} x`)},
 			"73c9c001eee3c2a8d382c83a5fd68e322410e34d8db96836aff4d8e4d7f1fad3", "71ad059dddd9db227f5ab106ea3e2ab9fd17d2b5067b6248c1ea414bc5c42746"},
 	} {
-		if got := plain.Fingerprint(c.in); got != c.plain {
+		if got, _ := plain.Fingerprint(c.in); got != c.plain {
 			t.Errorf("case %d: fingerprint %s, was %s", i, got, c.plain)
 		}
-		if got := fields.Fingerprint(c.in); got != c.fields {
+		if got, _ := fields.Fingerprint(c.in); got != c.fields {
 			t.Errorf("case %d: json_fields fingerprint %s, was %s", i, got, c.fields)
 		}
 	}

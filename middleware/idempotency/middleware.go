@@ -18,6 +18,10 @@ import (
 // HeaderReplayed marks a replayed response.
 const HeaderReplayed = "Idempotent-Replayed"
 
+// HeaderReplayedX marks a replayed response too, for clients that look for
+// the X- prefixed name some implementations of the draft use.
+const HeaderReplayedX = "X-Idempotent-Replayed"
+
 // HeaderBodyOmitted marks a replay whose original body was too large to
 // store.
 const HeaderBodyOmitted = "Idempotent-Body-Omitted"
@@ -61,7 +65,7 @@ func (m *Middleware) Config() Config { return m.cfg }
 // Wrap returns next guarded by the middleware.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !slices.Contains(m.cfg.Methods, r.Method) {
+		if !m.cfg.needsKey(r.Method) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -87,10 +91,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.refuse(w, r, Event{Outcome: OutcomeTooLarge, Scope: scope}, err)
 		return
 	}
-	fingerprint := m.fp.Fingerprint(FingerprintInput{
+	fingerprint, err := m.fp.Fingerprint(FingerprintInput{
 		Method: r.Method, Route: m.cfg.Route, Path: r.URL.Path, RawQuery: r.URL.RawQuery,
 		ContentType: r.Header.Get("Content-Type"), Header: r.Header, Body: body,
 	})
+	if err != nil {
+		m.refuse(w, r, Event{Outcome: OutcomeInvalidBody, Scope: scope}, invalidBody(err))
+		return
+	}
 
 	if rec, ok := m.cfg.ReplayCache.get(scope); ok {
 		m.answerExisting(w, r, fingerprint, rec)
@@ -198,6 +206,7 @@ func replay(w http.ResponseWriter, resp Response) {
 		}
 	}
 	h.Set(HeaderReplayed, "true")
+	h.Set(HeaderReplayedX, "true")
 	if resp.BodyOmitted {
 		h.Set(HeaderBodyOmitted, "true")
 	}
@@ -207,6 +216,10 @@ func replay(w http.ResponseWriter, resp Response) {
 }
 
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, ev Event, err error) {
+	var re *RequestError
+	if errors.As(err, &re) && re.Key == "" {
+		re.Key = ev.Scope.Key // the problem names the key it refuses
+	}
 	ev.Err = err
 	m.observe(r, ev)
 	m.cfg.ErrorHandler(w, r, err)

@@ -44,8 +44,9 @@ type Event struct {
 }
 
 // Attempt describes the claim a wrapped handler runs under. Get it with
-// AttemptFrom. A proxy forwards Scope.Key and FencingToken upstream and
-// reports transport failures with NotProcessed or Ambiguous.
+// AttemptFrom. A proxy forwards the key (Config.ForwardKey's Key of Scope:
+// the canonical key, by default after the tenant) and FencingToken
+// upstream, and reports transport failures with NotProcessed or Ambiguous.
 type Attempt struct {
 	Scope        Scope
 	FencingToken int64

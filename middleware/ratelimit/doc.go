@@ -9,14 +9,16 @@
 // Config.OnLimited with a *LimitedError, so the application renders its own
 // 429 problem.
 //
-// Budgets are kept in go-limiter stores (github.com/sethvargo/go-limiter).
-// A store holds one limit for all its keys, so the middleware asks a
-// StoreFunc for one store per distinct Limit and uses the tenant as the key:
-// MemoryStore keeps budgets in the process, redislimit.New shares them
-// between gateway instances through Redis. The middleware does not use
-// Store.Set to give keys their own limits: Set refills the bucket, and a key
-// a store has dropped (memorystore sweeps idle keys, Redis expires them)
-// comes back silently with the store's own limit.
+// Budgets are kept in stores behind go-limiter's interface (limiter.Store
+// from github.com/sethvargo/go-limiter). A store holds one limit for all
+// its keys, so the middleware asks a StoreFunc for one store per distinct
+// Limit and uses the tenant as the key: MemoryStore keeps budgets in the
+// process (Memory, our own fixed window: go-limiter's memorystore cuts any
+// budget above √(interval in ns), 1e8 per second to 10), redislimit.New
+// shares them between gateway instances through Redis. The middleware does
+// not use Store.Set to give keys their own limits: Set refills the bucket,
+// and a key a store has dropped (Memory sweeps idle keys, Redis expires
+// them) comes back silently with the store's own limit.
 //
 // When the store fails (Redis unreachable, a timeout), the request is let
 // through and the error goes to Config.OnError: an outage of the limiter

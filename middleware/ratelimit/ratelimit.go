@@ -26,8 +26,8 @@ const (
 
 // Limit is a tenant's budget: Tokens requests per Interval. The budget
 // refills in full at the end of each interval, which starts at the tenant's
-// first request (the behaviour of go-limiter's memorystore, which redislimit
-// shares).
+// first request: a fixed window, in Memory and in redislimit alike, exact
+// for any number of tokens.
 type Limit struct {
 	Tokens   uint64
 	Interval time.Duration

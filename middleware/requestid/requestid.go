@@ -1,17 +1,23 @@
 // Package requestid gives every request an id: the client's X-Request-Id
-// when it sent a sane one, a new random id otherwise. The id is echoed in
-// the response header and readable with FromContext, so logs and problem
-// bodies can name it.
+// when it sent a sane one, a new UUIDv7 otherwise. The id is echoed in the
+// response header and readable with FromContext, so logs and problem
+// bodies can name it. URN turns an id into the urn:uuid: that names the
+// occurrence in a problem document's instance (RFC 9457).
 //
 //	handler = requestid.Middleware(handler)
 //	id := requestid.FromContext(r.Context())
+//	instance := requestid.URN(id) // urn:uuid:0193…
 package requestid
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha1"
 	"encoding/hex"
+	"io"
 	"net/http"
+	"strings"
+	"time"
 )
 
 // Header is the request and response header carrying the id.
@@ -38,11 +44,86 @@ func FromContext(ctx context.Context) string {
 	return id
 }
 
-// New returns a random 128-bit id in hex.
+// New returns a new id: a UUIDv7 (RFC 9562) in its canonical lower-case
+// form, so ids sort by creation time and are their own URN.
 func New() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	var u [16]byte
+	_, _ = rand.Read(u[6:])
+	ms := uint64(time.Now().UnixMilli())
+	for i := range 6 {
+		u[i] = byte(ms >> (40 - 8*i))
+	}
+	u[6] = 0x70 | u[6]&0x0f
+	u[8] = 0x80 | u[8]&0x3f
+	return format(u)
+}
+
+// namespace is the name space of the UUIDs URN derives from ids that are
+// not UUIDs: the UUIDv5 of the URL https://idemgate.dev/request-id.
+const namespace = "\x06\xd6\x54\xe8\x62\xff\x58\xc4\xa7\x65\xbd\xfb\x3b\xbe\x6e\xdf"
+
+// URN returns the urn:uuid: (RFC 9562) that names the occurrence id
+// identifies: the id itself, in lower case, when it is a UUID (every id
+// New makes is); otherwise the name-based UUIDv5 of the id, so a client's
+// own X-Request-Id always maps to the same URN and a log line's request_id
+// finds the problem it answered. An empty id gets a fresh UUID.
+func URN(id string) string {
+	if id == "" {
+		return "urn:uuid:" + New()
+	}
+	if isUUID(id) {
+		return "urn:uuid:" + strings.ToLower(id)
+	}
+	return "urn:uuid:" + format(uuid5(namespace, id))
+}
+
+// uuid5 is the name-based UUID (version 5, SHA-1) of name in the name
+// space ns, given as its 16 bytes.
+func uuid5(ns, name string) [16]byte {
+	h := sha1.New()
+	_, _ = io.WriteString(h, ns)
+	_, _ = io.WriteString(h, name)
+	var u [16]byte
+	copy(u[:], h.Sum(nil))
+	u[6] = 0x50 | u[6]&0x0f
+	u[8] = 0x80 | u[8]&0x3f
+	return u
+}
+
+// format writes u as 8-4-4-4-12 lower-case hex digits.
+func format(u [16]byte) string {
+	var b [36]byte
+	hex.Encode(b[0:8], u[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], u[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], u[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], u[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], u[10:])
+	return string(b[:])
+}
+
+// isUUID reports whether s is a UUID in the 8-4-4-4-12 hex form.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // valid accepts ids a client may choose: 1..128 characters of letters,

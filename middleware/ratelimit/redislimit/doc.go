@@ -1,9 +1,10 @@
 // Package redislimit is a go-limiter store (limiter.Store from
 // github.com/sethvargo/go-limiter) kept in Redis, so that every gateway
 // instance draws on one budget per key instead of granting the whole budget
-// each. It has the semantics of go-limiter's memorystore: a key gets Tokens
-// per Interval, the interval starts at the key's first Take, and the bucket
-// refills in full when it ends.
+// each. It has the semantics of ratelimit.Memory: a key gets Tokens per
+// Interval, the interval starts at the key's first Take, and the bucket
+// refills in full when it ends — exactly, for any budget up to 2^53 (a
+// Lua number's integers) and any interval from 1µs.
 //
 // A bucket is one hash, changed only by Lua scripts that each touch that
 // one key: atomic, one round trip, and timed by the Redis server's clock
@@ -18,12 +19,12 @@
 //	defer store.Close(ctx)
 //	limit, remaining, reset, ok, err := store.Take(ctx, tenant)
 //
-// A store has one limit, as a memorystore does; ratelimit.New asks for one
+// A store has one limit, as a ratelimit.Memory does; ratelimit.New asks for one
 // store per distinct limit, and all of them can share a client and a prefix.
 //
 // # Semantics and limits
 //
-// Like memorystore's, the budget is a fixed window: a client can spend
+// Like ratelimit.Memory's, the budget is a fixed window: a client can spend
 // Tokens at the end of one interval and Tokens again at the start of the
 // next. Take's reset is the end of the current interval in Unix nanoseconds
 // of the Redis clock, with microsecond resolution. Set gives one key its own

@@ -67,7 +67,7 @@ return {max, avail, start + iv, ok}
 `
 
 // getScript returns {limit, remaining}, or {0, 0} for a missing key (as
-// memorystore does for a key it has not seen). It writes nothing.
+// ratelimit.Memory does for a key it has not seen). It writes nothing.
 const getScript = prelude + `
 local key = KEYS[1]
 if redis.call('EXISTS', key) == 0 then return {0, 0} end

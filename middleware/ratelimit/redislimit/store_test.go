@@ -338,6 +338,76 @@ func TestStoredWindow(t *testing.T) {
 	})
 }
 
+// TestLargeBudgets: any budget up to 2^53 per interval, intervals from
+// 1ms to 24h, refills in full at the end of each interval, on the grid of
+// the bucket's first take. Buckets are planted in the past, so nothing
+// waits for an interval to end.
+func TestLargeBudgets(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, client func(testing.TB) redis.UniversalClient) {
+		rdb := client(t)
+		for _, tokens := range []uint64{3, 100_000_000, 1_000_000_000, 1 << 53} {
+			for _, interval := range []time.Duration{time.Millisecond, time.Second, 24 * time.Hour} {
+				s := newStore(t, rdb, redislimit.Config{Tokens: tokens, Interval: interval, Prefix: testenv.Prefix()})
+				// An empty bucket two and a half intervals old.
+				start := time.Now().Add(-5 * interval / 2).Truncate(time.Microsecond) // the store's resolution
+				if err := rdb.HSet(t.Context(), s.Key("acme"), "start", start.UnixMicro(), "avail", 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+				got := mustTake(t, s, "acme")
+				if !got.ok || got.tokens != tokens || got.remaining != tokens-1 {
+					t.Errorf("%d per %s: take on a bucket emptied intervals ago = %+v, want ok with %d left", tokens, interval, got, tokens-1)
+				}
+				reset := time.Unix(0, int64(got.reset))
+				if off := reset.Sub(start) % interval; off != 0 || !reset.After(start.Add(2*interval)) {
+					t.Errorf("%d per %s: reset %s is not a later interval's end on the bucket's grid (start %s)", tokens, interval, reset, start)
+				}
+				if got := mustTake(t, s, "acme"); interval >= time.Second && (!got.ok || got.remaining != tokens-2) {
+					t.Errorf("%d per %s: second take = %+v, want ok with %d left", tokens, interval, got, tokens-2)
+				}
+			}
+		}
+	})
+}
+
+// TestLargeBudgetEverySecond: 1e8 per second is 1e8 in the second second
+// too, through the middleware, headers included.
+func TestLargeBudgetEverySecond(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, client func(testing.TB) redis.UniversalClient) {
+		prefix := testenv.Prefix()
+		rdb := client(t)
+		var store *redislimit.Store
+		lim, err := ratelimit.New(ratelimit.Limits{"acme": {Tokens: 100_000_000, Interval: time.Second}}, func(l ratelimit.Limit) (limiter.Store, error) {
+			s, err := redislimit.New(rdb, &redislimit.Config{Tokens: l.Tokens, Interval: l.Interval, Prefix: prefix})
+			store = s
+			return s, err
+		}, ratelimit.Config{
+			Key:     func(r *http.Request) string { return r.Header.Get("X-Test-Tenant") },
+			OnError: func(_ *http.Request, err error) { t.Errorf("store error: %v", err) },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lim.Close(context.Background()) })
+		h := lim.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		first := mustTake(t, store, "acme")
+		time.Sleep(time.Until(time.Unix(0, int64(first.reset))) + 20*time.Millisecond)
+		for i := range 300 {
+			r := httptest.NewRequest(http.MethodPost, "/v1/payments", nil)
+			r.Header.Set("X-Test-Tenant", "acme")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			remaining, _ := strconv.ParseUint(w.Header().Get(ratelimit.HeaderRemaining), 10, 64)
+			if w.Code != http.StatusOK || w.Header().Get(ratelimit.HeaderLimit) != "100000000" ||
+				remaining < 100_000_000-300 || remaining > 100_000_000-1 {
+				t.Fatalf("request %d after the first second: %d, RateLimit-Limit %s, -Remaining %s",
+					i+1, w.Code, w.Header().Get(ratelimit.HeaderLimit), w.Header().Get(ratelimit.HeaderRemaining))
+			}
+		}
+	})
+}
+
 func TestClose(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, client func(testing.TB) redis.UniversalClient) {

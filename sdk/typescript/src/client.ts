@@ -1,6 +1,6 @@
-import { IdemgateError, IdemgateProblem, IdemgateTimeoutError, problemSlug } from "./errors.js";
+import { IdemgateError, IdemgateProblem, IdemgateTimeoutError } from "./errors.js";
 import { encodeIdempotencyKey, newIdempotencyKey } from "./key.js";
-import { backoff, parseRetryAfter, resolveRetry, retryableStatuses, safeMethods, sleep } from "./retry.js";
+import { backoff, parseRetryAfter, resolveRetry, safeMethods, sleep } from "./retry.js";
 import type {
   IdemgateOptions,
   IdemgateResponse,
@@ -190,8 +190,7 @@ export class Idemgate {
 
 function retryable(p: IdemgateProblem): boolean {
   if (p.replayed) return false; // a stored outcome does not change
-  if (retryableStatuses.has(p.status)) return true;
-  return p.status === 409 && problemSlug(p.type) === "idempotency-key-in-use";
+  return p.retryable; // the document's retryable, or else its status
 }
 
 /**

@@ -1,3 +1,4 @@
+import { retryableStatuses } from "./retry.js";
 import type { FieldError, Job, ProblemDocument } from "./types.js";
 
 interface ErrorDetails {
@@ -57,9 +58,21 @@ export class IdemgateProblem extends IdemgateError {
   /** The HTTP status of the response. */
   readonly status: number;
   readonly detail: string;
+  /** The occurrence: `urn:uuid:` and the request id as a UUID. */
   readonly instance: string;
   /** The id of the request that produced the document (also `X-Request-Id`). */
   readonly request_id: string;
+  /**
+   * Whether the same request, with the same key, may be sent again as it
+   * is: the document's `retryable` when it has one, otherwise decided from
+   * the status (408, 425, 429, 502, 503, 504, and 409
+   * `idempotency-key-in-use`).
+   */
+  readonly retryable: boolean;
+  /** The `Idempotency-Key` the gateway read from the request, when the problem concerns one. */
+  readonly idempotency_key: string | undefined;
+  /** The section of the IETF Idempotency-Key draft the problem is about (also `Link: rel="describedby"`). */
+  readonly documentation: string | undefined;
   /** For `invalid-payload` and `bad-request`: each field at fault; otherwise empty. */
   readonly errors: FieldError[];
   readonly headers: Headers;
@@ -88,6 +101,9 @@ export class IdemgateProblem extends IdemgateError {
     this.detail = detail;
     this.instance = doc?.instance ?? "";
     this.request_id = doc?.request_id ?? response.headers.get("X-Request-Id") ?? "";
+    this.retryable = doc?.retryable ?? retryableByStatus(status, problemSlug(type));
+    this.idempotency_key = doc?.idempotency_key;
+    this.documentation = doc?.documentation;
     this.errors = Array.isArray(doc?.errors) ? doc.errors : [];
     this.headers = response.headers;
     this.body = response.body;
@@ -135,6 +151,12 @@ export class IdemgateProblem extends IdemgateError {
   }
 }
 
+/** Whether a status means "not processed, try again", for a document that does not say. */
+function retryableByStatus(status: number, slug: string): boolean {
+  if (retryableStatuses.has(status)) return true;
+  return status === 409 && slug === "idempotency-key-in-use";
+}
+
 /** The last segment of a problem type URI (path, URN or fragment). */
 export function problemSlug(type: string): string {
   if (type === "about:blank") return type;
@@ -155,6 +177,11 @@ function asProblem(body: unknown): Partial<ProblemDocument> | undefined {
   if (instance !== undefined) out.instance = instance;
   const requestId = str(doc.request_id);
   if (requestId !== undefined) out.request_id = requestId;
+  if (typeof doc.retryable === "boolean") out.retryable = doc.retryable;
+  const key = str(doc.idempotency_key);
+  if (key !== undefined) out.idempotency_key = key;
+  const documentation = str(doc.documentation);
+  if (documentation !== undefined) out.documentation = documentation;
   if (Array.isArray(doc.errors)) {
     out.errors = doc.errors.filter(
       (e): e is FieldError =>

@@ -12,9 +12,10 @@ export const defaultRetry: Readonly<RetryOptions> = Object.freeze({
 export const safeMethods: ReadonlySet<string> = new Set(["GET", "HEAD", "OPTIONS"]);
 
 /**
- * Statuses that mean "not processed, try again" whatever the body: 408,
- * 425, 429, 502, 503, 504. A 409 is retried only when it is the gateway's
- * `idempotency-key-in-use`.
+ * Statuses that mean "not processed, try again" when the answer does not
+ * say (a problem document without `retryable`, or no problem document):
+ * 408, 425, 429, 502, 503, 504. A 409 is retried only when it is the
+ * gateway's `idempotency-key-in-use`.
  */
 export const retryableStatuses: ReadonlySet<number> = new Set([408, 425, 429, 502, 503, 504]);
 

@@ -146,8 +146,11 @@ describe("request", () => {
         assert.equal(err.status, 422);
         assert.equal(err.title, "idempotency key reused");
         assert.equal(err.detail, "detail of idempotency-key-reused");
-        assert.equal(err.instance, "/v1/payments");
+        assert.equal(err.instance, "urn:uuid:01a2384e-26cb-7f2a-9944-c9c3269e0d37");
         assert.equal(err.request_id, "req-idempotency-key-reused");
+        assert.equal(err.retryable, false, "no retryable member: decided from the status");
+        assert.equal(err.idempotency_key, undefined);
+        assert.equal(err.documentation, undefined);
         assert.equal(err.idempotencyKey, "k-1");
         assert.equal(err.attempts, 1);
         assert.equal(err.name, "IdemgateProblem");
@@ -181,6 +184,54 @@ describe("request", () => {
         },
       );
     }
+  });
+
+  test("the document's retryable decides: true on a 500 is retried, false on a 503 is not", async () => {
+    const cases: [number, boolean, number][] = [
+      [500, true, 2],
+      [503, false, 1],
+    ];
+    for (const [status, retryable, attempts] of cases) {
+      await withServer(
+        (_req, res, _body, n) => (n === 1 ? problem(res, status, "x", { members: { retryable } }) : json(res, 201, {})),
+        async (s) => {
+          const res = await client(s.url, fakeTime())
+            .request("POST", "/v1/payments", payment)
+            .then(
+              (r) => r,
+              (e: unknown) => e,
+            );
+          assert.equal(s.seen.length, attempts, `${status} retryable=${retryable}`);
+          if (attempts === 1) {
+            assert.ok(res instanceof IdemgateProblem);
+            assert.equal(res.retryable, false);
+          }
+        },
+      );
+    }
+  });
+
+  test("a problem names its key, its occurrence and the draft's section", async () => {
+    const documentation = "https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-idempotency-key-header#section-2.6";
+    await withServer(
+      (_req, res) =>
+        problem(res, 409, "idempotency-outcome-unknown", {
+          members: { retryable: false, idempotency_key: "order-42", documentation },
+          headers: { Link: `<${documentation}>; rel="describedby"; type="text/html"` },
+        }),
+      async (s) => {
+        const err = await client(s.url, fakeTime())
+          .request("POST", "/v1/payments", payment, { idempotencyKey: "order-42" })
+          .then(() => assert.fail("resolved"), (e: unknown) => e);
+        assert.ok(err instanceof IdemgateProblem);
+        assert.equal(err.isOutcomeUnknown(), true);
+        assert.equal(err.retryable, false);
+        assert.equal(err.idempotency_key, "order-42");
+        assert.equal(err.documentation, documentation);
+        assert.equal(err.instance, "urn:uuid:01a2384e-26cb-7f2a-9944-c9c3269e0d37");
+        assert.equal(s.seen.length, 1);
+      },
+    );
   });
 
   test("an upstream's own 400 is a problem of type about:blank with its body", async () => {

@@ -129,6 +129,7 @@ routes:
     // Once done, a retry is a replay at once.
     const c = await newClient().request<{ id: string }>("POST", "/v1/payments/flaky", payment, { idempotencyKey: key });
     assert.equal(c.replayed, true);
+    assert.equal(c.headers.get("X-Idempotent-Replayed"), "true");
     assert.equal(c.attempts, 1);
     assert.deepEqual(c.body, a.body);
 
@@ -156,7 +157,14 @@ routes:
     assert.equal(err.type, `${problemBase}idempotency-key-reused`);
     assert.equal(err.attempts, 1);
     assert.ok(err.request_id !== "");
-    assert.equal(err.instance, "/v1/payments/flaky");
+    assert.equal(err.request_id, err.headers.get("X-Request-Id"));
+    assert.match(err.instance, /^urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    assert.equal(err.instance, `urn:uuid:${err.request_id}`, "a request id the gateway made is a UUIDv7, its own URN");
+    assert.equal(err.retryable, false);
+    assert.equal(err.idempotency_key, key);
+    const section = "https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-idempotency-key-header#section-2.2";
+    assert.equal(err.documentation, section);
+    assert.equal(err.headers.get("Link"), `<${section}>; rel="describedby"; type="text/html"`);
     assert.equal(callsOf(key).length, before, "nothing reached the upstream");
   });
 
@@ -194,6 +202,7 @@ routes:
     const elapsed = Date.now() - started;
     assert.ok(err instanceof IdemgateProblem, String(err));
     assert.equal(err.status, 503);
+    assert.equal(err.retryable, true);
     assert.ok(err.attempts >= 2 && err.attempts < 1000, `${err.attempts} attempts`);
     assert.equal(callsOf(key).length, err.attempts);
     const slept = sleeps.reduce((a, b) => a + b, 0);

@@ -57,15 +57,21 @@ export function problem(
   res: ServerResponse,
   status: number,
   slug: string,
-  { headers = {}, base = problemBase, errors }: { headers?: Record<string, string>; base?: string; errors?: unknown[] } = {},
+  {
+    headers = {},
+    base = problemBase,
+    errors,
+    members = {},
+  }: { headers?: Record<string, string>; base?: string; errors?: unknown[]; members?: Record<string, unknown> } = {},
 ): void {
   const doc: Record<string, unknown> = {
     type: base + slug,
     title: slug.replace(/-/g, " "),
     status,
     detail: `detail of ${slug}`,
-    instance: "/v1/payments",
+    instance: "urn:uuid:01a2384e-26cb-7f2a-9944-c9c3269e0d37",
     request_id: `req-${slug}`,
+    ...members,
   };
   if (errors) doc.errors = errors;
   const text = JSON.stringify(doc);

@@ -100,5 +100,7 @@ export async function tempFile(name: string, text: string): Promise<{ file: stri
   return { file, remove: () => rm(dir, { recursive: true, force: true }) };
 }
 
-export const publicReady = /^idemgate: public listening on (http:\/\/\S+)$/;
-export const workerReady = /^idemgate: worker-admin listening on (http:\/\/\S+)$/;
+// A listener's ready line: "idemgate: NAME listening on URL" (log.format text) or
+// {…,"msg":"listening","listener":NAME,"url":URL} (json, the default).
+export const publicReady = /^(?:idemgate: public listening on |\{.*"msg":"listening","listener":"public","url":")(https?:\/\/[^\s"]+)/;
+export const workerReady = /^(?:idemgate: worker-admin listening on |\{.*"msg":"listening","listener":"worker-admin","url":")(https?:\/\/[^\s"]+)/;

@@ -216,7 +216,9 @@ export interface components {
     schemas: {
         /**
          * @description An RFC 9457 problem document. Match on the slug that ends `type`;
-         *     `detail` is for people and may change.
+         *     `detail` is for people and may change. A generic client acts on
+         *     `retryable` (send the same request again, with the same key, or
+         *     not) and follows `documentation`.
          */
         Problem: {
             /**
@@ -232,17 +234,55 @@ export interface components {
             /** @description What went wrong with this request and what to do; never internal causes. */
             detail: string;
             /**
-             * Format: uri-reference
-             * @description The request's path.
+             * Format: uri
+             * @description The occurrence, not the resource: `urn:uuid:` and the request id
+             *     as a UUID. A request id the gateway made is a UUIDv7 and is used
+             *     as it is, as is a client's `X-Request-Id` that is a UUID (in
+             *     lower case); any other client id is mapped to its name-based
+             *     UUIDv5 (RFC 9562) in the name space
+             *     `06d654e8-62ff-58c4-a765-bdfb3bbe6edf`, so the same
+             *     `request_id` always gives the same `instance`.
+             * @example urn:uuid:0193a8c4-7b1e-7c3d-9f00-1a2b3c4d5e6f
              */
             instance: string;
             /**
              * @description The request's id, as in `X-Request-Id`. A replayed answer
              *     (`Idempotent-Replayed: true`) is the stored document, so its
-             *     `request_id` names the original request while `X-Request-Id`
-             *     names this one.
+             *     `request_id` and `instance` name the original request while
+             *     `X-Request-Id` names this one.
              */
             request_id: string;
+            /**
+             * @description `true` when the same request, with the same `Idempotency-Key`,
+             *     may be sent again as it is: it was not processed (408, 425,
+             *     429, 502 `upstream-unavailable`, 503, 504 `upstream-timeout`),
+             *     or the original still runs (409 `idempotency-key-in-use`). Wait
+             *     for `Retry-After` when there is one. `false` when the request,
+             *     the key or an operator must change something first (400, 401,
+             *     404, 409 `idempotency-outcome-unknown`, 413, 422, 500): sent
+             *     again as it is, it gets the same answer.
+             */
+            retryable: boolean;
+            /**
+             * @description The request's `Idempotency-Key` as parsed (without the quotes
+             *     of an sf-string). Absent when the request had none, its key is
+             *     invalid, or the problem arose before the key was read
+             *     (`unauthorized`, `rate-limited`).
+             * @example order-42
+             */
+            idempotency_key?: string;
+            /**
+             * Format: uri
+             * @description The section of the IETF Idempotency-Key draft the problem is
+             *     about, also sent as `Link: <…>; rel="describedby"`: `#section-2.1`
+             *     (syntax) for `idempotency-key-missing` and
+             *     `idempotency-key-invalid`, `#section-2.2` (uniqueness) for
+             *     `idempotency-key-reused`, `#section-2.6` (enforcement) for
+             *     `idempotency-key-in-use` and `idempotency-outcome-unknown`.
+             *     Absent for the problems the draft does not cover.
+             * @example https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-idempotency-key-header#section-2.2
+             */
+            documentation?: string;
             /** @description For `bad-request` and `invalid-payload` on enqueue routes, what is at fault. */
             errors?: components["schemas"]["FieldError"][];
         };
@@ -331,7 +371,7 @@ export interface components {
             fingerprint: string;
             /**
              * Format: int64
-             * @description 1 on the first claim, strictly higher on every later one.
+             * @description Strictly higher on every later claim; 1 on the first claim with the PostgreSQL and memory stores, the Redis server's clock in microseconds with the Redis store.
              */
             fencing_token: number;
             /**
@@ -378,6 +418,7 @@ export interface components {
                 Location: components["headers"]["JobLocation"];
                 "X-Request-Id": components["headers"]["XRequestId"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "X-Idempotent-Replayed": components["headers"]["XIdempotentReplayed"];
                 "Idempotent-Body-Omitted": components["headers"]["IdempotentBodyOmitted"];
                 "RateLimit-Limit": components["headers"]["RateLimitLimit"];
                 "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
@@ -401,7 +442,9 @@ export interface components {
         BadRequest: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
+                Link: components["headers"]["DescribedBy"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "X-Idempotent-Replayed": components["headers"]["XIdempotentReplayed"];
                 "RateLimit-Limit": components["headers"]["RateLimitLimit"];
                 "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
                 "RateLimit-Reset": components["headers"]["RateLimitReset"];
@@ -469,6 +512,7 @@ export interface components {
         Conflict: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
+                Link: components["headers"]["DescribedBy"];
                 /**
                  * @description `idempotency-key-in-use` only: seconds until the original's lease ends.
                  * @example 28
@@ -508,7 +552,9 @@ export interface components {
         UnprocessableEntity: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
+                Link: components["headers"]["DescribedBy"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "X-Idempotent-Replayed": components["headers"]["XIdempotentReplayed"];
                 "RateLimit-Limit": components["headers"]["RateLimitLimit"];
                 "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
                 "RateLimit-Reset": components["headers"]["RateLimitReset"];
@@ -645,8 +691,9 @@ export interface components {
         IdempotencyKey: string;
         /**
          * @description An id for this request, echoed in the `X-Request-Id` response header,
-         *     in problem documents and in the logs. One of 1 to 128 letters, digits
-         *     and `-_.:`; anything else is replaced with a random id.
+         *     in problem documents (`request_id`, and as a UUID in `instance`) and
+         *     in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+         *     else, or none, is replaced with a new UUIDv7.
          */
         RequestID: string;
         /** @description The job id, from the `Location` of the enqueue route's answer. */
@@ -671,8 +718,8 @@ export interface components {
     requestBodies: never;
     headers: {
         /**
-         * @description The request's id (the client's `X-Request-Id` when it sent a valid one).
-         * @example 2f7474cb84e179fa6788a9881fb00f89
+         * @description The request's id (the client's `X-Request-Id` when it sent a valid one, else a new UUIDv7).
+         * @example 01a2384e-26cb-7f2a-9944-c9c3269e0d37
          */
         XRequestId: string;
         /**
@@ -681,6 +728,21 @@ export interface components {
          *     request again. Absent on a first execution.
          */
         IdempotentReplayed: "true";
+        /**
+         * @description The same as `Idempotent-Replayed`, under the name some clients of
+         *     the draft look for.
+         */
+        XIdempotentReplayed: "true";
+        /**
+         * @description `<documentation>; rel="describedby"; type="text/html"` (RFC 8288):
+         *     the section of the IETF Idempotency-Key draft the problem is about,
+         *     as in the body's `documentation`, as the draft suggests. Sent with
+         *     `idempotency-key-missing`, `idempotency-key-invalid`,
+         *     `idempotency-key-reused`, `idempotency-key-in-use` and
+         *     `idempotency-outcome-unknown`.
+         * @example <https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-idempotency-key-header#section-2.2>; rel="describedby"; type="text/html"
+         */
+        DescribedBy: string;
         /**
          * @description `true` on a replay whose original body was larger than
          *     `max_stored_response_bytes` and was not stored: the status and
@@ -832,8 +894,9 @@ export interface operations {
             header?: {
                 /**
                  * @description An id for this request, echoed in the `X-Request-Id` response header,
-                 *     in problem documents and in the logs. One of 1 to 128 letters, digits
-                 *     and `-_.:`; anything else is replaced with a random id.
+                 *     in problem documents (`request_id`, and as a UUID in `instance`) and
+                 *     in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+                 *     else, or none, is replaced with a new UUIDv7.
                  */
                 "X-Request-Id"?: components["parameters"]["RequestID"];
             };

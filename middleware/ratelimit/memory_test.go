@@ -1,0 +1,255 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sethvargo/go-limiter"
+
+	"github.com/idemgate/idemgate/middleware/ratelimit"
+)
+
+// clock is a test's time, moved by hand.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock { return &clock{now: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func newMemory(t *testing.T, c ratelimit.MemoryConfig) *ratelimit.Memory {
+	t.Helper()
+	m, err := ratelimit.NewMemory(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	return m
+}
+
+type taken struct {
+	tokens, remaining uint64
+	reset             time.Time
+	ok                bool
+}
+
+func takeOne(t *testing.T, s limiter.Store, key string) taken {
+	t.Helper()
+	tokens, remaining, reset, ok, err := s.Take(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Take: %v", err)
+	}
+	return taken{tokens, remaining, time.Unix(0, int64(reset)).UTC(), ok}
+}
+
+// TestLargeBudget: a budget of 1e8 per second is 1e8 per second, every
+// second. go-limiter's memorystore refilled interval/tokens = 10 tokens
+// per second after the first, and refused the rest with
+// RateLimit-Remaining: 0. Real clock: the assertions hold whenever the
+// requests run.
+func TestLargeBudget(t *testing.T) {
+	t.Parallel()
+	var store limiter.Store
+	lim := newLimiter(t, ratelimit.Limits{"acme": {Tokens: 100_000_000, Interval: time.Second}}, func(l ratelimit.Limit) (limiter.Store, error) {
+		s, err := ratelimit.MemoryStore(l)
+		store = s
+		return s, err
+	}, ratelimit.Config{})
+	h := lim.Wrap(&okHandler{})
+	first := takeOne(t, store, "acme")
+	if !first.ok || first.tokens != 100_000_000 || first.remaining != 99_999_999 {
+		t.Fatalf("first take %+v, want 1e8 - 1 left", first)
+	}
+	time.Sleep(time.Until(first.reset) + 10*time.Millisecond) // into a later second
+	for i := range 1000 {
+		w := get(h, "acme")
+		if w.Code != http.StatusOK {
+			t.Fatalf("request %d after the first second: %d (RateLimit-Remaining %s), want 200",
+				i+1, w.Code, w.Header().Get(ratelimit.HeaderRemaining))
+		}
+		if got := headerInt(t, w, ratelimit.HeaderRemaining); got < 100_000_000-1000 || got > 100_000_000-1 {
+			t.Fatalf("request %d: RateLimit-Remaining %d, want the refilled budget less what was taken", i+1, got)
+		}
+		if got := headerInt(t, w, ratelimit.HeaderLimit); got != 100_000_000 {
+			t.Fatalf("request %d: RateLimit-Limit %d, want 100000000", i+1, got)
+		}
+	}
+}
+
+// TestMemoryWindows checks the arithmetic on a test clock, for budgets
+// from 1 to 2^64-1 per interval and intervals from 1ms to 24h: the whole
+// budget in each interval, a refill exactly when it ends, intervals on
+// the grid their first take started.
+func TestMemoryWindows(t *testing.T) {
+	t.Parallel()
+	for _, tokens := range []uint64{1, 3, 1000, 100_000_000, 1_000_000_000, 1 << 62, math.MaxUint64} {
+		for _, interval := range []time.Duration{time.Millisecond, time.Second, time.Minute, 24 * time.Hour} {
+			clk := newClock()
+			// IdleTTL past the test: a swept bucket would start a new grid.
+			m := newMemory(t, ratelimit.MemoryConfig{Tokens: tokens, Interval: interval, IdleTTL: 1000 * time.Hour, Now: clk.Now})
+			t0 := clk.Now()
+			want := func(step string, got taken, ok bool, remaining uint64, reset time.Time) {
+				t.Helper()
+				if got.ok != ok || got.tokens != tokens || got.remaining != remaining || !got.reset.Equal(reset) {
+					t.Fatalf("%d per %s, %s: %+v; want ok %v, %d left, reset %s", tokens, interval, step, got, ok, remaining, reset)
+				}
+			}
+			want("first take", takeOne(t, m, "acme"), true, tokens-1, t0.Add(interval))
+			clk.Add(interval - 1)
+			if tokens > 1 {
+				want("last instant of the interval", takeOne(t, m, "acme"), true, tokens-2, t0.Add(interval))
+			} else {
+				want("last instant of the interval", takeOne(t, m, "acme"), false, 0, t0.Add(interval))
+			}
+			clk.Add(1)
+			want("next interval", takeOne(t, m, "acme"), true, tokens-1, t0.Add(2*interval))
+			clk.Add(interval + interval/2)
+			want("an interval skipped", takeOne(t, m, "acme"), true, tokens-1, t0.Add(3*interval))
+		}
+	}
+}
+
+// TestSmallBudgetIsExact: 3 per second is 3, then refusals until the
+// second ends, then 3 again — through the middleware, with its headers.
+func TestSmallBudgetIsExact(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	next := &okHandler{}
+	lim := newLimiter(t, ratelimit.Limits{"acme": {Tokens: 3, Interval: 10 * time.Second}}, func(l ratelimit.Limit) (limiter.Store, error) {
+		return ratelimit.NewMemory(ratelimit.MemoryConfig{Tokens: l.Tokens, Interval: l.Interval, Now: clk.Now})
+	}, ratelimit.Config{Now: clk.Now})
+	h := lim.Wrap(next)
+	expect := func(step string, code int, remaining int64, reset string) {
+		t.Helper()
+		w := get(h, "acme")
+		if w.Code != code || headerInt(t, w, ratelimit.HeaderRemaining) != remaining ||
+			w.Header().Get(ratelimit.HeaderReset) != reset || headerInt(t, w, ratelimit.HeaderLimit) != 3 {
+			t.Fatalf("%s: %d, RateLimit-Limit %s, -Remaining %s, -Reset %s; want %d, 3, %d, %s", step, w.Code,
+				w.Header().Get(ratelimit.HeaderLimit), w.Header().Get(ratelimit.HeaderRemaining), w.Header().Get(ratelimit.HeaderReset),
+				code, remaining, reset)
+		}
+		retry := w.Header().Get(ratelimit.HeaderRetryAfter)
+		if (code == http.StatusTooManyRequests) != (retry == reset) {
+			t.Fatalf("%s: Retry-After %q with status %d", step, retry, code)
+		}
+	}
+	for i := range 3 {
+		expect("request "+string(rune('1'+i)), http.StatusOK, int64(2-i), "10")
+	}
+	expect("fourth", http.StatusTooManyRequests, 0, "10")
+	clk.Add(2500 * time.Millisecond)
+	expect("later in the interval", http.StatusTooManyRequests, 0, "8")
+	clk.Add(7500*time.Millisecond - time.Nanosecond)
+	expect("its last instant", http.StatusTooManyRequests, 0, "1")
+	clk.Add(time.Nanosecond)
+	for i := range 3 {
+		expect("next interval "+string(rune('1'+i)), http.StatusOK, int64(2-i), "10")
+	}
+	expect("next interval, fourth", http.StatusTooManyRequests, 0, "10")
+	if n := next.calls.Load(); n != 6 {
+		t.Errorf("handler ran %d times, want 6", n)
+	}
+}
+
+func TestMemorySetGetBurstClose(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	m := newMemory(t, ratelimit.MemoryConfig{Tokens: 2, Interval: time.Minute, Now: clk.Now})
+	ctx := t.Context()
+	get := func(key string) [2]uint64 {
+		t.Helper()
+		tokens, remaining, err := m.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [2]uint64{tokens, remaining}
+	}
+	if got := get("acme"); got != [2]uint64{0, 0} {
+		t.Errorf("Get of an unseen key = %v, want [0 0]", got)
+	}
+	takeOne(t, m, "acme")
+	if got := get("acme"); got != [2]uint64{2, 1} {
+		t.Errorf("Get after a take = %v, want [2 1]", got)
+	}
+	if err := m.Burst(ctx, "acme", 5); err != nil {
+		t.Fatal(err)
+	}
+	if got := get("acme"); got != [2]uint64{2, 6} {
+		t.Errorf("Get after Burst = %v, want [2 6]", got)
+	}
+	if err := m.Burst(ctx, "acme", math.MaxUint64); err != nil || get("acme") != [2]uint64{2, math.MaxUint64} {
+		t.Errorf("Burst past 2^64: %v, %v; want the count capped", err, get("acme"))
+	}
+	clk.Add(time.Minute)
+	if got := get("acme"); got != [2]uint64{2, 2} {
+		t.Errorf("Get in the next interval = %v, want [2 2] (the burst was for one interval)", got)
+	}
+	if err := m.Set(ctx, "globex", 1_000_000_000, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if got := takeOne(t, m, "globex"); !got.ok || got.tokens != 1_000_000_000 || got.remaining != 999_999_999 ||
+		!got.reset.Equal(clk.Now().Add(time.Millisecond)) {
+		t.Errorf("take on a Set limit: %+v", got)
+	}
+	if err := m.Set(ctx, "globex", 1, 0); err == nil {
+		t.Error("Set with a zero interval succeeded")
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, _, err := m.Take(ctx, "acme"); !errors.Is(err, limiter.ErrStopped) {
+		t.Errorf("Take after Close: %v, want ErrStopped", err)
+	}
+	if _, _, err := m.Get(ctx, "acme"); !errors.Is(err, limiter.ErrStopped) {
+		t.Errorf("Get after Close: %v, want ErrStopped", err)
+	}
+}
+
+// TestMemorySweep: a bucket idle for IdleTTL after its interval is
+// forgotten; one still in use is kept.
+func TestMemorySweep(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	m := newMemory(t, ratelimit.MemoryConfig{Tokens: 5, Interval: time.Hour, IdleTTL: 2 * time.Hour, Now: clk.Now})
+	ctx := t.Context()
+	takeOne(t, m, "idle")
+	clk.Add(2 * time.Hour)
+	takeOne(t, m, "busy")
+	if tokens, _, _ := m.Get(ctx, "idle"); tokens != 5 {
+		t.Fatal("swept a bucket whose interval ended only an hour ago")
+	}
+	clk.Add(time.Hour)
+	takeOne(t, m, "busy") // sweeps
+	if tokens, remaining, _ := m.Get(ctx, "idle"); tokens != 0 || remaining != 0 {
+		t.Errorf("idle bucket still held: %d, %d", tokens, remaining)
+	}
+	if tokens, remaining, _ := m.Get(ctx, "busy"); tokens != 5 || remaining != 4 {
+		t.Errorf("busy bucket: %d, %d; want 5, 4 (refilled, one taken)", tokens, remaining)
+	}
+}
+
+func TestNewMemoryValidates(t *testing.T) {
+	t.Parallel()
+	for _, c := range []ratelimit.MemoryConfig{{Interval: -time.Second}, {IdleTTL: -1}} {
+		if _, err := ratelimit.NewMemory(c); err == nil {
+			t.Errorf("NewMemory(%+v) succeeded", c)
+		}
+	}
+}
