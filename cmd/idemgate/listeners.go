@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/cannedproblem"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
@@ -95,7 +96,8 @@ func serve(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout 
 			if tlsConfig != nil {
 				err = srv.ServeTLS(ln, "", "")
 			} else {
-				err = srv.Serve(ln)
+				// The server's own 400/431/501 answers as problem documents.
+				err = srv.Serve(cannedproblem.Listener(ln, cfg.ProblemBase))
 			}
 			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("%s listener: %w", s.name, err)
