@@ -227,6 +227,32 @@ func TestLeaseOutlivesRetention(t *testing.T) {
 	}
 }
 
+// A claim sent again under its own owner token (go-redis resends a script
+// whose reply timed out) is the caller's claim, with its token; anyone
+// else's claim still finds the key in use.
+func TestClaimSentAgainIsOurs(t *testing.T) {
+	rdb := testenv.Redis(t)
+	s, _ := newStore(t, rdb)
+	sc := scope("sent-again")
+	req := idempotency.ClaimRequest{Scope: sc, Fingerprint: "fp", Owner: "owner-1", Lease: time.Minute, Retention: time.Hour}
+	first, err := s.Claim(t.Context(), req)
+	if err != nil || !first.Claimed {
+		t.Fatalf("first claim: %+v, %v", first, err)
+	}
+	again, err := s.Claim(t.Context(), req)
+	if err != nil || !again.Claimed || again.Record.FencingToken != first.Record.FencingToken {
+		t.Fatalf("the same claim again: %+v, %v; want it claimed with token %d", again, err, first.Record.FencingToken)
+	}
+	req.Owner = "owner-2"
+	other, err := s.Claim(t.Context(), req)
+	if err != nil || other.Claimed || other.Record.State != idempotency.StateInFlight {
+		t.Fatalf("another owner's claim: %+v, %v; want the record in flight, not claimed", other, err)
+	}
+	if err := s.Complete(t.Context(), sc, "owner-1", idempotency.Response{Status: 201}, time.Hour); err != nil {
+		t.Fatalf("Complete by the owner: %v", err)
+	}
+}
+
 // TestScriptFlush: a script cache emptied under the store (SCRIPT FLUSH, a
 // restart, a failover to a fresh node) only costs one reload per script.
 func TestScriptFlush(t *testing.T) {

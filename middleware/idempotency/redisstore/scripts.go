@@ -74,7 +74,9 @@ const (
 //
 // A live record is taken over only by the same fingerprint, and only when it
 // was released or its lease ran out; anything else returns the record as it
-// is. A record that is missing or past its expiry is created afresh, but an
+// is, except a claim in flight under the caller's own owner token: that is
+// this claim sent again (go-redis resends a script whose reply timed out),
+// and it is the caller's, with its token. A record that is missing or past its expiry is created afresh, but an
 // expired one still present keeps counting fencing tokens from where it was.
 //
 // The fencing token is the record's previous token plus one or the server
@@ -93,7 +95,7 @@ local key = KEYS[1]
 local tenant, route, ikey, fp, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local lease, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
 local now, now_us = clock()
-local cur = redis.call('HMGET', key, 'tenant', 'route', 'key', 'fp', 'state', 'token', 'lease', 'expires', 'created')
+local cur = redis.call('HMGET', key, 'tenant', 'route', 'key', 'fp', 'state', 'token', 'lease', 'expires', 'created', 'owner')
 local token, created, takeover = 0, now, 0
 if cur[5] then
   if cur[1] ~= tenant or cur[2] ~= route or cur[3] ~= ikey then
@@ -102,6 +104,10 @@ if cur[5] then
   token = tonumber(cur[6]) or 0
   if (tonumber(cur[8]) or 0) > now then
     local st = cur[5]
+    if st == 'in_flight' and cur[10] == owner then
+      -- This very claim, sent again after its reply was lost: it is ours.
+      return {1, 0, tonumber(cur[6]), tonumber(cur[7]), tonumber(cur[9]) or now, now, tonumber(cur[8])}
+    end
     local free = st == 'released' or (st == 'in_flight' and (tonumber(cur[7]) or 0) <= now)
     if cur[4] ~= fp or not free then
       return {0, 0, unpack(record(key))}
