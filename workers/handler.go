@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -56,6 +57,9 @@ type Deps struct {
 	Observer Observer
 	// OnStatus, if set, follows each job's status.
 	OnStatus StatusFunc
+	// Worker names this worker in the attempt ledger (job_attempts).
+	// Default "<hostname>:<pid>".
+	Worker string
 }
 
 // Stages at which tests make a worker die.
@@ -144,6 +148,7 @@ type handler[T any] struct {
 	log         *slog.Logger
 	obs         Observer
 	onStatus    StatusFunc
+	worker      string
 	crash       func(string) bool
 }
 
@@ -230,6 +235,7 @@ func newHandler[T any](deps Deps, kind string, identify identity[T], fn Func[T],
 		log:         log.With("task", kind),
 		obs:         obs,
 		onStatus:    deps.OnStatus,
+		worker:      workerName(deps.Worker),
 		crash:       o.crash,
 	}
 }
@@ -258,7 +264,10 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	tenant := task.Headers()[enqueue.HeaderTenant]
 	resource = Scope(tenant, resource)
 	log = log.With("tenant", tenant, "job_key", key, "resource", resource)
-	id := jobID{tenant: tenant, key: key, sha: sha}
+	id := jobID{tenant: tenant, key: key, sha: sha, job: task.Headers()[enqueue.HeaderJobID]}
+	if id.job == "" {
+		id.job, _ = asynq.GetTaskID(ctx)
+	}
 
 	rec, err := h.store.Get(ctx, tenant, key)
 	switch {
@@ -277,6 +286,9 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 		h.obs.Attempt(h.kind, ClassLockBusy)
 		h.warnIfBudgetSpent(ctx, log)
 		log.DebugContext(ctx, "resource locked by another worker: rescheduling", "lock_event", "busy")
+		if berr := h.store.RecordBusy(ctx, h.attempt(id, resource), rec.Attempts); berr != nil {
+			log.WarnContext(ctx, "recording the busy attempt failed", "error", berr)
+		}
 		return &LockBusyError{Task: h.kind, Key: key, Resource: resource, Err: err}
 	case err != nil:
 		h.obs.LockAcquire(LockError)
@@ -306,6 +318,27 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 // the hash of its payload.
 type jobID struct {
 	tenant, key, sha string
+	job              string // the asynq task id, for the ledger
+}
+
+// attempt is the execution.Attempt of id on resource.
+func (h *handler[T]) attempt(id jobID, resource string) execution.Attempt {
+	return execution.Attempt{
+		Tenant: id.tenant, Key: id.key, Task: h.kind, Resource: resource, PayloadSHA256: id.sha,
+		JobID: id.job, Worker: h.worker,
+	}
+}
+
+// workerName is Deps.Worker or its default.
+func workerName(name string) string {
+	if name != "" {
+		return name
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "worker"
+	}
+	return fmt.Sprintf("%s:%d", host, os.Getpid())
 }
 
 // run is one attempt holding the lock.
@@ -325,9 +358,7 @@ func (r *run[T]) do(ctx context.Context) error {
 	h := r.h
 	lctx := r.lease.Context()
 	// The token is drawn and the job marked processing in one commit.
-	rec, err := h.store.Take(lctx, execution.Attempt{
-		Tenant: r.id.tenant, Key: r.id.key, Task: h.kind, Resource: r.resource, PayloadSHA256: r.id.sha,
-	})
+	rec, err := h.store.Take(lctx, h.attempt(r.id, r.resource))
 	switch {
 	case errors.Is(err, execution.ErrConflict):
 		return h.conflict(ctx, r.log, r.task, r.id, rec)
@@ -375,7 +406,7 @@ func (r *run[T]) do(ctx context.Context) error {
 		return r.failed(ctx, fctx, ferr)
 	}
 	if err := h.store.MarkSucceeded(fctx, r.id.tenant, r.id.key, token, ref); err != nil {
-		if lost := r.lost(ctx, err); lost != nil {
+		if lost := r.lost(ctx, err, execution.OutcomeStaleToken); lost != nil {
 			return lost
 		}
 		// The effect happened but is not recorded: the next attempt runs
@@ -396,25 +427,37 @@ func (r *run[T]) do(ctx context.Context) error {
 
 // beforeAttempt handles an error met holding the lock but before fn ran.
 func (r *run[T]) beforeAttempt(ctx context.Context, err error) error {
-	if lost := r.lost(ctx, err); lost != nil {
+	if lost := r.lost(ctx, err, execution.OutcomeStaleToken); lost != nil {
 		return lost
 	}
 	return r.h.transientBeforeAttempt(ctx, r.log, err)
 }
 
 // lost returns an *OwnershipLostError when err, or the lease, says a newer
-// owner has the job, and nil otherwise.
-func (r *run[T]) lost(ctx context.Context, err error) error {
+// owner has the job, and nil otherwise. A stale token ends the attempt's
+// ledger row as stale (OutcomeSuperseded when the business write refused
+// it, OutcomeStaleToken when the execution state did), a lost lease as
+// OutcomeLockLost.
+func (r *run[T]) lost(ctx context.Context, err error, stale execution.Outcome) error {
 	var cause error
 	event := "lost"
+	outcome := stale
 	switch {
 	case errors.Is(err, fence.ErrStaleToken):
 		r.h.obs.FencingRejected()
 		cause, event = err, "fenced"
 	case errors.Is(r.lease.Err(), lock.ErrLost):
 		cause = errors.Join(err, r.lease.Err())
+		outcome = execution.OutcomeLockLost
 	default:
 		return nil
+	}
+	if r.token != 0 {
+		fctx, cancel := finishContext(ctx)
+		if lerr := r.h.store.EndAttempt(fctx, r.id.tenant, r.id.key, r.token, outcome, cause.Error()); lerr != nil {
+			r.log.WarnContext(ctx, "recording the lost attempt in the ledger failed", "error", lerr)
+		}
+		cancel()
 	}
 	r.h.obs.Attempt(r.h.kind, ClassStaleToken)
 	r.log.WarnContext(ctx, "lost the job to a newer owner: stopping without a verdict",
@@ -425,7 +468,7 @@ func (r *run[T]) lost(ctx context.Context, err error) error {
 // failed decides the fate of an attempt that ended in err.
 func (r *run[T]) failed(ctx, fctx context.Context, err error) error {
 	h := r.h
-	if lost := r.lost(ctx, err); lost != nil {
+	if lost := r.lost(ctx, err, execution.OutcomeSuperseded); lost != nil {
 		return lost
 	}
 	switch {
@@ -441,7 +484,7 @@ func (r *run[T]) failed(ctx, fctx context.Context, err error) error {
 		return r.deadLetter(ctx, fctx, err, false)
 	}
 	if merr := h.store.MarkRetrying(fctx, r.id.tenant, r.id.key, r.token, err.Error()); merr != nil {
-		if lost := r.lost(ctx, merr); lost != nil {
+		if lost := r.lost(ctx, merr, execution.OutcomeStaleToken); lost != nil {
 			return lost
 		}
 		r.log.WarnContext(ctx, "recording the retry failed", "error", merr)
@@ -464,7 +507,7 @@ func (r *run[T]) unavailable(ctx, fctx context.Context, err error) error {
 	}
 	attempts := r.attempts
 	if merr := h.store.MarkUnavailable(fctx, r.id.tenant, r.id.key, r.token, err.Error()); merr != nil {
-		if lost := r.lost(ctx, merr); lost != nil {
+		if lost := r.lost(ctx, merr, execution.OutcomeStaleToken); lost != nil {
 			return lost
 		}
 		// The attempt stays counted: a lost write errs toward the
@@ -496,8 +539,17 @@ func (r *run[T]) deadLetter(ctx, fctx context.Context, err error, permanent bool
 			reason = fmt.Sprintf("asynq retry budget spent after %d of %d attempts: %s", r.attempts, h.maxAttempts, reason)
 		}
 	}
-	if merr := h.store.MarkFailed(fctx, r.id.tenant, r.id.key, r.token, reason); merr != nil {
-		if lost := r.lost(ctx, merr); lost != nil {
+	var merr error
+	switch class {
+	case ClassPermanent:
+		merr = h.store.MarkFailed(fctx, r.id.tenant, r.id.key, r.token, reason)
+	case ClassUnavailable:
+		merr = h.store.MarkExhausted(fctx, r.id.tenant, r.id.key, r.token, execution.OutcomeUnavailable, reason)
+	default:
+		merr = h.store.MarkExhausted(fctx, r.id.tenant, r.id.key, r.token, execution.OutcomeTransient, reason)
+	}
+	if merr != nil {
+		if lost := r.lost(ctx, merr, execution.OutcomeStaleToken); lost != nil {
 			return lost
 		}
 		// Not recorded, so not archived: the next attempt decides again.

@@ -40,5 +40,5 @@ func runDev(ctx context.Context, args []string, getenv func(string) string, stdo
 	servers := append(g.servers(cfg),
 		server{name: "partnersim", addr: partner.Host, handler: partnersim.New(partnersim.Options{})},
 		w.adminServer(cfg))
-	return runAll(ctx, cfg, logger, stdout, &svc.certs, g.store, servers, w.srv.Run, w.relay.Run)
+	return runAll(ctx, cfg, logger, stdout, &svc.certs, g.store, servers, w.srv.Run, w.relay.Run, w.ledgerJanitor)
 }

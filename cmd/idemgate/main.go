@@ -73,6 +73,8 @@ Usage:
   idemgate dlq     list|replay|delete [JOB_ID...] --config FILE
   idemgate jobs    requeue JOB_ID... --config FILE
   idemgate reconcile --config FILE      check the business invariants and stuck jobs
+  idemgate explain --config FILE (--job JOB_ID | --key TENANT ROUTE KEY) [--json]
+                                        the story of a job or key: record, attempts, effects, verdict
 
 Every command takes --help. Exit codes: 0 ok, 1 failure, 2 usage or config error.
 `
@@ -106,6 +108,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runJobs(ctx, rest, getenv, stdout, stderr)
 	case "reconcile":
 		return runReconcile(ctx, rest, getenv, stdout, stderr)
+	case "explain":
+		return runExplain(ctx, rest, getenv, stdout, stderr)
 	default:
 		fmt.Fprint(stderr, usage)
 		return usagef("unknown command %q", cmd)

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,10 +21,12 @@ import (
 	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/examples"
 	"github.com/idemgate/idemgate/middleware/auth"
+	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/requestid"
 	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/telemetry"
 	"github.com/idemgate/idemgate/workers"
+	"github.com/idemgate/idemgate/workers/execution"
 )
 
 func runWorker(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
@@ -44,7 +47,18 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
-	return runAll(ctx, cfg, logger, stdout, &svc.certs, nil, []server{w.adminServer(cfg)}, w.srv.Run, w.relay.Run)
+	return runAll(ctx, cfg, logger, stdout, &svc.certs, nil, []server{w.adminServer(cfg)}, w.srv.Run, w.relay.Run, w.ledgerJanitor)
+}
+
+// attemptJanitor deletes the attempt ledger's rows older than the
+// records' retention, as the gateway's janitor deletes expired records.
+type attemptJanitor struct {
+	store     *execution.Store
+	retention time.Duration
+}
+
+func (j attemptJanitor) DeleteExpired(ctx context.Context, limit int) (int, error) {
+	return j.store.DeleteEndedAttempts(ctx, j.retention, limit)
 }
 
 // worker is an asynq server running the declared jobs, the relay that
@@ -53,7 +67,9 @@ func runWorker(ctx context.Context, args []string, getenv func(string) string, s
 type worker struct {
 	srv   *workers.Server
 	relay *enqueue.Relay
-	admin http.Handler
+	// ledgerJanitor deletes old rows of the attempt ledger.
+	ledgerJanitor func(context.Context) error
+	admin         http.Handler
 }
 
 func (w *worker) adminServer(cfg *config.Config) server {
@@ -130,7 +146,11 @@ func buildWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger, s
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
-	return &worker{srv: srv, relay: relay, admin: requestid.Middleware(admin)}, nil
+	janitor := attemptJanitor{store: execution.New(pool), retention: time.Duration(cfg.Idempotency.Retention)}
+	ledgerJanitor := func(ctx context.Context) error {
+		return idempotency.RunJanitor(ctx, janitor, time.Duration(cfg.Janitor.Interval), cfg.Janitor.Batch, logger)
+	}
+	return &worker{srv: srv, relay: relay, ledgerJanitor: ledgerJanitor, admin: requestid.Middleware(admin)}, nil
 }
 
 // requireAdminToken lets through requests that carry the token whose hex

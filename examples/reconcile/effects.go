@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -114,4 +115,43 @@ SELECT f.kind, f.tenant, f.key, f.ref, coalesce(e.status, '')
 		}
 		return nil
 	})
+}
+
+// Effect is one effect row of the business tables.
+type Effect struct {
+	// Kind names the table: "invoice", "inventory ledger row", "payment",
+	// "notification".
+	Kind string
+	// Ref is the id its job records as result_ref.
+	Ref       string
+	WrittenAt time.Time
+}
+
+// Querier runs a query. A *pgxpool.Pool or a pgx.Tx satisfies it.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Effects returns the effect rows that carry tenant's business key, oldest
+// first, and whether task is one of the example tasks whose effects the
+// business tables hold (false: nothing is looked up). More than one row is
+// an effect that happened twice.
+func Effects(ctx context.Context, db Querier, task, tenant, key string) ([]Effect, bool, error) {
+	if !slices.Contains(examples.Tasks(), task) {
+		return nil, false, nil
+	}
+	rows, err := db.Query(ctx, `
+WITH `+effects+`
+SELECT kind, ref, written_at FROM effects WHERE tenant = $1 AND key = $2 ORDER BY written_at, ref`, tenant, key)
+	if err != nil {
+		return nil, true, fmt.Errorf("reconcile: effects of %s: %w", key, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Effect, error) {
+		var e Effect
+		return e, row.Scan(&e.Kind, &e.Ref, &e.WrittenAt)
+	})
+	if err != nil {
+		return nil, true, fmt.Errorf("reconcile: effects of %s: %w", key, err)
+	}
+	return out, true, nil
 }

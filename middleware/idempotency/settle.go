@@ -33,6 +33,9 @@ const (
 // gives up; a completed response is then not sent, so that the client
 // never holds an answer that another attempt could replace.
 func (m *Middleware) settle(ctx context.Context, r *http.Request, req ClaimRequest, a *Attempt, rn *renewer, what Stored, resp Response) answer {
+	if what != StoredCompleted {
+		ctx = WithReleaseReason(ctx, releaseReason(a, what, resp.Status))
+	}
 	err := m.storeOutcome(ctx, time.Now().Add(m.cfg.StoreTimeout), req, what, resp)
 	if err != nil && !errors.Is(err, ErrNotOwner) && m.settleLater(r, req, a, rn, what, resp) {
 		if what == StoredCompleted {
@@ -171,7 +174,7 @@ func (m *Middleware) abandonClaim(req ClaimRequest) {
 	m.bgWG.Go(func() {
 		ctx, cancel := context.WithTimeout(m.bgCtx, m.cfg.StoreTimeout)
 		defer cancel()
-		_ = m.store.Release(ctx, req.Scope, req.Owner)
+		_ = m.store.Release(WithReleaseReason(ctx, "the claim's answer was lost: released unused"), req.Scope, req.Owner)
 	})
 }
 

@@ -18,6 +18,14 @@
 // records an attempt that found a dependency unavailable and gives it back
 // in the same statement.
 //
+// The attempt ledger (job_attempts, ledger.go) keeps the history the row
+// does not: Take inserts one row per attempt with its token, in its own
+// statement, and marks the key's unfinished earlier attempts crashed; each
+// Mark* statement ends the attempt's row with its Outcome. EndAttempt
+// records an attempt that lost the job, RecordBusy a delivery that found
+// the resource locked, Attempts reads the ledger and DeleteEndedAttempts
+// is its janitor.
+//
 //	store := execution.New(pool)
 //	rec, err := store.Take(ctx, execution.Attempt{
 //		Tenant: "acme", Key: "invoice:42", Task: "invoice.create",

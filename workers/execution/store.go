@@ -84,6 +84,11 @@ type Attempt struct {
 	// attempt with ErrConflict; a failed one is taken over by the new
 	// payload (a corrected request after a refusal).
 	PayloadSHA256 string
+	// JobID and Worker go to the attempt's ledger row (job_attempts): the
+	// job the attempt ran for (its asynq task id) and the worker that ran
+	// it. Both optional.
+	JobID  string
+	Worker string
 }
 
 // DB is the part of a PostgreSQL handle the store uses. *pgxpool.Pool,
@@ -150,7 +155,22 @@ WHERE e.status <> 'succeeded'
   AND (e.fencing_token < excluded.fencing_token OR e.resource <> excluded.resource)
   AND (e.status = 'failed' OR e.payload_sha256 IS NULL OR excluded.payload_sha256 IS NULL
        OR e.payload_sha256 = excluded.payload_sha256)
-RETURNING ` + columns
+RETURNING e.*`
+
+// ledgerTake follows the taking insert (the CTE "taken") in the same
+// statement: the attempts of the key that never ended are marked crashed,
+// the new attempt gets its ledger row, and the statement returns the
+// execution record. $6 is the job id, $7 the worker.
+const ledgerTake = `
+), crashed AS (
+    UPDATE job_attempts a SET outcome = 'crashed', ended_at = now()
+      FROM taken t
+     WHERE a.tenant = t.tenant AND a.key = t.key AND a.outcome IS NULL AND a.fencing_token < t.fencing_token
+), attempt AS (
+    INSERT INTO job_attempts (job_id, tenant, key, task, resource, attempt, fencing_token, worker)
+    SELECT $6::text, t.tenant, t.key, t.task, t.resource, t.attempt_count, t.fencing_token, $7::text FROM taken t
+)
+SELECT ` + columns + ` FROM taken`
 
 // MarkProcessing makes attempt a the job's owner in one statement: it creates the
 // row (attempt 1) or counts one more attempt and records a's token. It
@@ -161,10 +181,11 @@ RETURNING ` + columns
 // with the record). A failed job starts again from attempt 1.
 func (s *Store) MarkProcessing(ctx context.Context, a Attempt) (Record, error) {
 	const query = `
+WITH taken AS (
 INSERT INTO job_executions AS e (tenant, key, task, resource, status, attempt_count, fencing_token, payload_sha256)
-VALUES ($1, $2, $3, $4, 'processing', 1, $5, NULLIF($6, ''))
-` + markProcessing
-	r, err := scan(s.db.QueryRow(ctx, query, a.Tenant, a.Key, a.Task, a.Resource, a.Token, a.PayloadSHA256))
+SELECT $1::text, $2::text, $3::text, $4::text, 'processing', 1, $5::bigint, NULLIF($8::text, '')
+` + markProcessing + ledgerTake
+	r, err := scan(s.db.QueryRow(ctx, query, a.Tenant, a.Key, a.Task, a.Resource, a.Token, a.JobID, a.Worker, a.PayloadSHA256))
 	if err == nil {
 		return r, nil
 	}
@@ -207,11 +228,11 @@ func Conflicts(rec Record, sha string) bool {
 func (s *Store) Take(ctx context.Context, a Attempt) (Record, error) {
 	const query = `
 WITH next AS (` + fence.NextStatement + `
-)
+), taken AS (
 INSERT INTO job_executions AS e (tenant, key, task, resource, status, attempt_count, fencing_token, payload_sha256)
 SELECT $2, $3, $4, $1, 'processing', 1, next.token, NULLIF($5, '') FROM next
-` + markProcessing
-	r, err := scan(s.db.QueryRow(ctx, query, a.Resource, a.Tenant, a.Key, a.Task, a.PayloadSHA256))
+` + markProcessing + ledgerTake
+	r, err := scan(s.db.QueryRow(ctx, query, a.Resource, a.Tenant, a.Key, a.Task, a.PayloadSHA256, a.JobID, a.Worker))
 	if err == nil {
 		return r, nil
 	}
@@ -223,24 +244,63 @@ SELECT $2, $3, $4, $1, 'processing', 1, next.token, NULLIF($5, '') FROM next
 	return s.refused(ctx, "take", a, 0)
 }
 
-// MarkSucceeded records the job's result, if the attempt holding token
-// still owns it. It is the last write of a job: the task is acked after it.
-// Called again by the same attempt it does nothing.
-func (s *Store) MarkSucceeded(ctx context.Context, tenant, key string, token int64, resultRef string) error {
-	tag, err := s.db.Exec(ctx, `
+// ledgerEnd runs a Mark* update (the CTE "done", returning the row it
+// changed) and, in the same statement, ends the attempt's ledger row with
+// its outcome ($5) and error ($6). It returns how many executions changed.
+func ledgerEnd(update string) string {
+	return `
+WITH done AS (` + update + `
+    RETURNING tenant, key, fencing_token
+), ended AS (
+    UPDATE job_attempts a SET outcome = $5::text, ended_at = now(), error = NULLIF($6::text, '')
+      FROM done d
+     WHERE a.tenant = d.tenant AND a.key = d.key AND a.fencing_token = d.fencing_token
+)
+SELECT count(*) FROM done`
+}
+
+var (
+	markSucceededSQL = ledgerEnd(`
 UPDATE job_executions
    SET status = 'succeeded', result_ref = $4, last_error = NULL, finished_at = now(), updated_at = now()
- WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`, tenant, key, token, resultRef)
-	return s.settle(ctx, "succeeded", tenant, key, token, StatusSucceeded, tag, err)
+ WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`)
+	markRetryingSQL = ledgerEnd(`
+UPDATE job_executions SET last_error = $4, updated_at = now()
+ WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`)
+	markUnavailableSQL = ledgerEnd(`
+UPDATE job_executions
+   SET last_error = $4, attempt_count = GREATEST(attempt_count - 1, 0), updated_at = now()
+ WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`)
+	markFailedSQL = ledgerEnd(`
+UPDATE job_executions
+   SET status = 'failed', last_error = $4, finished_at = now(), updated_at = now()
+ WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`)
+)
+
+// mark runs one of the Mark* statements and reports how many rows it
+// changed.
+func (s *Store) mark(ctx context.Context, query, tenant, key string, token int64, value string, outcome Outcome, ledgerErr string) (int64, error) {
+	var n int64
+	err := s.db.QueryRow(ctx, query, tenant, key, token, value, string(outcome), ledgerErr).Scan(&n)
+	return n, err
+}
+
+// MarkSucceeded records the job's result, if the attempt holding token
+// still owns it. It is the last write of a job: the task is acked after it.
+// Called again by the same attempt it does nothing. The attempt's ledger
+// row ends as succeeded.
+func (s *Store) MarkSucceeded(ctx context.Context, tenant, key string, token int64, resultRef string) error {
+	n, err := s.mark(ctx, markSucceededSQL, tenant, key, token, resultRef, OutcomeSucceeded, "")
+	return s.settle(ctx, "succeeded", tenant, key, token, StatusSucceeded, n, err)
 }
 
 // MarkRetrying records the transient error an attempt ended with; the
 // attempt stays counted and the job stays processing until the next one.
+// The ledger row ends as transient.
 func (s *Store) MarkRetrying(ctx context.Context, tenant, key string, token int64, lastErr string) error {
-	tag, err := s.db.Exec(ctx, `
-UPDATE job_executions SET last_error = $4, updated_at = now()
- WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`, tenant, key, token, clip(lastErr))
-	return s.settle(ctx, "retrying", tenant, key, token, StatusProcessing, tag, err)
+	lastErr = clip(lastErr)
+	n, err := s.mark(ctx, markRetryingSQL, tenant, key, token, lastErr, OutcomeTransient, lastErr)
+	return s.settle(ctx, "retrying", tenant, key, token, StatusProcessing, n, err)
 }
 
 // MarkUnavailable records the error of an attempt that found a dependency
@@ -252,31 +312,36 @@ UPDATE job_executions SET last_error = $4, updated_at = now()
 // it is, and an attempt that dies before this write (a crash) stays
 // counted, which errs toward dead-lettering, never toward retrying forever.
 // A job whose every attempt so far found its dependency down has 0. The
-// job stays processing until the next attempt.
+// job stays processing until the next attempt. The ledger row ends as
+// unavailable.
 func (s *Store) MarkUnavailable(ctx context.Context, tenant, key string, token int64, lastErr string) error {
-	tag, err := s.db.Exec(ctx, `
-UPDATE job_executions
-   SET last_error = $4, attempt_count = GREATEST(attempt_count - 1, 0), updated_at = now()
- WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`, tenant, key, token, clip(lastErr))
-	return s.settle(ctx, "unavailable", tenant, key, token, StatusProcessing, tag, err)
+	lastErr = clip(lastErr)
+	n, err := s.mark(ctx, markUnavailableSQL, tenant, key, token, lastErr, OutcomeUnavailable, lastErr)
+	return s.settle(ctx, "unavailable", tenant, key, token, StatusProcessing, n, err)
 }
 
 // MarkFailed records that the job has failed for good: a permanent error,
-// or no attempts left.
+// or no attempts left. The ledger row ends as permanent; MarkExhausted
+// says how the last attempt ended when the attempts ran out.
 func (s *Store) MarkFailed(ctx context.Context, tenant, key string, token int64, lastErr string) error {
-	tag, err := s.db.Exec(ctx, `
-UPDATE job_executions
-   SET status = 'failed', last_error = $4, finished_at = now(), updated_at = now()
- WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`, tenant, key, token, clip(lastErr))
-	return s.settle(ctx, "failed", tenant, key, token, StatusFailed, tag, err)
+	return s.MarkExhausted(ctx, tenant, key, token, OutcomePermanent, lastErr)
+}
+
+// MarkExhausted is MarkFailed for a job whose last attempt ended with
+// outcome (OutcomeTransient, OutcomeUnavailable) and left no attempt: the
+// job fails, and the ledger keeps what the attempt itself met.
+func (s *Store) MarkExhausted(ctx context.Context, tenant, key string, token int64, outcome Outcome, lastErr string) error {
+	lastErr = clip(lastErr)
+	n, err := s.mark(ctx, markFailedSQL, tenant, key, token, lastErr, outcome, lastErr)
+	return s.settle(ctx, "failed", tenant, key, token, StatusFailed, n, err)
 }
 
 // settle explains a conditional update that touched no row.
-func (s *Store) settle(ctx context.Context, op, tenant, key string, token int64, want Status, tag pgconn.CommandTag, err error) error {
+func (s *Store) settle(ctx context.Context, op, tenant, key string, token int64, want Status, n int64, err error) error {
 	if err != nil {
 		return fmt.Errorf("execution: mark %q %s: %w", key, op, err)
 	}
-	if tag.RowsAffected() == 1 {
+	if n == 1 {
 		return nil
 	}
 	cur, err := s.Get(ctx, tenant, key)

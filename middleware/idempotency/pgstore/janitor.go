@@ -13,7 +13,11 @@ import (
 // two janitors never wait for each other. A live lease is never deleted even
 // if its expiry says so (Claim and Renew keep expires_at at or after
 // lease_until, so that is only a guard).
+//
+// The claims of a deleted record (the claim ledger) go with it, in the
+// same statement.
 const deleteExpiredSQL = `
+WITH gone AS (
 DELETE FROM idempotency_records AS r
 USING (
 	SELECT tenant, route, key FROM idempotency_records
@@ -22,7 +26,13 @@ USING (
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
 ) AS d
-WHERE r.tenant = d.tenant AND r.route = d.route AND r.key = d.key`
+WHERE r.tenant = d.tenant AND r.route = d.route AND r.key = d.key
+RETURNING r.tenant, r.route, r.key
+), claims AS (
+	DELETE FROM idempotency_claims c USING gone g
+	WHERE c.tenant = g.tenant AND c.route = g.route AND c.key = g.key
+)
+SELECT 1 FROM gone`
 
 // DeleteExpired deletes at most limit expired records, oldest first, and
 // reports how many it deleted.

@@ -249,7 +249,7 @@ func TestRetryRecognisesOwnWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, st := range []idempotency.State{idempotency.StateReleased, idempotency.StateUnknown} {
-			tag, err := pool.Exec(ctx, endSQL, scope.Tenant, scope.Route, scope.Key, "owner", string(st), true, s.channel, scopeID(scope))
+			tag, err := pool.Exec(ctx, endSQL, scope.Tenant, scope.Route, scope.Key, "owner", string(st), true, s.channel, scopeID(scope), "")
 			want := int64(0)
 			if st == idempotency.StateReleased {
 				want = 1

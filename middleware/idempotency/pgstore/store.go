@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,6 +49,7 @@ type Store struct {
 	maxBatch     int
 	batchTimeout time.Duration
 	batch        *batcher // nil: batching off
+	instance     string   // names this gateway in the claim ledger
 
 	mu       sync.Mutex
 	watchers map[string]map[*watcher]struct{} // by scope id
@@ -84,10 +86,25 @@ func WithLogger(l *slog.Logger) Option {
 	return func(s *Store) { s.log = l }
 }
 
+// WithInstance names this gateway instance in the claim ledger
+// (idempotency_claims.instance). Default "<hostname>:<pid>".
+func WithInstance(name string) Option {
+	return func(s *Store) { s.instance = name }
+}
+
+func defaultInstance() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "gateway"
+	}
+	return fmt.Sprintf("%s:%d", host, os.Getpid())
+}
+
 // New returns a Store on pool, whose database has the migrations applied.
 func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	s := &Store{
 		pool:         pool,
+		instance:     defaultInstance(),
 		channel:      DefaultChannel,
 		log:          slog.Default(),
 		watchers:     make(map[string]map[*watcher]struct{}),
@@ -196,6 +213,13 @@ WITH cur AS (
 	  AND (r.expires_at <= now()
 	       OR (r.fingerprint = excluded.fingerprint AND r.state IN ('released', 'in_flight')))
 	RETURNING fingerprint, fencing_token, owner, lease_until, created_at, updated_at, expires_at
+), taken AS (
+	UPDATE idempotency_claims c SET outcome = 'taken_over', ended_at = now()
+	FROM ins
+	WHERE c.tenant = $1 AND c.route = $2 AND c.key = $3 AND c.outcome IS NULL
+), ledger AS (
+	INSERT INTO idempotency_claims (tenant, route, key, fencing_token, owner, instance)
+	SELECT $1, $2, $3, fencing_token, owner, $8::text FROM ins
 )
 SELECT true, false, fingerprint, 'in_flight', fencing_token, owner, lease_until,
 	0, NULL::jsonb, NULL::bytea, false, created_at, updated_at, expires_at
@@ -229,7 +253,7 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	races, lost, viaBatch := 0, 0, true
 	for {
 		err := s.queryRow(ctx, viaBatch, order, claimSQL, scan,
-			sc.Tenant, sc.Route, sc.Key, req.Fingerprint, req.Owner, req.Lease, req.Retention)
+			sc.Tenant, sc.Route, sc.Key, req.Fingerprint, req.Owner, req.Lease, req.Retention, s.instance)
 		if err == nil {
 			rec, err := r.record(sc)
 			if err != nil {
@@ -289,6 +313,7 @@ func (s *Store) Renew(ctx context.Context, scope idempotency.Scope, owner string
 // connection was lost: a record already completed by this owner is then the
 // first attempt's work, not a second completion.
 const completeSQL = `
+WITH done AS (
 UPDATE idempotency_records
 SET state            = 'completed',
     lease_until      = NULL,
@@ -300,7 +325,13 @@ SET state            = 'completed',
     expires_at       = now() + $9::interval
 WHERE tenant = $1 AND route = $2 AND key = $3 AND owner = $4
   AND (state = 'in_flight' OR ($10 AND state = 'completed'))
-RETURNING CASE WHEN watched THEN pg_notify($11, $12) END`
+RETURNING watched
+), ledger AS (
+	UPDATE idempotency_claims SET outcome = 'completed', ended_at = now(), status = $5
+	WHERE tenant = $1 AND route = $2 AND key = $3 AND owner = $4 AND outcome IS NULL
+	  AND EXISTS (SELECT 1 FROM done)
+)
+SELECT CASE WHEN watched THEN pg_notify($11, $12) END FROM done`
 
 // Complete stores resp and ends the claim. With BodyOmitted the body is not
 // stored even when resp carries one.
@@ -330,6 +361,8 @@ func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner str
 			return fmt.Errorf("pgstore: complete: %w", err)
 		}
 		if tag.RowsAffected() == 0 {
+			status := resp.Status
+			s.refused(ctx, scope, owner, "completion refused: the claim was taken over", &status)
 			return idempotency.ErrNotOwner
 		}
 		return nil
@@ -339,11 +372,34 @@ func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner str
 // endSQL releases a claim or holds it as unknown ($5). Like completeSQL, $6
 // marks a run after a lost connection.
 const endSQL = `
+WITH done AS (
 UPDATE idempotency_records
 SET state = $5, lease_until = NULL, updated_at = now()
 WHERE tenant = $1 AND route = $2 AND key = $3 AND owner = $4
   AND (state = 'in_flight' OR ($6 AND state = $5))
-RETURNING CASE WHEN watched THEN pg_notify($7, $8) END`
+RETURNING watched
+), ledger AS (
+	UPDATE idempotency_claims SET outcome = $5, ended_at = now(), reason = NULLIF($9::text, '')
+	WHERE tenant = $1 AND route = $2 AND key = $3 AND owner = $4 AND outcome IS NULL
+	  AND EXISTS (SELECT 1 FROM done)
+)
+SELECT CASE WHEN watched THEN pg_notify($7, $8) END FROM done`
+
+// refusedSQL records, in the claim ledger, an owner whose completion or
+// release came after a newer claim took the record over. It is a write of
+// its own, on that rare path only.
+const refusedSQL = `
+UPDATE idempotency_claims SET outcome = 'refused', ended_at = coalesce(ended_at, now()),
+	reason = $5, status = $6
+WHERE tenant = $1 AND route = $2 AND key = $3 AND owner = $4 AND (outcome IS NULL OR outcome = 'taken_over')`
+
+// refused notes a refused completion or release in the claim ledger; the
+// caller's ErrNotOwner stands whatever happens to the note.
+func (s *Store) refused(ctx context.Context, scope idempotency.Scope, owner, reason string, status *int) {
+	if _, err := s.pool.Exec(ctx, refusedSQL, scope.Tenant, scope.Route, scope.Key, owner, reason, status); err != nil {
+		s.log.WarnContext(ctx, "pgstore: recording a refused completion in the claim ledger failed", "error", err)
+	}
+}
 
 // Release marks the attempt as not processed; the next claim with the same
 // fingerprint takes the record over.
@@ -361,7 +417,7 @@ func (s *Store) end(ctx context.Context, op string, scope idempotency.Scope, own
 	lost, viaBatch := 0, true
 	for {
 		tag, err := s.exec(ctx, viaBatch, scopeOrder(scope), endSQL,
-			scope.Tenant, scope.Route, scope.Key, owner, string(state), lost > 0, s.channel, id)
+			scope.Tenant, scope.Route, scope.Key, owner, string(state), lost > 0, s.channel, id, idempotency.ReleaseReason(ctx))
 		if err != nil {
 			if rerun(err, &viaBatch, &lost) || s.retryable(ctx, err, &lost) {
 				continue
@@ -369,6 +425,7 @@ func (s *Store) end(ctx context.Context, op string, scope idempotency.Scope, own
 			return fmt.Errorf("pgstore: %s: %w", op, err)
 		}
 		if tag.RowsAffected() == 0 {
+			s.refused(ctx, scope, owner, op+" refused: the claim was taken over", nil)
 			return idempotency.ErrNotOwner
 		}
 		return nil

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/examples/reconcile"
+	"github.com/idemgate/idemgate/internal/explain"
+	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
+)
+
+const explainSynopsis = "explain --config FILE (--job JOB_ID | --key TENANT ROUTE KEY) [--json]"
+
+// runExplain is `idemgate explain`: the whole story of one job or one
+// idempotency key. Exit 1 when the story shows a violation.
+func runExplain(ctx context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
+	fs := newFlags("explain", explainSynopsis, stdout)
+	path := fs.String("config", "", "configuration file (YAML)")
+	jobID := fs.String("job", "", "explain the job with this id")
+	byKey := fs.Bool("key", false, "explain the idempotency key TENANT ROUTE KEY (three arguments)")
+	asJSON := fs.Bool("json", false, "print one JSON document instead of text")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *jobID != "" && *byKey:
+		fs.Usage()
+		return usagef("explain: give --job or --key, not both")
+	case *jobID != "" && len(pos) > 0:
+		fs.Usage()
+		return usagef("explain: --job takes one job id; unexpected arguments %q", pos)
+	case *byKey && len(pos) != 3:
+		fs.Usage()
+		return usagef("explain: --key wants TENANT ROUTE KEY, got %d argument(s)", len(pos))
+	case *jobID == "" && !*byKey:
+		fs.Usage()
+		return usagef("explain: want --job JOB_ID or --key TENANT ROUTE KEY")
+	}
+	cfg, err := loadConfig(*path, getenv, false)
+	if err != nil {
+		return err
+	}
+	if cfg.DatabaseURL == "" {
+		return usagef("explain: database_url is required")
+	}
+	var scope idempotency.Scope
+	if *byKey {
+		scope = idempotency.Scope{Tenant: pos[0], Route: pos[1], Key: pos[2]}
+		if _, ok := cfg.Route(scope.Route); !ok {
+			return usagef("explain: no route named %q in %s", scope.Route, *path)
+		}
+		if cfg.Store == "memory" {
+			return usagef("explain: store memory lives inside the gateway process; use the admin API (/admin/keys/.../explain)")
+		}
+	}
+	var cl closers
+	defer cl.close()
+	x, err := newExplainer(ctx, cfg, newServices(cfg, &cl))
+	if err != nil {
+		return err
+	}
+	var story *explain.Story
+	if *byKey {
+		story, err = x.Key(ctx, scope)
+	} else {
+		story, err = x.Job(ctx, *jobID)
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(story)
+	} else {
+		err = story.WriteText(stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if story.Violation {
+		return fmt.Errorf("explain: violation: %s", story.Verdict)
+	}
+	return nil
+}
+
+// newExplainer wires explain to the configured stores: the job tables in
+// PostgreSQL, the idempotency store (a memory store's records live in the
+// gateway process: a command outside it leaves them out), the examples'
+// business tables and, with Redis, the queue.
+func newExplainer(ctx context.Context, cfg *config.Config, svc *services) (*explain.Explainer, error) {
+	pool, err := svc.postgres(ctx)
+	if err != nil {
+		return nil, err
+	}
+	x := &explain.Explainer{
+		DB: pool,
+		Effects: func(ctx context.Context, task, tenant, key string) ([]explain.Effect, bool, error) {
+			rows, known, err := reconcile.Effects(ctx, pool, task, tenant, key)
+			out := make([]explain.Effect, len(rows))
+			for i, r := range rows {
+				at := r.WrittenAt
+				out[i] = explain.Effect{Kind: r.Kind, Ref: r.Ref, WrittenAt: &at}
+			}
+			return out, known, err
+		},
+	}
+	switch cfg.Store {
+	case "memory":
+		x.NoClaims = "store memory: the records live inside the gateway process and no claim ledger is kept"
+	default:
+		st, err := svc.idempotencyStore(ctx)
+		if err != nil {
+			return nil, err
+		}
+		x.Records = st
+		if pg, ok := st.(*pgstore.Store); ok {
+			x.Claims = pgClaims(pg)
+		} else {
+			x.NoClaims = fmt.Sprintf("store %s keeps no claim ledger (only store postgres does)", cfg.Store)
+		}
+	}
+	if cfg.RedisURL != "" {
+		inspector, err := svc.queueInspector()
+		if err != nil {
+			return nil, err
+		}
+		x.TaskState = func(_ context.Context, queue, id string) (string, error) {
+			return enqueue.TaskState(inspector, queue, id)
+		}
+	}
+	return x, nil
+}
+
+// pgClaims reads pgstore's claim ledger for explain.
+func pgClaims(st *pgstore.Store) func(context.Context, idempotency.Scope) ([]explain.Claim, error) {
+	return func(ctx context.Context, scope idempotency.Scope) ([]explain.Claim, error) {
+		claims, err := st.Claims(ctx, scope)
+		out := make([]explain.Claim, len(claims))
+		for i, c := range claims {
+			out[i] = explain.Claim{FencingToken: c.FencingToken, Instance: c.Instance, ClaimedAt: c.ClaimedAt,
+				Outcome: c.Outcome, Reason: c.Reason}
+			if !c.EndedAt.IsZero() {
+				end := c.EndedAt
+				out[i].EndedAt = &end
+			}
+			if c.Status != 0 {
+				st := c.Status
+				out[i].Status = &st
+			}
+		}
+		return out, err
+	}
+}

@@ -1,0 +1,215 @@
+package explain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/workers/execution"
+)
+
+// ErrNotFound: neither a job nor an idempotency record by that name.
+// Errors that match it say which.
+var ErrNotFound = errors.New("explain: no such job or key")
+
+type notFoundError struct{ msg string }
+
+func (e *notFoundError) Error() string        { return e.msg }
+func (e *notFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// DefaultStuckAfter is Explainer.StuckAfter's default, reconcile's
+// --stuck-after.
+const DefaultStuckAfter = 15 * time.Minute
+
+// Records reads idempotency records; every idempotency.Store does.
+type Records interface {
+	Get(ctx context.Context, scope idempotency.Scope) (idempotency.Record, error)
+}
+
+// Explainer builds stories. DB is required; every other source is
+// optional.
+type Explainer struct {
+	// DB holds jobs, job_executions and job_attempts (a *pgxpool.Pool).
+	DB enqueue.DB
+	// Records is the idempotency store; nil leaves the record out.
+	Records Records
+	// Claims reads a record's claim ledger; nil when the store keeps none,
+	// and NoClaims says why.
+	Claims   func(ctx context.Context, scope idempotency.Scope) ([]Claim, error)
+	NoClaims string
+	// Effects returns the effects that carry a business key of task, and
+	// whether it knows the task's effects at all. A task it does not know
+	// (an HTTP delivery) shows the receiver's recorded answer instead.
+	Effects func(ctx context.Context, task, tenant, businessKey string) ([]Effect, bool, error)
+	// TaskState says where the queue holds a job's task ("" when it has
+	// none); nil leaves it out.
+	TaskState func(ctx context.Context, queue, id string) (string, error)
+	// StuckAfter is how long an unfinished job may stay unchanged before it
+	// is stuck (a violation). Default DefaultStuckAfter.
+	StuckAfter time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Job tells the story of the job with id.
+func (x *Explainer) Job(ctx context.Context, id string) (*Story, error) {
+	j, err := enqueue.NewJobs(x.DB).ByID(ctx, id)
+	switch {
+	case errors.Is(err, enqueue.ErrNotFound):
+		return nil, &notFoundError{"no job " + id}
+	case err != nil:
+		return nil, err
+	}
+	s := &Story{}
+	if err := x.addRecord(ctx, s, idempotency.Scope{Tenant: j.Tenant, Route: j.Route, Key: j.IdempotencyKey}); err != nil {
+		return nil, err
+	}
+	if err := x.addJob(ctx, s, j); err != nil {
+		return nil, err
+	}
+	x.judge(s)
+	return s, nil
+}
+
+// Key tells the story of the idempotency key scope: its record, its claims
+// and, for an enqueue route, its job.
+func (x *Explainer) Key(ctx context.Context, scope idempotency.Scope) (*Story, error) {
+	s := &Story{}
+	if err := x.addRecord(ctx, s, scope); err != nil {
+		return nil, err
+	}
+	j, err := enqueue.NewJobs(x.DB).Get(ctx, scope.Tenant, enqueue.JobID(scope.Tenant, scope.Route, scope.Key))
+	switch {
+	case errors.Is(err, enqueue.ErrNotFound):
+		if s.Record == nil && len(s.Claims) == 0 {
+			return nil, &notFoundError{fmt.Sprintf("no idempotency record and no job for %s/%s/%s", scope.Tenant, scope.Route, scope.Key)}
+		}
+	case err != nil:
+		return nil, err
+	default:
+		if err := x.addJob(ctx, s, j); err != nil {
+			return nil, err
+		}
+	}
+	x.judge(s)
+	return s, nil
+}
+
+func (x *Explainer) addRecord(ctx context.Context, s *Story, scope idempotency.Scope) error {
+	s.Claims = []Claim{}
+	if x.Records != nil {
+		rec, err := x.Records.Get(ctx, scope)
+		switch {
+		case errors.Is(err, idempotency.ErrNotFound):
+		case err != nil:
+			return fmt.Errorf("explain: idempotency record: %w", err)
+		default:
+			s.Record = recordOf(rec)
+		}
+	}
+	if x.Claims == nil {
+		s.ClaimLedger = x.NoClaims
+		return nil
+	}
+	claims, err := x.Claims(ctx, scope)
+	if err != nil {
+		return fmt.Errorf("explain: claims: %w", err)
+	}
+	if s.Record != nil {
+		// A key free again after its record expired starts a new history.
+		kept := claims[:0]
+		for _, c := range claims {
+			if !c.ClaimedAt.Before(s.Record.CreatedAt.Add(-time.Second)) {
+				kept = append(kept, c)
+			}
+		}
+		claims = kept
+	}
+	s.Claims = append(s.Claims, claims...)
+	return nil
+}
+
+func recordOf(rec idempotency.Record) *Record {
+	r := &Record{
+		Tenant: rec.Scope.Tenant, Route: rec.Scope.Route, Key: rec.Scope.Key,
+		State: string(rec.State), Fingerprint: rec.Fingerprint, FencingToken: rec.FencingToken,
+		CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, ExpiresAt: rec.ExpiresAt,
+	}
+	if !rec.LeaseUntil.IsZero() {
+		lu := rec.LeaseUntil
+		r.LeaseUntil = &lu
+	}
+	if rec.Response != nil {
+		st := rec.Response.Status
+		r.Status = &st
+	}
+	return r
+}
+
+func (x *Explainer) addJob(ctx context.Context, s *Story, j enqueue.Job) error {
+	s.Job = &Job{
+		ID: j.ID, Tenant: j.Tenant, Route: j.Route, IdempotencyKey: j.IdempotencyKey, Task: j.Task, Queue: j.Queue,
+		BusinessKey: j.BusinessKey, Status: string(j.Status), Attempts: j.Attempts, ResultRef: j.ResultRef,
+		Error: j.Error, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
+	}
+	if x.TaskState != nil && !j.Status.Final() {
+		state, err := x.TaskState(ctx, j.Queue, j.ID)
+		if err != nil {
+			return fmt.Errorf("explain: task of %s: %w", j.ID, err)
+		}
+		if state == "" {
+			state = "missing"
+		}
+		s.Job.TaskState = state
+	}
+	s.Attempts, s.Effects = []Attempt{}, []Effect{}
+	if j.BusinessKey == "" {
+		return nil
+	}
+	ex, err := execution.New(x.DB).Get(ctx, j.Tenant, j.BusinessKey)
+	switch {
+	case errors.Is(err, execution.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("explain: %w", err)
+	default:
+		s.Execution = &Execution{Status: string(ex.Status), Attempts: ex.Attempts, FencingToken: ex.FencingToken,
+			ResultRef: ex.ResultRef, LastError: ex.LastError}
+	}
+	entries, err := execution.Attempts(ctx, x.DB, j.Tenant, j.BusinessKey)
+	if err != nil {
+		return fmt.Errorf("explain: %w", err)
+	}
+	for _, e := range entries {
+		a := Attempt{Attempt: e.Attempt, Outcome: string(e.Outcome), StartedAt: e.StartedAt, Error: e.Error,
+			Worker: e.Worker, JobID: e.JobID}
+		if e.FencingToken != 0 {
+			tok := e.FencingToken
+			a.FencingToken = &tok
+		}
+		if !e.EndedAt.IsZero() {
+			end := e.EndedAt
+			a.EndedAt = &end
+		}
+		s.Attempts = append(s.Attempts, a)
+	}
+	known := false
+	if x.Effects != nil {
+		effects, ok, err := x.Effects(ctx, j.Task, j.Tenant, j.BusinessKey)
+		if err != nil {
+			return fmt.Errorf("explain: effects: %w", err)
+		}
+		known = ok
+		s.effectsKnown = ok
+		s.Effects = append(s.Effects, effects...)
+	}
+	if !known && s.Execution != nil && s.Execution.Status == string(execution.StatusSucceeded) {
+		// An HTTP delivery: its effect is in the receiver's database; what
+		// is recorded here is the receiver's 2xx answer and its result_ref.
+		s.Effects = append(s.Effects, Effect{Kind: "delivery", Ref: s.Execution.ResultRef,
+			Detail: "the receiver answered 2xx (its effect lives in the receiver's database)"})
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+package explain
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteText writes the story for a person: the record and its claims, the
+// job, every attempt, the effects, then the verdict.
+func (s *Story) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
+	if r := s.Record; r != nil {
+		p("record\t%s/%s/%s: %s, token %d, status %s, lease until %s, expires %s\n", r.Tenant, r.Route, r.Key, r.State,
+			r.FencingToken, statusText(r.Status), timeText(r.LeaseUntil), r.ExpiresAt.UTC().Format(time.RFC3339))
+		p("\tfingerprint %s\n", r.Fingerprint)
+	} else {
+		p("record\tnone (expired, deleted, or never claimed)\n")
+	}
+	switch {
+	case s.ClaimLedger != "":
+		p("claims\t%s\n", s.ClaimLedger)
+	case len(s.Claims) == 0:
+		p("claims\tnone in the ledger\n")
+	default:
+		p("claims\t#\ttoken\tinstance\tclaimed\tended\toutcome\n")
+		for i, c := range s.Claims {
+			out := c.Outcome
+			if out == "" {
+				out = "holding"
+			}
+			if c.Status != nil {
+				out += " (" + strconv.Itoa(*c.Status) + ")"
+			}
+			if c.Reason != "" {
+				out += ": " + c.Reason
+			}
+			p("\t%d\t%d\t%s\t%s\t%s\t%s\n", i+1, c.FencingToken, dash(c.Instance), c.ClaimedAt.UTC().Format(stamp), timeText(c.EndedAt), out)
+		}
+	}
+	if j := s.Job; j != nil {
+		p("job\t%s %s: %s, %d attempt(s), result_ref %s\n", j.ID, j.Task, j.Status, j.Attempts, strText(j.ResultRef))
+		p("\ttenant %s, business key %s, queue %s, created %s, updated %s\n", j.Tenant, j.BusinessKey, j.Queue,
+			j.CreatedAt.UTC().Format(time.RFC3339), j.UpdatedAt.UTC().Format(time.RFC3339))
+		if j.TaskState != "" {
+			p("\ttask %s\n", j.TaskState)
+		}
+		if j.Error != nil {
+			p("\terror %s\n", *j.Error)
+		}
+		if e := s.Execution; e != nil {
+			p("execution\t%s, %d attempt(s), token %d, result_ref %s\n", e.Status, e.Attempts, e.FencingToken, dash(e.ResultRef))
+		}
+		if len(s.Attempts) == 0 {
+			p("attempts\tnone in the ledger\n")
+		} else {
+			p("attempts\t#\tattempt\ttoken\toutcome\tstarted\tended\tworker\terror\n")
+			for i, a := range s.Attempts {
+				out := a.Outcome
+				if out == "" {
+					out = "running"
+				}
+				p("\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, a.Attempt, tokenText(a.FencingToken), out,
+					a.StartedAt.UTC().Format(stamp), timeText(a.EndedAt), dash(a.Worker), dash(oneLine(a.Error)))
+			}
+		}
+		if len(s.Effects) == 0 {
+			p("effects\tnone\n")
+		}
+		for i, e := range s.Effects {
+			label := ""
+			if i == 0 {
+				label = "effects"
+			}
+			line := e.Kind + " " + dash(e.Ref)
+			if e.WrittenAt != nil {
+				line += ", written " + e.WrittenAt.UTC().Format(stamp)
+			}
+			if e.Detail != "" {
+				line += ": " + e.Detail
+			}
+			p("%s\t%s\n", label, line)
+		}
+	}
+	p("verdict\t%s\n", s.Verdict)
+	return tw.Flush()
+}
+
+const stamp = "2006-01-02T15:04:05.000Z"
+
+func timeText(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(stamp)
+}
+
+func tokenText(t *int64) string {
+	if t == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*t, 10)
+}
+
+func statusText(st *int) string {
+	if st == nil {
+		return "-"
+	}
+	return strconv.Itoa(*st)
+}
+
+func strText(s *string) string {
+	if s == nil {
+		return "-"
+	}
+	return dash(*s)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// oneLine keeps an error on its row of the table.
+func oneLine(s string) string {
+	const max = 120
+	out := make([]rune, 0, len(s))
+	for _, r := range s {
+		if r == '\n' || r == '\t' || r == '\r' {
+			r = ' '
+		}
+		out = append(out, r)
+		if len(out) >= max {
+			out = append(out, '…')
+			break
+		}
+	}
+	return string(out)
+}

@@ -1,0 +1,85 @@
+package explain
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// TestVerdict: the verdict names what happened, and the stories that
+// break a promise are violations.
+func TestVerdict(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	succeeded := &Execution{Status: "succeeded", ResultRef: "ch_1"}
+	tests := []struct {
+		name      string
+		story     Story
+		want      string
+		violation bool
+	}{
+		{
+			name: "succeeded once",
+			story: Story{Job: &Job{Status: "succeeded"}, Execution: succeeded, effectsKnown: true,
+				Attempts: []Attempt{{Attempt: 1, FencingToken: ptr(int64(5)), Outcome: "crashed"}, {Attempt: 2, FencingToken: ptr(int64(7)), Outcome: "succeeded"}},
+				Effects:  []Effect{{Kind: "payment", Ref: "ch_1"}}},
+			want: "succeeded once at attempt 2 with token 7",
+		},
+		{
+			name: "two effects",
+			story: Story{Job: &Job{Status: "succeeded"}, Execution: succeeded, effectsKnown: true,
+				Effects: []Effect{{Kind: "invoice", Ref: "inv_1"}, {Kind: "invoice", Ref: "inv_2"}}},
+			want: "two effects for one business key: invoice inv_1, invoice inv_2", violation: true,
+		},
+		{
+			name:  "effect missing",
+			story: Story{Job: &Job{Status: "succeeded"}, Execution: succeeded, effectsKnown: true},
+			want:  "succeeded (result ch_1) but its effect is missing", violation: true,
+		},
+		{
+			name:  "stuck",
+			story: Story{Job: &Job{Status: "queued", Queue: "default", TaskState: "missing", UpdatedAt: now.Add(-14*time.Minute - 20*time.Second)}},
+			want:  "stuck: queued for 14m, no task in the queue", violation: true,
+		},
+		{
+			name:  "in progress",
+			story: Story{Job: &Job{Status: "retrying", Attempts: 2, Queue: "default", TaskState: "retry", UpdatedAt: now.Add(-time.Minute)}},
+			want:  "in progress: retrying, 2 attempt(s) so far, its task retry in queue default",
+		},
+		{
+			name:  "failed",
+			story: Story{Job: &Job{Status: "failed", Attempts: 1, Error: ptr("permanent: declined")}, effectsKnown: true},
+			want:  "failed after 1 attempt(s): permanent: declined",
+		},
+		{
+			name: "key taken over",
+			story: Story{Record: &Record{State: "completed", FencingToken: 2, Status: ptr(201)},
+				Claims: []Claim{{FencingToken: 1, Outcome: "taken_over"}, {FencingToken: 2, Outcome: "completed"}}},
+			want: "completed once with token 2, status 201, after 2 claims",
+		},
+		{
+			name: "key completed twice",
+			story: Story{Record: &Record{State: "completed", FencingToken: 2},
+				Claims: []Claim{{FencingToken: 1, Outcome: "completed"}, {FencingToken: 2, Outcome: "completed"}}},
+			want: "completed 2 times (tokens 1, 2)", violation: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			x := &Explainer{StuckAfter: 10 * time.Minute, Now: func() time.Time { return now }}
+			s := tt.story
+			x.judge(&s)
+			if s.Verdict != tt.want || s.Violation != tt.violation {
+				t.Errorf("verdict %q (violation %v), want %q (%v)", s.Verdict, s.Violation, tt.want, tt.violation)
+			}
+			var buf bytes.Buffer
+			if err := s.WriteText(&buf); err != nil || !strings.Contains(buf.String(), tt.want) {
+				t.Errorf("text %q lacks the verdict (%v)", buf.String(), err)
+			}
+		})
+	}
+}

@@ -1,0 +1,78 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/middleware/idempotency"
+)
+
+// TestClaimLedger: every claim leaves a row with its token and instance;
+// a take-over after an expired lease ends the first as taken_over, the
+// first owner's late completion is recorded as refused, a release keeps
+// its reason, and the janitor deletes the claims with their record.
+func TestClaimLedger(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Pool(t)
+	gwA := New(pool, WithInstance("gw-a"))
+	t.Cleanup(gwA.Close)
+	gwB := New(pool, WithInstance("gw-b"))
+	t.Cleanup(gwB.Close)
+	ctx := t.Context()
+	scope := idempotency.Scope{Tenant: "acme", Route: "payments", Key: "k1"}
+
+	if _, err := gwA.Claim(ctx, idempotency.ClaimRequest{Scope: scope, Fingerprint: "fp", Owner: "a1", Lease: 50 * time.Millisecond, Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := gwA.Release(idempotency.WithReleaseReason(ctx, "not processed: the upstream answered 503"), scope, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gwA.Claim(ctx, idempotency.ClaimRequest{Scope: scope, Fingerprint: "fp", Owner: "a2", Lease: 50 * time.Millisecond, Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // gw-a "dies": its lease expires
+	res, err := gwB.Claim(ctx, idempotency.ClaimRequest{Scope: scope, Fingerprint: "fp", Owner: "b1", Lease: 30 * time.Second, Retention: time.Hour})
+	if err != nil || !res.Claimed || !res.TakeOver {
+		t.Fatalf("take-over: %+v %v", res, err)
+	}
+	if err := gwA.Complete(ctx, scope, "a2", idempotency.Response{Status: 201}, time.Hour); !errors.Is(err, idempotency.ErrNotOwner) {
+		t.Fatalf("the first owner's late completion: %v, want ErrNotOwner", err)
+	}
+	if err := gwB.Complete(ctx, scope, "b1", idempotency.Response{Status: 201}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+
+	claims, err := gwB.Claims(ctx, scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Claim{
+		{FencingToken: 1, Instance: "gw-a", Outcome: "released", Reason: "not processed: the upstream answered 503"},
+		{FencingToken: 2, Instance: "gw-a", Outcome: "refused", Reason: "completion refused: the claim was taken over", Status: 201},
+		{FencingToken: 3, Instance: "gw-b", Outcome: "completed", Status: 201},
+	}
+	if len(claims) != len(want) {
+		t.Fatalf("claims %+v, want %d", claims, len(want))
+	}
+	for i, w := range want {
+		c := claims[i]
+		if c.FencingToken != w.FencingToken || c.Instance != w.Instance || c.Outcome != w.Outcome || c.Reason != w.Reason ||
+			c.Status != w.Status || c.EndedAt.IsZero() || c.ClaimedAt.IsZero() {
+			t.Errorf("claim %d: %+v, want %+v", i, c, w)
+		}
+	}
+
+	// The janitor deletes the claims with their record.
+	if _, err := pool.Exec(ctx, `UPDATE idempotency_records SET expires_at = now() - interval '1 second' WHERE key = 'k1'`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := gwB.DeleteExpired(context.Background(), 10); err != nil || n != 1 {
+		t.Fatalf("DeleteExpired: %d %v, want 1", n, err)
+	}
+	if claims, err := gwB.Claims(ctx, scope); err != nil || len(claims) != 0 {
+		t.Fatalf("claims after the janitor: %+v %v, want none", claims, err)
+	}
+}
