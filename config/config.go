@@ -52,7 +52,7 @@ type Config struct {
 	Auth Auth `yaml:"auth"`
 	// Tenants are the known tenants. At least one unless auth.mode is none.
 	Tenants []Tenant `yaml:"tenants"`
-	// RateLimitStore keeps the tenants' token buckets: "memory" (default,
+	// RateLimitStore keeps the tenants' budgets: "memory" (default,
 	// each gateway instance has its own budget) or "redis" (one budget
 	// shared by every instance; needs redis_url).
 	RateLimitStore string `yaml:"rate_limit_store"`
@@ -113,10 +113,10 @@ type Tenant struct {
 	RateLimit *RateLimit `yaml:"rate_limit"`
 }
 
-// RateLimit is a token bucket: Tokens requests per Interval, as
+// RateLimit is a fixed window: Tokens requests per Interval, as
 // ratelimit.Limit; both are required.
 type RateLimit struct {
-	// Tokens > 0 is the bucket size, refilled every Interval.
+	// Tokens > 0 is the budget of a window, refilled in full every Interval.
 	Tokens int `yaml:"tokens"`
 	// Interval > 0.
 	Interval Duration `yaml:"interval"`
