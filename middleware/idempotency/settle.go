@@ -94,20 +94,17 @@ func (m *Middleware) storeOutcome(ctx context.Context, until time.Time, req Clai
 // still renewed by rn. It reports false, doing nothing, once Drain has
 // begun.
 func (m *Middleware) settleLater(r *http.Request, req ClaimRequest, a *Attempt, rn *renewer, what Stored, resp Response) bool {
-	m.bgMu.Lock()
-	defer m.bgMu.Unlock()
-	if m.draining {
-		return false
-	}
-	m.cfg.Logger.WarnContext(r.Context(), "idempotency outcome not stored yet: retrying in the background",
-		"route", req.Scope.Route, "tenant", req.Scope.Tenant, "idempotency_key", req.Scope.Key,
-		"fencing_token", a.FencingToken, "wanted", string(what))
-	m.bgWG.Go(func() {
+	started := m.inBackground(func() {
 		err := m.storeOutcome(m.bgCtx, time.Time{}, req, what, resp)
 		rn.stop()
 		m.settled(context.WithoutCancel(r.Context()), r, req, a, what, resp, err)
 	})
-	return true
+	if started {
+		m.cfg.Logger.WarnContext(r.Context(), "idempotency outcome not stored yet: retrying in the background",
+			"route", req.Scope.Route, "tenant", req.Scope.Tenant, "idempotency_key", req.Scope.Key,
+			"fencing_token", a.FencingToken, "wanted", string(what))
+	}
+	return started
 }
 
 // settled reports the stored outcome (or its loss) and keeps a completed
@@ -166,16 +163,23 @@ func (m *Middleware) answerPending(w http.ResponseWriter, r *http.Request) {
 // ran. Release is conditional on the owner, so it cannot touch anyone
 // else's claim.
 func (m *Middleware) abandonClaim(req ClaimRequest) {
-	m.bgMu.Lock()
-	defer m.bgMu.Unlock()
-	if m.draining {
-		return
-	}
-	m.bgWG.Go(func() {
+	m.inBackground(func() {
 		ctx, cancel := context.WithTimeout(m.bgCtx, m.cfg.StoreTimeout)
 		defer cancel()
 		_ = m.store.Release(WithReleaseReason(ctx, "the claim's answer was lost: released unused"), req.Scope, req.Owner)
 	})
+}
+
+// inBackground runs f on a goroutine Drain waits for, and reports false,
+// running nothing, once Drain has begun.
+func (m *Middleware) inBackground(f func()) bool {
+	m.bgMu.Lock()
+	defer m.bgMu.Unlock()
+	if m.draining {
+		return false
+	}
+	m.bgWG.Go(f)
+	return true
 }
 
 // Drain waits for the outcomes still being stored in the background
