@@ -251,15 +251,7 @@ func TestCrashedAttemptIsTakenOver(t *testing.T) {
 	if w := do(srv, call{key: "crash"}); w.Code != 409 {
 		t.Fatalf("retry while the dead claim's lease runs: %d, want 409", w.Code)
 	}
-	var w *httptest.ResponseRecorder
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		w = do(srv, call{key: "crash"})
-		if w.Code != 409 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	w := retryUntil(t, srv, "crash", func(c int) bool { return c != 409 })
 	if w.Code != 201 || h.calls.Load() != 1 {
 		t.Fatalf("after the lease: %d %s, calls %d", w.Code, w.Body, h.calls.Load())
 	}
