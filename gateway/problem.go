@@ -102,6 +102,17 @@ type problemWriter struct {
 	challenge string
 }
 
+// WriteProblem writes err as a problem document the way the gateway writes
+// its own, with types under base, so that a listener outside the gateway
+// (the worker's admin listener) answers in the same form. logger receives
+// the causes of 5xx answers; nil means slog.Default.
+func WriteProblem(w http.ResponseWriter, r *http.Request, base string, logger *slog.Logger, err error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	problemWriter{base: base, logger: logger}.write(w, r, err)
+}
+
 func (pw problemWriter) write(w http.ResponseWriter, r *http.Request, err error) {
 	k, known := lookupKind(err)
 	if !known {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"maps"
@@ -20,10 +19,10 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/examples"
+	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/requestid"
-	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/telemetry"
 	"github.com/idemgate/idemgate/workers"
 	"github.com/idemgate/idemgate/workers/execution"
@@ -166,13 +165,8 @@ func requireAdminToken(tokenSHA256, problemBase string, next http.Handler) http.
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !auth.AdminToken(r, want) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate-admin"`)
-			w.Header().Set("Content-Type", "application/problem+json")
-			w.WriteHeader(http.StatusUnauthorized)
-			_ = json.NewEncoder(w).Encode(openapi.Problem{
-				Type: problemBase + "unauthorized", Title: "Missing or invalid credentials", Status: http.StatusUnauthorized,
-				Detail: "the worker's /metrics needs the admin bearer token", Instance: r.URL.Path,
-				RequestId: requestid.FromContext(r.Context()),
-			})
+			gateway.WriteProblem(w, r, problemBase, nil,
+				&gateway.Problem{Err: auth.ErrUnauthorized, Detail: "the worker's /metrics needs the admin bearer token"})
 			return
 		}
 		next.ServeHTTP(w, r)
