@@ -8,8 +8,10 @@ SERVICES := deploy/local/services.sh
 CONFIG   ?= deploy/local/idemgate.yaml
 # Each target that needs Redis and PostgreSQL starts them (when they are not
 # already up) and exports their URLs; tests read the TEST_* names.
-WITH_SERVICES = eval "$$($(SERVICES) --cluster)"; export REDIS_URL DATABASE_URL REDIS_CLUSTER_URL; \
-	export TEST_REDIS_URL="$$REDIS_URL" TEST_DATABASE_URL="$$DATABASE_URL" TEST_REDIS_CLUSTER_URL="$$REDIS_CLUSTER_URL";
+# TEST_TOPOLOGY=1 tells the topology tests that nginx and PgBouncer are
+# installed, so they run instead of skipping.
+WITH_SERVICES = eval "$$($(SERVICES) --cluster --topology)"; export REDIS_URL DATABASE_URL REDIS_CLUSTER_URL; \
+	export TEST_REDIS_URL="$$REDIS_URL" TEST_DATABASE_URL="$$DATABASE_URL" TEST_REDIS_CLUSTER_URL="$$REDIS_CLUSTER_URL" TEST_TOPOLOGY=1;
 
 .PHONY: help
 help: ## list the targets

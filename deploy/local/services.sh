@@ -9,13 +9,15 @@
 # stderr; only the assignments go to stdout.
 set -euo pipefail
 
-want_cluster=0
+want_cluster=0 want_topology=0
 for arg in "$@"; do
   case "$arg" in
     --cluster) want_cluster=1 ;;
+    --topology) want_topology=1 ;;
     -h|--help)
       sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
-      echo "Options: --cluster  also start a Redis Cluster on 127.0.0.1:7000-7002"
+      echo "Options: --cluster   also start a Redis Cluster on 127.0.0.1:7000-7002"
+      echo "         --topology  also install nginx and pgbouncer (the topology tests start their own)"
       exit 0 ;;
     *) echo "services.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
@@ -132,8 +134,26 @@ ensure_postgres() {
   fi
 }
 
+# The topology tests start private nginx, PgBouncer and Redis Sentinel
+# processes on free ports; they need only the binaries. Package scripts must
+# not start the system's own copies, so invoke-rc.d is told not to.
+ensure_topology_binaries() {
+  local missing=()
+  [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || missing+=(nginx)
+  [ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null || missing+=(pgbouncer)
+  [ ${#missing[@]} = 0 ] && return
+  local policy=/usr/sbin/policy-rc.d added=0
+  if [ "$(id -u)" = 0 ] && [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && added=1
+  fi
+  apt_install "${missing[@]}"
+  [ "$added" = 1 ] && rm -f "$policy"
+  return 0
+}
+
 ensure_redis
 ensure_postgres
+[ "$want_topology" = 1 ] && ensure_topology_binaries
 [ "$want_cluster" = 1 ] && ensure_cluster
 
 printf 'REDIS_URL=%q\n' "$REDIS_URL"

@@ -1,6 +1,8 @@
 package chaos
 
 import (
+	"github.com/idemgate/idemgate/internal/proc"
+
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -153,7 +155,7 @@ type member struct {
 	args   []string
 	health string // URL answering 200 once the member is up
 	log    *os.File
-	p      *proc
+	p      *proc.Proc
 }
 
 func newMember(bin, dir, name, command string, c memberConfig, health string) (*member, error) {
@@ -170,14 +172,14 @@ func newMember(bin, dir, name, command string, c memberConfig, health string) (*
 
 // start runs the member and waits until its health URL answers 200.
 func (m *member) start(ctx context.Context) error {
-	p, err := startProc(procSpec{name: m.name, path: m.bin, args: m.args, env: childEnv(), log: m.log})
+	p, err := proc.Start(proc.Spec{Name: m.name, Path: m.bin, Args: m.args, Env: proc.ChildEnv(), Log: m.log})
 	if err != nil {
 		return err
 	}
 	m.p = p
 	client := &http.Client{Timeout: time.Second}
 	defer client.CloseIdleConnections()
-	return waitUntil(ctx, 60*time.Second, m.name+" up", p, func(ctx context.Context) error {
+	return proc.WaitUntil(ctx, 60*time.Second, m.name+" up", p, func(ctx context.Context) error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, m.health, nil)
 		resp, err := client.Do(req)
 		if err != nil {
@@ -195,20 +197,20 @@ func (m *member) signal(sig syscall.Signal) error {
 	if m.p == nil {
 		return fmt.Errorf("%s: not started", m.name)
 	}
-	return m.p.signal(sig)
+	return m.p.Signal(sig)
 }
 
 // kill ends the member with SIGKILL.
 func (m *member) kill() {
 	if m.p != nil {
-		m.p.kill()
+		m.p.Kill()
 	}
 }
 
 // close stops the member (SIGTERM, SIGKILL after 5s) and closes its log.
 func (m *member) close() {
 	if m.p != nil {
-		m.p.stop(syscall.SIGTERM, 5*time.Second)
+		m.p.Stop(syscall.SIGTERM, 5*time.Second)
 	}
 	_ = m.log.Close()
 }
@@ -226,7 +228,7 @@ type cluster struct {
 func newCluster(bin, dir string, cfg clusterConfig, workers int) (*cluster, error) {
 	c := &cluster{bin: bin}
 	for i := range 2 {
-		port, err := freePort()
+		port, err := proc.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -241,7 +243,7 @@ func newCluster(bin, dir string, cfg clusterConfig, workers int) (*cluster, erro
 		c.urls = append(c.urls, "http://"+listen)
 	}
 	for i := range workers {
-		port, err := freePort()
+		port, err := proc.FreePort()
 		if err != nil {
 			c.close()
 			return nil, err
@@ -262,7 +264,7 @@ func newCluster(bin, dir string, cfg clusterConfig, workers int) (*cluster, erro
 func (c *cluster) migrate(ctx context.Context) error {
 	m := c.gateways[0]
 	cmd := exec.CommandContext(ctx, c.bin, "migrate", "up", "--config", m.args[2])
-	cmd.Env = childEnv()
+	cmd.Env = proc.ChildEnv()
 	cmd.Stdout, cmd.Stderr = m.log, m.log
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("idemgate migrate up: %w (see %s)", err, m.log.Name())
@@ -297,8 +299,8 @@ func (c *cluster) members() []*member {
 func (c *cluster) exited() error {
 	var errs []error
 	for _, m := range c.members() {
-		if m.p != nil && m.p.exited() {
-			errs = append(errs, fmt.Errorf("%s exited on its own: %v (-dir keeps its log)", m.name, m.p.err))
+		if m.p != nil && m.p.Exited() {
+			errs = append(errs, fmt.Errorf("%s exited on its own: %v (-dir keeps its log)", m.name, m.p.Err()))
 		}
 	}
 	return errors.Join(errs...)

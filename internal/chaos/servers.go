@@ -1,6 +1,8 @@
 package chaos
 
 import (
+	"github.com/idemgate/idemgate/internal/proc"
+
 	"context"
 	"errors"
 	"fmt"
@@ -29,7 +31,7 @@ type Redis struct {
 	dir        string
 	appendOnly bool
 	log        *os.File
-	p          *proc
+	p          *proc.Proc
 }
 
 // StartRedis starts redis-server on a free port with its files in dir;
@@ -40,7 +42,7 @@ func StartRedis(ctx context.Context, dir string, appendOnly bool) (*Redis, error
 	if err != nil {
 		return nil, errors.New("redis-server not found on PATH: the fault suite starts a private Redis (install redis-server, e.g. apt-get install redis-server)")
 	}
-	port, err := freePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -69,15 +71,15 @@ func (r *Redis) Start(ctx context.Context) error {
 	if r.appendOnly {
 		appendOnly = "yes"
 	}
-	p, err := startProc(procSpec{
-		name: "redis-server", path: r.bin, dir: r.dir, log: r.log,
-		args: []string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", appendOnly, "--dir", r.dir},
+	p, err := proc.Start(proc.Spec{
+		Name: "redis-server", Path: r.bin, Dir: r.dir, Log: r.log,
+		Args: []string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", appendOnly, "--dir", r.dir},
 	})
 	if err != nil {
 		return err
 	}
 	r.p = p
-	return waitUntil(ctx, 20*time.Second, "redis-server ready", p, r.ping)
+	return proc.WaitUntil(ctx, 20*time.Second, "redis-server ready", p, r.ping)
 }
 
 // ping sends one PING on a connection of its own (a client library would
@@ -110,7 +112,7 @@ func (r *Redis) ping(ctx context.Context) error {
 // it held is gone.
 func (r *Redis) Kill() {
 	if r.p != nil {
-		r.p.kill()
+		r.p.Kill()
 	}
 }
 
@@ -148,7 +150,7 @@ type Postgres struct {
 	port   int
 	as     *syscall.Credential // nil: the suite's own user
 	log    *os.File
-	p      *proc
+	p      *proc.Proc
 }
 
 // StartPostgres creates a cluster in dir (initdb) and starts it on a free
@@ -158,7 +160,7 @@ func StartPostgres(ctx context.Context, dir string) (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -234,16 +236,16 @@ func URL(addr, db string) string {
 
 // Start runs the postmaster and waits until it accepts connections.
 func (pg *Postgres) Start(ctx context.Context) error {
-	p, err := startProc(procSpec{
-		name: "postgres", path: filepath.Join(pg.bindir, "postgres"), dir: pg.dir, log: pg.log, as: pg.as,
-		args: []string{"-D", pg.data, "-p", strconv.Itoa(pg.port), "-k", pg.dir,
+	p, err := proc.Start(proc.Spec{
+		Name: "postgres", Path: filepath.Join(pg.bindir, "postgres"), Dir: pg.dir, Log: pg.log, As: pg.as,
+		Args: []string{"-D", pg.data, "-p", strconv.Itoa(pg.port), "-k", pg.dir,
 			"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300"},
 	})
 	if err != nil {
 		return err
 	}
 	pg.p = p
-	return waitUntil(ctx, 60*time.Second, "postgres ready", p, func(ctx context.Context) error {
+	return proc.WaitUntil(ctx, 60*time.Second, "postgres ready", p, func(ctx context.Context) error {
 		conn, err := pgx.Connect(ctx, URL(pg.Addr(), "postgres"))
 		if err != nil {
 			return err
@@ -255,13 +257,13 @@ func (pg *Postgres) Start(ctx context.Context) error {
 // Stop shuts the server down with pg_ctl stop -m mode (smart, fast or
 // immediate) and waits for the postmaster to exit.
 func (pg *Postgres) Stop(ctx context.Context, mode string) error {
-	if pg.p == nil || pg.p.exited() {
+	if pg.p == nil || pg.p.Exited() {
 		return nil
 	}
 	if err := pg.run(ctx, "pg_ctl", "stop", "-D", pg.data, "-m", mode, "-w", "-t", "30"); err != nil {
 		return err
 	}
-	if !pg.p.wait(10 * time.Second) {
+	if !pg.p.Wait(10 * time.Second) {
 		return errors.New("postgres: still running after pg_ctl stop")
 	}
 	return nil
@@ -289,7 +291,7 @@ func (pg *Postgres) CreateDatabase(ctx context.Context, name string) error {
 // Close stops the server for good: an immediate shutdown, then SIGKILL.
 func (pg *Postgres) Close() {
 	if pg.p != nil {
-		pg.p.stop(syscall.SIGQUIT, 10*time.Second)
+		pg.p.Stop(syscall.SIGQUIT, 10*time.Second)
 	}
 	_ = pg.log.Close()
 }
@@ -299,45 +301,11 @@ func (pg *Postgres) Close() {
 func (pg *Postgres) run(ctx context.Context, tool string, args ...string) error {
 	cmd := exec.CommandContext(ctx, filepath.Join(pg.bindir, tool), args...)
 	cmd.Dir = pg.dir
-	cmd.Env = childEnv()
+	cmd.Env = proc.ChildEnv()
 	cmd.Stdout, cmd.Stderr = pg.log, pg.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: pg.as}
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("%s %v: %w (see %s)", tool, args, err, pg.log.Name())
 	}
 	return nil
-}
-
-// freePort is a TCP port on 127.0.0.1 free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// waitUntil polls check every 50ms until it succeeds, p exits, ctx ends or
-// d passes.
-func waitUntil(ctx context.Context, d time.Duration, what string, p *proc, check func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	var last error
-	for {
-		cctx, ccancel := context.WithTimeout(ctx, time.Second)
-		last = check(cctx)
-		ccancel()
-		if last == nil {
-			return nil
-		}
-		if p != nil && p.exited() {
-			return fmt.Errorf("%s: %s exited: %v", what, p.name, p.err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: not within %s: %v", what, d, last)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }

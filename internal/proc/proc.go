@@ -1,0 +1,171 @@
+// Package proc starts and stops the child processes of the fault and
+// topology suites: servers on free loopback ports, in process groups of
+// their own, killed with the suite if it dies.
+package proc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Proc is one child process of the suite. It runs in a process group of
+// its own, so a signal reaches it and every process it forked, and the
+// kernel kills it (Pdeathsig) if the suite itself dies without cleaning up.
+type Proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the process has exited and been waited for
+	err  error         // Wait's result, set before done is closed
+}
+
+// Spec describes a child to start.
+type Spec struct {
+	Name string
+	Path string
+	Args []string
+	Env  []string // nil: the suite's environment
+	Dir  string   // working directory
+	Log  *os.File // stdout and stderr
+	As   *syscall.Credential
+}
+
+// Start starts the child s describes.
+func Start(s Spec) (*Proc, error) {
+	cmd := exec.Command(s.Path, s.Args...)
+	cmd.Env = s.Env
+	cmd.Dir = s.Dir
+	cmd.Stdout, cmd.Stderr = s.Log, s.Log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.As}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", s.Name, err)
+	}
+	p := &Proc{name: s.Name, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Name is the name the child was started with.
+func (p *Proc) Name() string { return p.name }
+
+// Err is how the process ended; nil while it runs.
+func (p *Proc) Err() error {
+	if !p.Exited() {
+		return nil
+	}
+	return p.err
+}
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Signal sends sig to the process group.
+func (p *Proc) Signal(sig syscall.Signal) error {
+	if p.Exited() {
+		return fmt.Errorf("%s: already exited: %v", p.name, p.err)
+	}
+	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("%s: %v: %w", p.name, sig, err)
+	}
+	return nil
+}
+
+// Kill ends the process group at once and waits for the process.
+func (p *Proc) Kill() {
+	if !p.Exited() {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	<-p.done
+}
+
+// Stop asks the process to end with sig, continues it in case it is
+// stopped, and kills it if it has not ended within grace.
+func (p *Proc) Stop(sig syscall.Signal, grace time.Duration) {
+	if p.Exited() {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		p.Kill()
+	}
+}
+
+// Wait waits up to d for the process to exit.
+func (p *Proc) Wait(d time.Duration) bool {
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// ChildEnv is the suite's environment without the variables that would
+// point a child at other servers: DATABASE_URL and REDIS_URL override the
+// configuration file, and libpq-style PG* variables fill in connections.
+func ChildEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch {
+		case name == "DATABASE_URL", name == "REDIS_URL", name == "REDIS_CLUSTER_URL":
+		case strings.HasPrefix(name, "PG"):
+		default:
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// FreePort is a TCP port on 127.0.0.1 free a moment ago.
+func FreePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// WaitUntil polls check every 50ms until it succeeds, p exits, ctx ends or
+// d passes.
+func WaitUntil(ctx context.Context, d time.Duration, what string, p *Proc, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var last error
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, time.Second)
+		last = check(cctx)
+		ccancel()
+		if last == nil {
+			return nil
+		}
+		if p != nil && p.Exited() {
+			return fmt.Errorf("%s: %s exited: %v", what, p.name, p.err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: not within %s: %v", what, d, last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
