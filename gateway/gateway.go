@@ -50,6 +50,9 @@ type Options struct {
 	AdminTokenSHA256 string
 	// Jobs accepts and shows jobs; required when a route enqueues.
 	Jobs Jobs
+	// Explainer tells the story of a job or a key at the admin API's
+	// …/explain endpoints; nil leaves them out (404).
+	Explainer Explainer
 	// Pprof mounts net/http/pprof at /debug/pprof/ on the admin listener.
 	Pprof bool
 	// OpenAPI is served at /openapi.yaml, OpenAPIJSON at /openapi.json.

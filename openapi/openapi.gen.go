@@ -88,6 +88,84 @@ func (e RecordState) Valid() bool {
 	}
 }
 
+// Defines values for StoryAttemptOutcome.
+const (
+	StoryAttemptOutcomeCrashed     StoryAttemptOutcome = "crashed"
+	StoryAttemptOutcomeEmpty       StoryAttemptOutcome = ""
+	StoryAttemptOutcomeLockBusy    StoryAttemptOutcome = "lock_busy"
+	StoryAttemptOutcomeLockLost    StoryAttemptOutcome = "lock_lost"
+	StoryAttemptOutcomePermanent   StoryAttemptOutcome = "permanent"
+	StoryAttemptOutcomeStaleToken  StoryAttemptOutcome = "stale_token"
+	StoryAttemptOutcomeSucceeded   StoryAttemptOutcome = "succeeded"
+	StoryAttemptOutcomeSuperseded  StoryAttemptOutcome = "superseded"
+	StoryAttemptOutcomeTransient   StoryAttemptOutcome = "transient"
+	StoryAttemptOutcomeUnavailable StoryAttemptOutcome = "unavailable"
+)
+
+// Valid indicates whether the value is a known member of the StoryAttemptOutcome enum.
+func (e StoryAttemptOutcome) Valid() bool {
+	switch e {
+	case StoryAttemptOutcomeCrashed:
+		return true
+	case StoryAttemptOutcomeEmpty:
+		return true
+	case StoryAttemptOutcomeLockBusy:
+		return true
+	case StoryAttemptOutcomeLockLost:
+		return true
+	case StoryAttemptOutcomePermanent:
+		return true
+	case StoryAttemptOutcomeStaleToken:
+		return true
+	case StoryAttemptOutcomeSucceeded:
+		return true
+	case StoryAttemptOutcomeSuperseded:
+		return true
+	case StoryAttemptOutcomeTransient:
+		return true
+	case StoryAttemptOutcomeUnavailable:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StoryClaimOutcome.
+const (
+	StoryClaimOutcomeCompleted StoryClaimOutcome = "completed"
+	StoryClaimOutcomeDeleted   StoryClaimOutcome = "deleted"
+	StoryClaimOutcomeEmpty     StoryClaimOutcome = ""
+	StoryClaimOutcomeRefused   StoryClaimOutcome = "refused"
+	StoryClaimOutcomeReleased  StoryClaimOutcome = "released"
+	StoryClaimOutcomeResolved  StoryClaimOutcome = "resolved"
+	StoryClaimOutcomeTakenOver StoryClaimOutcome = "taken_over"
+	StoryClaimOutcomeUnknown   StoryClaimOutcome = "unknown"
+)
+
+// Valid indicates whether the value is a known member of the StoryClaimOutcome enum.
+func (e StoryClaimOutcome) Valid() bool {
+	switch e {
+	case StoryClaimOutcomeCompleted:
+		return true
+	case StoryClaimOutcomeDeleted:
+		return true
+	case StoryClaimOutcomeEmpty:
+		return true
+	case StoryClaimOutcomeRefused:
+		return true
+	case StoryClaimOutcomeReleased:
+		return true
+	case StoryClaimOutcomeResolved:
+		return true
+	case StoryClaimOutcomeTakenOver:
+		return true
+	case StoryClaimOutcomeUnknown:
+		return true
+	default:
+		return false
+	}
+}
+
 // FieldError One bad field of a job's payload.
 type FieldError struct {
 	// Field The field's path in the payload, dotted, with array indices in
@@ -273,6 +351,145 @@ type StoredResponse struct {
 
 	// BodyOmitted The body was over `max_stored_response_bytes` and was not stored.
 	BodyOmitted bool `json:"body_omitted"`
+}
+
+// Story Everything known about one job or idempotency key, as `idemgate explain --json` prints it.
+type Story struct {
+	// Record The idempotency record; null when there is none (expired, deleted, or a job without one).
+	Record *StoryRecord `json:"record"`
+
+	// Claims The record's claims, oldest first (store postgres only).
+	Claims []StoryClaim `json:"claims"`
+
+	// ClaimLedger Why there are no claims, when the store keeps no claim ledger.
+	ClaimLedger *string `json:"claim_ledger,omitempty"`
+
+	// Job The job the key created; null for a proxied key.
+	Job *StoryJob `json:"job"`
+
+	// Execution The execution state of the job's business key.
+	Execution *StoryExecution `json:"execution,omitempty"`
+
+	// Attempts The attempt ledger of the job's business key, oldest first.
+	Attempts []StoryAttempt `json:"attempts"`
+
+	// Effects The effects that carry the job's business key.
+	Effects []StoryEffect `json:"effects"`
+
+	// Verdict The story in one line.
+	Verdict string `json:"verdict"`
+
+	// Violation True when the story breaks a promise (the CLI then exits 1).
+	Violation bool `json:"violation"`
+}
+
+// StoryAttempt defines model for StoryAttempt.
+type StoryAttempt struct {
+	Attempt int `json:"attempt"`
+
+	// FencingToken Null for an attempt that never got the lock.
+	FencingToken *int64 `json:"fencing_token"`
+
+	// Outcome Empty while the attempt runs.
+	Outcome   StoryAttemptOutcome `json:"outcome"`
+	StartedAt time.Time           `json:"started_at"`
+	EndedAt   *time.Time          `json:"ended_at"`
+	Error     string              `json:"error"`
+	Worker    string              `json:"worker"`
+	JobId     string              `json:"job_id"`
+}
+
+// StoryAttemptOutcome Empty while the attempt runs.
+type StoryAttemptOutcome string
+
+// StoryClaim defines model for StoryClaim.
+type StoryClaim struct {
+	FencingToken int64 `json:"fencing_token"`
+
+	// Instance The gateway instance that claimed it.
+	Instance  string     `json:"instance"`
+	ClaimedAt time.Time  `json:"claimed_at"`
+	EndedAt   *time.Time `json:"ended_at"`
+
+	// Outcome Empty while the claim holds.
+	Outcome StoryClaimOutcome `json:"outcome"`
+
+	// Reason Why it was released.
+	Reason *string `json:"reason,omitempty"`
+
+	// Status The answer's status, for a completed claim.
+	Status *int `json:"status,omitempty"`
+}
+
+// StoryClaimOutcome Empty while the claim holds.
+type StoryClaimOutcome string
+
+// StoryEffect defines model for StoryEffect.
+type StoryEffect struct {
+	Kind      string     `json:"kind"`
+	Ref       string     `json:"ref"`
+	WrittenAt *time.Time `json:"written_at,omitempty"`
+	Detail    *string    `json:"detail,omitempty"`
+}
+
+// StoryExecution The execution state of the job's business key.
+type StoryExecution struct {
+	Status       string `json:"status"`
+	Attempts     int    `json:"attempts"`
+	FencingToken int64  `json:"fencing_token"`
+	ResultRef    string `json:"result_ref"`
+	LastError    string `json:"last_error"`
+}
+
+// StoryJob defines model for StoryJob.
+type StoryJob struct {
+	// Id `job_` and 32 hex digits, derived from (tenant, route, Idempotency-Key).
+	Id             JobID  `json:"id"`
+	Tenant         string `json:"tenant"`
+	Route          string `json:"route"`
+	IdempotencyKey string `json:"idempotency_key"`
+	Task           string `json:"task"`
+	Queue          string `json:"queue"`
+	BusinessKey    string `json:"business_key"`
+
+	// Status `queued`: waiting for a worker. `processing`: a worker runs it.
+	// `retrying`: an attempt failed with a transient error and a retry is
+	// scheduled. `succeeded`: its effect happened (once); `result_ref`
+	// names it. `failed`: a permanent error, or its attempts are used up;
+	// it is in the dead-letter queue and `error` says why.
+	Status    JobStatus `json:"status"`
+	Attempts  int       `json:"attempts"`
+	ResultRef *string   `json:"result_ref"`
+	Error     *string   `json:"error"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+
+	// TaskState Where the queue holds the job's task (pending, active, retry, …; missing when it has none).
+	TaskState *string `json:"task_state,omitempty"`
+}
+
+// StoryRecord defines model for StoryRecord.
+type StoryRecord struct {
+	Tenant string `json:"tenant"`
+	Route  string `json:"route"`
+	Key    string `json:"key"`
+
+	// State `in_flight`: a request holds the claim under a lease. `completed`:
+	// the response is stored and every retry replays it. `released`: the
+	// attempt was not processed (or an operator resolved it); the next
+	// request with the same fingerprint runs again with a higher fencing
+	// token. `unknown`: the outcome is ambiguous and held for an operator
+	// (`on_ambiguous: hold`); retries get 409.
+	State       RecordState `json:"state"`
+	Fingerprint string      `json:"fingerprint"`
+
+	// Status The stored answer's status.
+	Status       *int       `json:"status"`
+	FencingToken int64      `json:"fencing_token"`
+	LeaseUntil   *time.Time `json:"lease_until"`
+	CreatedAt    time.Time  `json:"created_at"`
+	UpdatedAt    time.Time  `json:"updated_at"`
+	ExpiresAt    time.Time  `json:"expires_at"`
 }
 
 // IdempotencyKey defines model for IdempotencyKey.

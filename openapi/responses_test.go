@@ -492,15 +492,31 @@ func TestUnknownOutcomeAndAdminMatchSpec(t *testing.T) {
 	wantProblem(t, ex, http.StatusBadRequest, "bad-request")
 	api.check(t, ex)
 
+	// The key's story: the completed record at token 2. A memory store
+	// keeps no claim ledger and this gateway has no job tables.
+	ex = admin(t, srv, http.MethodGet, record+"/explain")
+	wantStatus(t, ex, http.StatusOK)
+	api.check(t, ex)
+	var story openapi.Story
+	if err := json.Unmarshal(ex.body, &story); err != nil {
+		t.Fatalf("story: %v: %s", err, ex.body)
+	}
+	if story.Record == nil || story.Record.State != openapi.RecordStateCompleted || story.Record.FencingToken != 2 ||
+		story.ClaimLedger == nil || *story.ClaimLedger == "" || story.Violation {
+		t.Errorf("story %s", ex.body)
+	}
+	ex = admin(t, srv, http.MethodGet, "/admin/jobs/"+enqueue.JobID("acme", "invoices", "held")+"/explain")
+	wantProblem(t, ex, http.StatusNotFound, "not-found")
+	api.check(t, ex)
+
 	ex = admin(t, srv, http.MethodDelete, record)
 	wantStatus(t, ex, http.StatusNoContent)
 	api.check(t, ex)
-	for _, method := range []string{http.MethodGet, http.MethodDelete, http.MethodPost} {
-		path := record
-		if method == http.MethodPost {
-			path += "/resolve"
-		}
-		ex = admin(t, srv, method, path)
+	for _, c := range []struct{ method, path string }{
+		{http.MethodGet, record}, {http.MethodDelete, record},
+		{http.MethodPost, record + "/resolve"}, {http.MethodGet, record + "/explain"},
+	} {
+		ex = admin(t, srv, c.method, c.path)
 		wantProblem(t, ex, http.StatusNotFound, "not-found")
 		api.check(t, ex)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/examples/reconcile"
@@ -91,17 +93,31 @@ func runExplain(ctx context.Context, args []string, getenv func(string) string, 
 }
 
 // newExplainer wires explain to the configured stores: the job tables in
-// PostgreSQL, the idempotency store (a memory store's records live in the
-// gateway process: a command outside it leaves them out), the examples'
-// business tables and, with Redis, the queue.
+// PostgreSQL, the idempotency store, the examples' business tables and,
+// with Redis, the queue. A memory store's records live in the gateway
+// process, so only the gateway's own explainer (gatewayExplainer) has
+// them.
 func newExplainer(ctx context.Context, cfg *config.Config, svc *services) (*explain.Explainer, error) {
 	pool, err := svc.postgres(ctx)
 	if err != nil {
 		return nil, err
 	}
-	x := &explain.Explainer{
-		DB: pool,
-		Effects: func(ctx context.Context, task, tenant, key string) ([]explain.Effect, bool, error) {
+	var store idempotency.Store
+	if cfg.Store != "memory" {
+		if store, err = svc.idempotencyStore(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return explainerOn(cfg, svc, pool, store)
+}
+
+// explainerOn is the explainer on pool (nil: no job tables) and store
+// (nil: no records).
+func explainerOn(cfg *config.Config, svc *services, pool *pgxpool.Pool, store idempotency.Store) (*explain.Explainer, error) {
+	x := &explain.Explainer{}
+	if pool != nil {
+		x.DB = pool
+		x.Effects = func(ctx context.Context, task, tenant, key string) ([]explain.Effect, bool, error) {
 			rows, known, err := reconcile.Effects(ctx, pool, task, tenant, key)
 			out := make([]explain.Effect, len(rows))
 			for i, r := range rows {
@@ -109,22 +125,18 @@ func newExplainer(ctx context.Context, cfg *config.Config, svc *services) (*expl
 				out[i] = explain.Effect{Kind: r.Kind, Ref: r.Ref, WrittenAt: &at}
 			}
 			return out, known, err
-		},
+		}
 	}
-	switch cfg.Store {
-	case "memory":
+	if store != nil {
+		x.Records = store
+	}
+	switch st := store.(type) {
+	case *pgstore.Store:
+		x.Claims = pgClaims(st)
+	case nil:
 		x.NoClaims = "store memory: the records live inside the gateway process and no claim ledger is kept"
 	default:
-		st, err := svc.idempotencyStore(ctx)
-		if err != nil {
-			return nil, err
-		}
-		x.Records = st
-		if pg, ok := st.(*pgstore.Store); ok {
-			x.Claims = pgClaims(pg)
-		} else {
-			x.NoClaims = fmt.Sprintf("store %s keeps no claim ledger (only store postgres does)", cfg.Store)
-		}
+		x.NoClaims = fmt.Sprintf("store %s keeps no claim ledger (only store postgres does)", cfg.Store)
 	}
 	if cfg.RedisURL != "" {
 		inspector, err := svc.queueInspector()

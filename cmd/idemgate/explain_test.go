@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -189,6 +190,8 @@ func TestExplainJob(t *testing.T) {
 		at += i
 	}
 
+	sameStory(t, g, "/admin/jobs/"+id+"/explain", doc)
+
 	// The same story from the key.
 	code, out, errOut = cli(t, nil, "explain", "--config", cfg, "--key", "acme", "charges", key, "--json")
 	var byKey explainDoc
@@ -289,6 +292,7 @@ func TestExplainKeyTakeOver(t *testing.T) {
 	if doc.Verdict != "completed once with token 2, status 201, after 2 claims" || doc.Violation {
 		t.Errorf("verdict %q", doc.Verdict)
 	}
+	sameStory(t, g, "/admin/keys/acme/slow/"+key+"/explain", doc)
 	code, text, _ := cli(t, nil, "explain", "--config", cfg, "--key", "acme", "slow", key)
 	if code != 0 || !strings.Contains(text, "taken_over") || !strings.Contains(text, "completed (201)") {
 		t.Errorf("explain --key text: exit %d\n%s", code, text)
@@ -304,5 +308,21 @@ func TestExplainKeyTakeOver(t *testing.T) {
 	code, text, errOut = cli(t, nil, "explain", "--config", rcfg, "--key", "acme", "payments", rkey)
 	if code != 0 || !strings.Contains(text, "store redis keeps no claim ledger") || !strings.Contains(text, "completed once with token") {
 		t.Errorf("explain with store redis: exit %d\n%s%s", code, text, errOut)
+	}
+}
+
+// sameStory: the admin API at path tells the story `explain --json` told.
+func sameStory(t *testing.T, g *gatewayProc, path string, want explainDoc) {
+	t.Helper()
+	r := adminDo(t, g, "GET", path, adminToken)
+	if r.status != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, r.status, r.body)
+	}
+	var got explainDoc
+	if err := json.Unmarshal(r.body, &got); err != nil {
+		t.Fatalf("GET %s: %v\n%s", path, err, r.body)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("GET %s tells another story than explain --json:\n%s", path, r.body)
 	}
 }

@@ -130,6 +130,12 @@ func buildGateway(ctx context.Context, cfg *config.Config, logger *slog.Logger, 
 		return nil, err
 	}
 	opts.Pprof = pprof
+	// The admin API's explain endpoints read what this gateway reads: its
+	// own store (a memory store's records live only here), and the job
+	// tables when it has PostgreSQL open.
+	if opts.Explainer, err = explainerOn(cfg, svc, deps.pool, deps.store); err != nil {
+		return nil, err
+	}
 	g, err := gateway.New(opts)
 	if err != nil {
 		return nil, usagef("%v", err)

@@ -42,14 +42,15 @@ SELECT j.id, j.tenant, j.business_key, coalesce(e.status, ''), coalesce(e.result
 		if err := rows.Scan(&id, &tenant, &key, &status, &execRef, &jobRef); err != nil {
 			return err
 		}
+		bkey := key
 		key = workers.Scope(tenant, key)
 		switch {
 		case status == "":
-			r.violation(CheckJobs, fmt.Sprintf("job %s succeeded but %s has no execution", id, key), id, key)
+			r.jobViolation(CheckJobs, tenant, bkey, fmt.Sprintf("job %s succeeded but %s has no execution", id, key), id, key)
 		case status != "succeeded":
-			r.violation(CheckJobs, fmt.Sprintf("job %s succeeded but the execution of %s is %s", id, key, status), id, key)
+			r.jobViolation(CheckJobs, tenant, bkey, fmt.Sprintf("job %s succeeded but the execution of %s is %s", id, key, status), id, key)
 		case jobRef != "" && jobRef != execRef:
-			r.violation(CheckJobs, fmt.Sprintf("job %s shows result %s, the execution of %s records %s", id, jobRef, key, execRef), id, key, jobRef, execRef)
+			r.jobViolation(CheckJobs, tenant, bkey, fmt.Sprintf("job %s shows result %s, the execution of %s records %s", id, jobRef, key, execRef), id, key, jobRef, execRef)
 		}
 		return nil
 	})
@@ -74,10 +75,11 @@ SELECT e.tenant, e.key, e.task, coalesce(e.result_ref, ''),
 		if err := rows.Scan(&tenant, &key, &task, &ref, &refs); err != nil {
 			return err
 		}
+		bkey := key
 		key = workers.Scope(tenant, key)
 		switch {
 		case len(refs) == 0:
-			r.violation(CheckJobEffects, fmt.Sprintf("%s job %s succeeded (result %s) but its effect row is missing", task, key, ref), key, ref)
+			r.jobViolation(CheckJobEffects, tenant, bkey, fmt.Sprintf("%s job %s succeeded (result %s) but its effect row is missing", task, key, ref), key, ref)
 		case !slices.Contains(refs, ref):
 			ids := []string{key, ref}
 			for _, other := range refs {
@@ -85,7 +87,7 @@ SELECT e.tenant, e.key, e.task, coalesce(e.result_ref, ''),
 					ids = append(ids, other)
 				}
 			}
-			r.violation(CheckJobEffects, fmt.Sprintf("%s job %s records result %s, its effect row says %q", task, key, ref, strings.Join(refs, ", ")), ids...)
+			r.jobViolation(CheckJobEffects, tenant, bkey, fmt.Sprintf("%s job %s records result %s, its effect row says %q", task, key, ref, strings.Join(refs, ", ")), ids...)
 		}
 		return nil
 	})
@@ -105,13 +107,14 @@ SELECT f.kind, f.tenant, f.key, f.ref, coalesce(e.status, '')
 		if err := rows.Scan(&kind, &tenant, &key, &ref, &status); err != nil {
 			return err
 		}
+		bkey := key
 		key = workers.Scope(tenant, key)
 		switch status {
 		case "succeeded":
 		case "":
-			r.violation(CheckEffectJobs, fmt.Sprintf("%s %s exists but job %s has no execution", kind, ref, key), key, ref)
+			r.jobViolation(CheckEffectJobs, tenant, bkey, fmt.Sprintf("%s %s exists but job %s has no execution", kind, ref, key), key, ref)
 		default:
-			r.violation(CheckEffectJobs, fmt.Sprintf("%s %s exists but job %s is %s", kind, ref, key, status), key, ref)
+			r.jobViolation(CheckEffectJobs, tenant, bkey, fmt.Sprintf("%s %s exists but job %s is %s", kind, ref, key, status), key, ref)
 		}
 		return nil
 	})

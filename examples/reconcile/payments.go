@@ -24,12 +24,13 @@ SELECT tenant, payment_id, status, coalesce(partner_charge_id, '')
 		if err := rows.Scan(&tenant, &id, &status, &charge); err != nil {
 			return err
 		}
+		bkey := "payment:" + id // the payment.charge task's business key
 		id = workers.Scope(tenant, id)
 		switch {
 		case status == "succeeded" && charge == "":
-			r.violation(CheckPayments, fmt.Sprintf("payment %s succeeded without a partner charge id", id), id)
+			r.jobViolation(CheckPayments, tenant, bkey, fmt.Sprintf("payment %s succeeded without a partner charge id", id), id)
 		case status != "succeeded":
-			r.violation(CheckPayments, fmt.Sprintf("payment %s is %s but holds partner charge %s", id, status, charge), id, charge)
+			r.jobViolation(CheckPayments, tenant, bkey, fmt.Sprintf("payment %s is %s but holds partner charge %s", id, status, charge), id, charge)
 		}
 		return nil
 	})

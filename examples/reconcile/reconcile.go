@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgate/idemgate/workers/execution"
 )
 
 // The checks, as named in Violation.Check and in the output.
@@ -89,13 +91,56 @@ type Violation struct {
 	IDs []string
 	// Detail says what is wrong, in a sentence.
 	Detail string
+	// Attempts are the attempts of the job behind the violation, from the
+	// attempt ledger, oldest first: which worker ran it, with which fencing
+	// token, and how each ended. Empty when the violation concerns no job,
+	// or the ledger has none (expired with the retention).
+	Attempts []execution.Entry
+
+	// tenant and key name the job's business key, for the ledger.
+	tenant, key string
 }
 
 func (v Violation) String() string {
+	var b strings.Builder
 	if len(v.IDs) == 0 {
-		return fmt.Sprintf("violation [%s]: %s", v.Check, v.Detail)
+		fmt.Fprintf(&b, "violation [%s]: %s", v.Check, v.Detail)
+	} else {
+		fmt.Fprintf(&b, "violation [%s] %s: %s", v.Check, strings.Join(v.IDs, " "), v.Detail)
 	}
-	return fmt.Sprintf("violation [%s] %s: %s", v.Check, strings.Join(v.IDs, " "), v.Detail)
+	for i, a := range v.Attempts {
+		if i == maxAttemptsShown {
+			fmt.Fprintf(&b, "\n  … %d more attempts (idemgate explain --job %s)", len(v.Attempts)-i, a.JobID)
+			break
+		}
+		fmt.Fprintf(&b, "\n  %s", attemptLine(a))
+	}
+	return b.String()
+}
+
+// maxAttemptsShown bounds the attempt lines under one violation.
+const maxAttemptsShown = 20
+
+// attemptLine is one attempt under a violation: "attempt 2 token 4
+// succeeded by worker-1 (job job_…)".
+func attemptLine(a execution.Entry) string {
+	line := fmt.Sprintf("attempt %d", a.Attempt)
+	if a.FencingToken != 0 {
+		line += fmt.Sprintf(" token %d", a.FencingToken)
+	}
+	outcome := string(a.Outcome)
+	if outcome == "" {
+		outcome = "unfinished"
+	}
+	line += " " + outcome
+	if a.Worker != "" {
+		line += " by " + a.Worker
+	}
+	line += " (job " + a.JobID + ")"
+	if a.Error != "" {
+		line += ": " + a.Error
+	}
+	return line
 }
 
 // Report is what a run found.
@@ -146,6 +191,9 @@ func Run(ctx context.Context, db DB, w io.Writer, opts Options) (Report, error) 
 		if err := c.fn(ctx); err != nil {
 			return r.report, fmt.Errorf("reconcile: %s: %w", c.name, err)
 		}
+		if err := r.flush(ctx, before); err != nil {
+			return r.report, fmt.Errorf("reconcile: %s: attempts: %w", c.name, err)
+		}
 		if _, ok := r.report.Rows[c.name]; ok {
 			r.printf("reconcile: %s: %d rows, %s\n", c.name, r.report.Rows[c.name], plural(len(r.report.Violations)-before, "violation"))
 		}
@@ -179,11 +227,33 @@ func (r *run) printf(format string, args ...any) {
 	}
 }
 
-// violation records and prints a violation.
+// violation records a violation; it is printed when its check ends.
 func (r *run) violation(check, detail string, ids ...string) {
-	v := Violation{Check: check, IDs: ids, Detail: detail}
-	r.report.Violations = append(r.report.Violations, v)
-	r.printf("%s\n", v)
+	r.report.Violations = append(r.report.Violations, Violation{Check: check, IDs: ids, Detail: detail})
+}
+
+// jobViolation records a violation about the job of the business key
+// (tenant, key): it is printed with that job's attempts.
+func (r *run) jobViolation(check, tenant, key, detail string, ids ...string) {
+	r.report.Violations = append(r.report.Violations, Violation{Check: check, IDs: ids, Detail: detail, tenant: tenant, key: key})
+}
+
+// flush reads the attempt ledger for the violations found since from,
+// and prints them. It runs once a check's rows are closed: the snapshot's
+// connection reads one result at a time.
+func (r *run) flush(ctx context.Context, from int) error {
+	for i := from; i < len(r.report.Violations); i++ {
+		v := &r.report.Violations[i]
+		if v.key != "" {
+			attempts, err := execution.Attempts(ctx, r.tx, v.tenant, v.key)
+			if err != nil {
+				return err
+			}
+			v.Attempts = attempts
+		}
+		r.printf("%s\n", *v)
+	}
+	return nil
 }
 
 // row counts one row read by check and prints a progress line every

@@ -27,6 +27,7 @@ import (
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers"
+	"github.com/idemgate/idemgate/workers/execution"
 	"github.com/idemgate/idemgate/workers/lock"
 )
 
@@ -433,6 +434,18 @@ func TestRunReportsPlantedViolations(t *testing.T) {
 				got = append(got, want{v.Check, v.IDs})
 				if !strings.Contains(out.String(), v.String()+"\n") {
 					t.Errorf("violation %q not in the output", v)
+				}
+				// A violation about a job that ran names its attempts from
+				// the ledger: the one that succeeded, with its token.
+				if v.Check == reconcile.CheckJobs || v.Check == reconcile.CheckJobEffects {
+					i := slices.IndexFunc(v.Attempts, func(a execution.Entry) bool {
+						return a.Outcome == execution.OutcomeSucceeded && a.FencingToken > 0
+					})
+					if i < 0 {
+						t.Errorf("violation %q names no succeeded attempt: %+v", v.Detail, v.Attempts)
+					} else if line := fmt.Sprintf("  attempt %d token %d succeeded", v.Attempts[i].Attempt, v.Attempts[i].FencingToken); !strings.Contains(out.String(), line) {
+						t.Errorf("output lacks %q:\n%s", line, out.String())
+					}
 				}
 			}
 			same := slices.EqualFunc(got, wants, func(a, b want) bool { return a.check == b.check && slices.Equal(a.ids, b.ids) })

@@ -45,7 +45,7 @@ SELECT id, tenant, business_key, task, queue, status, extract(epoch FROM now() -
 			}
 		}
 		unchanged := (time.Duration(age * float64(time.Second))).Round(time.Second)
-		r.violation(CheckStuckJobs, fmt.Sprintf("%s job %s is %s, unchanged for %s; %s", task, id, status, unchanged, where),
+		r.jobViolation(CheckStuckJobs, tenant, key, fmt.Sprintf("%s job %s is %s, unchanged for %s; %s", task, id, status, unchanged, where),
 			id, workers.Scope(tenant, key))
 		return nil
 	})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/internal/explain"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
@@ -52,6 +53,7 @@ func Options(jobs gateway.Jobs, store idempotency.Store) gateway.Options {
 		StoreName:        "memory",
 		AdminTokenSHA256: sum(AdminToken),
 		Jobs:             jobs,
+		Explainer:        &explain.Explainer{Records: store, NoClaims: "store memory keeps no claim ledger"},
 		OpenAPI:          yamlDoc,
 		OpenAPIJSON:      jsonDoc,
 		Logger:           slog.New(slog.DiscardHandler),

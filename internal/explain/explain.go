@@ -32,7 +32,9 @@ type Records interface {
 // Explainer builds stories. DB is required; every other source is
 // optional.
 type Explainer struct {
-	// DB holds jobs, job_executions and job_attempts (a *pgxpool.Pool).
+	// DB holds jobs, job_executions and job_attempts (a *pgxpool.Pool);
+	// nil when there is no database (a gateway on store memory without
+	// database_url): a key's story then has no job, and Job finds none.
 	DB enqueue.DB
 	// Records is the idempotency store; nil leaves the record out.
 	Records Records
@@ -56,6 +58,9 @@ type Explainer struct {
 
 // Job tells the story of the job with id.
 func (x *Explainer) Job(ctx context.Context, id string) (*Story, error) {
+	if x.DB == nil {
+		return nil, &notFoundError{"no job " + id + ": jobs are kept in PostgreSQL and this process has no database_url"}
+	}
 	j, err := enqueue.NewJobs(x.DB).ByID(ctx, id)
 	switch {
 	case errors.Is(err, enqueue.ErrNotFound):
@@ -81,7 +86,11 @@ func (x *Explainer) Key(ctx context.Context, scope idempotency.Scope) (*Story, e
 	if err := x.addRecord(ctx, s, scope); err != nil {
 		return nil, err
 	}
-	j, err := enqueue.NewJobs(x.DB).Get(ctx, scope.Tenant, enqueue.JobID(scope.Tenant, scope.Route, scope.Key))
+	var j enqueue.Job
+	err := enqueue.ErrNotFound
+	if x.DB != nil {
+		j, err = enqueue.NewJobs(x.DB).Get(ctx, scope.Tenant, enqueue.JobID(scope.Tenant, scope.Route, scope.Key))
+	}
 	switch {
 	case errors.Is(err, enqueue.ErrNotFound):
 		if s.Record == nil && len(s.Claims) == 0 {
@@ -99,7 +108,8 @@ func (x *Explainer) Key(ctx context.Context, scope idempotency.Scope) (*Story, e
 }
 
 func (x *Explainer) addRecord(ctx context.Context, s *Story, scope idempotency.Scope) error {
-	s.Claims = []Claim{}
+	// Lists are empty, never null, in the JSON document.
+	s.Claims, s.Attempts, s.Effects = []Claim{}, []Attempt{}, []Effect{}
 	if x.Records != nil {
 		rec, err := x.Records.Get(ctx, scope)
 		switch {
@@ -165,7 +175,6 @@ func (x *Explainer) addJob(ctx context.Context, s *Story, j enqueue.Job) error {
 		}
 		s.Job.TaskState = state
 	}
-	s.Attempts, s.Effects = []Attempt{}, []Effect{}
 	if j.BusinessKey == "" {
 		return nil
 	}

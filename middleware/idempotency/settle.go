@@ -94,8 +94,14 @@ func (m *Middleware) storeOutcome(ctx context.Context, until time.Time, req Clai
 // still renewed by rn. It reports false, doing nothing, once Drain has
 // begun.
 func (m *Middleware) settleLater(r *http.Request, req ClaimRequest, a *Attempt, rn *renewer, what Stored, resp Response) bool {
+	ctx := m.bgCtx
+	if what != StoredCompleted {
+		// The claim ledger keeps why it was released, also when the
+		// release is stored late.
+		ctx = WithReleaseReason(ctx, releaseReason(a, what, resp.Status))
+	}
 	started := m.inBackground(func() {
-		err := m.storeOutcome(m.bgCtx, time.Time{}, req, what, resp)
+		err := m.storeOutcome(ctx, time.Time{}, req, what, resp)
 		rn.stop()
 		m.settled(context.WithoutCancel(r.Context()), r, req, a, what, resp, err)
 	})

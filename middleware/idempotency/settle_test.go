@@ -25,6 +25,8 @@ type faultyStore struct {
 	renewDown        atomic.Bool  // every Renew fails
 	claimHangs       atomic.Bool  // Claim is made, but its answer never comes
 	completes        atomic.Int64 // Complete calls that reached the store
+	releaseDown      atomic.Bool  // every Release fails
+	releaseReason    atomic.Value // the reason the last stored Release carried
 }
 
 func newFaultyStore() *faultyStore { return &faultyStore{Store: memstore.New()} }
@@ -54,6 +56,17 @@ func (s *faultyStore) Complete(ctx context.Context, scope idempotency.Scope, own
 	}
 	s.completes.Add(1)
 	return s.Store.Complete(ctx, scope, owner, resp, retention)
+}
+
+func (s *faultyStore) Release(ctx context.Context, scope idempotency.Scope, owner string) error {
+	if s.releaseDown.Load() {
+		return errBlink
+	}
+	err := s.Store.Release(ctx, scope, owner)
+	if err == nil {
+		s.releaseReason.Store(idempotency.ReleaseReason(ctx))
+	}
+	return err
 }
 
 func drainAtCleanup(t *testing.T, mw *idempotency.Middleware) {
@@ -126,6 +139,30 @@ func TestOutcomeStoredInTheBackground(t *testing.T) {
 	}
 	if h.calls.Load() != 1 {
 		t.Fatalf("handler ran %d times, want 1", h.calls.Load())
+	}
+}
+
+// A release stored late, in the background, still says why the key was
+// released (the claim ledger keeps it).
+func TestReleaseStoredInTheBackgroundKeepsItsReason(t *testing.T) {
+	t.Parallel()
+	store := newFaultyStore()
+	store.releaseDown.Store(true)
+	mw := newMW(t, store, idempotency.Config{StoreTimeout: 100 * time.Millisecond})
+	drainAtCleanup(t, mw)
+	srv := mw.Wrap(&counter{status: http.StatusServiceUnavailable})
+
+	if w := do(srv, call{key: "released-late"}); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("answer %d %s, want the handler's own 503", w.Code, w.Body)
+	}
+	store.releaseDown.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := mw.Drain(ctx); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	if got, want := store.releaseReason.Load(), "not processed: the upstream answered 503"; got != want {
+		t.Fatalf("the late release carried reason %q, want %q", got, want)
 	}
 }
 

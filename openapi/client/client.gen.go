@@ -92,6 +92,18 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
+	// ExplainJob Tell the whole story of a job.
+	//
+	// The job's idempotency record, the job, its execution state, every
+	// attempt from the attempt ledger with its fencing token and outcome,
+	// the effects that carry its business key, and a one-line verdict
+	// ("succeeded once at attempt 3 with token 7"). The same document as
+	// `idemgate explain --job ID --json`. Any tenant's job: the admin
+	// token sees them all.
+	//
+	// Corresponds with GET /admin/jobs/{id}/explain (the `ExplainJob` operationId).
+	ExplainJob(ctx context.Context, id JobID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// DeleteIdempotencyRecord Forget an idempotency record.
 	//
 	// Removes the record whatever its state, so a client can run a request
@@ -110,6 +122,19 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /admin/keys/{tenant}/{route}/{key} (the `GetIdempotencyRecord` operationId).
 	GetIdempotencyRecord(ctx context.Context, tenant Tenant, route Route, key Key, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExplainIdempotencyKey Tell the whole story of an idempotency key.
+	//
+	// The record, every claim of it (with the PostgreSQL store, which keeps
+	// a claim ledger), the job it created on an enqueue route with every
+	// attempt and the effects that carry its business key, and a one-line
+	// verdict. The same document as `idemgate explain --key TENANT ROUTE
+	// KEY --json`. A story that shows a broken promise (two effects, a
+	// success without its effect, a job stuck) is still 200, with
+	// `violation: true`.
+	//
+	// Corresponds with GET /admin/keys/{tenant}/{route}/{key}/explain (the `ExplainIdempotencyKey` operationId).
+	ExplainIdempotencyKey(ctx context.Context, tenant Tenant, route Route, key Key, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResolveIdempotencyRecord Release a record whose outcome is unknown.
 	//
@@ -167,6 +192,28 @@ type ClientInterface interface {
 	GetJob(ctx context.Context, id JobID, params *GetJobParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
+// ExplainJob Tell the whole story of a job.
+//
+// The job's idempotency record, the job, its execution state, every
+// attempt from the attempt ledger with its fencing token and outcome,
+// the effects that carry its business key, and a one-line verdict
+// ("succeeded once at attempt 3 with token 7"). The same document as
+// `idemgate explain --job ID --json`. Any tenant's job: the admin
+// token sees them all.
+//
+// Corresponds with GET /admin/jobs/{id}/explain (the `ExplainJob` operationId).
+func (c *Client) ExplainJob(ctx context.Context, id JobID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExplainJobRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // DeleteIdempotencyRecord Forget an idempotency record.
 //
 // Removes the record whatever its state, so a client can run a request
@@ -196,6 +243,29 @@ func (c *Client) DeleteIdempotencyRecord(ctx context.Context, tenant Tenant, rou
 // Corresponds with GET /admin/keys/{tenant}/{route}/{key} (the `GetIdempotencyRecord` operationId).
 func (c *Client) GetIdempotencyRecord(ctx context.Context, tenant Tenant, route Route, key Key, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetIdempotencyRecordRequest(c.Server, tenant, route, key)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExplainIdempotencyKey Tell the whole story of an idempotency key.
+//
+// The record, every claim of it (with the PostgreSQL store, which keeps
+// a claim ledger), the job it created on an enqueue route with every
+// attempt and the effects that carry its business key, and a one-line
+// verdict. The same document as `idemgate explain --key TENANT ROUTE
+// KEY --json`. A story that shows a broken promise (two effects, a
+// success without its effect, a job stuck) is still 200, with
+// `violation: true`.
+//
+// Corresponds with GET /admin/keys/{tenant}/{route}/{key}/explain (the `ExplainIdempotencyKey` operationId).
+func (c *Client) ExplainIdempotencyKey(ctx context.Context, tenant Tenant, route Route, key Key, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExplainIdempotencyKeyRequest(c.Server, tenant, route, key)
 	if err != nil {
 		return nil, err
 	}
@@ -331,6 +401,40 @@ func (c *Client) GetJob(ctx context.Context, id JobID, params *GetJobParams, req
 	return c.Client.Do(req)
 }
 
+// NewExplainJobRequest constructs an http.Request for the ExplainJob method
+func NewExplainJobRequest(server string, id JobID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/jobs/%s/explain", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewDeleteIdempotencyRecordRequest constructs an http.Request for the DeleteIdempotencyRecord method
 func NewDeleteIdempotencyRecordRequest(server string, tenant Tenant, route Route, key Key) (*http.Request, error) {
 	var err error
@@ -410,6 +514,54 @@ func NewGetIdempotencyRecordRequest(server string, tenant Tenant, route Route, k
 	}
 
 	operationPath := fmt.Sprintf("/admin/keys/%s/%s/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewExplainIdempotencyKeyRequest constructs an http.Request for the ExplainIdempotencyKey method
+func NewExplainIdempotencyKeyRequest(server string, tenant Tenant, route Route, key Key) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tenant", tenant, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "route", route, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/keys/%s/%s/%s/explain", pathParam0, pathParam1, pathParam2)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -703,6 +855,20 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
+	// ExplainJobWithResponse Tell the whole story of a job.
+	//
+	// The job's idempotency record, the job, its execution state, every
+	// attempt from the attempt ledger with its fencing token and outcome,
+	// the effects that carry its business key, and a one-line verdict
+	// ("succeeded once at attempt 3 with token 7"). The same document as
+	// `idemgate explain --job ID --json`. Any tenant's job: the admin
+	// token sees them all.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/jobs/{id}/explain (the `ExplainJob` operationId).
+	ExplainJobWithResponse(ctx context.Context, id JobID, reqEditors ...RequestEditorFn) (*ExplainJobResponse, error)
+
 	// DeleteIdempotencyRecordWithResponse Forget an idempotency record.
 	//
 	// Removes the record whatever its state, so a client can run a request
@@ -725,6 +891,21 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /admin/keys/{tenant}/{route}/{key} (the `GetIdempotencyRecord` operationId).
 	GetIdempotencyRecordWithResponse(ctx context.Context, tenant Tenant, route Route, key Key, reqEditors ...RequestEditorFn) (*GetIdempotencyRecordResponse, error)
+
+	// ExplainIdempotencyKeyWithResponse Tell the whole story of an idempotency key.
+	//
+	// The record, every claim of it (with the PostgreSQL store, which keeps
+	// a claim ledger), the job it created on an enqueue route with every
+	// attempt and the effects that carry its business key, and a one-line
+	// verdict. The same document as `idemgate explain --key TENANT ROUTE
+	// KEY --json`. A story that shows a broken promise (two effects, a
+	// success without its effect, a job stuck) is still 200, with
+	// `violation: true`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/keys/{tenant}/{route}/{key}/explain (the `ExplainIdempotencyKey` operationId).
+	ExplainIdempotencyKeyWithResponse(ctx context.Context, tenant Tenant, route Route, key Key, reqEditors ...RequestEditorFn) (*ExplainIdempotencyKeyResponse, error)
 
 	// ResolveIdempotencyRecordWithResponse Release a record whose outcome is unknown.
 	//
@@ -794,6 +975,115 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/jobs/{id} (the `GetJob` operationId).
 	GetJobWithResponse(ctx context.Context, id JobID, params *GetJobParams, reqEditors ...RequestEditorFn) (*GetJobResponse, error)
+}
+
+// ExplainJobResponse200Headers the declared response headers of an HTTP 200 response for ExplainJob
+type ExplainJobResponse200Headers struct {
+	XRequestId string
+}
+
+// ExplainJobResponse401Headers the declared response headers of an HTTP 401 response for ExplainJob
+type ExplainJobResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestId      string
+}
+
+// ExplainJobResponse404Headers the declared response headers of an HTTP 404 response for ExplainJob
+type ExplainJobResponse404Headers struct {
+	XRequestId string
+}
+
+// ExplainJobResponse500Headers the declared response headers of an HTTP 500 response for ExplainJob
+type ExplainJobResponse500Headers struct {
+	XRequestId string
+}
+
+// ExplainJobResponse503Headers the declared response headers of an HTTP 503 response for ExplainJob
+type ExplainJobResponse503Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         int
+	XRequestId         string
+}
+
+type ExplainJobResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Story
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *AdminUnauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ExplainJobResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExplainJobResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ExplainJobResponse404Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ExplainJobResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ExplainJobResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExplainJobResponse) GetJSON200() *Story {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ExplainJobResponse) GetApplicationproblemJSON401() *AdminUnauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ExplainJobResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ExplainJobResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ExplainJobResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ExplainJobResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExplainJobResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExplainJobResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExplainJobResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 // DeleteIdempotencyRecordResponse204Headers the declared response headers of an HTTP 204 response for DeleteIdempotencyRecord
@@ -1001,6 +1291,115 @@ func (r GetIdempotencyRecordResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetIdempotencyRecordResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ExplainIdempotencyKeyResponse200Headers the declared response headers of an HTTP 200 response for ExplainIdempotencyKey
+type ExplainIdempotencyKeyResponse200Headers struct {
+	XRequestId string
+}
+
+// ExplainIdempotencyKeyResponse401Headers the declared response headers of an HTTP 401 response for ExplainIdempotencyKey
+type ExplainIdempotencyKeyResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestId      string
+}
+
+// ExplainIdempotencyKeyResponse404Headers the declared response headers of an HTTP 404 response for ExplainIdempotencyKey
+type ExplainIdempotencyKeyResponse404Headers struct {
+	XRequestId string
+}
+
+// ExplainIdempotencyKeyResponse500Headers the declared response headers of an HTTP 500 response for ExplainIdempotencyKey
+type ExplainIdempotencyKeyResponse500Headers struct {
+	XRequestId string
+}
+
+// ExplainIdempotencyKeyResponse503Headers the declared response headers of an HTTP 503 response for ExplainIdempotencyKey
+type ExplainIdempotencyKeyResponse503Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         int
+	XRequestId         string
+}
+
+type ExplainIdempotencyKeyResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Story
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *AdminUnauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ExplainIdempotencyKeyResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExplainIdempotencyKeyResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ExplainIdempotencyKeyResponse404Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ExplainIdempotencyKeyResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ExplainIdempotencyKeyResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExplainIdempotencyKeyResponse) GetJSON200() *Story {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ExplainIdempotencyKeyResponse) GetApplicationproblemJSON401() *AdminUnauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ExplainIdempotencyKeyResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ExplainIdempotencyKeyResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ExplainIdempotencyKeyResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ExplainIdempotencyKeyResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExplainIdempotencyKeyResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExplainIdempotencyKeyResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExplainIdempotencyKeyResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -1503,6 +1902,26 @@ func (r GetJobResponse) ContentType() string {
 	return ""
 }
 
+// ExplainJobWithResponse Tell the whole story of a job.
+//
+// The job's idempotency record, the job, its execution state, every
+// attempt from the attempt ledger with its fencing token and outcome,
+// the effects that carry its business key, and a one-line verdict
+// ("succeeded once at attempt 3 with token 7"). The same document as
+// `idemgate explain --job ID --json`. Any tenant's job: the admin
+// token sees them all.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/jobs/{id}/explain (the `ExplainJob` operationId).
+func (c *ClientWithResponses) ExplainJobWithResponse(ctx context.Context, id JobID, reqEditors ...RequestEditorFn) (*ExplainJobResponse, error) {
+	rsp, err := c.ExplainJob(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExplainJobResponse(rsp)
+}
+
 // DeleteIdempotencyRecordWithResponse Forget an idempotency record.
 //
 // Removes the record whatever its state, so a client can run a request
@@ -1536,6 +1955,27 @@ func (c *ClientWithResponses) GetIdempotencyRecordWithResponse(ctx context.Conte
 		return nil, err
 	}
 	return ParseGetIdempotencyRecordResponse(rsp)
+}
+
+// ExplainIdempotencyKeyWithResponse Tell the whole story of an idempotency key.
+//
+// The record, every claim of it (with the PostgreSQL store, which keeps
+// a claim ledger), the job it created on an enqueue route with every
+// attempt and the effects that carry its business key, and a one-line
+// verdict. The same document as `idemgate explain --key TENANT ROUTE
+// KEY --json`. A story that shows a broken promise (two effects, a
+// success without its effect, a job stuck) is still 200, with
+// `violation: true`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/keys/{tenant}/{route}/{key}/explain (the `ExplainIdempotencyKey` operationId).
+func (c *ClientWithResponses) ExplainIdempotencyKeyWithResponse(ctx context.Context, tenant Tenant, route Route, key Key, reqEditors ...RequestEditorFn) (*ExplainIdempotencyKeyResponse, error) {
+	rsp, err := c.ExplainIdempotencyKey(ctx, tenant, route, key, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExplainIdempotencyKeyResponse(rsp)
 }
 
 // ResolveIdempotencyRecordWithResponse Release a record whose outcome is unknown.
@@ -1647,6 +2087,148 @@ func (c *ClientWithResponses) GetJobWithResponse(ctx context.Context, id JobID, 
 		return nil, err
 	}
 	return ParseGetJobResponse(rsp)
+}
+
+// ParseExplainJobResponse parses an HTTP response from a ExplainJobWithResponse call
+func ParseExplainJobResponse(rsp *http.Response) (*ExplainJobResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExplainJobResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Story
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest AdminUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ExplainJobResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ExplainJobResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers ExplainJobResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 500:
+		var headers ExplainJobResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ExplainJobResponse503Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
 }
 
 // ParseDeleteIdempotencyRecordResponse parses an HTTP response from a DeleteIdempotencyRecordWithResponse call
@@ -1888,6 +2470,148 @@ func ParseGetIdempotencyRecordResponse(rsp *http.Response) (*GetIdempotencyRecor
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetIdempotencyRecordResponse503Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseExplainIdempotencyKeyResponse parses an HTTP response from a ExplainIdempotencyKeyWithResponse call
+func ParseExplainIdempotencyKeyResponse(rsp *http.Response) (*ExplainIdempotencyKeyResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExplainIdempotencyKeyResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Story
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest AdminUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ExplainIdempotencyKeyResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ExplainIdempotencyKeyResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers ExplainIdempotencyKeyResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 500:
+		var headers ExplainIdempotencyKeyResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ExplainIdempotencyKeyResponse503Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -210,6 +210,77 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/keys/{tenant}/{route}/{key}/explain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The tenant (`tenants[].name`; `anonymous` with `auth.mode: none`).
+                 * @example acme
+                 */
+                tenant: components["parameters"]["Tenant"];
+                /**
+                 * @description The route's name (`routes[].name`).
+                 * @example invoices
+                 */
+                route: components["parameters"]["Route"];
+                /**
+                 * @description The idempotency key as parsed, without the quotes of an sf-string
+                 *     (the header `"order-42"` is the key `order-42`), percent-encoded.
+                 * @example order-42
+                 */
+                key: components["parameters"]["Key"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Tell the whole story of an idempotency key.
+         * @description The record, every claim of it (with the PostgreSQL store, which keeps
+         *     a claim ledger), the job it created on an enqueue route with every
+         *     attempt and the effects that carry its business key, and a one-line
+         *     verdict. The same document as `idemgate explain --key TENANT ROUTE
+         *     KEY --json`. A story that shows a broken promise (two effects, a
+         *     success without its effect, a job stuck) is still 200, with
+         *     `violation: true`.
+         */
+        get: operations["explainIdempotencyKey"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/jobs/{id}/explain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id, from the `Location` of the enqueue route's answer. */
+                id: components["parameters"]["JobID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Tell the whole story of a job.
+         * @description The job's idempotency record, the job, its execution state, every
+         *     attempt from the attempt ledger with its fencing token and outcome,
+         *     the effects that carry its business key, and a one-line verdict
+         *     ("succeeded once at attempt 3 with token 7"). The same document as
+         *     `idemgate explain --job ID --json`. Any tenant's job: the admin
+         *     token sees them all.
+         */
+        get: operations["explainJob"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -404,6 +475,119 @@ export interface components {
             body_base64: string;
             /** @description The body was over `max_stored_response_bytes` and was not stored. */
             body_omitted: boolean;
+        };
+        /** @description Everything known about one job or idempotency key, as `idemgate explain --json` prints it. */
+        Story: {
+            /** @description The idempotency record; null when there is none (expired, deleted, or a job without one). */
+            record: components["schemas"]["StoryRecord"] | null;
+            /** @description The record's claims, oldest first (store postgres only). */
+            claims: components["schemas"]["StoryClaim"][];
+            /** @description Why there are no claims, when the store keeps no claim ledger. */
+            claim_ledger?: string;
+            /** @description The job the key created; null for a proxied key. */
+            job: components["schemas"]["StoryJob"] | null;
+            execution?: components["schemas"]["StoryExecution"];
+            /** @description The attempt ledger of the job's business key, oldest first. */
+            attempts: components["schemas"]["StoryAttempt"][];
+            /** @description The effects that carry the job's business key. */
+            effects: components["schemas"]["StoryEffect"][];
+            /** @description The story in one line. */
+            verdict: string;
+            /** @description True when the story breaks a promise (the CLI then exits 1). */
+            violation: boolean;
+        };
+        StoryRecord: {
+            tenant: string;
+            route: string;
+            key: string;
+            state: components["schemas"]["RecordState"];
+            fingerprint: string;
+            /** @description The stored answer's status. */
+            status: number | null;
+            /** Format: int64 */
+            fencing_token: number;
+            /** Format: date-time */
+            lease_until: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            /** Format: date-time */
+            expires_at: string;
+        };
+        StoryClaim: {
+            /** Format: int64 */
+            fencing_token: number;
+            /** @description The gateway instance that claimed it. */
+            instance: string;
+            /** Format: date-time */
+            claimed_at: string;
+            /** Format: date-time */
+            ended_at: string | null;
+            /**
+             * @description Empty while the claim holds.
+             * @enum {string}
+             */
+            outcome: "" | "completed" | "released" | "unknown" | "taken_over" | "refused" | "resolved" | "deleted";
+            /** @description Why it was released. */
+            reason?: string;
+            /** @description The answer's status, for a completed claim. */
+            status?: number;
+        };
+        StoryJob: {
+            id: components["schemas"]["JobID"];
+            tenant: string;
+            route: string;
+            idempotency_key: string;
+            task: string;
+            queue: string;
+            business_key: string;
+            status: components["schemas"]["JobStatus"];
+            attempts: number;
+            result_ref: string | null;
+            error: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            /** @description Where the queue holds the job's task (pending, active, retry, …; missing when it has none). */
+            task_state?: string;
+        };
+        /** @description The execution state of the job's business key. */
+        StoryExecution: {
+            status: string;
+            attempts: number;
+            /** Format: int64 */
+            fencing_token: number;
+            result_ref: string;
+            last_error: string;
+        };
+        StoryAttempt: {
+            attempt: number;
+            /**
+             * Format: int64
+             * @description Null for an attempt that never got the lock.
+             */
+            fencing_token: number | null;
+            /**
+             * @description Empty while the attempt runs.
+             * @enum {string}
+             */
+            outcome: "" | "succeeded" | "transient" | "unavailable" | "permanent" | "lock_busy" | "lock_lost" | "stale_token" | "superseded" | "crashed";
+            /** Format: date-time */
+            started_at: string;
+            /** Format: date-time */
+            ended_at: string | null;
+            error: string;
+            worker: string;
+            job_id: string;
+        };
+        StoryEffect: {
+            kind: string;
+            ref: string;
+            /** Format: date-time */
+            written_at?: string;
+            detail?: string;
         };
     };
     responses: {
@@ -1084,6 +1268,76 @@ export interface operations {
                 };
             };
             400: components["responses"]["AdminBadRequest"];
+            401: components["responses"]["AdminUnauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    explainIdempotencyKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The tenant (`tenants[].name`; `anonymous` with `auth.mode: none`).
+                 * @example acme
+                 */
+                tenant: components["parameters"]["Tenant"];
+                /**
+                 * @description The route's name (`routes[].name`).
+                 * @example invoices
+                 */
+                route: components["parameters"]["Route"];
+                /**
+                 * @description The idempotency key as parsed, without the quotes of an sf-string
+                 *     (the header `"order-42"` is the key `order-42`), percent-encoded.
+                 * @example order-42
+                 */
+                key: components["parameters"]["Key"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The story. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Story"];
+                };
+            };
+            401: components["responses"]["AdminUnauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    explainJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id, from the `Location` of the enqueue route's answer. */
+                id: components["parameters"]["JobID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The story. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Story"];
+                };
+            };
             401: components["responses"]["AdminUnauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
