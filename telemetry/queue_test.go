@@ -1,10 +1,8 @@
 package telemetry_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -75,30 +73,12 @@ func TestQueueCollectorReportsDepthAndDLQ(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the collector's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestQueueCollectorLogsWhenRedisIsDown(t *testing.T) {
 	t.Parallel()
 	// Nothing listens on port 1 of the loopback.
 	inspector := asynq.NewInspector(asynq.RedisClientOpt{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond})
 	defer inspector.Close()
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(telemetry.NewQueueCollector(inspector, []string{"default"}, slog.New(slog.NewJSONHandler(&logs, nil))))
 	families, err := reg.Gather()

@@ -162,7 +162,7 @@ func TestLogFlags(t *testing.T) {
 	up := newUpstream(t)
 	cfg := writeConfig(t, "memory", "", redisURL, up.srv.URL, "")
 	ctx, cancel := context.WithCancel(context.Background())
-	out, errOut := &syncBuffer{}, &syncBuffer{}
+	out, errOut := &testenv.SyncBuffer{}, &testenv.SyncBuffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--config", cfg, "--log-format", "text", "--log-level", "debug"}, func(string) string { return "" }, out, errOut)

@@ -59,7 +59,7 @@ worker:
 func startWorker(t *testing.T, cfgPath string) func() error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out, errOut := &syncBuffer{}, &syncBuffer{}
+	out, errOut := &testenv.SyncBuffer{}, &testenv.SyncBuffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"worker", "--config", cfgPath}, func(string) string { return "" }, out, errOut)
@@ -91,7 +91,7 @@ func startWorkerProcess(t *testing.T, cfgPath string) *exec.Cmd {
 		}
 	}
 	cmd.Env = append(cmd.Env, childEnv+"="+string(args))
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, nil
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

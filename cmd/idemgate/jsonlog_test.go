@@ -23,7 +23,7 @@ import (
 // and stderr kept apart.
 type childProc struct {
 	cmd         *exec.Cmd
-	out, errOut *syncBuffer
+	out, errOut *testenv.SyncBuffer
 	done        chan error
 }
 
@@ -37,7 +37,7 @@ func startProcess(t *testing.T, args ...string) *childProc {
 		}
 	}
 	cmd.Env = append(cmd.Env, childEnv+"="+string(argv))
-	c := &childProc{cmd: cmd, out: &syncBuffer{}, errOut: &syncBuffer{}, done: make(chan error, 1)}
+	c := &childProc{cmd: cmd, out: &testenv.SyncBuffer{}, errOut: &testenv.SyncBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = c.out, c.errOut
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -230,7 +230,7 @@ func TestWorkerAdminListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	out, errOut := &syncBuffer{}, &syncBuffer{}
+	out, errOut := &testenv.SyncBuffer{}, &testenv.SyncBuffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"worker", "--config", cfgPath}, func(string) string { return "" }, out, errOut)

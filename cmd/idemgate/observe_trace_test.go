@@ -124,7 +124,7 @@ worker:
 		"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	out, errOut := &syncBuffer{}, &syncBuffer{}
+	out, errOut := &testenv.SyncBuffer{}, &testenv.SyncBuffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"dev", "--config", cfg}, func(k string) string { return env[k] }, out, errOut)

@@ -80,7 +80,7 @@ func startReceiverNode(t *testing.T, nodeBin, dbURL, schema string) string {
 		}
 	}
 	cmd.Env = append(cmd.Env, "PORT=0", "DATABASE_URL="+dbURL, "WEBHOOK_SECRET="+webhookSecret, "PGSCHEMA="+schema)
-	out, errOut := &syncBuffer{}, &syncBuffer{}
+	out, errOut := &testenv.SyncBuffer{}, &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, errOut
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Start(); err != nil {

@@ -154,7 +154,7 @@ type gatewayProc struct {
 func startGateway(t *testing.T, cfgPath string) *gatewayProc {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out, errOut := &syncBuffer{}, &syncBuffer{}
+	out, errOut := &testenv.SyncBuffer{}, &testenv.SyncBuffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--config", cfgPath}, func(string) string { return "" }, out, errOut)
@@ -201,7 +201,7 @@ func startChild(t *testing.T, cfgPath string) (*gatewayProc, *exec.Cmd) {
 		}
 	}
 	cmd.Env = append(cmd.Env, childEnv+"="+string(args))
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, io.Discard
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

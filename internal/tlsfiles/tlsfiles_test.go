@@ -1,10 +1,10 @@
 package tlsfiles_test
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"github.com/idemgate/idemgate/internal/testenv"
 	"io"
 	"log/slog"
 	"net"
@@ -41,24 +41,6 @@ func (c *clock) advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
 	c.mu.Unlock()
-}
-
-// syncBuffer collects log lines written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func serial(c *tls.Certificate) string { return c.Leaf.SerialNumber.String() }
@@ -225,7 +207,7 @@ func TestBadFileKeepsThePreviousCertificate(t *testing.T) {
 	first, second := ca.Issue(t, "a.test"), ca.Issue(t, "a.test")
 	certFile, keyFile := first.Write(t, dir, "a")
 	clk := &clock{now: time.Now()}
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	pair, err := tlsfiles.Load(certFile, keyFile, tlsfiles.Options{
 		Interval: time.Minute, Now: clk.Now, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 	})
