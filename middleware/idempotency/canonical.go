@@ -119,38 +119,10 @@ func (p *canonParser) str() ([]byte, bool) {
 // number copies a number as written, checking JSON's grammar:
 // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
 func (p *canonParser) number() bool {
-	in, i := p.in, p.pos
-	digits := func() int {
-		n := 0
-		for i < len(in) && in[i] >= '0' && in[i] <= '9' {
-			i++
-			n++
-		}
-		return n
-	}
-	if i < len(in) && in[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(in) && in[i] == '0':
-		i++
-	case digits() == 0:
+	in := p.in
+	i, bad := scanNumber(in, p.pos)
+	if bad != "" {
 		return false
-	}
-	if i < len(in) && in[i] == '.' {
-		i++
-		if digits() == 0 {
-			return false
-		}
-	}
-	if i < len(in) && (in[i] == 'e' || in[i] == 'E') {
-		i++
-		if i < len(in) && (in[i] == '+' || in[i] == '-') {
-			i++
-		}
-		if digits() == 0 {
-			return false
-		}
 	}
 	if i < len(in) {
 		// A number ends at a delimiter; "01" or "1x" is not JSON.

@@ -147,7 +147,19 @@ func (s *ijsonScanner) literal(lit string) *JSONError {
 
 // number checks -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
 func (s *ijsonScanner) number() *JSONError {
-	in, i := s.in, s.pos
+	end, bad := scanNumber(s.in, s.pos)
+	if bad != "" {
+		return s.fail(end, bad)
+	}
+	s.pos = end
+	return nil
+}
+
+// scanNumber reads the number at in[i:], by JSON's grammar
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?, and returns where it
+// ends. When digits are missing it returns where, and says which are
+// missing in bad.
+func scanNumber(in []byte, i int) (end int, bad string) {
 	digits := func() int {
 		n := 0
 		for i < len(in) && in[i] >= '0' && in[i] <= '9' {
@@ -156,19 +168,19 @@ func (s *ijsonScanner) number() *JSONError {
 		}
 		return n
 	}
-	if in[i] == '-' {
+	if i < len(in) && in[i] == '-' {
 		i++
 	}
 	switch {
 	case i < len(in) && in[i] == '0':
 		i++
 	case digits() == 0:
-		return s.fail(i, "a number needs digits")
+		return i, "a number needs digits"
 	}
 	if i < len(in) && in[i] == '.' {
 		i++
 		if digits() == 0 {
-			return s.fail(i, "a number needs digits after its decimal point")
+			return i, "a number needs digits after its decimal point"
 		}
 	}
 	if i < len(in) && (in[i] == 'e' || in[i] == 'E') {
@@ -177,11 +189,10 @@ func (s *ijsonScanner) number() *JSONError {
 			i++
 		}
 		if digits() == 0 {
-			return s.fail(i, "a number needs digits in its exponent")
+			return i, "a number needs digits in its exponent"
 		}
 	}
-	s.pos = i
-	return nil
+	return i, ""
 }
 
 // str reads a string at s.pos. With decode it returns the string's value
