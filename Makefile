@@ -51,6 +51,7 @@ test: node ## start the services, then go vet and go test -race every package (i
 	  $(GO) vet ./...; \
 	  (cd examples/receiver-node && npm test --silent); \
 	  $(GO) build -o bin/idemgate ./cmd/idemgate; \
+	  (cd deploy/manifests && $(GO) vet ./... && IDEMGATE_BIN=$(CURDIR)/bin/idemgate $(GO) test -count=1 ./...); \
 	  (cd sdk/typescript && IDEMGATE_BIN=$(CURDIR)/bin/idemgate npm test --silent); \
 	  $(GO) test -race -count=1 -timeout 20m ./...
 

@@ -42,9 +42,19 @@ type Config struct {
 	// key=value). Required with store postgres. Env DATABASE_URL, when set,
 	// replaces it.
 	DatabaseURL string `yaml:"database_url"`
-	// RedisURL is redis://…, rediss://… or a comma list of host:port
-	// Redis Cluster nodes. Required with store redis, rate_limit_store redis
-	// or any enqueue route. Env REDIS_URL, when set, replaces it.
+	// DatabaseDirectURL is a direct connection to the same database, for
+	// what needs a session of its own: the listener that wakes duplicates
+	// waiting for a request in flight (LISTEN) and `idemgate migrate`.
+	// Set it when database_url goes through a transaction pooler
+	// (PgBouncer with pool_mode = transaction). Default database_url.
+	// Env DATABASE_DIRECT_URL, when set, replaces it.
+	DatabaseDirectURL string `yaml:"database_direct_url"`
+	// RedisURL is redis://…, rediss://…, the same with master_name=NAME
+	// for Redis Sentinel (the hosts are then sentinels:
+	// redis://s1:26379/0?master_name=NAME&addr=s2:26379), or a comma list
+	// of host:port Redis Cluster nodes. Required with store redis,
+	// rate_limit_store redis or any enqueue route. Env REDIS_URL, when set,
+	// replaces it.
 	RedisURL string `yaml:"redis_url"`
 	// Log configures the process logger.
 	Log Log `yaml:"log"`
@@ -167,8 +177,16 @@ type Server struct {
 	IdleTimeout Duration `yaml:"idle_timeout"`
 	// MaxHeaderBytes. Default 65536.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
-	// ShutdownTimeout bounds the graceful drain on shutdown. Default 30s.
+	// ShutdownTimeout bounds the graceful shutdown on SIGTERM or SIGINT,
+	// DrainDelay included: in-flight requests get what is left of it.
+	// Default 30s.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// DrainDelay is how long the gateway keeps serving once asked to stop,
+	// with /readyz answering 503 and every response closing its
+	// connection, so that a load balancer takes it out of rotation before
+	// its listeners close. Shorter than ShutdownTimeout. Default 0: the
+	// listeners close at once, as suits a gateway no balancer polls.
+	DrainDelay Duration `yaml:"drain_delay"`
 }
 
 // Worker configures the asynq workers. Every setting it shares with

@@ -21,11 +21,11 @@ func Load(path string, getenv func(string) string, opts ...Option) (*Config, err
 
 // Parse reads a configuration: it expands ${VAR} and ${VAR:-default} from
 // getenv (nil means an empty environment), decodes the YAML refusing
-// unknown keys, lets env DATABASE_URL and REDIS_URL replace the file's
-// values, fills the defaults and validates the result, compiling every
-// job's schema. name labels problems, and a jobs[].schema_file is read
-// relative to its directory. The error, if any, is a *Problems listing
-// every mistake.
+// unknown keys, lets env DATABASE_URL, DATABASE_DIRECT_URL and REDIS_URL
+// replace the file's values, fills the defaults and validates the result,
+// compiling every job's schema. name labels problems, and a
+// jobs[].schema_file is read relative to its directory. The error, if any,
+// is a *Problems listing every mistake.
 //
 // Expansion is textual, before the YAML is read, so a reference can stand
 // for a number (tokens: ${BURST}); references in comments are left alone,
@@ -61,6 +61,7 @@ func Parse(data []byte, name string, getenv func(string) string, opts ...Option)
 		field     *string
 	}{
 		{"database_url", "DATABASE_URL", &cfg.DatabaseURL},
+		{"database_direct_url", "DATABASE_DIRECT_URL", &cfg.DatabaseDirectURL},
 		{"redis_url", "REDIS_URL", &cfg.RedisURL},
 	} {
 		if v := getenv(env.name); v != "" {

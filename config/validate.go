@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/idemgate/idemgate/config/internal/strictyaml"
@@ -53,6 +54,13 @@ func (c *Config) validate(o *options) error {
 		}
 	} else if msg := databaseURLProblem(c.DatabaseURL); msg != "" {
 		bad("database_url", "%s", msg)
+	}
+	if c.DatabaseDirectURL != "" {
+		if c.DatabaseURL == "" {
+			bad("database_direct_url", "is a direct connection to database_url's database, and database_url is not set (set it here or in DATABASE_URL)")
+		} else if msg := databaseURLProblem(c.DatabaseDirectURL); msg != "" {
+			bad("database_direct_url", "%s", msg)
+		}
 	}
 	var needRedis []string
 	if c.Store == "redis" {
@@ -121,6 +129,13 @@ func (c *Config) validate(o *options) error {
 	nonNegative(bad, "server.idle_timeout", c.Server.IdleTimeout)
 	nonNegative(bad, "server.max_header_bytes", c.Server.MaxHeaderBytes)
 	nonNegative(bad, "server.shutdown_timeout", c.Server.ShutdownTimeout)
+	switch {
+	case c.Server.DrainDelay < 0:
+		bad("server.drain_delay", "must be 0s or more, not %v", c.Server.DrainDelay)
+	case c.Server.ShutdownTimeout > 0 && c.Server.DrainDelay >= c.Server.ShutdownTimeout:
+		bad("server.drain_delay", "%v must be shorter than server.shutdown_timeout (%v), which bounds the whole shutdown: the drain delay and then the requests still in flight",
+			c.Server.DrainDelay, c.Server.ShutdownTimeout)
+	}
 
 	c.validateWorker(bad)
 	c.validateJobs(bad, o)
@@ -453,7 +468,7 @@ func redisURLProblem(s string) string {
 		if u.Host == "" {
 			return "the URL has no host"
 		}
-		return ""
+		return redisOptionsProblem(s, u)
 	}
 	for node := range strings.SplitSeq(s, ",") {
 		node = strings.TrimSpace(node)
@@ -462,6 +477,47 @@ func redisURLProblem(s string) string {
 		if err != nil || host == "" || perr != nil || n <= 0 || n > 65535 {
 			return fmt.Sprintf("%q is not host:port (use redis://, rediss:// or a comma list of host:port cluster nodes)", node)
 		}
+	}
+	return ""
+}
+
+// redisOptionsProblem is what go-redis finds wrong with a redis:// or
+// rediss:// URL's path and parameters, read as the clients will read it:
+// with master_name, the failover form, whose hosts are sentinels.
+func redisOptionsProblem(s string, u *url.URL) string {
+	q := u.Query()
+	for _, p := range []string{"sentinel_password", "sentinel_username"} {
+		if q.Has(p) {
+			return fmt.Sprintf("%s is not a parameter: the sentinels' user and password go in the URL's user info (redis://user:password@sentinel:26379/0?master_name=…), the master's in username= and password=", p)
+		}
+	}
+	var err error
+	switch {
+	case q.Has("master_name"):
+		if q.Get("master_name") == "" {
+			return "master_name is empty: name the master the sentinels monitor"
+		}
+		if u.Port() == "" {
+			// go-redis would try 6379, a data node's port.
+			return fmt.Sprintf("the sentinel %q has no port (sentinels usually listen on 26379)", u.Hostname())
+		}
+		for _, a := range q["addr"] {
+			if host, port, err := net.SplitHostPort(a); err != nil || host == "" || port == "" {
+				return fmt.Sprintf("addr %q is not a sentinel's host:port", a)
+			}
+		}
+		_, err = redis.ParseFailoverURL(s)
+	case q.Has("addr"):
+		return "addr lists more sentinels, which needs master_name=NAME, the master the sentinels monitor"
+	default:
+		_, err = redis.ParseURL(s)
+	}
+	if err != nil {
+		msg := strings.TrimPrefix(err.Error(), "redis: ")
+		if names, ok := strings.CutPrefix(msg, "unexpected option: "); ok {
+			return "unknown parameter " + names
+		}
+		return msg
 	}
 	return ""
 }

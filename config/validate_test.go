@@ -191,6 +191,16 @@ func TestValidate(t *testing.T) {
 				"x.yaml:6: janitor.batch: must be positive, not -1",
 			},
 		},
+		{
+			name: "the drain delay is part of the shutdown timeout",
+			yaml: minimal + "server: {drain_delay: 30s}\n" + route,
+			want: []string{"x.yaml:4: server.drain_delay: 30s must be shorter than server.shutdown_timeout (30s), which bounds the whole shutdown: the drain delay and then the requests still in flight"},
+		},
+		{
+			name: "a negative drain delay",
+			yaml: minimal + "server: {drain_delay: -1s, shutdown_timeout: 10s}\n" + route,
+			want: []string{"x.yaml:4: server.drain_delay: must be 0s or more, not -1s"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -103,6 +104,8 @@ type Gateway struct {
 	mounts              []string
 	// guards are the routes' idempotency middlewares, drained by Close.
 	guards []*idempotency.Middleware
+	// draining is set by StartDraining.
+	draining atomic.Bool
 }
 
 // New builds the whole middleware chain once, validating as it goes.
@@ -277,6 +280,7 @@ func (g *Gateway) publicRoutes() http.Handler {
 	var h http.Handler = r
 	h = accessLog(g.opts.Logger, g.opts.Metrics, h)
 	h = g.recoverPanics(h)
+	h = g.closeWhileDraining(h)
 	return requestid.Middleware(h)
 }
 
@@ -325,6 +329,11 @@ func (g *Gateway) handleHealth() http.HandlerFunc {
 func (g *Gateway) handleReady() http.HandlerFunc {
 	body := compactJSON(openapi.Readiness{Status: openapi.ReadinessStatusReady})
 	return func(w http.ResponseWriter, r *http.Request) {
+		if g.Draining() {
+			// Not a failure: no check runs and nothing is logged.
+			g.problems.write(w, r, &Problem{Err: ErrNotReady, Detail: "draining: the gateway is shutting down", RetryAfter: time.Second})
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		var failed []string

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/internal/partnersim"
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/topology"
 )
 
 // flowConfig is a gateway with the four enqueue routes and workers that
@@ -55,6 +58,21 @@ worker:
 	return path
 }
 
+// appendConfig adds top-level keys to the configuration file at path.
+func appendConfig(t *testing.T, path, keys string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(keys); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // startWorker runs `idemgate worker` in this process.
 func startWorker(t *testing.T, cfgPath string) func() error {
 	t.Helper()
@@ -86,7 +104,7 @@ func startWorkerProcess(t *testing.T, cfgPath string) *exec.Cmd {
 	args, _ := json.Marshal([]string{"worker", "--config", cfgPath})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "REDIS_URL=") {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "DATABASE_DIRECT_URL=") && !strings.HasPrefix(kv, "REDIS_URL=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
@@ -128,8 +146,46 @@ func TestJobsEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the job flow waits for asynq to redeliver a killed worker's tasks")
 	}
-	dbURL, redisURL := testenv.Postgres(t), testenv.RedisURL(t)
-	pool, err := pgxpool.New(context.Background(), dbURL)
+	testJobsEndToEnd(t, testenv.Postgres(t), "")
+}
+
+// TestJobsEndToEndThroughPgBouncer is the same flow with database_url on
+// PgBouncer in transaction pooling mode, in pgx's exec mode, and
+// database_direct_url on the database itself: the store, the job records,
+// the relay, the workers' effects and reconcile all run through the
+// pooler. It runs beside the package's other parallel tests: most of
+// its time is spent waiting for asynq to redeliver the killed worker's
+// tasks.
+func TestJobsEndToEndThroughPgBouncer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the job flow waits for asynq to redeliver a killed worker's tasks")
+	}
+	t.Parallel()
+	direct := testenv.Database(t)
+	bouncer := topology.StartPgBouncer(t)
+	testJobsEndToEnd(t, withExecMode(t, bouncer.URL(direct)), direct)
+}
+
+// withExecMode is dbURL with default_query_exec_mode=exec, as a
+// database_url through a transaction pooler must be.
+func withExecMode(t *testing.T, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("default_query_exec_mode", "exec")
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// testJobsEndToEnd runs the flow with database_url dbURL and, when direct
+// is set, database_direct_url direct; the test's own checks read through
+// the direct connection.
+func testJobsEndToEnd(t *testing.T, dbURL, direct string) {
+	redisURL := testenv.RedisURL(t)
+	pool, err := pgxpool.New(context.Background(), cmp.Or(direct, dbURL))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +201,9 @@ func TestJobsEndToEnd(t *testing.T) {
 	t.Cleanup(partner.Close)
 	queue := "flow" + randomID()
 	cfg := flowConfig(t, dbURL, redisURL, partner.URL, queue)
+	if direct != "" {
+		appendConfig(t, cfg, fmt.Sprintf("database_direct_url: %q\n", direct))
+	}
 
 	skus := []string{"sku-a", "sku-b", "sku-c"}
 	for _, sku := range skus {

@@ -22,6 +22,13 @@ type server struct {
 	handler    http.Handler
 	// tls, when set, serves HTTPS (HTTP/2 offered) with these files.
 	tls *config.TLSFiles
+	// drain, when set, is called as the shutdown begins, and the listener
+	// then serves on for server.drain_delay (gateway.StartDraining).
+	drain func()
+	// settle, when set, is called once the listener has shut down, with
+	// what is left of server.shutdown_timeout: it waits for the work the
+	// requests left in the background (outcomes still being stored).
+	settle func(context.Context) error
 }
 
 // runAll serves the listeners and runs each background function until ctx
@@ -54,8 +61,10 @@ func runAll(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout
 }
 
 // serve listens on every server (an empty address is off), runs the
-// janitor when the store has one, and on ctx's end shuts down gracefully:
-// no new connections, in-flight requests finish and store their records.
+// janitor when the store has one, and on ctx's end shuts down gracefully
+// within server.shutdown_timeout: the servers drain for
+// server.drain_delay, still serving, then take no new connections while
+// the in-flight requests finish and store their records.
 func serve(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout io.Writer, certs *certs, store idempotency.Store, servers []server) error {
 	var (
 		wg   sync.WaitGroup
@@ -122,6 +131,9 @@ func serve(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout 
 	logger.Info("shutting down", "timeout", cfg.Server.ShutdownTimeout.String())
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Server.ShutdownTimeout))
 	defer cancel()
+	if err == nil {
+		err = drain(servers, time.Duration(cfg.Server.DrainDelay), logger, errc)
+	}
 	for _, srv := range srvs {
 		if e := srv.Shutdown(shutdownCtx); e != nil {
 			err = errors.Join(err, e)
@@ -129,7 +141,38 @@ func serve(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout 
 		}
 	}
 	wg.Wait()
+	for _, s := range servers {
+		if s.addr != "" && s.settle != nil {
+			err = errors.Join(err, s.settle(shutdownCtx))
+		}
+	}
 	return err
+}
+
+// drain starts the draining of every server that has a drain function and
+// then, if there was one, serves on for delay, so that a load balancer sees
+// /readyz fail and stops sending requests before the listeners close. A
+// listener failing meanwhile ends the wait with its error.
+func drain(servers []server, delay time.Duration, logger *slog.Logger, errc <-chan error) error {
+	draining := false
+	for _, s := range servers {
+		if s.addr != "" && s.drain != nil {
+			s.drain()
+			draining = true
+		}
+	}
+	if !draining || delay <= 0 {
+		return nil
+	}
+	logger.Info("draining: /readyz answers 503 while requests are still served", "drain_delay", delay.String())
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case err := <-errc:
+		return err
+	}
 }
 
 // announce tells whoever started the process (a script, a test, a

@@ -13,7 +13,7 @@ import (
 
 func runMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
 	fs := newFlags("migrate", "migrate up|down|status [--config FILE]", stdout)
-	path := fs.String("config", "", "configuration file (YAML); without it DATABASE_URL is used")
+	path := fs.String("config", "", "configuration file (YAML); without it DATABASE_DIRECT_URL, else DATABASE_URL, is used")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -22,20 +22,28 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 		fs.Usage()
 		return usagef("migrate: want one of up, down, status")
 	}
-	dbURL := getenv("DATABASE_URL")
+	// Migrations take a session of their own: the direct connection when
+	// there is one, since database_url may go through a pooler.
+	key, dbURL := "database_direct_url", getenv("DATABASE_DIRECT_URL")
+	if dbURL == "" {
+		key, dbURL = "database_url", getenv("DATABASE_URL")
+	}
 	if *path != "" {
 		cfg, err := loadConfig(*path, getenv, false)
 		if err != nil {
 			return err
 		}
-		dbURL = cfg.DatabaseURL
+		key, dbURL = "database_direct_url", cfg.DatabaseDirectURL
+		if dbURL == "" {
+			key, dbURL = "database_url", cfg.DatabaseURL
+		}
 	}
 	if dbURL == "" {
 		return usagef("migrate: no database: set database_url in the config or DATABASE_URL")
 	}
 	db, err := sql.Open("pgx", dbURL)
 	if err != nil {
-		return usagef("database_url: %v", err)
+		return usagef("%s: %v", key, err)
 	}
 	defer db.Close()
 	switch pos[0] {

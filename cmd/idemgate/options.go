@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/sethvargo/go-limiter"
@@ -71,7 +72,9 @@ func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	r.l.WarnContext(ctx, fmt.Sprintf(format, v...), "component", "redis")
 }
 
-// postgresConfig is the pool for database_url, traced.
+// postgresConfig is the pool for database_url, traced. Unless the URL
+// names a query mode, the pool refuses a connection that goes through a
+// connection pooler (pooler.go).
 func postgresConfig(dbURL string) (*pgxpool.Config, error) {
 	pc, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
@@ -80,14 +83,40 @@ func postgresConfig(dbURL string) (*pgxpool.Config, error) {
 	pc.MaxConns = max(pc.MaxConns, 32)
 	pc.ConnConfig.ConnectTimeout = 5 * time.Second
 	pc.ConnConfig.Tracer = telemetry.PgxTracer()
+	if !namesExecMode(dbURL) {
+		pc.AfterConnect = refusePooler
+	}
 	return pc, nil
 }
 
+// directConfig is the connection for database_direct_url: a session of
+// its own on the database, for the postgres store's listener. Nil when
+// the key is unset: the listener then takes a connection of the pool.
+func directConfig(cfg *config.Config) (*pgx.ConnConfig, error) {
+	if cfg.DatabaseDirectURL == "" {
+		return nil, nil
+	}
+	cc, err := pgx.ParseConfig(cfg.DatabaseDirectURL)
+	if err != nil {
+		return nil, usagef("database_direct_url: %v", err)
+	}
+	cc.ConnectTimeout = 5 * time.Second
+	return cc, nil
+}
+
 // newRedis returns a client for redis_url: one node for a redis:// or
-// rediss:// URL or a single host:port, a cluster client for a comma list of
-// several nodes.
+// rediss:// URL or a single host:port, a failover client that asks the
+// sentinels for the master for a URL with master_name, a cluster client for
+// a comma list of several nodes.
 func newRedis(redisURL string) (redis.UniversalClient, error) {
 	if strings.Contains(redisURL, "://") {
+		fo, err := redisFailover(redisURL)
+		if err != nil {
+			return nil, err
+		}
+		if fo != nil {
+			return redis.NewFailoverClient(fo), nil
+		}
 		opt, err := redis.ParseURL(redisURL)
 		if err != nil {
 			return nil, usagef("redis_url: %v", err)
@@ -102,20 +131,75 @@ func newRedis(redisURL string) (redis.UniversalClient, error) {
 }
 
 // asynqRedis returns asynq's own connection options for redis_url: asynq
-// gets clients of its own, never the traced ones the gateway uses.
+// gets clients of its own, never the traced ones the gateway uses. The URL
+// is read by go-redis, as for newRedis, so that both reach the same server
+// as the same user; of its parameters asynq takes the timeouts, the pool
+// size and TLS.
 func asynqRedis(redisURL string) (asynq.RedisConnOpt, error) {
 	if strings.Contains(redisURL, "://") {
-		opt, err := asynq.ParseRedisURI(redisURL)
+		fo, err := redisFailover(redisURL)
+		if err != nil {
+			return nil, err
+		}
+		if fo != nil {
+			return asynqFailover(fo), nil
+		}
+		opt, err := redis.ParseURL(redisURL)
 		if err != nil {
 			return nil, usagef("redis_url: %v", err)
 		}
-		return opt, nil
+		return asynq.RedisClientOpt{
+			Network: opt.Network, Addr: opt.Addr, Username: opt.Username, Password: opt.Password, DB: opt.DB,
+			DialTimeout: opt.DialTimeout, ReadTimeout: opt.ReadTimeout, WriteTimeout: opt.WriteTimeout,
+			PoolSize: opt.PoolSize, TLSConfig: opt.TLSConfig,
+		}, nil
 	}
 	addrs := redisNodes(redisURL)
 	if len(addrs) == 1 {
 		return asynq.RedisClientOpt{Addr: addrs[0]}, nil
 	}
 	return asynq.RedisClusterClientOpt{Addrs: addrs}, nil
+}
+
+// redisFailover parses redis_url in go-redis's failover form,
+//
+//	redis://[[user]:sentinel-password@]sentinel-1:26379/0?master_name=mymaster&addr=sentinel-2:26379&password=…
+//
+// whose hosts are sentinels: the URL's host and each addr parameter. It
+// returns nil for a URL without master_name.
+func redisFailover(redisURL string) (*redis.FailoverOptions, error) {
+	u, err := url.Parse(redisURL)
+	if err != nil || !u.Query().Has("master_name") {
+		return nil, nil // not the failover form; redis.ParseURL says what is wrong
+	}
+	fo, err := redis.ParseFailoverURL(redisURL)
+	if err != nil {
+		return nil, usagef("redis_url: %v", err)
+	}
+	if fo.MasterName == "" {
+		return nil, usagef("redis_url: master_name is empty")
+	}
+	return fo, nil
+}
+
+// asynqFailover is asynq's view of the failover options: the master's
+// name, the sentinels, the credentials, the database, the timeouts, the
+// pool size and TLS.
+func asynqFailover(fo *redis.FailoverOptions) asynq.RedisFailoverClientOpt {
+	return asynq.RedisFailoverClientOpt{
+		MasterName:       fo.MasterName,
+		SentinelAddrs:    fo.SentinelAddrs,
+		SentinelUsername: fo.SentinelUsername,
+		SentinelPassword: fo.SentinelPassword,
+		Username:         fo.Username,
+		Password:         fo.Password,
+		DB:               fo.DB,
+		DialTimeout:      fo.DialTimeout,
+		ReadTimeout:      fo.ReadTimeout,
+		WriteTimeout:     fo.WriteTimeout,
+		PoolSize:         fo.PoolSize,
+		TLSConfig:        fo.TLSConfig,
+	}
 }
 
 // redisNodes splits a redis_url that is not a URL: one HOST:PORT, or a

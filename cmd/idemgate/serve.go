@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynqmon"
@@ -103,12 +104,29 @@ func openGatewayDeps(ctx context.Context, cfg *config.Config, svc *services, wit
 // builtGateway is a gateway and the store its janitor sweeps.
 type builtGateway struct {
 	*gateway.Gateway
-	store idempotency.Store
+	store  idempotency.Store
+	logger *slog.Logger
+	once   sync.Once
+}
+
+// settle closes the gateway once, within ctx: outcomes the store could not
+// take yet are stored before the store is closed. The shutdown calls it
+// with what is left of server.shutdown_timeout once the listeners are
+// down; the cleanup path calls it again, which then does nothing.
+func (g *builtGateway) settle(ctx context.Context) error {
+	var err error
+	g.once.Do(func() {
+		if err = g.Close(ctx); err != nil {
+			g.logger.Error("outcomes not stored before shutdown; their keys are released when their lease expires", "err", err)
+			err = fmt.Errorf("gateway: %w", err)
+		}
+	})
+	return err
 }
 
 func (g *builtGateway) servers(cfg *config.Config) []server {
 	return []server{
-		{name: "public", addr: cfg.Listen, handler: telemetry.HTTPHandler(g.Handler()), tls: cfg.TLS},
+		{name: "public", addr: cfg.Listen, handler: telemetry.HTTPHandler(g.Handler()), tls: cfg.TLS, drain: g.StartDraining, settle: g.settle},
 		{name: "admin", addr: cfg.AdminListen, handler: g.AdminHandler(), tls: cfg.AdminTLS},
 	}
 }
@@ -140,14 +158,13 @@ func buildGateway(ctx context.Context, cfg *config.Config, logger *slog.Logger, 
 	if err != nil {
 		return nil, usagef("%v", err)
 	}
+	bg := &builtGateway{Gateway: g, store: deps.store, logger: logger}
 	cl.push(func() {
-		// Outcomes the store could not take yet get the shutdown timeout
-		// to be stored before the store is closed.
+		// When the listeners never served (a start that failed), the
+		// gateway still gets the shutdown timeout to settle.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Server.ShutdownTimeout))
 		defer cancel()
-		if err := g.Close(ctx); err != nil {
-			logger.Error("outcomes not stored before shutdown; their keys are released when their lease expires", "err", err)
-		}
+		_ = bg.settle(ctx)
 	})
 	if cfg.RedisURL != "" {
 		opt, err := svc.queueConn()
@@ -158,7 +175,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, logger *slog.Logger, 
 		cl.push(func() { _ = mon.Close() })
 		g.AdminMount(queuesPath, mon)
 	}
-	return &builtGateway{Gateway: g, store: deps.store}, nil
+	return bg, nil
 }
 
 // queuesPath is where asynqmon, the queues' web UI and API, is mounted on

@@ -55,6 +55,9 @@ func (s *services) postgres(ctx context.Context) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	s.closers.push(pool.Close)
+	if err := checkPooler(ctx, pool); err != nil {
+		return nil, err
+	}
 	s.pool = pool
 	return pool, nil
 }
@@ -140,7 +143,15 @@ func (s *services) idempotencyStore(ctx context.Context) (idempotency.Store, err
 		if err != nil {
 			return nil, err
 		}
-		st := pgstore.New(pool)
+		direct, err := directConfig(s.cfg)
+		if err != nil {
+			return nil, err
+		}
+		var opts []pgstore.Option
+		if direct != nil {
+			opts = append(opts, pgstore.WithListenConfig(direct))
+		}
+		st := pgstore.New(pool, opts...)
 		s.closers.push(st.Close)
 		s.store = st
 	case "redis":

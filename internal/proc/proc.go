@@ -120,14 +120,15 @@ func (p *Proc) Wait(d time.Duration) bool {
 }
 
 // ChildEnv is the suite's environment without the variables that would
-// point a child at other servers: DATABASE_URL and REDIS_URL override the
-// configuration file, and libpq-style PG* variables fill in connections.
+// point a child at other servers: DATABASE_URL, DATABASE_DIRECT_URL and
+// REDIS_URL override the configuration file, and libpq-style PG* variables
+// fill in connections.
 func ChildEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		switch {
-		case name == "DATABASE_URL", name == "REDIS_URL", name == "REDIS_CLUSTER_URL":
+		case name == "DATABASE_URL", name == "DATABASE_DIRECT_URL", name == "REDIS_URL", name == "REDIS_CLUSTER_URL":
 		case strings.HasPrefix(name, "PG"):
 		default:
 			env = append(env, kv)

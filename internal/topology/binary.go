@@ -3,6 +3,7 @@ package topology
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 )
 
@@ -28,4 +29,21 @@ func Binary(t testing.TB, name string) string {
 func isExecutable(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}
+
+// BuildIdemgate builds cmd/idemgate into the test's directory and returns
+// the binary's path. The go command's build cache makes every build after
+// the first a link.
+func BuildIdemgate(t testing.TB) string {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("topology: the test builds idemgate and needs go on PATH: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "idemgate")
+	build := exec.CommandContext(t.Context(), gobin, "build", "-o", bin, "github.com/idemgate/idemgate/cmd/idemgate")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("topology: go build idemgate: %v\n%s", err, out)
+	}
+	return bin
 }

@@ -21,6 +21,14 @@
 // that stopped answering ends when all of its callers have given up, or at
 // the batch timeout (WithBatchTimeout).
 //
+// Through a transaction pooler (PgBouncer with pool_mode = transaction)
+// the pool must prepare nothing under a name (pgx's
+// default_query_exec_mode=exec), and the listener behind Watch needs a
+// direct connection of its own (WithListenConfig), since a LISTEN holds a
+// session. A Store whose listener finds that notifications cannot reach
+// it says so once, and duplicates waiting for a request in flight then
+// find its end by polling.
+//
 //	store := pgstore.New(pool) // a *pgxpool.Pool on a migrated database
 //	defer store.Close()        // stops the batcher and the LISTEN connection Watch opened
 //

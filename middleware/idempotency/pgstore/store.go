@@ -58,6 +58,10 @@ type Store struct {
 	cancel   context.CancelFunc // stops the listener
 	wg       sync.WaitGroup     // the listener goroutine
 	pid      atomic.Uint32      // backend pid of the live listener connection, 0 when none
+	// listenConfig, when set, is the listener's own connection, a direct
+	// one; nil: the listener takes a connection out of the pool.
+	listenConfig *pgx.ConnConfig
+	deaf         atomic.Bool // notifications cannot reach the listener: Watch leaves the caller to poll
 }
 
 // Option configures a Store.
@@ -84,6 +88,20 @@ func WithLogger(l *slog.Logger) Option {
 		l = slog.New(slog.DiscardHandler)
 	}
 	return func(s *Store) { s.log = l }
+}
+
+// WithListenConfig gives the listener behind Watch a connection of its
+// own, opened with cfg, instead of one taken out of the pool. cfg is a
+// direct connection to the pool's database. It is needed when the pool
+// goes through a transaction pooler (PgBouncer with pool_mode =
+// transaction): a LISTEN holds a session, and such a pooler lends the
+// server connection to other clients as soon as the statement ends, so
+// the pool's connections never hear a notification. Without it, a Store
+// whose listener hears nothing logs so once and leaves waiting duplicates
+// to poll. cfg must come from pgx.ParseConfig; the Store copies it.
+func WithListenConfig(cfg *pgx.ConnConfig) Option {
+	cfg = cfg.Copy()
+	return func(s *Store) { s.listenConfig = cfg }
 }
 
 // WithInstance names this gateway instance in the claim ledger
@@ -336,7 +354,10 @@ SELECT CASE WHEN watched THEN pg_notify($11, $12) END FROM done`
 // Complete stores resp and ends the claim. With BodyOmitted the body is not
 // stored even when resp carries one.
 func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner string, resp idempotency.Response, retention time.Duration) error {
-	var headers []byte // SQL NULL for no headers
+	// json.RawMessage, not []byte: in the exec and simple protocol modes,
+	// which run through a transaction pooler, a []byte goes as bytea text
+	// (\x…), which jsonb refuses. nil is SQL NULL: no headers.
+	var headers json.RawMessage
 	if resp.Header != nil {
 		var err error
 		if headers, err = json.Marshal(resp.Header); err != nil {

@@ -2,6 +2,8 @@ package pgstore
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -23,7 +25,18 @@ const (
 	// pings, so that a connection that died silently is noticed.
 	idleCheck   = 30 * time.Second
 	pingTimeout = 5 * time.Second
+	// deliveryTimeout bounds the check that notifications reach the
+	// listener. On a direct connection the test notification is back in
+	// one round trip.
+	deliveryTimeout = 5 * time.Second
 )
+
+// errNotDelivered: the listener's connection took the LISTEN, but a
+// notification sent on the database did not reach it. That is a
+// transaction pooler (PgBouncer in pool_mode transaction) in between: it
+// lent the server connection that ran the LISTEN to other clients once the
+// statement ended.
+var errNotDelivered = errors.New("pgstore: listener: a notification sent on the database did not reach the listener's connection")
 
 type watcher struct {
 	ch chan struct{} // buffered 1: a pending wake-up absorbs later ones
@@ -51,7 +64,11 @@ func (w *watcher) wake() {
 // caller's next read sees that.
 //
 // Watch does not wait for the listener: while the database is unreachable
-// the channel stays quiet and the caller's polling carries on.
+// the channel stays quiet and the caller's polling carries on. So it does
+// for good once the listener found that notifications cannot reach it (a
+// transaction pooler between the Store and the database; see
+// WithListenConfig): Watch then no longer marks records, since nobody
+// would hear their end.
 func (s *Store) Watch(ctx context.Context, scope idempotency.Scope) (<-chan struct{}, func(), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fmt.Errorf("pgstore: watch: %w", err)
@@ -82,7 +99,9 @@ func (s *Store) Watch(ctx context.Context, scope idempotency.Scope) (<-chan stru
 	// Marked after the watcher is registered: an end that sees the mark
 	// notifies, and an end that committed before it is seen by the
 	// caller's next read. A failed mark leaves the caller to its polling.
-	if _, err := s.pool.Exec(ctx, watchSQL, scope.Tenant, scope.Route, scope.Key); err != nil && ctx.Err() == nil {
+	if s.deaf.Load() {
+		// Nothing would hear the notification: the caller polls.
+	} else if _, err := s.pool.Exec(ctx, watchSQL, scope.Tenant, scope.Route, scope.Key); err != nil && ctx.Err() == nil {
 		s.log.Warn("pgstore: watch: record not marked; its end is found by polling", "err", err)
 	}
 
@@ -129,12 +148,22 @@ func (s *Store) Close() {
 }
 
 // listen keeps one connection LISTENing and fans its notifications out to
-// the watchers, until ctx ends.
+// the watchers, until ctx ends, or until it finds that notifications
+// cannot reach its connection: then it stops for good and the watchers'
+// callers find every end by polling.
 func (s *Store) listen(ctx context.Context) {
 	defer s.wg.Done()
 	backoff := minBackoff
 	for {
 		conn, err := s.connectListener(ctx)
+		if errors.Is(err, errNotDelivered) {
+			s.deaf.Store(true)
+			s.log.Warn("pgstore: notifications cannot reach the listener: its connection goes through a "+
+				"transaction pooler; duplicates waiting for a request in flight find its end by polling. "+
+				"Give the listener a direct connection to the database (WithListenConfig; idemgate: database_direct_url)",
+				"err", err)
+			return
+		}
 		if err == nil {
 			s.pid.Store(conn.PgConn().PID())
 			// Whatever was notified while no connection listened is lost.
@@ -163,23 +192,78 @@ func (s *Store) listen(ctx context.Context) {
 	}
 }
 
-// connectListener takes a connection out of the pool for good, so it runs
-// the pool's connect hooks yet does not occupy one of its slots.
+// connectListener opens the listener's connection: with the
+// WithListenConfig configuration when there is one, else by taking a
+// connection out of the pool for good, so it runs the pool's connect hooks
+// yet does not occupy one of its slots. It returns errNotDelivered when
+// the connection took the LISTEN but cannot receive notifications.
 func (s *Store) connectListener(ctx context.Context) (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	pc, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: listener: %w", err)
+	var conn *pgx.Conn
+	if s.listenConfig != nil {
+		c, err := pgx.ConnectConfig(ctx, s.listenConfig)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: listener: %w", err)
+		}
+		conn = c
+	} else {
+		pc, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: listener: %w", err)
+		}
+		conn = pc.Hijack()
 	}
-	conn := pc.Hijack()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+	err := s.checkDelivery(ctx, conn)
+	if err == nil {
+		_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize())
+		if err != nil {
+			err = fmt.Errorf("pgstore: listener: listen: %w", err)
+		}
+	}
+	if err != nil {
 		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = conn.Close(closeCtx)
-		return nil, fmt.Errorf("pgstore: listener: listen: %w", err)
+		return nil, err
 	}
 	return conn, nil
+}
+
+// checkDelivery finds whether notifications reach conn: it listens on a
+// channel of its own, notifies it from the pool, as the Store's writes
+// will, and waits for the notification. Through a transaction pooler the
+// LISTEN stays on a server connection that conn no longer holds, and
+// nothing comes. The channel is private so that other listeners of the
+// Store's channel, on other gateway instances, never see the test.
+func (s *Store) checkDelivery(ctx context.Context, conn *pgx.Conn) error {
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	probe := "pgstore_probe_" + hex.EncodeToString(b[:])
+	if _, err := conn.Exec(ctx, "LISTEN "+probe); err != nil {
+		return fmt.Errorf("pgstore: listener: listen: %w", err)
+	}
+	if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", probe, probe); err != nil {
+		return fmt.Errorf("pgstore: listener: test notification: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, deliveryTimeout)
+	defer cancel()
+	for {
+		n, err := conn.WaitForNotification(wctx)
+		switch {
+		case err == nil && n.Channel == probe:
+			if _, err := conn.Exec(ctx, "UNLISTEN "+probe); err != nil {
+				return fmt.Errorf("pgstore: listener: unlisten: %w", err)
+			}
+			return nil
+		case err == nil:
+			continue // a notification the connection heard before: not the test's
+		case ctx.Err() == nil && wctx.Err() != nil:
+			return errNotDelivered
+		default:
+			return fmt.Errorf("pgstore: listener: test notification: %w", err)
+		}
+	}
 }
 
 // receive returns when the connection fails or ctx ends.

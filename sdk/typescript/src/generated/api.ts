@@ -839,7 +839,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description `not-ready`: a dependency did not answer; `detail` names which. */
+        /** @description `not-ready`: a dependency did not answer (`detail` names which), or the gateway is draining after SIGTERM (`detail` says so, for `server.drain_delay`). */
         NotReady: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
