@@ -40,17 +40,26 @@ type Proxy struct {
 
 // link is one accepted connection and its connection to the target.
 type link struct {
-	client, server net.Conn
-	once           sync.Once
-	cut            chan struct{} // closed when the link is cut
+	client net.Conn
+	once   sync.Once
+	cut    chan struct{} // closed when the link is cut
 }
 
 func (l *link) close() {
 	l.once.Do(func() {
 		close(l.cut)
 		_ = l.client.Close()
-		_ = l.server.Close()
 	})
+}
+
+// isCut reports whether the link has been cut.
+func (l *link) isCut() bool {
+	select {
+	case <-l.cut:
+		return true
+	default:
+		return false
+	}
 }
 
 // New starts a proxy on a free port of 127.0.0.1 that forwards to target
@@ -136,12 +145,10 @@ func (p *Proxy) accept() {
 // serve connects client to the target and forwards between them until
 // either side closes or the link is cut.
 func (p *Proxy) serve(client net.Conn) {
-	server, err := net.Dial("tcp", p.target)
-	if err != nil {
-		_ = client.Close()
-		return
-	}
-	l := &link{client: client, server: server, cut: make(chan struct{})}
+	// The link is known before the target is dialled, so that CloseConns
+	// or Close cuts a connection the target has already accepted but this
+	// goroutine has not yet paired.
+	l := &link{client: client, cut: make(chan struct{})}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -155,6 +162,19 @@ func (p *Proxy) serve(client net.Conn) {
 		delete(p.links, l)
 		p.mu.Unlock()
 	}()
+	server, err := net.Dial("tcp", p.target)
+	if err != nil {
+		l.close()
+		return
+	}
+	// Cutting the link closes the server side too.
+	p.wg.Go(func() {
+		<-l.cut
+		_ = server.Close()
+	})
+	if l.isCut() {
+		return
+	}
 	var back sync.WaitGroup
 	back.Go(func() { p.pump(l, server, client) })
 	p.pump(l, client, server)

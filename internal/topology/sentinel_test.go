@@ -124,7 +124,9 @@ func TestSentinelFailover(t *testing.T) {
 	if code := getStatus(t, "http://"+pgGW.config.Admin+"/admin/queues/api/queues", adminToken); code != http.StatusOK {
 		t.Errorf("asynqmon's queues after the failover: %d, want 200", code)
 	}
-	if out, err := exec.CommandContext(ctx, bin, "dlq", "list", "--config", pgGW.configPath).CombinedOutput(); err != nil {
+	dlq := exec.CommandContext(ctx, bin, "dlq", "list", "--config", pgGW.configPath)
+	dlq.Env = proc.ChildEnv() // the configuration file, not DATABASE_URL or REDIS_URL, names the servers
+	if out, err := dlq.CombinedOutput(); err != nil {
 		t.Errorf("idemgate dlq list after the failover: %v\n%s", err, out)
 	}
 
