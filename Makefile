@@ -75,7 +75,8 @@ lint: ## gofmt and go vet
 
 # Benchmarks: idemgate next to a plain reverse proxy (cmd/idembench, BENCHMARKS.md).
 # They need Redis and PostgreSQL only, started like `make services` does;
-# BENCHFLAGS and SOAKFLAGS pass more flags to `idembench run` and `idembench soak`.
+# BENCHFLAGS, SCALEFLAGS and SOAKFLAGS pass more flags to `idembench run`,
+# `idembench scale` and `idembench soak`.
 BENCH_SERVICES = eval "$$($(SERVICES))"; export REDIS_URL DATABASE_URL;
 
 .PHONY: bench
@@ -85,6 +86,10 @@ bench: build ## benchmark every scenario and store against a plain proxy, with p
 .PHONY: bench-quick
 bench-quick: build ## the same scenarios in about 2 minutes
 	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench run -quick $(BENCHFLAGS)
+
+.PHONY: bench-scale
+bench-scale: build ## claims, replays, 409s and the janitor with 1M and 10M stored records, per store (about 20 minutes; SCALEFLAGS)
+	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench scale $(SCALEFLAGS)
 
 .PHONY: soak
 soak: build ## idemgate at a fixed rate for 10 minutes: RSS and goroutines at start and end

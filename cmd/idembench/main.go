@@ -44,6 +44,7 @@ const usage = `idembench — idemgate next to a plain reverse proxy, in the same
 Usage:
   idembench run  [flags]   the scenarios (idembench run -h lists the flags)
   idembench soak [flags]   a fixed-rate run watching idemgate's RSS and goroutines
+  idembench scale [flags]  claims, replays, 409s and the janitor as the stores fill to millions of records
   idembench proxy  -listen ADDR -upstream URL   the baseline proxy (started by run)
   idembench worker -mode raw|wrapped ...        one worker run (started by run)
 `
@@ -58,6 +59,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runBench(ctx, args[1:], getenv, stdout, stderr)
 	case "soak":
 		return runSoak(ctx, args[1:], getenv, stdout, stderr)
+	case "scale":
+		return runScale(ctx, args[1:], getenv, stdout, stderr)
 	case "proxy":
 		return runProxy(ctx, args[1:], stdout)
 	case "worker":

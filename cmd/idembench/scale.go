@@ -1,0 +1,755 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
+	"github.com/idemgate/idemgate/middleware/idempotency/redisstore"
+)
+
+// scaleSchema is the growth bench's own schema, apart from the other
+// scenarios' (benchSchema): it fills millions of rows and drops the
+// schema at the end.
+const scaleSchema = "idembench_scale"
+
+// The scope every bench request has: the bench tenant on the payments
+// route of the generated configuration.
+const (
+	scaleTenant = "bench"
+	scaleRoute  = "payments"
+)
+
+type scaleOptions struct {
+	bench        benchOptions // the shared flags: duration, warm-up, CPUs, binary, services
+	records      []int64
+	stores       []string
+	rounds       int
+	expired      float64
+	janInterval  time.Duration
+	janBatch     int
+	replayCache  bool
+	chunk        int64
+	redisHeadway float64 // share of MemAvailable a Redis fill may take
+}
+
+func parseScaleFlags(args []string, getenv func(string) string, stdout io.Writer) (*scaleOptions, error) {
+	o := &scaleOptions{}
+	b := &o.bench
+	fs := flag.NewFlagSet("scale", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	records := fs.String("records", "1m,10m", "store sizes to measure at, in records (k and m suffixes)")
+	stores := fs.String("stores", "postgres,redis", "stores to fill: postgres, redis")
+	fs.DurationVar(&b.duration, "duration", 10*time.Second, "length of each measured run")
+	fs.DurationVar(&b.warmup, "warmup", 2*time.Second, "unmeasured load on each server before its first run")
+	fs.IntVar(&o.rounds, "rounds", 1, "baseline/idemgate pairs per scenario and size (the table shows the median ratio)")
+	fs.IntVar(&b.concurrency, "c", 64, "concurrent connections (closed loop)")
+	fs.Float64Var(&o.expired, "expired", 0.25, "PostgreSQL: share of the filled records already expired, over the past day (the janitor's backlog)")
+	fs.DurationVar(&o.janInterval, "janitor-interval", time.Minute, "the janitor's pause between runs (janitor.interval)")
+	fs.IntVar(&o.janBatch, "janitor-batch", 1000, "records the janitor deletes per statement (janitor.batch)")
+	fs.BoolVar(&o.replayCache, "replay-cache", false, "leave idemgate's replay cache on (off by default, so that every replay reads the store)")
+	fs.Int64Var(&o.chunk, "fill-chunk", 500_000, "PostgreSQL: records written per fill statement")
+	fs.Float64Var(&o.redisHeadway, "redis-mem-share", 0.6, "a Redis fill is skipped when its estimated memory exceeds this share of MemAvailable")
+	fs.StringVar(&b.bin, "idemgate", "bin/idemgate", "the idemgate binary (make build)")
+	fs.StringVar(&b.dir, "out", "", "directory for results, plots, configs and logs (default bench/out/scale-TIMESTAMP)")
+	fs.BoolVar(&b.pin, "pin", true, "pin each server to one CPU and the load generator to another with taskset")
+	fs.IntVar(&b.serverCPU, "server-cpu", 0, "the CPU the proxy under test runs on")
+	fs.IntVar(&b.loadCPU, "load-cpu", 1, "the CPU the load generator and the upstream run on")
+	fs.StringVar(&b.logLevel, "log-level", "warn", "idemgate log level")
+	fs.StringVar(&b.dbURL, "database-url", or(getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL (loopback); the bench uses a schema of its own, "+scaleSchema+", dropped at the end")
+	fs.StringVar(&b.redisURL, "redis-url", or(getenv("REDIS_URL"), "redis://127.0.0.1:6379/0"), "Redis (loopback, one node)")
+	fs.IntVar(&b.redisDB, "redis-db", 15, "the Redis logical database the bench uses instead of the URL's; it deletes only the keys it wrote")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, s := range splitList(*records) {
+		n, err := parseCount(s)
+		if err != nil || n < 1000 || n > 50_000_000 {
+			errs = append(errs, fmt.Errorf("-records: %q: want 1k..50m", s))
+			continue
+		}
+		o.records = append(o.records, n)
+	}
+	slices.Sort(o.records)
+	o.stores = splitList(*stores)
+	for _, s := range o.stores {
+		if s != "redis" && s != "postgres" {
+			errs = append(errs, fmt.Errorf("-stores: %q is not postgres or redis", s))
+		}
+	}
+	if o.expired < 0 || o.expired > 0.9 {
+		errs = append(errs, fmt.Errorf("-expired %v: want 0..0.9", o.expired))
+	}
+	if o.rounds < 1 || o.rounds > 10 {
+		errs = append(errs, fmt.Errorf("-rounds %d: want 1..10", o.rounds))
+	}
+	if b.duration < time.Second || b.duration > 2*time.Minute {
+		errs = append(errs, fmt.Errorf("-duration %s: want 1s..2m", b.duration))
+	}
+	if b.concurrency < 1 || b.concurrency > 1024 {
+		errs = append(errs, fmt.Errorf("-c %d: want 1..1024", b.concurrency))
+	}
+	if o.janInterval <= 0 || o.janBatch <= 0 || o.chunk < 1000 {
+		errs = append(errs, errors.New("-janitor-interval, -janitor-batch and -fill-chunk (>= 1000) must be positive"))
+	}
+	return o, errors.Join(errs...)
+}
+
+// parseCount reads 100k, 1m, 2.5m or 12345.
+func parseCount(s string) (int64, error) {
+	mult := 1.0
+	switch {
+	case strings.HasSuffix(strings.ToLower(s), "k"):
+		mult, s = 1e3, s[:len(s)-1]
+	case strings.HasSuffix(strings.ToLower(s), "m"):
+		mult, s = 1e6, s[:len(s)-1]
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 {
+		return 0, fmt.Errorf("%q is not a count", s)
+	}
+	return int64(f*mult + 0.5), nil
+}
+
+// fmtCount writes n as the flags read it: 100k, 1m, 2.5m.
+func fmtCount(n int64) string {
+	switch {
+	case n >= 1e6 && n%100_000 == 0:
+		return strconv.FormatFloat(float64(n)/1e6, 'f', -1, 64) + "m"
+	case n >= 1e3 && n%100 == 0:
+		return strconv.FormatFloat(float64(n)/1e3, 'f', -1, 64) + "k"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// scaleServices are the growth bench's Redis database and PostgreSQL
+// schema.
+type scaleServices struct {
+	dbURL    string // search_path = scaleSchema
+	redisURL string
+	admin    *pgxpool.Pool // the URL as given, for the schema itself
+	pool     *pgxpool.Pool
+	rdb      *redis.Client
+}
+
+func openScaleServices(ctx context.Context, o *scaleOptions) (*scaleServices, error) {
+	s := &scaleServices{}
+	b := &o.bench
+	if slices.Contains(o.stores, "redis") {
+		ru, err := url.Parse(b.redisURL)
+		if err != nil || ru.Scheme != "redis" {
+			return nil, fmt.Errorf("redis URL %q: want redis://host:port[/db] (one node)", b.redisURL)
+		}
+		if err := requireLoopback(ru.Hostname()); err != nil {
+			return nil, fmt.Errorf("redis: %w", err)
+		}
+		ru.Path = "/" + strconv.Itoa(b.redisDB)
+		s.redisURL = ru.String()
+		opt, err := redis.ParseURL(s.redisURL)
+		if err != nil {
+			return nil, err
+		}
+		opt.ReadTimeout = time.Minute
+		s.rdb = redis.NewClient(opt)
+		if err := s.rdb.Ping(ctx).Err(); err != nil {
+			s.close()
+			return nil, fmt.Errorf("redis at %s: %w (start it with `make services`)", ru.Host, err)
+		}
+	}
+	if slices.Contains(o.stores, "postgres") {
+		pu, err := url.Parse(b.dbURL)
+		if err != nil || (pu.Scheme != "postgres" && pu.Scheme != "postgresql") {
+			s.close()
+			return nil, fmt.Errorf("database URL %q: want postgres://…", b.dbURL)
+		}
+		if err := requireLoopback(pu.Hostname()); err != nil {
+			s.close()
+			return nil, fmt.Errorf("postgres: %w", err)
+		}
+		q := pu.Query()
+		q.Set("search_path", scaleSchema)
+		pu.RawQuery = q.Encode()
+		s.dbURL = pu.String()
+		if s.admin, err = pgxpool.New(ctx, b.dbURL); err != nil {
+			s.close()
+			return nil, err
+		}
+		// A schema left by an interrupted run is this bench's own.
+		if _, err := s.admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+scaleSchema+" CASCADE; CREATE SCHEMA "+scaleSchema); err != nil {
+			s.close()
+			return nil, fmt.Errorf("postgres at %s: %w (start it with `make services`)", pu.Host, err)
+		}
+		if s.pool, err = pgxpool.New(ctx, s.dbURL); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func (s *scaleServices) close() {
+	if s.pool != nil {
+		s.pool.Close()
+	}
+	if s.admin != nil {
+		s.admin.Close()
+	}
+	if s.rdb != nil {
+		_ = s.rdb.Close()
+	}
+}
+
+// dropSchema removes everything the bench wrote to PostgreSQL.
+func (s *scaleServices) dropSchema(ctx context.Context) error {
+	if s.admin == nil {
+		return nil
+	}
+	_, err := s.admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+scaleSchema+" CASCADE")
+	return err
+}
+
+// scaleRun is one `idembench scale`.
+type scaleRun struct {
+	o      *scaleOptions
+	svc    *scaleServices
+	up     *upstream
+	upURL  string
+	base   *target
+	log    io.Writer
+	prefix string // every Idempotency-Key the run sends starts with it
+	rep    *scaleReport
+}
+
+// runScale is `idembench scale`.
+func runScale(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	o, err := parseScaleFlags(args, getenv, stdout)
+	if err != nil {
+		return err
+	}
+	if err := pinSelf(&o.bench, stderr); err != nil {
+		return err
+	}
+	b := &o.bench
+	if b.dir == "" {
+		b.dir = filepath.Join("bench", "out", "scale-"+time.Now().Format("20060102-150405"))
+	}
+	if err := os.MkdirAll(b.dir, 0o755); err != nil {
+		return err
+	}
+	if _, err := os.Stat(b.bin); err != nil {
+		return fmt.Errorf("%s: %w (run `make build`)", b.bin, err)
+	}
+	var tag [4]byte
+	_, _ = rand.Read(tag[:])
+	started := time.Now()
+	r := &scaleRun{o: o, prefix: "scale-" + hex.EncodeToString(tag[:]) + "-", rep: &scaleReport{
+		Machine: readMachine(), Command: "idembench scale " + strings.Join(args, " "), Started: started,
+		Options: map[string]any{
+			"duration": b.duration.String(), "rounds": o.rounds, "concurrency": b.concurrency, "warmup": b.warmup.String(),
+			"server_cpu": b.serverCPU, "load_cpu": b.loadCPU, "expired_share": o.expired, "replay_cache": o.replayCache,
+			"janitor_interval": o.janInterval.String(), "janitor_batch": o.janBatch,
+		},
+	}}
+	r.log = io.MultiWriter(stdout, mustCreate(filepath.Join(b.dir, "progress.log")))
+	fmt.Fprintf(r.log, "idembench scale: %s; results in %s\n", r.rep.Machine.String(), b.dir)
+	if b.serverCPU >= 0 {
+		fmt.Fprintf(r.log, "idembench scale: servers pinned to CPU %d, load generator and upstream to CPU %d, Redis and PostgreSQL unpinned\n", b.serverCPU, b.loadCPU)
+	}
+	if r.svc, err = openScaleServices(ctx, o); err != nil {
+		return err
+	}
+	defer r.svc.close()
+	defer func() {
+		// Clean up whatever happened, even after an interrupt.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+		defer cancel()
+		if err := r.svc.dropSchema(cctx); err != nil {
+			fmt.Fprintf(r.log, "idembench scale: dropping schema %s: %v\n", scaleSchema, err)
+		}
+		if r.svc.rdb != nil {
+			n, err := deleteRedisRun(cctx, r.svc.rdb, redisstore.DefaultPrefix, r.prefix)
+			if err != nil {
+				fmt.Fprintf(r.log, "idembench scale: deleting Redis keys: %v\n", err)
+			} else if n > 0 {
+				fmt.Fprintf(r.log, "idembench scale: deleted %d more Redis keys of this run\n", n)
+			}
+		}
+	}()
+
+	r.up = newUpstream(2 * time.Minute)
+	upAddr, stopUp, err := serveUpstream(r.up)
+	if err != nil {
+		return err
+	}
+	defer stopUp()
+	r.upURL = "http://" + upAddr
+	if r.base, err = startBaseline(ctx, b, r.upURL); err != nil {
+		return err
+	}
+	defer r.base.proc.stop()
+	if err := warm(ctx, r.base, b); err != nil {
+		return err
+	}
+	for _, store := range o.stores {
+		if err := r.store(ctx, store); err != nil {
+			r.rep.Problems = append(r.rep.Problems, fmt.Sprintf("store %s: %v", store, err))
+			fmt.Fprintf(r.log, "idembench scale: store %s: %v\n", store, err)
+			if ctx.Err() != nil {
+				// Interrupted: keep what was measured so far.
+				break
+			}
+		}
+	}
+	r.rep.Seconds = time.Since(started).Seconds()
+	if err := writeScaleReport(r.rep, b.dir, stdout); err != nil {
+		return err
+	}
+	if len(r.rep.Problems) > 0 {
+		return fmt.Errorf("%d problems (see above)", len(r.rep.Problems))
+	}
+	return nil
+}
+
+// scaleCandidate starts idemgate on store with the bench's configuration,
+// the replay cache off unless asked for, and its own janitor parked: it
+// runs once at start-up, on the empty store, then not for a day. The
+// bench runs the store's janitor itself when it measures it.
+func (r *scaleRun) scaleCandidate(ctx context.Context, store string) (*target, error) {
+	b := &r.o.bench
+	addr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	admin, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	var tok [16]byte
+	_, _ = rand.Read(tok[:])
+	var urls string
+	switch store {
+	case "postgres":
+		urls = fmt.Sprintf("database_url: %q\n", r.svc.dbURL)
+	case "redis":
+		urls = fmt.Sprintf("redis_url: %q\n", r.svc.redisURL)
+	}
+	conf := fmt.Sprintf(candidateConfig, addr, admin, sha256Hex(hex.EncodeToString(tok[:])), store, urls, b.logLevel, sha256Hex(benchAPIKey), r.upURL)
+	conf += fmt.Sprintf("replay_cache: {off: %t}\njanitor: {interval: 24h, batch: %d}\n", !r.o.replayCache, r.o.janBatch)
+	path := filepath.Join(b.dir, "idemgate-scale-"+store+".yaml")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		return nil, err
+	}
+	if store == "postgres" {
+		out, err := execCommand(ctx, []string{b.bin, "migrate", "up", "--config", path}).CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("idemgate migrate up: %v\n%s", err, out)
+		}
+	}
+	logPath := filepath.Join(b.dir, "idemgate-scale-"+store+".log")
+	p, err := startProc("idemgate ("+store+")", b.serverCPU, []string{"DATABASE_URL=", "REDIS_URL="}, logPath, b.bin, "serve", "--config", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitHTTP(ctx, p, "http://"+addr+"/readyz", 30*time.Second); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("%w (log: %s)", err, logPath)
+	}
+	return &target{name: "idemgate-" + store, proc: p, base: "http://" + addr, client: loadClient(b.concurrency)}, nil
+}
+
+// template is the record a real request leaves: every filled record
+// copies its fingerprint and stored response.
+func (r *scaleRun) template(ctx context.Context, store string, cand *target) (fillSpec, error) {
+	key := r.prefix + "template-" + store
+	if code, err := post(ctx, cand.client, cand.base+"/v1/payments", key); err != nil || code != http.StatusCreated {
+		return fillSpec{}, fmt.Errorf("template request: %d, %v", code, err)
+	}
+	var st idempotency.Store
+	switch store {
+	case "postgres":
+		s := pgstore.New(r.svc.pool, pgstore.WithLogger(nil))
+		defer s.Close()
+		st = s
+	case "redis":
+		s := redisstore.New(r.svc.rdb)
+		defer func() { _ = s.Close() }()
+		st = s
+	}
+	rec, err := st.Get(ctx, idempotency.Scope{Tenant: scaleTenant, Route: scaleRoute, Key: key})
+	if err != nil {
+		return fillSpec{}, fmt.Errorf("template record: %w", err)
+	}
+	if rec.State != idempotency.StateCompleted || rec.Response == nil {
+		return fillSpec{}, fmt.Errorf("template record is %s, not completed", rec.State)
+	}
+	return fillSpec{
+		Tenant: scaleTenant, Route: scaleRoute, Retention: 24 * time.Hour,
+		Fingerprint: rec.Fingerprint, Status: rec.Response.Status, Header: rec.Response.Header, Body: rec.Response.Body,
+	}, nil
+}
+
+// store measures one store at every size.
+func (r *scaleRun) store(ctx context.Context, store string) error {
+	cand, err := r.scaleCandidate(ctx, store)
+	if err != nil {
+		return err
+	}
+	defer cand.proc.stop()
+	b := &r.o.bench
+	if _, err := attack(ctx, cand.client, loadSpec{name: "warmup", target: cand.base + "/v1/payments", key: uniqueKeys(r.prefix + "warm-" + store), concurrency: b.concurrency, duration: b.warmup}); err != nil {
+		return err
+	}
+	tmpl, err := r.template(ctx, store, cand)
+	if err != nil {
+		return err
+	}
+	var prev *fillSpec
+	for _, n := range r.o.records {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := r.empty(ctx, store, prev); err != nil {
+			return err
+		}
+		f := tmpl
+		f.KeyPrefix = r.prefix + fmtCount(n) + "-"
+		f.Records, f.Now = n, time.Now()
+		if store == "postgres" {
+			f.Expired = int64(float64(n) * r.o.expired)
+		}
+		pt := scalePoint{Store: store, Records: n, Expired: f.Expired, Scenarios: map[string][]pairRecord{}}
+		if err := r.roomFor(ctx, store, n); err != nil {
+			r.rep.Problems = append(r.rep.Problems, fmt.Sprintf("%s at %s records: skipped: %v", store, fmtCount(n), err))
+			fmt.Fprintf(r.log, "%s, %s records: skipped: %v\n", store, fmtCount(n), err)
+			continue
+		}
+		prev = &f
+		err := r.point(ctx, store, cand, f, &pt)
+		r.rep.Points = append(r.rep.Points, pt)
+		if err != nil {
+			return fmt.Errorf("%s records: %w", fmtCount(n), err)
+		}
+	}
+	return r.empty(ctx, store, prev)
+}
+
+// empty deletes what the previous size wrote, so that each size starts
+// from an empty store.
+func (r *scaleRun) empty(ctx context.Context, store string, prev *fillSpec) error {
+	switch store {
+	case "postgres":
+		_, err := r.svc.pool.Exec(ctx, "TRUNCATE idempotency_records, idempotency_claims")
+		return err
+	case "redis":
+		if prev != nil {
+			if err := unfillRedis(ctx, r.svc.rdb, redisstore.DefaultPrefix, *prev); err != nil {
+				return err
+			}
+		}
+		_, err := deleteRedisRun(ctx, r.svc.rdb, redisstore.DefaultPrefix, r.prefix)
+		return err
+	}
+	return nil
+}
+
+// roomFor refuses a fill that would not fit: PostgreSQL's data directory
+// needs room for the rows, their indexes and the WAL they write; Redis
+// needs memory.
+func (r *scaleRun) roomFor(ctx context.Context, store string, n int64) error {
+	switch store {
+	case "postgres":
+		// About 1 KiB of table, ledger and indexes per record, as much
+		// again of WAL until the next checkpoints recycle it, and room to spare.
+		need := uint64(n) * 3 << 10
+		dir := "/"
+		_ = r.svc.pool.QueryRow(ctx, "SHOW data_directory").Scan(&dir)
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(dir, &st); err != nil {
+			_ = syscall.Statfs("/", &st)
+		}
+		if free := st.Bavail * uint64(st.Bsize); free < need+(5<<30) {
+			return fmt.Errorf("%d GiB free on the disk of %s, want %d GiB", free>>30, dir, (need+(5<<30))>>30)
+		}
+	case "redis":
+		per := r.rep.redisPerRecord()
+		if per == 0 {
+			per = 1200 // a hash of 13 fields, its body past the listpack limit
+		}
+		need := uint64(float64(n) * per * 1.2)
+		if avail := memAvailable(); avail > 0 && float64(need) > r.o.redisHeadway*float64(avail) {
+			return fmt.Errorf("about %d MiB of Redis memory needed, %d MiB available (-redis-mem-share %.2f)", need>>20, avail>>20, r.o.redisHeadway)
+		}
+		var maxmem uint64
+		if v, err := r.svc.rdb.ConfigGet(ctx, "maxmemory").Result(); err == nil {
+			maxmem, _ = strconv.ParseUint(v["maxmemory"], 10, 64)
+		}
+		if maxmem > 0 && need+r.redisUsed(ctx) > maxmem {
+			return fmt.Errorf("Redis maxmemory %d MiB would be exceeded", maxmem>>20)
+		}
+	}
+	return nil
+}
+
+func memAvailable() uint64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func (r *scaleRun) redisUsed(ctx context.Context) uint64 {
+	info, err := r.svc.rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, _ := strconv.ParseUint(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// point fills the store with f and measures every scenario against it.
+func (r *scaleRun) point(ctx context.Context, store string, cand *target, f fillSpec, pt *scalePoint) error {
+	fmt.Fprintf(r.log, "%s: filling %s records (%s expired)\n", store, fmtCount(f.Records), fmtCount(f.Expired))
+	t0 := time.Now()
+	last := t0
+	progress := func(done int64) {
+		if time.Since(last) > 15*time.Second {
+			last = time.Now()
+			fmt.Fprintf(r.log, "  %s of %s written, %.0f s\n", fmtCount(done), fmtCount(f.Records), time.Since(t0).Seconds())
+		}
+	}
+	switch store {
+	case "postgres":
+		if err := fillPostgres(ctx, r.svc.pool, f, r.o.chunk, progress); err != nil {
+			return err
+		}
+		pt.FillSeconds = time.Since(t0).Seconds()
+		t1 := time.Now()
+		sz, err := pgSizes(ctx, r.svc.pool, f.Records)
+		if err != nil {
+			return err
+		}
+		pt.PG = &sz
+		fmt.Fprintf(r.log, "  filled in %.0f s; VACUUM ANALYZE %.0f s; %.0f B/record (records: table %.0f + indexes %.0f; claim ledger %.0f)\n",
+			pt.FillSeconds, time.Since(t1).Seconds(), sz.PerRecord, sz.RecordsHeap/float64(f.Records), sz.RecordsIndexes/float64(f.Records), sz.ClaimsTotal/float64(f.Records))
+	case "redis":
+		before := r.redisUsed(ctx)
+		if err := fillRedis(ctx, r.svc.rdb, redisstore.DefaultPrefix, f, progress); err != nil {
+			return err
+		}
+		pt.FillSeconds = time.Since(t0).Seconds()
+		sz := redisSizes(ctx, r.svc.rdb, redisRecordKey(redisstore.DefaultPrefix, f.Tenant, f.Route, f.key(f.Records/2)))
+		sz.UsedDelta = int64(r.redisUsed(ctx)) - int64(before)
+		sz.PerRecord = float64(sz.UsedDelta) / float64(f.Records)
+		pt.Redis = &sz
+		fmt.Fprintf(r.log, "  filled in %.0f s; used_memory +%d MiB, %.0f B/record; MEMORY USAGE of a record %d B (%s)\n",
+			pt.FillSeconds, sz.UsedDelta>>20, sz.PerRecord, sz.SampleBytes, sz.Encoding)
+	}
+	b := &r.o.bench
+	for _, sc := range []string{"unique", "replay", "inflight"} {
+		for round := range r.o.rounds {
+			var p pairRecord
+			var err error
+			if p.Base, err = measure(ctx, r.base, b, loadSpec{
+				name: "baseline", target: r.base.base + "/v1/payments", key: uniqueKeys(fmt.Sprintf("b-%d", time.Now().UnixNano())),
+				concurrency: b.concurrency, duration: b.duration,
+			}); err != nil {
+				return err
+			}
+			spec, after, err := r.candidateSpec(ctx, cand, f, sc, round)
+			if err != nil {
+				return err
+			}
+			p.Cand, err = measure(ctx, cand, b, spec)
+			if aerr := after(); err == nil {
+				err = aerr
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", sc, err)
+			}
+			pt.Scenarios[sc] = append(pt.Scenarios[sc], p)
+			r.check(store, f.Records, sc, p)
+			fmt.Fprintf(r.log, "  %-8s round %d: baseline %6.0f req/s p99 %-7s | idemgate %6.0f req/s p99 %-7s | ratio %.2f%s\n",
+				sc, round+1, p.Base.RPS, fmtDur(p.Base.P99), p.Cand.RPS, fmtDur(p.Cand.P99), p.Ratio(), extraLine(sc, p))
+		}
+	}
+	if store == "postgres" && f.Expired > 0 {
+		j, err := r.janitor(ctx, cand)
+		pt.Janitor = j
+		if err != nil {
+			return fmt.Errorf("janitor: %w", err)
+		}
+	}
+	return nil
+}
+
+// candidateSpec is the idemgate side of one run: new keys (claims),
+// filled keys (replays), or one key held in flight (409s).
+func (r *scaleRun) candidateSpec(ctx context.Context, cand *target, f fillSpec, sc string, round int) (loadSpec, func() error, error) {
+	b := &r.o.bench
+	id := fmt.Sprintf("%s%s-%s-%d-%d", r.prefix, sc, fmtCount(f.Records), round, time.Now().UnixNano())
+	spec := loadSpec{name: "idemgate", concurrency: b.concurrency, duration: b.duration, target: cand.base + "/v1/payments"}
+	none := func() error { return nil }
+	switch sc {
+	case "unique":
+		spec.key = uniqueKeys(id)
+	case "replay":
+		spec.key = f.liveKey
+	case "inflight":
+		spec.target = cand.base + "/v1/payments/slow"
+		spec.key = oneKey(id)
+		held := r.up.held.Load()
+		done := make(chan error, 1)
+		go func() {
+			code, err := post(context.WithoutCancel(ctx), &http.Client{Timeout: 3 * time.Minute}, spec.target, id)
+			if err == nil && code != http.StatusCreated {
+				err = fmt.Errorf("the held original got %d", code)
+			}
+			done <- err
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for r.up.held.Load() <= held {
+			if time.Now().After(deadline) {
+				r.up.release()
+				<-done
+				return spec, nil, errors.New("inflight: the original never reached the upstream")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return spec, func() error { r.up.release(); return <-done }, nil
+	}
+	return spec, none, nil
+}
+
+// check notes every run whose answers were not the expected ones.
+func (r *scaleRun) check(store string, n int64, sc string, p pairRecord) {
+	want := http.StatusCreated
+	if sc == "inflight" {
+		want = http.StatusConflict
+	}
+	for side, res := range map[string]loadResult{"baseline": p.Base, "idemgate": p.Cand} {
+		w := want
+		if side == "baseline" {
+			w = http.StatusCreated
+		}
+		if bad := res.Requests + res.Codes[0] - res.Codes[w]; bad > 0 || res.Requests == 0 {
+			r.rep.Problems = append(r.rep.Problems, fmt.Sprintf("%s/%s/%s %s: %d answers were not %d (codes %v, errors %v)",
+				store, fmtCount(n), sc, side, bad, w, res.Codes, res.Errors))
+		}
+	}
+	if sc == "replay" && p.Cand.Replayed != p.Cand.Requests {
+		r.rep.Problems = append(r.rep.Problems, fmt.Sprintf("%s/%s/replay: %d of %d answers were replays", store, fmtCount(n), p.Cand.Replayed, p.Cand.Requests))
+	}
+}
+
+// countingJanitor counts what the janitor deletes and notes when its
+// backlog ran out (the first batch that came back short).
+type countingJanitor struct {
+	j       idempotency.Janitor
+	batch   int
+	start   time.Time
+	deleted atomic.Int64
+	drained atomic.Int64 // ns after start; 0: not yet
+}
+
+func (c *countingJanitor) DeleteExpired(ctx context.Context, limit int) (int, error) {
+	n, err := c.j.DeleteExpired(ctx, limit)
+	c.deleted.Add(int64(n))
+	if err == nil && n < c.batch {
+		c.drained.CompareAndSwap(0, int64(time.Since(c.start)))
+	}
+	return n, err
+}
+
+// janitor measures claims while the store's janitor deletes the expired
+// backlog, beside a baseline run and a claim run without the janitor just
+// before. It runs the janitor as idemgate does, idempotency.RunJanitor on
+// a pgstore.Store, but from the bench process on its own connection, so
+// that idemgate's own janitor can stay parked for the other scenarios.
+func (r *scaleRun) janitor(ctx context.Context, cand *target) (*janitorRecord, error) {
+	b := &r.o.bench
+	rec := &janitorRecord{Interval: r.o.janInterval.String(), Batch: r.o.janBatch}
+	if err := r.svc.pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_records WHERE expires_at <= now()`).Scan(&rec.Backlog); err != nil {
+		return rec, err
+	}
+	var err error
+	if rec.Base, err = measure(ctx, r.base, b, loadSpec{
+		name: "baseline", target: r.base.base + "/v1/payments", key: uniqueKeys(fmt.Sprintf("b-%d", time.Now().UnixNano())),
+		concurrency: b.concurrency, duration: b.duration,
+	}); err != nil {
+		return rec, err
+	}
+	claims := func(tag string) loadSpec {
+		return loadSpec{name: "idemgate", concurrency: b.concurrency, duration: b.duration, target: cand.base + "/v1/payments",
+			key: uniqueKeys(fmt.Sprintf("%sjanitor-%s-%d", r.prefix, tag, time.Now().UnixNano()))}
+	}
+	if rec.Without, err = measure(ctx, cand, b, claims("off")); err != nil {
+		return rec, err
+	}
+	jpool, err := pgxpool.New(ctx, r.svc.dbURL)
+	if err != nil {
+		return rec, err
+	}
+	defer jpool.Close()
+	st := pgstore.New(jpool, pgstore.WithLogger(slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	defer st.Close()
+	cj := &countingJanitor{j: st, batch: r.o.janBatch, start: time.Now()}
+	jctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_ = idempotency.RunJanitor(jctx, cj, r.o.janInterval, r.o.janBatch, slog.New(slog.DiscardHandler))
+	})
+	rec.With, err = measure(ctx, cand, b, claims("on"))
+	elapsed := time.Since(cj.start)
+	stop()
+	wg.Wait()
+	rec.Deleted = cj.deleted.Load()
+	rec.Seconds = elapsed.Seconds()
+	if d := cj.drained.Load(); d > 0 {
+		rec.DrainedAfter = time.Duration(d).Seconds()
+	}
+	if err != nil {
+		return rec, err
+	}
+	drained := "backlog not cleared during the run"
+	if rec.DrainedAfter > 0 {
+		drained = fmt.Sprintf("backlog cleared after %.1f s", rec.DrainedAfter)
+	}
+	fmt.Fprintf(r.log, "  janitor: baseline %6.0f req/s p99 %-7s | claims without janitor %6.0f req/s p99 %-7s | with janitor %6.0f req/s p99 %-7s (p99 ×%.2f) | deleted %d of %d expired, %.0f rows/s, %s\n",
+		rec.Base.RPS, fmtDur(rec.Base.P99), rec.Without.RPS, fmtDur(rec.Without.P99), rec.With.RPS, fmtDur(rec.With.P99),
+		rec.P99Factor(), rec.Deleted, rec.Backlog, rec.Rate(), drained)
+	return rec, nil
+}
