@@ -159,11 +159,14 @@ type handler[T any] struct {
 //
 //  1. a job whose key has succeeded is acked at once (a replay);
 //  2. the resource lock is taken, or the task is rescheduled soon without
-//     counting an attempt (*LockBusyError);
+//     counting an attempt (*LockBusyError); the state read of step 1 and
+//     the lock's SET NX go out together, and the decision waits for both;
 //  3. a fencing token is drawn and the job marked processing, counting the
 //     attempt;
 //  4. fn runs under the lease's context with the token;
-//  5. the job is marked succeeded with fn's result, and only then acked;
+//  5. the job is marked succeeded with fn's result, and only then acked
+//     (the writes of steps 3 and 5 share commits with concurrent jobs',
+//     each answered only after its commit);
 //  6. a permanent error, or a transient one on the last attempt, marks the
 //     job failed and archives the task; a transient one is retried with
 //     backoff; an unavailable dependency is retried with backoff and the
@@ -224,12 +227,14 @@ func newHandler[T any](deps Deps, kind string, identify identity[T], fn Func[T],
 	if err != nil {
 		panic(fmt.Sprintf("workers: Handle %s: %v", kind, err))
 	}
+	// Concurrent jobs share the commits of Take and MarkSucceeded when DB
+	// is a pool (execution.WithBatching).
 	return &handler[T]{
 		kind:        kind,
 		identify:    identify,
 		fn:          fn,
 		db:          deps.DB,
-		store:       execution.New(deps.DB),
+		store:       execution.New(deps.DB, execution.WithBatching(execution.DefaultBatchLanes, execution.DefaultBatchMax)),
 		locker:      locker,
 		maxAttempts: o.maxAttempts,
 		log:         log.With("task", kind),
@@ -269,18 +274,45 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 		id.job, _ = asynq.GetTaskID(ctx)
 	}
 
-	rec, err := h.store.Get(ctx, tenant, key)
-	switch {
-	case err == nil && execution.Conflicts(rec, sha):
-		return h.conflict(ctx, log, task, id, rec)
-	case err == nil && rec.Status == execution.StatusSucceeded:
+	// The state read and the lock's SET NX go out together, and the
+	// decision waits for both, in the algorithm's order: a job that has
+	// succeeded (or whose key another payload holds) is answered from the
+	// state whatever the lock said, and a lock taken for it is released at
+	// once. Reading the state before holding the lock was already a read
+	// that any writer could overtake; Take re-checks it under the lock, so
+	// reading it while the lock is being taken decides nothing differently.
+	// What it costs: a replay whose resource is free now takes and
+	// releases the lock, a moment in which another job on the resource
+	// finds it busy and is rescheduled, as it would behind any job.
+	type state struct {
+		rec execution.Record
+		err error
+	}
+	read := make(chan state, 1)
+	go func() {
+		rec, err := h.store.Get(ctx, tenant, key)
+		read <- state{rec, err}
+	}()
+	lease, lerr := h.locker.Acquire(ctx, resource)
+	st := <-read
+	rec, err := st.rec, st.err
+	if errors.Is(err, execution.ErrNotFound) {
+		err = nil // a new job: rec is the zero record
+	}
+	if err != nil || execution.Conflicts(rec, sha) || rec.Status == execution.StatusSucceeded {
+		if lease != nil {
+			h.release(ctx, log, lease)
+		}
+		switch {
+		case err != nil:
+			return h.transientBeforeAttempt(ctx, log, err)
+		case execution.Conflicts(rec, sha):
+			return h.conflict(ctx, log, task, id, rec)
+		}
 		return h.replay(ctx, log, task, rec)
-	case err != nil && !errors.Is(err, execution.ErrNotFound):
-		return h.transientBeforeAttempt(ctx, log, err)
 	}
 
-	lease, err := h.locker.Acquire(ctx, resource)
-	switch {
+	switch err = lerr; {
 	case errors.Is(err, lock.ErrBusy):
 		h.obs.LockAcquire(LockBusy)
 		h.obs.Attempt(h.kind, ClassLockBusy)
@@ -303,6 +335,12 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 		lease.Abandon()
 		return err
 	}
+	h.release(ctx, log, lease)
+	return err
+}
+
+// release deletes the lock if it is still ours.
+func (h *handler[T]) release(ctx context.Context, log *slog.Logger, lease *lock.Lease) {
 	fctx, cancel := finishContext(ctx)
 	defer cancel()
 	if rerr := lease.Release(fctx); rerr != nil {
@@ -311,7 +349,6 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	} else {
 		log.DebugContext(ctx, "lock released", "lock_event", "released")
 	}
-	return err
 }
 
 // jobID names a job's execution state: its tenant, its business key and

@@ -160,6 +160,40 @@ func TestLockBusyIsNotAnAttempt(t *testing.T) {
 	}
 }
 
+// TestReplayWhileTheResourceIsLocked: the state read goes out with the
+// lock's SET NX, but a job that has succeeded is still answered from the
+// state: acked as a replay while another worker holds its resource, whose
+// lock stays that worker's.
+func TestReplayWhileTheResourceIsLocked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	obs := newRecorder()
+	var calls atomic.Int64
+	h := Handle(e.deps(obs, 20*time.Second), kind, orderKey, orderResource, plainEffect(e.pool, "A", &calls))
+	task := newTask(t, "31")
+	if err := h.ProcessTask(t.Context(), task); err != nil {
+		t.Fatal(err)
+	}
+	other, err := lock.New(e.rdb, lock.Options{Prefix: e.prefix, TTL: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := other.Acquire(t.Context(), "order:31")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = held.Release(context.WithoutCancel(t.Context())) })
+	if err := h.ProcessTask(t.Context(), task); err != nil {
+		t.Fatalf("replay while the resource is locked: %v, want an ack", err)
+	}
+	if calls.Load() != 1 || obs.count("replay") != 1 || obs.count("lock:busy") != 0 || obs.count("attempt:lock_busy") != 0 {
+		t.Fatalf("calls %d, observer %v", calls.Load(), obs.counts)
+	}
+	if held.Err() != nil || e.rdb.Exists(t.Context(), e.lockKey("31")).Val() != 1 {
+		t.Fatalf("the other worker's lock was touched: %v", held.Err())
+	}
+}
+
 func TestPermanentErrorFailsTheJob(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -26,7 +26,11 @@
 // the resource locked, Attempts reads the ledger and DeleteEndedAttempts
 // is its janitor.
 //
-//	store := execution.New(pool)
+// On a pool, WithBatching lets the Takes and MarkSucceededs of concurrent
+// jobs share one round trip and one commit (batch.go); each caller is
+// answered only after the commit that carries its statement.
+//
+//	store := execution.New(pool, execution.WithBatching(execution.DefaultBatchLanes, execution.DefaultBatchMax))
 //	rec, err := store.Take(ctx, execution.Attempt{
 //		Tenant: "acme", Key: "invoice:42", Task: "invoice.create",
 //		Resource: "acme/order:42", PayloadSHA256: sha,

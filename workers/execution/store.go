@@ -100,11 +100,31 @@ type DB interface {
 
 // Store reads and writes job_executions.
 type Store struct {
-	db DB
+	db    DB
+	batch *committer // nil: every write is its own round trip and commit
 }
 
 // New returns a Store on db.
-func New(db DB) *Store { return &Store{db: db} }
+func New(db DB, opts ...Option) *Store {
+	s := &Store{db: db}
+	for _, opt := range opts {
+		opt(s)
+	}
+	return s
+}
+
+// queryRow runs a statement returning one row and hands the row to scan:
+// in a batch shared with other callers when batching is on (order is the
+// job the statement writes, which sorts the batch), on its own otherwise.
+func (s *Store) queryRow(ctx context.Context, order, sql string, scan func(pgx.Row) error, args ...any) error {
+	if s.batch == nil {
+		return scan(s.db.QueryRow(ctx, sql, args...))
+	}
+	return s.batch.do(&write{ctx: ctx, sql: sql, args: args, order: order, scan: scan})
+}
+
+// jobOrder is the sort key of a job's row in a batch.
+func jobOrder(tenant, key string) string { return tenant + "\x00" + key }
 
 const columns = `tenant, key, task, resource, status, coalesce(result_ref, ''), attempt_count,
 	fencing_token, coalesce(last_error, ''), coalesce(payload_sha256, ''), created_at, updated_at, finished_at`
@@ -232,7 +252,12 @@ WITH next AS (` + fence.NextStatement + `
 INSERT INTO job_executions AS e (tenant, key, task, resource, status, attempt_count, fencing_token, payload_sha256)
 SELECT $2, $3, $4, $1, 'processing', 1, next.token, NULLIF($5, '') FROM next
 ` + markProcessing + ledgerTake
-	r, err := scan(s.db.QueryRow(ctx, query, a.Resource, a.Tenant, a.Key, a.Task, a.PayloadSHA256, a.JobID, a.Worker))
+	var r Record
+	err := s.queryRow(ctx, jobOrder(a.Tenant, a.Key), query, func(row pgx.Row) error {
+		var err error
+		r, err = scan(row)
+		return err
+	}, a.Resource, a.Tenant, a.Key, a.Task, a.PayloadSHA256, a.JobID, a.Worker)
 	if err == nil {
 		return r, nil
 	}
@@ -290,7 +315,9 @@ func (s *Store) mark(ctx context.Context, query, tenant, key string, token int64
 // Called again by the same attempt it does nothing. The attempt's ledger
 // row ends as succeeded.
 func (s *Store) MarkSucceeded(ctx context.Context, tenant, key string, token int64, resultRef string) error {
-	n, err := s.mark(ctx, markSucceededSQL, tenant, key, token, resultRef, OutcomeSucceeded, "")
+	var n int64
+	err := s.queryRow(ctx, jobOrder(tenant, key), markSucceededSQL, func(row pgx.Row) error { return row.Scan(&n) },
+		tenant, key, token, resultRef, string(OutcomeSucceeded), "")
 	return s.settle(ctx, "succeeded", tenant, key, token, StatusSucceeded, n, err)
 }
 
