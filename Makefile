@@ -91,6 +91,10 @@ bench-quick: build ## the same scenarios in about 2 minutes
 bench-scale: build ## claims, replays, 409s and the janitor with 1M and 10M stored records, per store (about 20 minutes; SCALEFLAGS)
 	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench scale $(SCALEFLAGS)
 
+.PHONY: bench-capacity
+bench-capacity: build ## requests held in flight up to 10,000 through the plain proxy and idemgate, then shedding: RSS, goroutines, latency (about 3 minutes; CAPACITYFLAGS)
+	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench capacity $(CAPACITYFLAGS)
+
 .PHONY: soak
 soak: build ## idemgate at a fixed rate for 10 minutes: RSS and goroutines at start and end
 	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench soak -duration 10m $(SOAKFLAGS)

@@ -187,6 +187,17 @@ type Server struct {
 	// its listeners close. Shorter than ShutdownTimeout. Default 0: the
 	// listeners close at once, as suits a gateway no balancer polls.
 	DrainDelay Duration `yaml:"drain_delay"`
+	// MaxInFlight is the most requests the public listener handles at
+	// once, /healthz and /readyz aside; beyond it a request is answered at
+	// once with 503 not-ready and Retry-After, before it claims a key, so
+	// that a gateway past its capacity refuses the excess instead of
+	// running out of memory or file descriptors. A request in hand costs
+	// about 60 KiB with a small body (idembench capacity), more with a
+	// body buffered up to max_request_bytes: the default keeps a gateway
+	// at its limit within the 256 MiB the Kubernetes base allows. serve
+	// lowers it to what the process's descriptor limit allows (two per
+	// request). Default 2048.
+	MaxInFlight int `yaml:"max_in_flight"`
 }
 
 // Worker configures the asynq workers. Every setting it shares with
@@ -368,6 +379,7 @@ func (c *Config) withDefaults() {
 	setDefault(&c.Server.IdleTimeout, Duration(120*time.Second))
 	setDefault(&c.Server.MaxHeaderBytes, 65536)
 	setDefault(&c.Server.ShutdownTimeout, Duration(30*time.Second))
+	setDefault(&c.Server.MaxInFlight, 2048)
 
 	setDefault(&c.Worker.Concurrency, workers.DefaultConcurrency)
 	if c.Worker.Queues == nil {

@@ -129,6 +129,7 @@ func (c *Config) validate(o *options) error {
 	nonNegative(bad, "server.idle_timeout", c.Server.IdleTimeout)
 	nonNegative(bad, "server.max_header_bytes", c.Server.MaxHeaderBytes)
 	nonNegative(bad, "server.shutdown_timeout", c.Server.ShutdownTimeout)
+	nonNegative(bad, "server.max_in_flight", c.Server.MaxInFlight)
 	switch {
 	case c.Server.DrainDelay < 0:
 		bad("server.drain_delay", "must be 0s or more, not %v", c.Server.DrainDelay)

@@ -201,6 +201,11 @@ func TestValidate(t *testing.T) {
 			yaml: minimal + "server: {drain_delay: -1s, shutdown_timeout: 10s}\n" + route,
 			want: []string{"x.yaml:4: server.drain_delay: must be 0s or more, not -1s"},
 		},
+		{
+			name: "a negative max_in_flight",
+			yaml: minimal + "server: {max_in_flight: -1}\n" + route,
+			want: []string{"x.yaml:4: server.max_in_flight: must be positive, not -1"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -20,7 +20,6 @@ import (
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
-	"github.com/idemgate/idemgate/middleware/requestid"
 	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/telemetry"
 )
@@ -61,6 +60,10 @@ type Options struct {
 	OpenAPIJSON []byte
 	Logger      *slog.Logger
 	Metrics     *Metrics
+	// MaxInFlight is the most requests the public listener handles at
+	// once; beyond it a request is shed with 503 (see shedOverload).
+	// 0: no limit.
+	MaxInFlight int
 }
 
 // RouteOptions is one configured route.
@@ -106,6 +109,8 @@ type Gateway struct {
 	guards []*idempotency.Middleware
 	// draining is set by StartDraining.
 	draining atomic.Bool
+	// inFlight counts the public requests being handled (shedOverload).
+	inFlight atomic.Int64
 }
 
 // New builds the whole middleware chain once, validating as it goes.
@@ -159,7 +164,7 @@ func New(opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	store := timedStore{Store: opts.Store, name: opts.StoreName, hist: opts.Metrics.store}
+	store := newTimedStore(opts.Store, opts.StoreName, opts.Metrics.store)
 	var routes []*route
 	for _, ro := range opts.Routes {
 		rt, err := g.buildRoute(ro, store)
@@ -242,11 +247,7 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 	}
 	h = mw.Wrap(h)
 	h = g.limiter.Wrap(h)
-	h = recordTenant(h)
-	h = g.auth.Middleware(func(w http.ResponseWriter, r *http.Request, err error) {
-		infoFrom(r.Context()).outcome = "unauthorized"
-		g.problems.write(w, r, err)
-	})(h)
+	h = g.authenticate(h)
 	name := ro.Name
 	rt.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		infoFrom(r.Context()).route = name
@@ -256,12 +257,17 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 	return rt, nil
 }
 
-// recordTenant notes the authenticated tenant for the access log.
-func recordTenant(next http.Handler) http.Handler {
+// authenticate lets through only requests with valid credentials, noting
+// their tenant on the request (auth.Tenant) and for the access log.
+func (g *Gateway) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		infoFrom(r.Context()).tenant = auth.Tenant(r.Context())
-		telemetry.SetAttrs(r.Context(), telemetry.Tenant(auth.Tenant(r.Context())))
-		next.ServeHTTP(w, r)
+		tenant, err := g.auth.Authenticate(r)
+		if err != nil {
+			infoFrom(r.Context()).outcome = "unauthorized"
+			g.problems.write(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, authenticated(r, tenant))
 	})
 }
 
@@ -281,7 +287,8 @@ func (g *Gateway) publicRoutes() http.Handler {
 	h = accessLog(g.opts.Logger, g.opts.Metrics, h)
 	h = g.recoverPanics(h)
 	h = g.closeWhileDraining(h)
-	return requestid.Middleware(h)
+	h = g.shedOverload(h)
+	return withRequestState(h)
 }
 
 // handleTable serves every request that is not one of the gateway's own

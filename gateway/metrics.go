@@ -15,6 +15,8 @@ type Metrics struct {
 	requestDuration *prometheus.HistogramVec
 	upstream        *prometheus.HistogramVec
 	store           *prometheus.HistogramVec
+	inFlight        prometheus.Gauge
+	shed            prometheus.Counter
 }
 
 // NewMetrics registers the gateway's series (and the Go and process
@@ -42,8 +44,16 @@ func NewMetrics() *Metrics {
 			Help:    "Time of idempotency store operations.",
 			Buckets: prometheus.ExponentialBuckets(0.0002, 2.5, 14),
 		}, []string{"store", "op"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemgate_requests_in_flight",
+			Help: "Requests the public listener is handling now (not /healthz and /readyz, not those being shed).",
+		}),
+		shed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idemgate_requests_shed_total",
+			Help: "Requests answered 503 at once because server.max_in_flight requests were in hand.",
+		}),
 	}
-	reg.MustRegister(m.requests, m.requestDuration, m.upstream, m.store,
+	reg.MustRegister(m.requests, m.requestDuration, m.upstream, m.store, m.inFlight, m.shed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

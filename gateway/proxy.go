@@ -56,6 +56,24 @@ func NewTransport(c TransportConfig) *http.Transport {
 // the upstream: the line between "not processed" and "ambiguous".
 type sentKey struct{}
 
+// upstreamCall is the context of one proxied call: it answers sentKey with
+// whether the request was written, which its client trace records. The
+// route's timeout, the trace and the flag take one request copy together.
+type upstreamCall struct {
+	context.Context
+	sent  atomic.Bool
+	trace httptrace.ClientTrace
+}
+
+func (c *upstreamCall) Value(key any) any {
+	if _, ok := key.(sentKey); ok {
+		return &c.sent
+	}
+	return c.Context.Value(key)
+}
+
+func (c *upstreamCall) wroteHeaders() { c.sent.Store(true) }
+
 // newProxy returns the reverse proxy of one upstream route. idem is the
 // route's effective idempotency settings (Middleware.Config): which key
 // the upstream receives.
@@ -72,20 +90,23 @@ func newProxy(target *url.URL, transport http.RoundTripper, timeout time.Duratio
 			dropOwnedHeaders(out.Header, stripHeader)
 			pr.SetURL(target)
 			pr.SetXForwarded()
+			// The gateway's own headers share one backing array, each
+			// value capped so that an Add cannot reach the next.
+			vs := make([]string, 0, 3)
+			set := func(name, value string) {
+				vs = append(vs, value)
+				out.Header[name] = vs[len(vs)-1 : len(vs) : len(vs)]
+			}
 			tenant := auth.Tenant(in.Context())
 			if tenant != "" {
-				out.Header.Set(HeaderTenant, tenant)
+				set(HeaderTenant, tenant)
 			}
 			if key, ok := upstreamKey(in, tenant, idem); ok {
-				out.Header.Set(idempotency.HeaderKey, key)
+				set(idempotency.HeaderKey, key)
 			}
 			if a, ok := idempotency.AttemptFrom(in.Context()); ok {
-				out.Header.Set(HeaderFencingToken, strconv.FormatInt(a.FencingToken, 10))
+				set(HeaderFencingToken, strconv.FormatInt(a.FencingToken, 10))
 			}
-			var sent atomic.Bool
-			trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
-			ctx := context.WithValue(out.Context(), sentKey{}, &sent)
-			*out = *out.WithContext(httptrace.WithClientTrace(ctx, trace))
 		},
 		ModifyResponse: func(res *http.Response) error {
 			// The gateway alone says whether an answer is a replay; an
@@ -129,13 +150,16 @@ func newProxy(target *url.URL, transport http.RoundTripper, timeout time.Duratio
 			}
 		},
 	}
-	if timeout <= 0 {
-		return rp
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), timeout)
-		defer cancel()
-		rp.ServeHTTP(w, r.WithContext(ctx))
+		ctx := r.Context()
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		call := &upstreamCall{Context: ctx}
+		call.trace.WroteHeaders = call.wroteHeaders
+		rp.ServeHTTP(w, r.WithContext(httptrace.WithClientTrace(call, &call.trace)))
 	})
 }
 
@@ -174,11 +198,10 @@ func upstreamKey(in *http.Request, tenant string, idem idempotency.Config) (stri
 // headers SetXForwarded writes.
 func dropOwnedHeaders(h http.Header, stripHeader string) {
 	for name := range h {
-		n := readAs(name)
 		switch {
-		case strings.HasPrefix(n, "idemgate-"), n == readAs(idempotency.HeaderKey), n == readAs(HeaderFencingToken),
-			stripHeader != "" && n == readAs(stripHeader),
-			n == "forwarded", n == "x-forwarded-for", n == "x-forwarded-host", n == "x-forwarded-proto":
+		case readAsHasPrefix(name, "idemgate-"), sameReadAs(name, idempotency.HeaderKey), sameReadAs(name, HeaderFencingToken),
+			stripHeader != "" && sameReadAs(name, stripHeader),
+			sameReadAs(name, "forwarded"), sameReadAs(name, "x-forwarded-for"), sameReadAs(name, "x-forwarded-host"), sameReadAs(name, "x-forwarded-proto"):
 			delete(h, name)
 		}
 	}
@@ -190,8 +213,7 @@ func dropOwnedHeaders(h http.Header, stripHeader string) {
 // there.
 func dropReplayMarks(h http.Header) {
 	for name := range h {
-		switch readAs(name) {
-		case readAs(idempotency.HeaderReplayed), readAs(idempotency.HeaderReplayedX), readAs(idempotency.HeaderBodyOmitted):
+		if sameReadAs(name, idempotency.HeaderReplayed) || sameReadAs(name, idempotency.HeaderReplayedX) || sameReadAs(name, idempotency.HeaderBodyOmitted) {
 			delete(h, name)
 		}
 	}
@@ -200,6 +222,51 @@ func dropReplayMarks(h http.Header) {
 // readAs is a header name as servers that fold "_" into "-" and ignore
 // case read it.
 func readAs(name string) string { return strings.ToLower(strings.ReplaceAll(name, "_", "-")) }
+
+// sameReadAs reports whether readAs(a) == readAs(b) without building
+// either: it runs for every header of every proxied request and response.
+func sameReadAs(a, b string) bool {
+	if !isASCII(a) || !isASCII(b) {
+		return readAs(a) == readAs(b) // Unicode case folding can change lengths
+	}
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		if foldReadAs(a[i]) != foldReadAs(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// readAsHasPrefix reports whether readAs(name) begins with prefix, which
+// is in read-as form already.
+func readAsHasPrefix(name, prefix string) bool {
+	if !isASCII(name) {
+		return strings.HasPrefix(readAs(name), prefix)
+	}
+	return len(name) >= len(prefix) && sameReadAs(name[:len(prefix)], prefix)
+}
+
+func foldReadAs(c byte) byte {
+	switch {
+	case c == '_':
+		return '-'
+	case c >= 'A' && c <= 'Z':
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
 
 // leaseChecked refuses to send a request whose idempotency lease has run
 // out by this process's clock (idempotency.Attempt.Check): the last moment

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/telemetry"
@@ -23,16 +24,40 @@ type timedStore struct {
 
 var _ idempotency.Watcher = timedStore{}
 
+// immediateTimedStore is a timedStore over a store that never blocks: it
+// passes idempotency.Immediate on, so the middleware still skips the
+// deadline that store cannot overrun.
+type immediateTimedStore struct{ timedStore }
+
+func (immediateTimedStore) Immediate() {}
+
+var _ idempotency.Immediate = immediateTimedStore{}
+
+func newTimedStore(store idempotency.Store, name string, hist *prometheus.HistogramVec) idempotency.Store {
+	s := timedStore{Store: store, name: name, hist: hist}
+	if _, ok := store.(idempotency.Immediate); ok {
+		return immediateTimedStore{s}
+	}
+	return s
+}
+
 var errNoWatch = errors.New("store cannot watch")
 
 func (s timedStore) observe(op string, start time.Time) {
 	s.hist.WithLabelValues(s.name, op).Observe(time.Since(start).Seconds())
 }
 
+// Store calls get a span of their own only within a recording span, as
+// the upstream and Redis calls do: a request outside a trace opens none,
+// and starting one even on a no-op tracer costs a handful of allocations.
+
 func (s timedStore) Claim(ctx context.Context, req idempotency.ClaimRequest) (res idempotency.ClaimResult, err error) {
 	defer s.observe("claim", time.Now())
-	ctx, span := telemetry.Start(ctx, "idempotency.claim", telemetry.Store(s.name), telemetry.StoreOp("claim"))
-	defer func() { telemetry.End(span, err) }()
+	if trace.SpanFromContext(ctx).IsRecording() {
+		var span trace.Span
+		ctx, span = telemetry.Start(ctx, "idempotency.claim", telemetry.Store(s.name), telemetry.StoreOp("claim"))
+		defer func() { telemetry.End(span, err) }()
+	}
 	return s.Store.Claim(ctx, req)
 }
 
@@ -43,8 +68,11 @@ func (s timedStore) Renew(ctx context.Context, scope idempotency.Scope, owner st
 
 func (s timedStore) Complete(ctx context.Context, scope idempotency.Scope, owner string, resp idempotency.Response, retention time.Duration) (err error) {
 	defer s.observe("complete", time.Now())
-	ctx, span := telemetry.Start(ctx, "idempotency.complete", telemetry.Store(s.name), telemetry.StoreOp("complete"))
-	defer func() { telemetry.End(span, err) }()
+	if trace.SpanFromContext(ctx).IsRecording() {
+		var span trace.Span
+		ctx, span = telemetry.Start(ctx, "idempotency.complete", telemetry.Store(s.name), telemetry.StoreOp("complete"))
+		defer func() { telemetry.End(span, err) }()
+	}
 	return s.Store.Complete(ctx, scope, owner, resp, retention)
 }
 

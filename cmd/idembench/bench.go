@@ -42,6 +42,8 @@ type benchOptions struct {
 	dbURL, redisURL   string
 	redisDB           int
 	inflightRate      int
+	tracing           bool
+	collector         *collector // with -tracing: where idemgate exports
 }
 
 var allScenarios = []string{"unique", "replay", "inflight", "workers"}
@@ -71,6 +73,7 @@ func parseBenchFlags(name string, args []string, getenv func(string) string, std
 	fs.StringVar(&o.redisURL, "redis-url", or(getenv("REDIS_URL"), "redis://127.0.0.1:6379/0"), "Redis (loopback, one node)")
 	fs.IntVar(&o.redisDB, "redis-db", 15, "the Redis logical database the bench uses instead of the URL's")
 	fs.IntVar(&o.inflightRate, "inflight-rate", 1000, "the in-flight scenario also measures the 409s at this fixed rate (open loop; 0: off)")
+	fs.BoolVar(&o.tracing, "tracing", false, "run idemgate with OTLP trace export on, every request sampled, to a collector in the harness that discards what it gets")
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
 	}
@@ -233,7 +236,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 			"duration": o.duration.String(), "rounds": o.rounds, "concurrency": o.concurrency,
 			"warmup": o.warmup.String(), "server_cpu": o.serverCPU, "load_cpu": o.loadCPU,
 			"log_level": o.logLevel, "jobs": o.jobs, "worker_concurrency": o.workerConcurrency,
-			"inflight_rate": o.inflightRate,
+			"inflight_rate": o.inflightRate, "tracing": o.tracing,
 		},
 	}
 	log := io.MultiWriter(stdout, mustCreate(filepath.Join(o.dir, "progress.log")))
@@ -261,6 +264,13 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	defer stopUp()
 	upURL := "http://" + upAddr
+	if o.tracing {
+		if o.collector, err = startCollector(); err != nil {
+			return err
+		}
+		defer o.collector.close()
+		fmt.Fprintf(log, "idembench: tracing on: idemgate exports OTLP/HTTP to a discarding collector at %s, every request sampled\n", o.collector.addr)
+	}
 
 	httpScenarios := slices.DeleteFunc(slices.Clone(o.scenarios), func(s string) bool { return s == "workers" })
 	if len(httpScenarios) > 0 {
@@ -395,12 +405,17 @@ func measure(ctx context.Context, t *target, o *benchOptions, spec loadSpec) (lo
 func benchStore(ctx context.Context, o *benchOptions, svc *services, up *upstream, upURL string, base *target, store string, scenarios []string, log io.Writer) ([]scenarioRecord, error) {
 	c, err := startCandidate(ctx, candidateOptions{
 		bin: o.bin, store: store, upstream: upURL, dir: o.dir, cpu: o.serverCPU,
-		logLevel: o.logLevel, pprof: o.profile, svc: svc,
+		logLevel: o.logLevel, pprof: o.profile, svc: svc, env: o.collector.env(),
 	})
 	if err != nil {
 		return nil, err
 	}
 	defer c.proc.stop()
+	if o.collector != nil {
+		defer func() {
+			fmt.Fprintf(log, "  collector so far: %d exports, %d spans, %.1f MiB\n", o.collector.exports.Load(), o.collector.spans.Load(), float64(o.collector.bytes.Load())/(1<<20))
+		}()
+	}
 	cand := &target{name: "idemgate-" + store, proc: c.proc, base: "http://" + c.addr, client: loadClient(o.concurrency)}
 	if err := warm(ctx, cand, o); err != nil {
 		return nil, err

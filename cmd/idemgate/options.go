@@ -239,6 +239,7 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 		AdminTokenSHA256: cfg.AdminTokenSHA256,
 		Logger:           logger,
 		ReplayCache:      replayCache(cfg.ReplayCache),
+		MaxInFlight:      maxInFlight(cfg.Server.MaxInFlight, openFileLimit(), logger),
 	}
 	shared := gateway.NewTransport(transportConfig(cfg.Proxy))
 	opts.Transport = telemetry.HTTPTransport(shared)

@@ -154,7 +154,11 @@ func ValidTenant(name string) bool {
 	return true
 }
 
-type ctxKey struct{}
+// ContextKey is the context key Tenant reads; its value is the tenant, a
+// string. WithTenant stores it with context.WithValue; a server that keeps
+// the state of a request in one context value of its own answers this key
+// in its Value method instead.
+type ContextKey struct{}
 
 // Middleware authenticates every request; a failure goes to onError with
 // ErrUnauthorized and the request stops there.
@@ -173,11 +177,11 @@ func (a *Authenticator) Middleware(onError func(http.ResponseWriter, *http.Reque
 
 // WithTenant returns ctx carrying tenant.
 func WithTenant(ctx context.Context, tenant string) context.Context {
-	return context.WithValue(ctx, ctxKey{}, tenant)
+	return context.WithValue(ctx, ContextKey{}, tenant)
 }
 
 // Tenant returns the authenticated tenant, or "" outside the middleware.
 func Tenant(ctx context.Context) string {
-	t, _ := ctx.Value(ctxKey{}).(string)
+	t, _ := ctx.Value(ContextKey{}).(string)
 	return t
 }

@@ -24,12 +24,18 @@ type recorder struct {
 	omitted bool // the body outgrew the limit; it is not all in body
 	sent    bool // status and buffered body have gone to rw
 	discard bool // the response will not be sent: drop what comes
-	// beforeSend runs once, when the body outgrows the limit before the
-	// handler returned; it stores the record and reports whether the
+	// gate's beforeSend runs once, when the body outgrows the limit before
+	// the handler returned; it stores the record and reports whether the
 	// response may go to the client. When it may not (the claim was taken
 	// over, or the store could not take the record in time), the rest of
 	// the response is dropped and the middleware answers instead.
-	beforeSend func(status int) bool
+	gate sendGate
+}
+
+// sendGate decides whether a response may go out before the handler
+// returned (execution implements it).
+type sendGate interface {
+	beforeSend(status int) bool
 }
 
 var _ http.ResponseWriter = (*recorder)(nil)
@@ -73,7 +79,7 @@ func (r *recorder) Write(p []byte) (int, error) {
 	// Over the limit while still buffering: store without the body, then
 	// hand the client everything.
 	r.omitted = true
-	if r.beforeSend != nil && !r.beforeSend(r.status) {
+	if r.gate != nil && !r.gate.beforeSend(r.status) {
 		r.discard = true
 		r.body.Reset()
 		return len(p), nil
@@ -157,19 +163,35 @@ func (r *recorder) response() Response {
 // recomputes.
 func storableHeader(h http.Header) http.Header {
 	out := make(http.Header, len(h))
-	drop := map[string]bool{}
+	var drop map[string]bool
 	for _, v := range h.Values("Connection") {
 		for _, name := range strings.Split(v, ",") {
 			if name = strings.TrimSpace(name); name != "" {
+				if drop == nil {
+					drop = map[string]bool{}
+				}
 				drop[http.CanonicalHeaderKey(name)] = true
 			}
 		}
 	}
+	// The stored values share one backing array, each header's slice
+	// capped so that an append to one cannot reach the next.
+	n := 0
+	for _, vs := range h {
+		n += len(vs)
+	}
+	all := make([]string, 0, n)
 	for k, vs := range h {
 		if drop[k] || notStored(k) {
 			continue
 		}
-		out[k] = append([]string(nil), vs...)
+		if len(vs) == 0 {
+			out[k] = nil
+			continue
+		}
+		i := len(all)
+		all = append(all, vs...)
+		out[k] = all[i:len(all):len(all)]
 	}
 	return out
 }

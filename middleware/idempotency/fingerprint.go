@@ -94,7 +94,9 @@ func (f *Fingerprinter) Fingerprint(in FingerprintInput) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return hex.EncodeToString(sum[:]), nil
+	var h [2 * sha256.Size]byte
+	hex.Encode(h[:], sum[:])
+	return string(h[:]), nil
 }
 
 // fingerprintScratch is the reusable memory of one Fingerprint call: the
@@ -205,6 +207,15 @@ func canonicalMediaType(ct string) (string, bool) {
 	if ct == "" {
 		return "", false
 	}
+	if plainMediaType(ct) {
+		// What ParseMediaType would return, without its parameter map.
+		return ct, ct == "application/json" || strings.HasSuffix(ct, "+json")
+	}
+	return parseMediaType(ct)
+}
+
+// parseMediaType is canonicalMediaType for any content type.
+func parseMediaType(ct string) (string, bool) {
 	mt, params, err := mime.ParseMediaType(ct)
 	if err != nil {
 		return "raw:" + ct, false
@@ -214,6 +225,27 @@ func canonicalMediaType(ct string) (string, bool) {
 		return mt, isJSON
 	}
 	return mime.FormatMediaType(mt, params), isJSON
+}
+
+// plainMediaType reports whether ct is a media type already in canonical
+// form: type/subtype in lower-case token characters, no parameters, no
+// spaces — what nearly every client sends.
+func plainMediaType(ct string) bool {
+	slash := strings.IndexByte(ct, '/')
+	if slash <= 0 || slash == len(ct)-1 {
+		return false
+	}
+	for i := 0; i < len(ct); i++ {
+		c := ct[i]
+		switch {
+		case i == slash:
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // decodeJSON parses one JSON value, keeping numbers as written.

@@ -74,12 +74,12 @@ type renewer struct {
 	running sync.WaitGroup // a renewal in progress
 }
 
-func (m *Middleware) startRenewing(ctx context.Context, req ClaimRequest, a *Attempt, cancel context.CancelCauseFunc) *renewer {
-	rn := &renewer{m: m, ctx: ctx, req: req, attempt: a, cancel: cancel}
+// startRenewing sets rn going, a renewer not yet used.
+func (m *Middleware) startRenewing(rn *renewer, ctx context.Context, req ClaimRequest, a *Attempt, cancel context.CancelCauseFunc) {
+	rn.m, rn.ctx, rn.req, rn.attempt, rn.cancel = m, ctx, req, a, cancel
 	rn.mu.Lock()
 	rn.timer = time.AfterFunc(m.cfg.Lease/3, rn.renew)
 	rn.mu.Unlock()
-	return rn
 }
 
 // stop ends the renewals and waits for one in progress; it may be called
@@ -105,7 +105,7 @@ func (rn *renewer) renew() {
 	m := rn.m
 	period := m.cfg.Lease / 3
 	sent := time.Now()
-	ctx, cancel := context.WithTimeout(rn.ctx, m.cfg.StoreTimeout)
+	ctx, cancel := m.storeContext(rn.ctx)
 	err := m.store.Renew(ctx, rn.req.Scope, rn.req.Owner, m.cfg.Lease)
 	cancel()
 	if err == nil {

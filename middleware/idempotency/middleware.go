@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -31,6 +30,8 @@ type Middleware struct {
 	cfg   Config
 	store Store
 	fp    *Fingerprinter
+	// immediate: the store never blocks, so its calls need no deadline.
+	immediate bool
 
 	// Outcomes still being stored after their request ended (settle.go),
 	// and claims being let go (abandonClaim). Drain ends them.
@@ -55,6 +56,7 @@ func New(store Store, cfg Config) (*Middleware, error) {
 		return nil, err
 	}
 	m := &Middleware{cfg: cfg, store: store, fp: fp}
+	_, m.immediate = store.(Immediate)
 	m.bgCtx, m.stopBackground = context.WithCancel(context.Background())
 	return m, nil
 }
@@ -125,7 +127,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // was sent, where the lease it may grant begins.
 func (m *Middleware) claim(ctx context.Context, req ClaimRequest) (ClaimResult, time.Time, error) {
 	sent := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	ctx, cancel := m.storeContext(ctx)
 	defer cancel()
 	res, err := m.store.Claim(ctx, req)
 	return res, sent, err
@@ -139,7 +141,7 @@ func (m *Middleware) readBody(r *http.Request) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	body, err := readAtMost(r.Body, r.ContentLength, limit+1)
 	_ = r.Body.Close()
 	if err != nil {
 		return nil, &RequestError{Err: ErrRequestTooLarge, Detail: "the request body could not be read", Cause: err}
@@ -147,9 +149,41 @@ func (m *Middleware) readBody(r *http.Request) ([]byte, error) {
 	if int64(len(body)) > limit {
 		return nil, tooLarge(limit)
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	rb := &readBody{}
+	rb.Reset(body)
+	r.Body = rb
 	r.ContentLength = int64(len(body))
 	return body, nil
+}
+
+// readBody is a read body handed on to the handler: a bytes.Reader that
+// closes, in one allocation.
+type readBody struct{ bytes.Reader }
+
+func (*readBody) Close() error { return nil }
+
+// readAtMost reads body up to max bytes. With a small length declared it
+// reads into a buffer of that size at once (one allocation, where
+// io.ReadAll grows its buffer from 512 bytes); a larger one is not
+// allocated before its bytes arrive, so that a declared length alone
+// costs nothing. A body longer than declared still shows, as a read past
+// the declared length.
+func readAtMost(body io.Reader, declared, max int64) ([]byte, error) {
+	const presized = 32 << 10
+	if declared < 0 || declared >= max || declared > presized {
+		return io.ReadAll(io.LimitReader(body, max))
+	}
+	buf := make([]byte, declared+1)
+	n, err := io.ReadFull(body, buf)
+	switch {
+	case err == io.ErrUnexpectedEOF || err == io.EOF:
+		return buf[:n], nil
+	case err != nil:
+		return nil, err
+	}
+	// More than declared: read on like io.ReadAll would, up to max.
+	rest, err := io.ReadAll(io.LimitReader(body, max-int64(n)))
+	return append(buf[:n], rest...), err
 }
 
 func tooLarge(limit int64) error {
@@ -200,17 +234,31 @@ func (m *Middleware) retryAfter(rec Record) time.Duration {
 // outside the middleware (this request's id, its rate limit) are kept.
 func replay(w http.ResponseWriter, resp Response) {
 	h := w.Header()
+	// Every value written here shares one backing array: the stored
+	// response's own values (the record may be cached and replayed again,
+	// so they are copied), then the replay marks and the length. Each
+	// header's slice is capped, so an Add on one cannot reach the next.
+	n := 4
+	for _, vs := range resp.Header {
+		n += len(vs)
+	}
+	all := make([]string, 0, n)
+	set := func(k string, vs ...string) {
+		i := len(all)
+		all = append(all, vs...)
+		h[k] = all[i:len(all):len(all)]
+	}
 	for k, vs := range resp.Header {
-		if _, set := h[k]; !set {
-			h[k] = slices.Clone(vs)
+		if _, ok := h[k]; !ok {
+			set(k, vs...)
 		}
 	}
-	h.Set(HeaderReplayed, "true")
-	h.Set(HeaderReplayedX, "true")
+	set(HeaderReplayed, "true")
+	set(HeaderReplayedX, "true")
 	if resp.BodyOmitted {
-		h.Set(HeaderBodyOmitted, "true")
+		set(HeaderBodyOmitted, "true")
 	}
-	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	set("Content-Length", strconv.Itoa(len(resp.Body)))
 	w.WriteHeader(resp.Status)
 	_, _ = w.Write(resp.Body)
 }
@@ -298,55 +346,104 @@ func (m *Middleware) waitInFlight(ctx context.Context, req ClaimRequest, res Cla
 // execute runs next under the claim and stores or releases its outcome.
 // sent is when the claim was sent: the lease runs from then.
 func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, req ClaimRequest, res ClaimResult, sent time.Time) {
-	attempt := &Attempt{Scope: req.Scope, FencingToken: res.Record.FencingToken, TakeOver: res.TakeOver}
+	e := &execution{m: m, r: r, req: req,
+		attempt: Attempt{Scope: req.Scope, FencingToken: res.Record.FencingToken, TakeOver: res.TakeOver}}
+	attempt := &e.attempt
 	attempt.lease.begin(sent, m.cfg.Lease)
 	m.observe(r, Event{Outcome: OutcomeNew, Scope: req.Scope, FencingToken: attempt.FencingToken, TakeOver: attempt.TakeOver})
 
 	// Storing must finish even if the client goes away.
-	storeCtx := context.WithoutCancel(r.Context())
-	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), attemptKey{}, attempt))
+	e.storeCtx = context.WithoutCancel(r.Context())
+	e.ctx = attemptContext{Context: r.Context(), attempt: attempt}
+	ctx, cancel := context.WithCancelCause(&e.ctx)
 	defer cancel(nil)
-	rn := m.startRenewing(storeCtx, req, attempt, cancel)
-	rec := &recorder{rw: w, limit: m.cfg.MaxStoredResponseBytes, header: make(http.Header)}
-	finished, settled := false, false
-	ans := answerOwn
-	rec.beforeSend = func(status int) bool {
-		if decide(attempt, status, m.cfg.OnAmbiguous) != StoredCompleted {
-			return true
-		}
-		settled = true
-		ans = m.settle(storeCtx, r, req, attempt, rn, StoredCompleted, rec.response())
-		return ans == answerOwn
-	}
+	rn := &e.rn
+	m.startRenewing(rn, e.storeCtx, req, attempt, cancel)
+	rec := &e.rec
+	rec.rw, rec.limit, rec.header, rec.gate = w, m.cfg.MaxStoredResponseBytes, make(http.Header), e
+	finished := false
 	defer func() {
-		if finished || settled {
+		if finished || e.settled {
 			return
 		}
 		// The handler panicked: its effect is unknown.
 		attempt.Ambiguous()
-		m.settle(storeCtx, r, req, attempt, rn, decide(attempt, 0, m.cfg.OnAmbiguous), Response{})
+		m.settle(e.storeCtx, r, req, attempt, rn, decide(attempt, 0, m.cfg.OnAmbiguous), Response{})
 	}()
 
 	next.ServeHTTP(rec, r.WithContext(ctx))
 	finished = true
-	if !settled {
+	if !e.settled {
 		resp := rec.response()
-		ans = m.settle(storeCtx, r, req, attempt, rn, decide(attempt, resp.Status, m.cfg.OnAmbiguous), resp)
+		e.ans = m.settle(e.storeCtx, r, req, attempt, rn, decide(attempt, resp.Status, m.cfg.OnAmbiguous), resp)
 	}
 	switch {
 	case rec.sent:
 		// Streamed: the client has had the response as it came.
-	case ans == answerRecord:
+	case e.ans == answerRecord:
 		m.answerFromRecord(w, r, req)
-	case ans == answerPending:
+	case e.ans == answerPending:
 		m.answerPending(w, r)
 	default:
 		_ = rec.send()
 	}
 }
 
+// execution is the state of one executed attempt — the attempt, the
+// context its handler runs under, the lease's renewer and the recorder —
+// in one allocation instead of one each.
+type execution struct {
+	m        *Middleware
+	r        *http.Request
+	req      ClaimRequest
+	storeCtx context.Context
+	attempt  Attempt
+	ctx      attemptContext
+	rn       renewer
+	rec      recorder
+	settled  bool   // the outcome was stored before the handler returned
+	ans      answer // how to answer the client
+}
+
+// beforeSend is the recorder's gate (sendGate): a response about to go out
+// before the handler returned is stored first, when it is to be stored.
+func (e *execution) beforeSend(status int) bool {
+	m := e.m
+	if decide(&e.attempt, status, m.cfg.OnAmbiguous) != StoredCompleted {
+		return true
+	}
+	e.settled = true
+	e.ans = m.settle(e.storeCtx, e.r, e.req, &e.attempt, &e.rn, StoredCompleted, e.rec.response())
+	return e.ans == answerOwn
+}
+
+// attemptContext carries the attempt to the handler (AttemptFrom).
+type attemptContext struct {
+	context.Context
+	attempt *Attempt
+}
+
+func (c *attemptContext) Value(key any) any {
+	if _, ok := key.(attemptKey); ok {
+		return c.attempt
+	}
+	return c.Context.Value(key)
+}
+
 func newOwner() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	var h [32]byte
+	hex.Encode(h[:], b[:])
+	return string(h[:])
+}
+
+// storeContext bounds one store call by StoreTimeout, except for a store
+// that never blocks (Immediate), which could not overrun it: the deadline
+// would cost a timer and two contexts per call for nothing.
+func (m *Middleware) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if m.immediate {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, m.cfg.StoreTimeout)
 }

@@ -62,7 +62,7 @@ func (m *Middleware) settle(ctx context.Context, r *http.Request, req ClaimReque
 func (m *Middleware) storeOutcome(ctx context.Context, until time.Time, req ClaimRequest, what Stored, resp Response) error {
 	delay := 25 * time.Millisecond
 	for {
-		tctx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+		tctx, cancel := m.storeContext(ctx)
 		var err error
 		switch what {
 		case StoredCompleted:

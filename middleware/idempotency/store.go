@@ -128,6 +128,18 @@ type Watcher interface {
 	Watch(ctx context.Context, scope Scope) (changed <-chan struct{}, stop func(), err error)
 }
 
+// Immediate is implemented by stores whose calls never block: no network,
+// no disk, no other process to wait for, only a lock held for a moment (the
+// memory store). The middleware calls such a store without the
+// StoreTimeout deadline it puts on every other store's calls, which such a
+// store could not overrun and which would cost a timer and two contexts
+// per call. A wrapper of a store should implement it only when the store
+// it wraps does.
+type Immediate interface {
+	Store
+	Immediate()
+}
+
 // Janitor is implemented by stores whose expired records must be deleted
 // explicitly. DeleteExpired deletes at most limit expired records and
 // reports how many it deleted.

@@ -23,24 +23,42 @@ import (
 // Header is the request and response header carrying the id.
 const Header = "X-Request-Id"
 
-type ctxKey struct{}
+// ContextKey is the context key FromContext reads; its value is the id,
+// a string. Middleware stores it with context.WithValue. A server that
+// keeps the state of a request in one context value of its own (one
+// request copy instead of one per layer) answers this key in its Value
+// method instead, with the id Ensure returned.
+type ContextKey struct{}
 
 // Middleware sets the request id on the context and the response.
 func Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get(Header)
-		if !valid(id) {
-			id = New()
-			r.Header.Set(Header, id)
-		}
-		w.Header().Set(Header, id)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, id)))
+		id := Ensure(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ContextKey{}, id)))
 	})
+}
+
+// Ensure returns r's id — the client's X-Request-Id when it is sane, a new
+// one otherwise, which it then sets on r — and echoes it on w. It is what
+// Middleware does before it puts the id on the context.
+func Ensure(w http.ResponseWriter, r *http.Request) string {
+	id := r.Header.Get(Header)
+	if valid(id) {
+		w.Header()[Header] = []string{id}
+		return id
+	}
+	id = New()
+	// One backing array for both headers; each slice is capped so that an
+	// Add on one cannot write into the other.
+	vs := []string{id, id}
+	r.Header[Header] = vs[0:1:1]
+	w.Header()[Header] = vs[1:2:2]
+	return id
 }
 
 // FromContext returns the request id, or "" outside the middleware.
 func FromContext(ctx context.Context) string {
-	id, _ := ctx.Value(ctxKey{}).(string)
+	id, _ := ctx.Value(ContextKey{}).(string)
 	return id
 }
 

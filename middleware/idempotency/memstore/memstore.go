@@ -19,9 +19,10 @@ import (
 )
 
 var (
-	_ idempotency.Store   = (*Store)(nil)
-	_ idempotency.Watcher = (*Store)(nil)
-	_ idempotency.Janitor = (*Store)(nil)
+	_ idempotency.Store     = (*Store)(nil)
+	_ idempotency.Watcher   = (*Store)(nil)
+	_ idempotency.Janitor   = (*Store)(nil)
+	_ idempotency.Immediate = (*Store)(nil)
 )
 
 // Store keeps records in memory. The zero value is not usable; call New.
@@ -80,6 +81,10 @@ func expired(r *record, now time.Time) bool {
 	}
 	return !r.ExpiresAt.After(now)
 }
+
+// Immediate implements idempotency.Immediate: every call only takes the
+// store's mutex for a moment, so the middleware sets no deadline on it.
+func (s *Store) Immediate() {}
 
 // Claim implements idempotency.Store.
 func (s *Store) Claim(_ context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {

@@ -824,6 +824,9 @@ export interface components {
          *     reached (`on_store_error: fail_closed`); the request was not
          *     processed. `queue-unavailable`: the job could not be recorded or
          *     queued; nothing is known to be queued and the key is released.
+         *     `not-ready`: the gateway already had `server.max_in_flight`
+         *     requests in hand and shed this one before reading its key
+         *     (`detail` says overloaded); nothing was claimed.
          *     Retry with the same key after `Retry-After` seconds.
          */
         ServiceUnavailable: {

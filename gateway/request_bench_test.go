@@ -1,0 +1,134 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/middleware/auth"
+	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
+)
+
+// The public listener's whole chain — request id, access log, auth,
+// idempotency on the memory store, the reverse proxy — with the upstream
+// answered in process, so that what a request allocates is the gateway's
+// own. cmd/idembench measures the same path over the network.
+
+// cannedUpstream answers every call like the bench upstream: a 201 with a
+// Location and a small JSON body, without a network round trip.
+type cannedUpstream struct{ body []byte }
+
+func (u cannedUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+		_ = req.Body.Close()
+	}
+	return &http.Response{
+		StatusCode: http.StatusCreated, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{
+			"Content-Type":   {"application/json"},
+			"Location":       {"/v1/payments/pay_1"},
+			"Date":           {"Wed, 02 Dec 2026 10:00:00 GMT"},
+			"Content-Length": {strconv.Itoa(len(u.body))},
+		},
+		Body: io.NopCloser(bytes.NewReader(u.body)), ContentLength: int64(len(u.body)), Request: req,
+	}, nil
+}
+
+// benchWriter is the cheapest ResponseWriter that keeps the status.
+type benchWriter struct {
+	h      http.Header
+	status int
+}
+
+func (w *benchWriter) Header() http.Header { return w.h }
+func (w *benchWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+}
+
+func (w *benchWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return len(p), nil
+}
+
+func BenchmarkPublicPath(b *testing.B) {
+	upstream, _ := url.Parse("http://upstream.test")
+	opts := Options{
+		Auth: auth.Config{Mode: auth.ModeAPIKey, Tenants: []auth.TenantKeys{
+			{Name: "acme", APIKeySHA256s: []string{hexSum(testAPIKey)}},
+		}},
+		Store:       memstore.New(),
+		StoreName:   "memory",
+		ReplayCache: idempotency.NewReplayCache(10000, 2*time.Second),
+		Transport:   cannedUpstream{body: []byte(`{"id":"pay_1","object":"payment","status":"succeeded","amount_cents":1250,"currency":"EUR","x":"0123456789"}`)},
+		Logger:      slog.New(slog.DiscardHandler),
+		Routes: []RouteOptions{{
+			Name: "payments", Methods: []string{http.MethodPost}, Path: "/v1/payments",
+			Upstream: upstream, Timeout: 30 * time.Second,
+			Idempotency: idempotency.Config{Lease: 30 * time.Second, Retention: 10 * time.Minute},
+		}},
+	}
+	g, err := New(opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = g.Close(context.Background()) })
+	h := g.Handler()
+	body := []byte(`{"amount_cents":1250,"currency":"EUR","customer":"cus_42","description":"idembench"}`)
+	u, _ := url.Parse("http://gateway.test/v1/payments")
+	tmpl := http.Request{Method: http.MethodPost, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Host: u.Host, RequestURI: u.Path, RemoteAddr: "127.0.0.1:40000"}
+	var br bytes.Reader
+	next := func(key string) *http.Request {
+		r := tmpl // a shallow copy, as net/http's server hands each request over
+		br.Reset(body)
+		r.Body = io.NopCloser(&br)
+		r.ContentLength = int64(len(body))
+		r.Header = http.Header{
+			"Content-Type":        {"application/json"},
+			"Authorization":       {"Bearer " + testAPIKey},
+			idempotency.HeaderKey: {key},
+		}
+		return r.WithContext(context.Background())
+	}
+	run := func(b *testing.B, key func() string, want int) {
+		w := &benchWriter{h: http.Header{}}
+		b.ReportAllocs()
+		for b.Loop() {
+			clear(w.h)
+			w.status = 0
+			h.ServeHTTP(w, next(key()))
+		}
+		if w.status != want {
+			b.Fatalf("status %d, want %d", w.status, want)
+		}
+	}
+
+	// unique: a new key on every request. The counter outlives the
+	// sub-benchmark, which -count runs again on the same gateway: keys
+	// used before would be replays.
+	var i int64
+	b.Run("unique", func(b *testing.B) {
+		prefix := []byte("u-")
+		run(b, func() string { i++; return string(strconv.AppendInt(prefix[:2], i, 36)) }, http.StatusCreated)
+	})
+	b.Run("replay", func(b *testing.B) {
+		w := &benchWriter{h: http.Header{}}
+		h.ServeHTTP(w, next("replayed"))
+		if w.status != http.StatusCreated {
+			b.Fatalf("first request: %d", w.status)
+		}
+		run(b, func() string { return "replayed" }, http.StatusCreated)
+	})
+}
