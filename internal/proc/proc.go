@@ -1,6 +1,3 @@
-// Package proc starts and stops the child processes of the fault and
-// topology suites: servers on free loopback ports, in process groups of
-// their own, killed with the suite if it dies.
 package proc
 
 import (
