@@ -57,19 +57,11 @@ func parseBenchFlags(name string, args []string, getenv func(string) string, std
 	fs.IntVar(&o.concurrency, "c", 64, "concurrent connections (closed loop)")
 	stores := fs.String("stores", "memory,redis,postgres", "idemgate stores to measure")
 	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","), "scenarios to run: "+strings.Join(allScenarios, ", "))
-	fs.StringVar(&o.bin, "idemgate", "bin/idemgate", "the idemgate binary (make build)")
-	fs.StringVar(&o.dir, "out", "", "directory for results, configs, logs and profiles (default bench/out/TIMESTAMP)")
-	fs.BoolVar(&o.pin, "pin", true, "pin each server to one CPU and the load generator to another with taskset")
-	fs.IntVar(&o.serverCPU, "server-cpu", 0, "the CPU the proxy under test runs on")
-	fs.IntVar(&o.loadCPU, "load-cpu", 1, "the CPU the load generator and the upstream run on")
-	fs.StringVar(&o.logLevel, "log-level", "warn", "idemgate log level (info writes one access log line per request)")
+	o.harnessFlags(fs, getenv, "bench/out/TIMESTAMP", "; the bench uses a schema of its own, "+benchSchema, "")
 	fs.BoolVar(&o.profile, "profile", false, "after the measured runs, one more run per scenario and store with CPU and allocation profiles of idemgate (needs serve --pprof)")
 	fs.IntVar(&o.profileSeconds, "profile-seconds", 0, "length of each profiled run in seconds (default the -duration)")
 	fs.IntVar(&o.jobs, "jobs", 10000, "jobs per worker run")
 	fs.IntVar(&o.workerConcurrency, "worker-concurrency", 10, "asynq concurrency of the worker runs (worker.concurrency)")
-	fs.StringVar(&o.dbURL, "database-url", or(getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL (loopback); the bench uses a schema of its own, "+benchSchema)
-	fs.StringVar(&o.redisURL, "redis-url", or(getenv("REDIS_URL"), "redis://127.0.0.1:6379/0"), "Redis (loopback, one node)")
-	fs.IntVar(&o.redisDB, "redis-db", 15, "the Redis logical database the bench uses instead of the URL's")
 	fs.IntVar(&o.inflightRate, "inflight-rate", 1000, "the in-flight scenario also measures the 409s at this fixed rate (open loop; 0: off)")
 	fs.BoolVar(&o.tracing, "tracing", false, "run idemgate with OTLP trace export on, every request sampled, to a collector in the harness that discards what it gets")
 	if err := fs.Parse(args); err != nil {
@@ -110,6 +102,23 @@ func parseBenchFlags(name string, args []string, getenv func(string) string, std
 		o.profileSeconds = max(int(o.duration.Seconds()), 1)
 	}
 	return o, fs, errors.Join(errs...)
+}
+
+// harnessFlags registers the flags every command that starts idemgate
+// shares: the binary, the output directory (default bench/out/NAME-TIMESTAMP,
+// or a timestamp alone for run), CPU pinning, idemgate's log level, and the
+// loopback PostgreSQL and Redis the command uses, with what it does there
+// (dbNote, redisNote).
+func (o *benchOptions) harnessFlags(fs *flag.FlagSet, getenv func(string) string, outDefault, dbNote, redisNote string) {
+	fs.StringVar(&o.bin, "idemgate", "bin/idemgate", "the idemgate binary (make build)")
+	fs.StringVar(&o.dir, "out", "", "directory for results, configs and logs (default "+outDefault+")")
+	fs.BoolVar(&o.pin, "pin", true, "pin each server to one CPU and the load generator to another with taskset")
+	fs.IntVar(&o.serverCPU, "server-cpu", 0, "the CPU the server under test runs on")
+	fs.IntVar(&o.loadCPU, "load-cpu", 1, "the CPU the load generator and the upstream run on")
+	fs.StringVar(&o.logLevel, "log-level", "warn", "idemgate log level (info writes one access log line per request)")
+	fs.StringVar(&o.dbURL, "database-url", or(getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL (loopback)"+dbNote)
+	fs.StringVar(&o.redisURL, "redis-url", or(getenv("REDIS_URL"), "redis://127.0.0.1:6379/0"), "Redis (loopback, one node)")
+	fs.IntVar(&o.redisDB, "redis-db", 15, "the Redis logical database used instead of the URL's"+redisNote)
 }
 
 func or(a, b string) string {

@@ -94,15 +94,7 @@ func runCapacity(ctx context.Context, args []string, getenv func(string) string,
 	fs.IntVar(&o.probes, "probes", 50, "probe requests at each step, one after another")
 	fs.DurationVar(&o.settle, "settle", time.Second, "wait after each step is held, before sampling")
 	nofile := fs.Uint64("nofile", 65536, "RLIMIT_NOFILE the harness sets for itself and the servers it starts (raised to at most the hard limit unless privileged)")
-	fs.StringVar(&o.bin, "idemgate", "bin/idemgate", "the idemgate binary (make build)")
-	fs.StringVar(&o.dir, "out", "", "directory for results, configs and logs (default bench/out/capacity-TIMESTAMP)")
-	fs.BoolVar(&o.pin, "pin", true, "pin each server to one CPU and the harness to another with taskset")
-	fs.IntVar(&o.serverCPU, "server-cpu", 0, "the CPU the server under test runs on")
-	fs.IntVar(&o.loadCPU, "load-cpu", 1, "the CPU the harness (connections, probes, upstream) runs on")
-	fs.StringVar(&o.logLevel, "log-level", "warn", "idemgate log level")
-	fs.StringVar(&o.dbURL, "database-url", or(getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL (loopback), for -store postgres")
-	fs.StringVar(&o.redisURL, "redis-url", or(getenv("REDIS_URL"), "redis://127.0.0.1:6379/0"), "Redis (loopback, one node), for -store redis")
-	fs.IntVar(&o.redisDB, "redis-db", 15, "the Redis logical database used instead of the URL's")
+	o.harnessFlags(fs, getenv, "bench/out/capacity-TIMESTAMP", ", for -store postgres", "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -68,15 +68,7 @@ func parseScaleFlags(args []string, getenv func(string) string, stdout io.Writer
 	fs.BoolVar(&o.replayCache, "replay-cache", false, "leave idemgate's replay cache on (off by default, so that every replay reads the store)")
 	fs.Int64Var(&o.chunk, "fill-chunk", 500_000, "PostgreSQL: records written per fill statement")
 	fs.Float64Var(&o.redisHeadway, "redis-mem-share", 0.6, "a Redis fill is skipped when its estimated memory exceeds this share of MemAvailable")
-	fs.StringVar(&b.bin, "idemgate", "bin/idemgate", "the idemgate binary (make build)")
-	fs.StringVar(&b.dir, "out", "", "directory for results, plots, configs and logs (default bench/out/scale-TIMESTAMP)")
-	fs.BoolVar(&b.pin, "pin", true, "pin each server to one CPU and the load generator to another with taskset")
-	fs.IntVar(&b.serverCPU, "server-cpu", 0, "the CPU the proxy under test runs on")
-	fs.IntVar(&b.loadCPU, "load-cpu", 1, "the CPU the load generator and the upstream run on")
-	fs.StringVar(&b.logLevel, "log-level", "warn", "idemgate log level")
-	fs.StringVar(&b.dbURL, "database-url", or(getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL (loopback); the bench uses a schema of its own, "+scaleSchema+", dropped at the end")
-	fs.StringVar(&b.redisURL, "redis-url", or(getenv("REDIS_URL"), "redis://127.0.0.1:6379/0"), "Redis (loopback, one node)")
-	fs.IntVar(&b.redisDB, "redis-db", 15, "the Redis logical database the bench uses instead of the URL's; it deletes only the keys it wrote")
+	b.harnessFlags(fs, getenv, "bench/out/scale-TIMESTAMP", "; the bench uses a schema of its own, "+scaleSchema+", dropped at the end", "; it deletes only the keys it wrote")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

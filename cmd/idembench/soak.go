@@ -53,15 +53,7 @@ func runSoak(ctx context.Context, args []string, getenv func(string) string, std
 	interval := fs.Duration("interval", 30*time.Second, "time between samples")
 	store := fs.String("store", "postgres", "idemgate store: memory, redis or postgres")
 	fs.IntVar(&o.concurrency, "c", 256, "most connections the open loop may use")
-	fs.StringVar(&o.bin, "idemgate", "bin/idemgate", "the idemgate binary (make build)")
-	fs.StringVar(&o.dir, "out", "", "directory for results, config and logs (default bench/out/soak-TIMESTAMP)")
-	fs.BoolVar(&o.pin, "pin", true, "pin idemgate to one CPU and the load generator to another with taskset")
-	fs.IntVar(&o.serverCPU, "server-cpu", 0, "the CPU idemgate runs on")
-	fs.IntVar(&o.loadCPU, "load-cpu", 1, "the CPU the load generator and the upstream run on")
-	fs.StringVar(&o.logLevel, "log-level", "warn", "idemgate log level")
-	fs.StringVar(&o.dbURL, "database-url", or(getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL (loopback)")
-	fs.StringVar(&o.redisURL, "redis-url", or(getenv("REDIS_URL"), "redis://127.0.0.1:6379/0"), "Redis (loopback, one node)")
-	fs.IntVar(&o.redisDB, "redis-db", 15, "the Redis logical database the soak uses")
+	o.harnessFlags(fs, getenv, "bench/out/soak-TIMESTAMP", "", "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
