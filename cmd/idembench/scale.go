@@ -147,40 +147,21 @@ func openScaleServices(ctx context.Context, o *scaleOptions) (*scaleServices, er
 	s := &scaleServices{}
 	b := &o.bench
 	if slices.Contains(o.stores, "redis") {
-		ru, err := url.Parse(b.redisURL)
-		if err != nil || ru.Scheme != "redis" {
-			return nil, fmt.Errorf("redis URL %q: want redis://host:port[/db] (one node)", b.redisURL)
-		}
-		if err := requireLoopback(ru.Hostname()); err != nil {
-			return nil, fmt.Errorf("redis: %w", err)
-		}
-		ru.Path = "/" + strconv.Itoa(b.redisDB)
-		s.redisURL = ru.String()
-		opt, err := redis.ParseURL(s.redisURL)
-		if err != nil {
+		var err error
+		// A fill's pipelines are long: a minute to answer.
+		if s.redisURL, s.rdb, err = benchRedis(ctx, b.redisURL, b.redisDB, time.Minute); err != nil {
 			return nil, err
-		}
-		opt.ReadTimeout = time.Minute
-		s.rdb = redis.NewClient(opt)
-		if err := s.rdb.Ping(ctx).Err(); err != nil {
-			s.close()
-			return nil, fmt.Errorf("redis at %s: %w (start it with `make services`)", ru.Host, err)
 		}
 	}
 	if slices.Contains(o.stores, "postgres") {
-		pu, err := url.Parse(b.dbURL)
-		if err != nil || (pu.Scheme != "postgres" && pu.Scheme != "postgresql") {
+		var (
+			pu  *url.URL
+			err error
+		)
+		if s.dbURL, pu, err = schemaURL(b.dbURL, scaleSchema); err != nil {
 			s.close()
-			return nil, fmt.Errorf("database URL %q: want postgres://…", b.dbURL)
+			return nil, err
 		}
-		if err := requireLoopback(pu.Hostname()); err != nil {
-			s.close()
-			return nil, fmt.Errorf("postgres: %w", err)
-		}
-		q := pu.Query()
-		q.Set("search_path", scaleSchema)
-		pu.RawQuery = q.Encode()
-		s.dbURL = pu.String()
 		if s.admin, err = pgxpool.New(ctx, b.dbURL); err != nil {
 			s.close()
 			return nil, err

@@ -31,38 +31,15 @@ type services struct {
 
 func openServices(ctx context.Context, dbBase, redisBase string, redisDB int) (*services, error) {
 	s := &services{}
-	ru, err := url.Parse(redisBase)
-	if err != nil || ru.Scheme != "redis" {
-		return nil, fmt.Errorf("redis URL %q: want redis://host:port[/db] (one node)", redisBase)
-	}
-	if err := requireLoopback(ru.Hostname()); err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
-	ru.Path = "/" + strconv.Itoa(redisDB)
-	s.redisURL = ru.String()
-	opt, err := redis.ParseURL(s.redisURL)
-	if err != nil {
+	var err error
+	if s.redisURL, s.rdb, err = benchRedis(ctx, redisBase, redisDB, 0); err != nil {
 		return nil, err
 	}
-	s.rdb = redis.NewClient(opt)
-	if err := s.rdb.Ping(ctx).Err(); err != nil {
+	var pu *url.URL
+	if s.dbURL, pu, err = schemaURL(dbBase, benchSchema); err != nil {
 		s.close()
-		return nil, fmt.Errorf("redis at %s: %w (start it with `make services`)", ru.Host, err)
+		return nil, err
 	}
-
-	pu, err := url.Parse(dbBase)
-	if err != nil || (pu.Scheme != "postgres" && pu.Scheme != "postgresql") {
-		s.close()
-		return nil, fmt.Errorf("database URL %q: want postgres://…", dbBase)
-	}
-	if err := requireLoopback(pu.Hostname()); err != nil {
-		s.close()
-		return nil, fmt.Errorf("postgres: %w", err)
-	}
-	q := pu.Query()
-	q.Set("search_path", benchSchema)
-	pu.RawQuery = q.Encode()
-	s.dbURL = pu.String()
 	admin, err := pgxpool.New(ctx, dbBase)
 	if err != nil {
 		s.close()
@@ -79,6 +56,49 @@ func openServices(ctx context.Context, dbBase, redisBase string, redisDB int) (*
 		return nil, err
 	}
 	return s, nil
+}
+
+// benchRedis connects to the loopback Redis of base, on the logical
+// database db, and pings it; readTimeout 0 keeps go-redis's default.
+func benchRedis(ctx context.Context, base string, db int, readTimeout time.Duration) (string, *redis.Client, error) {
+	ru, err := url.Parse(base)
+	if err != nil || ru.Scheme != "redis" {
+		return "", nil, fmt.Errorf("redis URL %q: want redis://host:port[/db] (one node)", base)
+	}
+	if err := requireLoopback(ru.Hostname()); err != nil {
+		return "", nil, fmt.Errorf("redis: %w", err)
+	}
+	ru.Path = "/" + strconv.Itoa(db)
+	opt, err := redis.ParseURL(ru.String())
+	if err != nil {
+		return "", nil, err
+	}
+	if readTimeout > 0 {
+		opt.ReadTimeout = readTimeout
+	}
+	rdb := redis.NewClient(opt)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		return "", nil, fmt.Errorf("redis at %s: %w (start it with `make services`)", ru.Host, err)
+	}
+	return ru.String(), rdb, nil
+}
+
+// schemaURL is the loopback PostgreSQL URL base with its search_path set
+// to schema; it returns the parsed base too, for messages.
+func schemaURL(base, schema string) (string, *url.URL, error) {
+	pu, err := url.Parse(base)
+	if err != nil || (pu.Scheme != "postgres" && pu.Scheme != "postgresql") {
+		return "", nil, fmt.Errorf("database URL %q: want postgres://…", base)
+	}
+	if err := requireLoopback(pu.Hostname()); err != nil {
+		return "", nil, fmt.Errorf("postgres: %w", err)
+	}
+	withPath := *pu
+	q := withPath.Query()
+	q.Set("search_path", schema)
+	withPath.RawQuery = q.Encode()
+	return withPath.String(), pu, nil
 }
 
 func (s *services) close() {
