@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -74,5 +75,55 @@ func TestClaimLedger(t *testing.T) {
 	}
 	if claims, err := gwB.Claims(ctx, scope); err != nil || len(claims) != 0 {
 		t.Fatalf("claims after the janitor: %+v %v, want none", claims, err)
+	}
+}
+
+// TestCompletionUpdatesTheClaimInPlace: the ledger row a completion ends
+// stays on its page (migration 00011 leaves room), so the update adds no
+// index entries. Claims are completed 32 behind, as under concurrent load.
+func TestCompletionUpdatesTheClaimInPlace(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Pool(t)
+	s := New(pool, WithBatching(0, 0))
+	t.Cleanup(s.Close)
+	ctx := t.Context()
+	const n, behind = 400, 32
+	page := func(key string) int64 {
+		t.Helper()
+		var block int64
+		if err := pool.QueryRow(ctx, `SELECT (ctid::text::point)[0]::bigint FROM idempotency_claims WHERE key = $1`, key).Scan(&block); err != nil {
+			t.Fatal(err)
+		}
+		return block
+	}
+	claimed := make([]int64, n)
+	moved := 0
+	complete := func(i int) {
+		key := fmt.Sprintf("k%d", i)
+		scope := idempotency.Scope{Tenant: "acme", Route: "payments", Key: key}
+		if err := s.Complete(ctx, scope, "o"+key, idempotency.Response{Status: 201}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if page(key) != claimed[i] {
+			moved++
+		}
+	}
+	for i := range n {
+		key := fmt.Sprintf("k%d", i)
+		req := idempotency.ClaimRequest{Scope: idempotency.Scope{Tenant: "acme", Route: "payments", Key: key}, Fingerprint: "fp", Owner: "o" + key, Lease: time.Minute, Retention: time.Hour}
+		if _, err := s.Claim(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		claimed[i] = page(key)
+		if i >= behind {
+			complete(i - behind)
+		}
+	}
+	for i := n - behind; i < n; i++ {
+		complete(i)
+	}
+	t.Logf("%d of %d completed claims moved to another page", moved, n)
+	if moved > n/20 {
+		t.Fatalf("%d of %d completed claims moved to another page; want their updates in place", moved, n)
 	}
 }
