@@ -51,6 +51,9 @@ type Store struct {
 	batch        *batcher // nil: batching off
 	instance     string   // names this gateway in the claim ledger
 
+	// The multi-row forms of claimSQL and completeSQL (multirow.go).
+	claimMany, completeMany *manyRows
+
 	mu       sync.Mutex
 	watchers map[string]map[*watcher]struct{} // by scope id
 	started  bool
@@ -129,6 +132,8 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 		flushers:     defaultFlushers,
 		maxBatch:     defaultMaxBatch,
 		batchTimeout: defaultBatchTimeout,
+		claimMany:    &manyRows{casts: claimCasts, text: claimManySQL},
+		completeMany: &manyRows{casts: completeCasts, text: completeManySQL},
 	}
 	for _, opt := range opts {
 		opt(s)
@@ -141,9 +146,9 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 
 // exec runs a write through the batcher when viaBatch (and batching is
 // on), else on its own.
-func (s *Store) exec(ctx context.Context, viaBatch bool, order, sql string, args ...any) (pgconn.CommandTag, error) {
+func (s *Store) exec(ctx context.Context, viaBatch bool, order string, many *manyRows, sql string, args ...any) (pgconn.CommandTag, error) {
 	if viaBatch && s.batch != nil {
-		o := &op{sql: sql, args: args, order: order}
+		o := &op{sql: sql, args: args, order: order, many: many}
 		if err, ok := s.batch.do(ctx, o); ok {
 			if err != nil {
 				return pgconn.CommandTag{}, err
@@ -155,9 +160,9 @@ func (s *Store) exec(ctx context.Context, viaBatch bool, order, sql string, args
 }
 
 // queryRow is exec for a statement that returns one row.
-func (s *Store) queryRow(ctx context.Context, viaBatch bool, order, sql string, scan func(pgx.Row) error, args ...any) error {
+func (s *Store) queryRow(ctx context.Context, viaBatch bool, order string, many *manyRows, sql string, scan func(pgx.Row) error, args ...any) error {
 	if viaBatch && s.batch != nil {
-		if err, ok := s.batch.do(ctx, &op{sql: sql, args: args, order: order, scan: scan}); ok {
+		if err, ok := s.batch.do(ctx, &op{sql: sql, args: args, order: order, scan: scan, many: many}); ok {
 			return err
 		}
 	}
@@ -270,7 +275,7 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	order := scopeOrder(sc)
 	races, lost, viaBatch := 0, 0, true
 	for {
-		err := s.queryRow(ctx, viaBatch, order, claimSQL, scan,
+		err := s.queryRow(ctx, viaBatch, order, s.claimMany, claimSQL, scan,
 			sc.Tenant, sc.Route, sc.Key, req.Fingerprint, req.Owner, req.Lease, req.Retention, s.instance)
 		if err == nil {
 			rec, err := r.record(sc)
@@ -371,7 +376,7 @@ func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner str
 	id := scopeID(scope)
 	lost, viaBatch := 0, true
 	for {
-		tag, err := s.exec(ctx, viaBatch, scopeOrder(scope), completeSQL,
+		tag, err := s.exec(ctx, viaBatch, scopeOrder(scope), s.completeMany, completeSQL,
 			scope.Tenant, scope.Route, scope.Key, owner,
 			resp.Status, headers, body, resp.BodyOmitted, retention,
 			lost > 0, s.channel, id)
@@ -437,7 +442,7 @@ func (s *Store) end(ctx context.Context, op string, scope idempotency.Scope, own
 	id := scopeID(scope)
 	lost, viaBatch := 0, true
 	for {
-		tag, err := s.exec(ctx, viaBatch, scopeOrder(scope), endSQL,
+		tag, err := s.exec(ctx, viaBatch, scopeOrder(scope), nil, endSQL,
 			scope.Tenant, scope.Route, scope.Key, owner, string(state), lost > 0, s.channel, id, idempotency.ReleaseReason(ctx))
 		if err != nil {
 			if rerun(err, &viaBatch, &lost) || s.retryable(ctx, err, &lost) {
