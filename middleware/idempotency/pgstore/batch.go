@@ -86,7 +86,7 @@ type op struct {
 	// arguments are args (multirow.go).
 	many *manyRows
 	tag  pgconn.CommandTag
-	done  chan error // buffered 1
+	done chan error // buffered 1
 }
 
 // batchError tells a caller its statement must run again on its own.

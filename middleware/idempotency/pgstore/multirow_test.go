@@ -27,7 +27,9 @@ func TestMultiRowStatementsAnswerAsSingleRows(t *testing.T) {
 	t.Cleanup(s.Close)
 	ctx := t.Context()
 
-	scope := func(key string) idempotency.Scope { return idempotency.Scope{Tenant: "acme", Route: "payments", Key: key} }
+	scope := func(key string) idempotency.Scope {
+		return idempotency.Scope{Tenant: "acme", Route: "payments", Key: key}
+	}
 	claim := func(st *Store, key, owner string) (idempotency.ClaimResult, error) {
 		return st.Claim(ctx, idempotency.ClaimRequest{Scope: scope(key), Fingerprint: "fp", Owner: owner, Lease: time.Minute, Retention: time.Hour})
 	}
