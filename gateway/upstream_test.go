@@ -391,14 +391,21 @@ func TestAbnormalPathsAreRefused(t *testing.T) {
 	}
 }
 
+// echoGateway is the test gateway with one more route, POST /v1/echo,
+// whose handler answers 201.
+func echoGateway(t *testing.T) *Gateway {
+	t.Helper()
+	opts := testOptions(fakeJobs{})
+	opts.Routes = append(opts.Routes, RouteOptions{Name: "echo", Methods: []string{http.MethodPost}, Path: "/v1/echo",
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })})
+	return newTestGateway(t, opts)
+}
+
 // Row 10: each segment of an admin path is decoded once: the key pct%41,
 // sent as pct%2541, is not the key pctA.
 func TestAdminKeyDecodedOnce(t *testing.T) {
 	t.Parallel()
-	opts := testOptions(fakeJobs{})
-	opts.Routes = append(opts.Routes, RouteOptions{Name: "echo", Methods: []string{http.MethodPost}, Path: "/v1/echo",
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })})
-	g := newTestGateway(t, opts)
+	g := echoGateway(t)
 	keys := []string{"pct%41", "pctA", "a/b", "a%2Fb"}
 	for _, k := range keys {
 		if r, body := serve(t, g.Handler(), http.MethodPost, "/v1/echo", "", "Authorization", "Bearer "+testAPIKey, "Idempotency-Key", k); r.StatusCode != 201 {
@@ -440,10 +447,7 @@ func TestAdminKeyDecodedOnce(t *testing.T) {
 // same origin, the CLI and curl (neither Origin nor Sec-Fetch-Site) work.
 func TestAdminRefusesCrossOrigin(t *testing.T) {
 	t.Parallel()
-	opts := testOptions(fakeJobs{})
-	opts.Routes = append(opts.Routes, RouteOptions{Name: "echo", Methods: []string{http.MethodPost}, Path: "/v1/echo",
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })})
-	g := newTestGateway(t, opts)
+	g := echoGateway(t)
 	var paused atomic.Int64
 	g.AdminMount("/admin/queues", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		paused.Add(1)

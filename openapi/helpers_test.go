@@ -133,6 +133,32 @@ func roundTrip(c *http.Client, req *http.Request) (exchange, error) {
 	return exchange{req: req, resp: resp, body: body}, err
 }
 
+// sendAsync sends req in the background, for a test that holds it in
+// flight meanwhile; the channel yields its exchange, without a response
+// when it failed (which fails the test).
+func sendAsync(t *testing.T, c *http.Client, req *http.Request) <-chan exchange {
+	t.Helper()
+	done := make(chan exchange, 1)
+	go func() {
+		ex, err := roundTrip(c, req)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- ex
+	}()
+	return done
+}
+
+// decodeBody decodes ex's body, the document what names, as a T.
+func decodeBody[T any](t *testing.T, ex exchange, what string) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(ex.body, &v); err != nil {
+		t.Fatalf("%s: %v: %s", what, err, ex.body)
+	}
+	return v
+}
+
 func send(t *testing.T, c *http.Client, req *http.Request) exchange {
 	t.Helper()
 	ex, err := roundTrip(c, req)
@@ -178,10 +204,7 @@ func wantProblem(t *testing.T, ex exchange, status int, slug string) openapi.Pro
 	if ct := ex.resp.Header.Get("Content-Type"); ct != "application/problem+json" {
 		t.Errorf("Content-Type %q, want application/problem+json", ct)
 	}
-	var p openapi.Problem
-	if err := json.Unmarshal(ex.body, &p); err != nil {
-		t.Fatalf("problem body: %v: %s", err, ex.body)
-	}
+	p := decodeBody[openapi.Problem](t, ex, "problem body")
 	if p.Type != problemBase+slug {
 		t.Errorf("type %q, want %q (detail %q)", p.Type, problemBase+slug, p.Detail)
 	}

@@ -36,6 +36,19 @@ func (u *upstream) got(r *http.Request) {
 	u.mu.Unlock()
 }
 
+// startUpstream starts an upstream that records each request in up, then
+// answers it with answer; it returns up and the upstream's URL.
+func startUpstream(t *testing.T, answer http.HandlerFunc) (up *upstream, url string) {
+	t.Helper()
+	up = &upstream{}
+	us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		up.got(r)
+		answer(w, r)
+	}))
+	t.Cleanup(us.Close)
+	return up, us.URL
+}
+
 // startProxied starts a gateway whose route "payments" proxies
 // /v1/payments to target.
 func startProxied(t *testing.T, target string, change func(*gateway.RouteOptions)) *gatewaytest.Server {
@@ -68,16 +81,13 @@ func TestProxiedResponsesMatchSpec(t *testing.T) {
 
 	t.Run("201 and its replay", func(t *testing.T) {
 		t.Parallel()
-		up := &upstream{}
-		us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			up.got(r)
+		up, upURL := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Location", "/charges/ch_1")
 			w.WriteHeader(http.StatusCreated)
 			_, _ = io.WriteString(w, `{"id":"ch_1"}`)
-		}))
-		t.Cleanup(us.Close)
-		srv := startProxied(t, us.URL, nil)
+		})
+		srv := startProxied(t, upURL, nil)
 		first := charge(t, srv, `"order-42"`)
 		wantStatus(t, first, http.StatusCreated)
 		api.check(t, first)
@@ -104,15 +114,12 @@ func TestProxiedResponsesMatchSpec(t *testing.T) {
 
 	t.Run("201 replayed without its body", func(t *testing.T) {
 		t.Parallel()
-		up := &upstream{}
-		us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			up.got(r)
+		up, upURL := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusCreated)
 			_, _ = io.WriteString(w, `{"id":"ch_big","receipt":"`+strings.Repeat("r", 200)+`"}`)
-		}))
-		t.Cleanup(us.Close)
-		srv := startProxied(t, us.URL, func(ro *gateway.RouteOptions) { ro.Idempotency.MaxStoredResponseBytes = 64 })
+		})
+		srv := startProxied(t, upURL, func(ro *gateway.RouteOptions) { ro.Idempotency.MaxStoredResponseBytes = 64 })
 		first := charge(t, srv, "big")
 		wantStatus(t, first, http.StatusCreated)
 		api.check(t, first)
@@ -134,8 +141,7 @@ func TestProxiedResponsesMatchSpec(t *testing.T) {
 		t.Parallel()
 		entered, release := make(chan struct{}), make(chan struct{})
 		var once sync.Once
-		us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.Copy(io.Discard, r.Body)
+		_, upURL := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 			once.Do(func() { close(entered) })
 			select {
 			case <-release:
@@ -144,19 +150,10 @@ func TestProxiedResponsesMatchSpec(t *testing.T) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusCreated)
 			_, _ = io.WriteString(w, `{"id":"ch_slow"}`)
-		}))
-		t.Cleanup(us.Close)
-		srv := startProxied(t, us.URL, nil)
-		done := make(chan exchange, 1)
-		req := newRequest(t, http.MethodPost, srv.Public.URL+"/v1/payments", `{"amount_cents":1250,"currency":"EUR"}`,
-			"Authorization", bearer(gatewaytest.APIKey), "Idempotency-Key", "slow", "Content-Type", "application/json")
-		go func() {
-			ex, err := roundTrip(srv.Public.Client(), req)
-			if err != nil {
-				t.Error(err)
-			}
-			done <- ex
-		}()
+		})
+		srv := startProxied(t, upURL, nil)
+		done := sendAsync(t, srv.Public.Client(), newRequest(t, http.MethodPost, srv.Public.URL+"/v1/payments", `{"amount_cents":1250,"currency":"EUR"}`,
+			"Authorization", bearer(gatewaytest.APIKey), "Idempotency-Key", "slow", "Content-Type", "application/json"))
 		<-entered
 		ex := charge(t, srv, "slow")
 		close(release)
@@ -186,18 +183,15 @@ func TestProxiedResponsesMatchSpec(t *testing.T) {
 
 	t.Run("504 upstream-timeout", func(t *testing.T) {
 		t.Parallel()
-		up := &upstream{}
 		stop := make(chan struct{})
-		us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			up.got(r)
+		up, upURL := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 			select { // never answers
 			case <-r.Context().Done():
 			case <-stop:
 			}
-		}))
-		t.Cleanup(us.Close)
+		})
 		t.Cleanup(func() { close(stop) })
-		srv := startProxied(t, us.URL, func(ro *gateway.RouteOptions) { ro.Timeout = 100 * time.Millisecond })
+		srv := startProxied(t, upURL, func(ro *gateway.RouteOptions) { ro.Timeout = 100 * time.Millisecond })
 		for range 2 { // on_ambiguous: release, so the retry runs again
 			ex := charge(t, srv, "hangs")
 			wantProblem(t, ex, http.StatusGatewayTimeout, "upstream-timeout")
@@ -216,13 +210,10 @@ func TestUpstreamStatusesThatReleaseTheKey(t *testing.T) {
 	for _, status := range []int{200, 201, 400, 404, 408, 409, 422, 425, 429, 500, 502, 503, 504} {
 		t.Run(strconv.Itoa(status), func(t *testing.T) {
 			t.Parallel()
-			up := &upstream{}
-			us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				up.got(r)
+			up, upURL := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 				w.WriteHeader(status)
-			}))
-			t.Cleanup(us.Close)
-			srv := startProxied(t, us.URL, nil)
+			})
+			srv := startProxied(t, upURL, nil)
 			for range 2 {
 				wantStatus(t, charge(t, srv, "k"), status)
 			}

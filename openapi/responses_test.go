@@ -44,24 +44,6 @@ func getJob(t *testing.T, srv *gatewaytest.Server, apiKey, id string) exchange {
 	return send(t, srv.Public.Client(), newRequest(t, http.MethodGet, srv.Public.URL+"/v1/jobs/"+id, "", "Authorization", bearer(apiKey)))
 }
 
-func decodeJob(t *testing.T, ex exchange) openapi.Job {
-	t.Helper()
-	var j openapi.Job
-	if err := json.Unmarshal(ex.body, &j); err != nil {
-		t.Fatalf("job document: %v: %s", err, ex.body)
-	}
-	return j
-}
-
-func decodeRecord(t *testing.T, ex exchange) openapi.IdempotencyRecord {
-	t.Helper()
-	var r openapi.IdempotencyRecord
-	if err := json.Unmarshal(ex.body, &r); err != nil {
-		t.Fatalf("record document: %v: %s", err, ex.body)
-	}
-	return r
-}
-
 // downStore is an idempotency store whose database is unreachable.
 type downStore struct{ idempotency.Store }
 
@@ -86,7 +68,7 @@ func TestEnqueueResponsesMatchSpec(t *testing.T) {
 		ex := post(t, srv, gatewaytest.APIKey, "inv-1", invoice)
 		wantStatus(t, ex, http.StatusAccepted)
 		api.check(t, ex)
-		job = decodeJob(t, ex)
+		job = decodeBody[openapi.Job](t, ex, "job document")
 		if loc := ex.resp.Header.Get("Location"); loc != "/v1/jobs/"+job.Id {
 			t.Errorf("Location %q, want /v1/jobs/%s", loc, job.Id)
 		}
@@ -103,7 +85,7 @@ func TestEnqueueResponsesMatchSpec(t *testing.T) {
 		ex := post(t, srv, gatewaytest.APIKey, `"inv-1"`, `{ "currency": "EUR", "amount_cents": 4200, "order_id": "order-42" }`)
 		wantStatus(t, ex, http.StatusAccepted)
 		api.check(t, ex)
-		if got := decodeJob(t, ex); got.Id != job.Id {
+		if got := decodeBody[openapi.Job](t, ex, "job document"); got.Id != job.Id {
 			t.Errorf("replay names job %s, want %s", got.Id, job.Id)
 		}
 		if ex.resp.Header.Get("Idempotent-Replayed") != "true" {
@@ -216,7 +198,7 @@ func TestJobResponsesMatchSpec(t *testing.T) {
 	srv := gatewaytest.Start(t, gatewaytest.Options(jobs, memstore.New()))
 	accepted := post(t, srv, gatewaytest.APIKey, "job-1", invoice)
 	wantStatus(t, accepted, http.StatusAccepted)
-	id := decodeJob(t, accepted).Id
+	id := decodeBody[openapi.Job](t, accepted, "job document").Id
 
 	t.Run("200 queued", func(t *testing.T) {
 		ex := getJob(t, srv, gatewaytest.APIKey, id)
@@ -237,7 +219,7 @@ func TestJobResponsesMatchSpec(t *testing.T) {
 		ex := getJob(t, srv, gatewaytest.APIKey, id)
 		wantStatus(t, ex, http.StatusOK)
 		api.check(t, ex)
-		if j := decodeJob(t, ex); j.Status != openapi.JobStatusSucceeded || j.ResultRef == nil || j.Error != nil {
+		if j := decodeBody[openapi.Job](t, ex, "job document"); j.Status != openapi.JobStatusSucceeded || j.ResultRef == nil || j.Error != nil {
 			t.Errorf("job %+v", j)
 		}
 	})
@@ -296,16 +278,8 @@ func TestRefusalsMatchSpec(t *testing.T) {
 			return nil
 		}
 		srv := gatewaytest.Start(t, gatewaytest.Options(jobs, memstore.New()))
-		first := make(chan exchange, 1)
-		req := newRequest(t, http.MethodPost, srv.Public.URL+"/v1/invoices", invoice,
-			"Authorization", bearer(gatewaytest.APIKey), "Idempotency-Key", "slow", "Content-Type", "application/json")
-		go func() {
-			ex, err := roundTrip(srv.Public.Client(), req)
-			if err != nil {
-				t.Error(err)
-			}
-			first <- ex
-		}()
+		first := sendAsync(t, srv.Public.Client(), newRequest(t, http.MethodPost, srv.Public.URL+"/v1/invoices", invoice,
+			"Authorization", bearer(gatewaytest.APIKey), "Idempotency-Key", "slow", "Content-Type", "application/json"))
 		<-entered
 		ex := post(t, srv, gatewaytest.APIKey, "slow", invoice)
 		close(release)
@@ -463,14 +437,14 @@ func TestUnknownOutcomeAndAdminMatchSpec(t *testing.T) {
 	ex = admin(t, srv, http.MethodGet, record)
 	wantStatus(t, ex, http.StatusOK)
 	api.check(t, ex)
-	if r := decodeRecord(t, ex); r.State != openapi.RecordStateUnknown || r.FencingToken != 1 || r.Response != nil {
+	if r := decodeBody[openapi.IdempotencyRecord](t, ex, "record document"); r.State != openapi.RecordStateUnknown || r.FencingToken != 1 || r.Response != nil {
 		t.Errorf("held record %+v", r)
 	}
 
 	ex = admin(t, srv, http.MethodPost, record+"/resolve")
 	wantStatus(t, ex, http.StatusOK)
 	api.check(t, ex)
-	if r := decodeRecord(t, ex); r.State != openapi.RecordStateReleased {
+	if r := decodeBody[openapi.IdempotencyRecord](t, ex, "record document"); r.State != openapi.RecordStateReleased {
 		t.Errorf("resolved record %+v", r)
 	}
 
@@ -479,7 +453,7 @@ func TestUnknownOutcomeAndAdminMatchSpec(t *testing.T) {
 	ex = admin(t, srv, http.MethodGet, record)
 	wantStatus(t, ex, http.StatusOK)
 	api.check(t, ex)
-	r := decodeRecord(t, ex)
+	r := decodeBody[openapi.IdempotencyRecord](t, ex, "record document")
 	if r.State != openapi.RecordStateCompleted || r.FencingToken != 2 || r.Response == nil || r.Response.Status != http.StatusAccepted {
 		t.Fatalf("completed record %+v", r)
 	}
@@ -497,10 +471,7 @@ func TestUnknownOutcomeAndAdminMatchSpec(t *testing.T) {
 	ex = admin(t, srv, http.MethodGet, record+"/explain")
 	wantStatus(t, ex, http.StatusOK)
 	api.check(t, ex)
-	var story openapi.Story
-	if err := json.Unmarshal(ex.body, &story); err != nil {
-		t.Fatalf("story: %v: %s", err, ex.body)
-	}
+	story := decodeBody[openapi.Story](t, ex, "story")
 	if story.Record == nil || story.Record.State != openapi.RecordStateCompleted || story.Record.FencingToken != 2 ||
 		story.ClaimLedger == nil || *story.ClaimLedger == "" || story.Violation {
 		t.Errorf("story %s", ex.body)

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/proc"
 )
 
 // benchOptions are the flags of `idembench run`.
@@ -121,6 +123,26 @@ func (o *benchOptions) harnessFlags(fs *flag.FlagSet, getenv func(string) string
 	fs.IntVar(&o.redisDB, "redis-db", 15, "the Redis logical database used instead of the URL's"+redisNote)
 }
 
+// prepare makes the output directory, bench/out/NAME-TIMESTAMP unless -out
+// names one (a timestamp alone when name is empty), and checks that the
+// idemgate binary is there.
+func (o *benchOptions) prepare(name string) error {
+	if o.dir == "" {
+		stamp := time.Now().Format("20060102-150405")
+		if name != "" {
+			stamp = name + "-" + stamp
+		}
+		o.dir = filepath.Join("bench", "out", stamp)
+	}
+	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+		return err
+	}
+	if _, err := os.Stat(o.bin); err != nil {
+		return fmt.Errorf("%s: %w (run `make build`)", o.bin, err)
+	}
+	return nil
+}
+
 func or(a, b string) string {
 	if a != "" {
 		return a
@@ -167,7 +189,7 @@ func pinSelf(o *benchOptions, stderr io.Writer) error {
 // target is a server under load: the baseline or a candidate.
 type target struct {
 	name   string
-	proc   *proc
+	proc   *proc.Proc
 	base   string // http://addr
 	client *http.Client
 }
@@ -204,11 +226,7 @@ type scenarioRecord struct {
 }
 
 type benchReport struct {
-	Machine   machineInfo      `json:"machine"`
-	Command   string           `json:"command"`
-	Options   map[string]any   `json:"options"`
-	Started   time.Time        `json:"started"`
-	Seconds   float64          `json:"seconds"`
+	runInfo
 	Scenarios []scenarioRecord `json:"scenarios"`
 	Workers   []workerPair     `json:"workers,omitempty"`
 	Problems  []string         `json:"problems,omitempty"`
@@ -223,29 +241,19 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	if err := pinSelf(o, stderr); err != nil {
 		return err
 	}
-	if o.dir == "" {
-		o.dir = filepath.Join("bench", "out", time.Now().Format("20060102-150405"))
-	}
-	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+	if err := o.prepare(""); err != nil {
 		return err
-	}
-	if _, err := os.Stat(o.bin); err != nil {
-		return fmt.Errorf("%s: %w (run `make build`)", o.bin, err)
 	}
 	if o.profile && !supportsPprof(o.bin) {
 		fmt.Fprintf(stderr, "idembench: %s serve has no --pprof: no profiles\n", o.bin)
 		o.profile = false
 	}
-	started := time.Now()
-	rep := &benchReport{
-		Machine: readMachine(), Command: "idembench run " + strings.Join(args, " "), Started: started,
-		Options: map[string]any{
-			"duration": o.duration.String(), "rounds": o.rounds, "concurrency": o.concurrency,
-			"warmup": o.warmup.String(), "server_cpu": o.serverCPU, "load_cpu": o.loadCPU,
-			"log_level": o.logLevel, "jobs": o.jobs, "worker_concurrency": o.workerConcurrency,
-			"inflight_rate": o.inflightRate, "tracing": o.tracing,
-		},
-	}
+	rep := &benchReport{runInfo: newRunInfo("run", args, map[string]any{
+		"duration": o.duration.String(), "rounds": o.rounds, "concurrency": o.concurrency,
+		"warmup": o.warmup.String(), "server_cpu": o.serverCPU, "load_cpu": o.loadCPU,
+		"log_level": o.logLevel, "jobs": o.jobs, "worker_concurrency": o.workerConcurrency,
+		"inflight_rate": o.inflightRate, "tracing": o.tracing,
+	})}
 	log := io.MultiWriter(stdout, mustCreate(filepath.Join(o.dir, "progress.log")))
 	fmt.Fprintf(log, "idembench: %s; results in %s\n", rep.Machine.String(), o.dir)
 	if o.serverCPU >= 0 {
@@ -285,7 +293,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		if err != nil {
 			return err
 		}
-		defer base.proc.stop()
+		defer base.proc.Stop(syscall.SIGTERM, stopGrace)
 		if err := warm(ctx, base, o); err != nil {
 			return err
 		}
@@ -321,7 +329,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		}
 	}
 	rep.Problems = append(rep.Problems, checkExpectations(rep)...)
-	rep.Seconds = time.Since(started).Seconds()
+	rep.Seconds = time.Since(rep.Started).Seconds()
 	if err := writeReport(rep, o.dir, stdout); err != nil {
 		return err
 	}
@@ -367,7 +375,7 @@ func startBaseline(ctx context.Context, o *benchOptions, upURL string) (*target,
 		return nil, err
 	}
 	if err := waitHTTP(ctx, p, "http://"+addr+"/healthz", 15*time.Second); err != nil {
-		p.stop()
+		p.Stop(syscall.SIGTERM, stopGrace)
 		return nil, err
 	}
 	return &target{name: "baseline", proc: p, base: "http://" + addr, client: loadClient(o.concurrency)}, nil
@@ -388,21 +396,21 @@ func warm(ctx context.Context, t *target, o *benchOptions) error {
 
 // measure runs spec against t and adds what t's process used.
 func measure(ctx context.Context, t *target, o *benchOptions, spec loadSpec) (loadResult, error) {
-	cpu0, _ := t.proc.cpuTime()
+	cpu0, _ := procCPU(t.proc.Pid())
 	st0 := readCPUStat()
 	t0 := time.Now()
 	res, err := attack(ctx, t.client, spec)
 	wall := time.Since(t0)
 	st1 := readCPUStat()
-	cpu1, _ := t.proc.cpuTime()
+	cpu1, _ := procCPU(t.proc.Pid())
 	res.ServerCPU = cpu1 - cpu0
 	res.ServerBusy = busyShare(st0, st1, o.serverCPU)
 	res.LoadBusy = busyShare(st0, st1, o.loadCPU)
 	if res.ServerBusy >= 0 {
 		res.ServerOther = max(0, res.ServerBusy-res.ServerCPU.Seconds()/wall.Seconds())
 	}
-	if t.proc.exited() {
-		return res, fmt.Errorf("%s exited during the run: %v", t.name, t.proc.err)
+	if t.proc.Exited() {
+		return res, fmt.Errorf("%s exited during the run: %v", t.name, t.proc.Err())
 	}
 	return res, err
 }
@@ -417,7 +425,7 @@ func benchStore(ctx context.Context, o *benchOptions, svc *services, up *upstrea
 	if err != nil {
 		return nil, err
 	}
-	defer c.proc.stop()
+	defer c.proc.Stop(syscall.SIGTERM, stopGrace)
 	if o.collector != nil {
 		defer func() {
 			fmt.Fprintf(log, "  collector so far: %d exports, %d spans, %.1f MiB\n", o.collector.exports.Load(), o.collector.spans.Load(), float64(o.collector.bytes.Load())/(1<<20))
@@ -504,39 +512,56 @@ func candidateSpec(ctx context.Context, o *benchOptions, up *upstream, cand *tar
 	case "inflight":
 		spec.target = cand.base + "/v1/payments/slow"
 		spec.key = oneKey(id)
-		held := up.held.Load()
-		done := make(chan error, 1)
-		go func() {
-			code, err := post(context.WithoutCancel(ctx), &http.Client{Timeout: 3 * time.Minute}, spec.target, id)
-			if err == nil && code != http.StatusCreated {
-				err = fmt.Errorf("the held original got %d", code)
-			}
-			done <- err
-		}()
-		deadline := time.Now().Add(10 * time.Second)
-		for up.held.Load() <= held {
-			if time.Now().After(deadline) {
-				up.release()
-				return spec, nil, errors.New("inflight: the original never reached the upstream")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		after = func() error {
-			up.release()
-			return <-done
+		var err error
+		if after, err = holdOriginal(ctx, up, spec.target, id); err != nil {
+			return spec, nil, err
 		}
 	}
 	return spec, after, nil
 }
 
+// holdOriginal sends the first request with key to url, a path the
+// upstream holds, and returns once the upstream holds it, so that every
+// request with the same key meanwhile finds it in flight (409). release
+// lets it go and returns how it ended.
+func holdOriginal(ctx context.Context, up *upstream, url, key string) (release func() error, err error) {
+	held := up.held.Load()
+	done := make(chan error, 1)
+	go func() {
+		code, err := post(context.WithoutCancel(ctx), &http.Client{Timeout: 3 * time.Minute}, url, key)
+		if err == nil && code != http.StatusCreated {
+			err = fmt.Errorf("the held original got %d", code)
+		}
+		done <- err
+	}()
+	release = func() error {
+		up.release()
+		return <-done
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for up.held.Load() <= held {
+		if time.Now().After(deadline) {
+			_ = release()
+			return nil, errors.New("inflight: the original never reached the upstream")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return release, nil
+}
+
+// baselineSpec is one measured run of the baseline: the requests a
+// candidate gets, each with a new key, which a plain proxy ignores.
+func baselineSpec(base *target, o *benchOptions) loadSpec {
+	return loadSpec{
+		name: "baseline", target: base.base + "/v1/payments", key: uniqueKeys(fmt.Sprintf("b-%d", time.Now().UnixNano())),
+		concurrency: o.concurrency, duration: o.duration,
+	}
+}
+
 func runPair(ctx context.Context, o *benchOptions, svc *services, up *upstream, base, cand *target, store, sc string, round int, waits *waitSampler) (pairRecord, error) {
 	var p pairRecord
 	var err error
-	// The baseline sends the same requests; a plain proxy ignores the key.
-	p.Base, err = measure(ctx, base, o, loadSpec{
-		name: "baseline", target: base.base + "/v1/payments", key: uniqueKeys(fmt.Sprintf("b-%d", time.Now().UnixNano())),
-		concurrency: o.concurrency, duration: o.duration,
-	})
+	p.Base, err = measure(ctx, base, o, baselineSpec(base, o))
 	if err != nil {
 		return p, err
 	}

@@ -14,7 +14,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/proc"
 )
 
 // candidate is `idemgate serve` as a process of its own, with a generated
@@ -22,7 +25,7 @@ import (
 // chosen store, the access log off (log level warn) unless asked for.
 type candidate struct {
 	store      string
-	proc       *proc
+	proc       *proc.Proc
 	addr       string // public listener
 	admin      string // admin listener
 	token      string // admin bearer token
@@ -35,6 +38,7 @@ type candidateOptions struct {
 	store    string
 	upstream string // base URL
 	dir      string // where the config and the log go
+	files    string // their name without extension; default idemgate-STORE
 	cpu      int
 	logLevel string
 	pprof    bool
@@ -100,14 +104,17 @@ func startCandidate(ctx context.Context, o candidateOptions) (*candidate, error)
 	case "redis":
 		urls = fmt.Sprintf("redis_url: %q\n", o.svc.redisURL)
 	}
-	c.configPath = filepath.Join(o.dir, "idemgate-"+o.store+".yaml")
+	if o.files == "" {
+		o.files = "idemgate-" + o.store
+	}
+	c.configPath = filepath.Join(o.dir, o.files+".yaml")
 	conf := fmt.Sprintf(candidateConfig, addr, admin, sha256Hex(c.token), o.store, urls, o.logLevel, sha256Hex(benchAPIKey), o.upstream) + o.extra
 	if err := os.WriteFile(c.configPath, []byte(conf), 0o600); err != nil {
 		return nil, err
 	}
 	// The file names every URL; the environment must not replace them.
 	env := append([]string{"DATABASE_URL=", "REDIS_URL="}, o.env...)
-	logPath := filepath.Join(o.dir, "idemgate-"+o.store+".log")
+	logPath := filepath.Join(o.dir, o.files+".log")
 	if o.store == "postgres" {
 		out, err := execCommand(ctx, []string{o.bin, "migrate", "up", "--config", c.configPath}).CombinedOutput()
 		if err != nil {
@@ -122,7 +129,7 @@ func startCandidate(ctx context.Context, o candidateOptions) (*candidate, error)
 		return nil, err
 	}
 	if err := waitHTTP(ctx, c.proc, "http://"+addr+"/readyz", 30*time.Second); err != nil {
-		c.proc.stop()
+		c.proc.Stop(syscall.SIGTERM, stopGrace)
 		return nil, fmt.Errorf("%w (log: %s)", err, logPath)
 	}
 	return c, nil

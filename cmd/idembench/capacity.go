@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,8 +23,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // capacityOptions are the flags of `idembench capacity`.
@@ -130,14 +127,8 @@ func runCapacity(ctx context.Context, args []string, getenv func(string) string,
 	if o.nofile, err = raiseNoFile(max(*nofile, uint64(4*last+4096))); err != nil {
 		return err
 	}
-	if o.dir == "" {
-		o.dir = filepath.Join("bench", "out", "capacity-"+time.Now().Format("20060102-150405"))
-	}
-	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+	if err := o.prepare("capacity"); err != nil {
 		return err
-	}
-	if _, err := os.Stat(o.bin); err != nil {
-		return fmt.Errorf("%s: %w (run `make build`)", o.bin, err)
 	}
 	rep := &capacityReport{Machine: readMachine(), Command: "idembench capacity " + strings.Join(args, " "), NoFile: o.nofile, Store: o.store}
 	log := io.MultiWriter(stdout, mustCreate(filepath.Join(o.dir, "progress.log")))
@@ -153,17 +144,11 @@ func runCapacity(ctx context.Context, args []string, getenv func(string) string,
 		last = carried
 	}
 
-	var svc *services
-	if o.store != "memory" {
-		if svc, err = openServices(ctx, o.dbURL, o.redisURL, o.redisDB); err != nil {
-			return err
-		}
-		defer svc.close()
-		if err := svc.reset(ctx); err != nil {
-			return err
-		}
-		defer func() { _ = svc.reset(context.WithoutCancel(ctx)) }()
+	svc, closeSvc, err := storeServices(ctx, &o.benchOptions, o.store)
+	if err != nil {
+		return err
 	}
+	defer closeSvc()
 	// Every server's run must end before the servers' write timeout
 	// (120 s) cuts the first requests it holds; the upstream lets go
 	// before that by itself.
@@ -206,7 +191,7 @@ func runCapacity(ctx context.Context, args []string, getenv func(string) string,
 		}
 		fmt.Fprintf(log, "%s (max_in_flight %d):\n", r.name, r.limit)
 		srv, err := capacityRun(ctx, o, up, t, c, log)
-		t.proc.stop()
+		t.proc.Stop(syscall.SIGTERM, stopGrace)
 		if err != nil {
 			return fmt.Errorf("%s: %w", r.name, err)
 		}
@@ -220,12 +205,7 @@ func runCapacity(ctx context.Context, args []string, getenv func(string) string,
 		rep.Plot = path
 		md += fmt.Sprintf("\nPlot: `%s`\n", path)
 	}
-	fmt.Fprint(stdout, "\n"+md)
-	if err := os.WriteFile(filepath.Join(o.dir, "capacity.md"), []byte(md), 0o644); err != nil {
-		return err
-	}
-	js, _ := json.MarshalIndent(rep, "", "  ")
-	return os.WriteFile(filepath.Join(o.dir, "capacity.json"), js, 0o644)
+	return saveResults(stdout, o.dir, "capacity", md, rep)
 }
 
 // raiseNoFile sets the process's RLIMIT_NOFILE to want, or to as much as
@@ -281,8 +261,8 @@ func capacityRun(ctx context.Context, o *capacityOptions, up *upstream, t *targe
 	}()
 	sample := func(target int) capacityStep {
 		s := capacityStep{Target: target, Held: up.held.Load() - heldAtStart, Shed: shed.Load(), Failed: failed.Load()}
-		s.RSS, _ = procRSS(t.proc.pid())
-		s.FDs = openFDs(t.proc.pid())
+		s.RSS, _ = procRSS(t.proc.Pid())
+		s.FDs = openFDs(t.proc.Pid())
 		if c != nil {
 			if g, err := c.gauges(ctx, "go_goroutines", "idemgate_requests_in_flight"); err == nil {
 				s.Goroutines, s.InFlight = g["go_goroutines"], g["idemgate_requests_in_flight"]
@@ -501,21 +481,9 @@ func (rep *capacityReport) plot(dir string) (string, error) {
 		}
 		pl.Y.Max *= 1.3 // room for the legend
 	}
-	const w, h = 14 * vg.Inch, 5 * vg.Inch
-	img := vgimg.New(w, h)
-	tiles := draw.Tiles{Rows: 1, Cols: len(panels), PadX: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
-	canvases := plot.Align([][]*plot.Plot{panels}, tiles, draw.New(img))
-	for i, p := range panels {
-		p.Draw(canvases[0][i])
-	}
 	path := filepath.Join(dir, "capacity.png")
-	f, err := os.Create(path)
-	if err != nil {
+	if err := savePanels(panels, path); err != nil {
 		return "", err
 	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return "", err
-	}
-	return path, f.Close()
+	return path, nil
 }

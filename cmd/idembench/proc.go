@@ -14,25 +14,25 @@ import (
 	"strings"
 	"syscall"
 	"time"
-)
 
-// proc is a child process of the harness: the baseline proxy, idemgate, or
-// a worker run. It is pinned to one CPU with taskset when pinning is on, and
-// it dies with the harness (Pdeathsig), so nothing outlives a run.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-}
+	"github.com/idemgate/idemgate/internal/proc"
+)
 
 // clockTicks is USER_HZ, the unit of /proc/PID/stat times; 100 on every
 // Linux build Go supports.
 const clockTicks = 100
 
-// startProc starts argv with env added to the harness' environment, its
-// output appended to logPath. cpu < 0 means not pinned.
-func startProc(name string, cpu int, env []string, logPath string, argv ...string) (*proc, error) {
+// stopGrace is how long a child has to shut down after SIGTERM before it
+// is killed.
+const stopGrace = 10 * time.Second
+
+// startProc starts a child of the harness (the baseline proxy, idemgate):
+// argv with env added to the harness' environment, its output appended to
+// logPath. It runs in a process group of its own and dies with the harness
+// (Pdeathsig), so nothing outlives a run. cpu >= 0 pins it to that CPU
+// with taskset, which execs the command, so the child's pid is the pinned
+// program's own.
+func startProc(name string, cpu int, env []string, logPath string, argv ...string) (*proc.Proc, error) {
 	if cpu >= 0 {
 		argv = append([]string{"taskset", "-c", strconv.Itoa(cpu)}, argv...)
 	}
@@ -40,21 +40,10 @@ func startProc(name string, cpu int, env []string, logPath string, argv ...strin
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = mergeEnv(os.Environ(), env)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
-	return p, nil
+	// The child writes to a descriptor of its own; the harness' copy is
+	// not needed once it has started.
+	defer logf.Close()
+	return proc.Start(proc.Spec{Name: name, Path: argv[0], Args: argv[1:], Env: mergeEnv(os.Environ(), env), Log: logf})
 }
 
 // mergeEnv returns base with each KEY=VALUE of over replacing base's KEY;
@@ -87,37 +76,6 @@ func execCommand(ctx context.Context, argv []string) *exec.Cmd {
 	cmd.Env = mergeEnv(os.Environ(), []string{"DATABASE_URL=", "REDIS_URL="})
 	return cmd
 }
-
-// pid is the child's pid. taskset execs the command, so it is the pid of
-// the pinned program itself.
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop asks the child to shut down gracefully and kills it after a grace
-// period.
-func (p *proc) stop() {
-	if p.exited() {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// cpuTime is the CPU time (user + system) the child has used so far.
-func (p *proc) cpuTime() (time.Duration, error) { return procCPU(p.pid()) }
 
 func procCPU(pid int) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -195,44 +153,28 @@ func busyShare(a, b cpuStat, cpu int) float64 {
 
 // freePort returns a loopback address nothing listens on right now.
 func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := proc.FreePort()
 	if err != nil {
 		return "", err
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
 
-// waitHTTP polls url until it answers 200, the child exits, or the
-// timeout passes.
-func waitHTTP(ctx context.Context, p *proc, url string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	c := &http.Client{Timeout: time.Second}
-	for {
-		resp, err := c.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+// waitHTTP polls url until it answers 200, p exits, or the timeout passes.
+func waitHTTP(ctx context.Context, p *proc.Proc, url string, timeout time.Duration) error {
+	return proc.WaitUntil(ctx, timeout, url, p, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
 		}
-		if p != nil && p.exited() {
-			return fmt.Errorf("%s exited before it was ready (%v); see its log", p.name, p.err)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready at %s after %s", nameOf(p), url, timeout)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s answered %s", p.Name(), resp.Status)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func nameOf(p *proc) string {
-	if p == nil {
-		return "server"
-	}
-	return p.name
+		return nil
+	})
 }

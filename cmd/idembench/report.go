@@ -28,6 +28,21 @@ func (m machineInfo) String() string {
 	return fmt.Sprintf("%d CPUs (%s), %.1f GiB memory, Linux %s, %s", m.CPUs, m.Model, float64(m.MemBytes)/(1<<30), m.Kernel, m.Go)
 }
 
+// runInfo opens the report of a run or a scale run: where, what and
+// when.
+type runInfo struct {
+	Machine machineInfo    `json:"machine"`
+	Command string         `json:"command"`
+	Options map[string]any `json:"options"`
+	Started time.Time      `json:"started"`
+	Seconds float64        `json:"seconds"` // set when the run ends
+}
+
+// newRunInfo starts the report of `idembench cmd args...` now.
+func newRunInfo(cmd string, args []string, options map[string]any) runInfo {
+	return runInfo{Started: time.Now(), Machine: readMachine(), Command: "idembench " + cmd + " " + strings.Join(args, " "), Options: options}
+}
+
 func readMachine() machineInfo {
 	m := machineInfo{CPUs: onlineCPUs(), Go: runtime.Version()}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
@@ -220,11 +235,17 @@ func (rep *benchReport) fixedRate(b *strings.Builder) {
 			fmtDur(medDur(ps, func(p pairRecord) time.Duration { return p.Cand.ByCode[http.StatusConflict].P99 })),
 			median(pick(ps, func(p pairRecord) float64 { return float64(p.Cand.CPUPerReq().Microseconds()) }))))
 	}
+	writeTable(b, "The in-flight scenario again at a fixed rate (open loop), where latency is the 409 path's own rather than queueing behind a saturated CPU:\n\n"+
+		"| store | req/s | 409 p50 | 409 p99 | server CPU µs/req |\n|---|---:|---:|---:|---:|\n", rows)
+}
+
+// writeTable writes head (a sentence and a table header) and rows, one a
+// line; nothing when there are no rows.
+func writeTable(b *strings.Builder, head string, rows []string) {
 	if len(rows) == 0 {
 		return
 	}
-	b.WriteString("The in-flight scenario again at a fixed rate (open loop), where latency is the 409 path's own rather than queueing behind a saturated CPU:\n\n")
-	b.WriteString("| store | req/s | 409 p50 | 409 p99 | server CPU µs/req |\n|---|---:|---:|---:|---:|\n")
+	b.WriteString(head)
 	for _, r := range rows {
 		b.WriteString(r + "\n")
 	}
@@ -274,15 +295,8 @@ func (rep *benchReport) storeCosts(b *strings.Builder) {
 		}
 		rows = append(rows, fmt.Sprintf("| %s | %s | %s |", sc.Scenario, sc.Store, strings.Join(cells, "; ")))
 	}
-	if len(rows) == 0 {
-		return
-	}
-	b.WriteString("Store work per idemgate request (server-wide counters, so other clients of the same Redis or PostgreSQL add noise); PostgreSQL waits are samples of its active backends every 20 ms during the idemgate runs:\n\n")
-	b.WriteString("| scenario | store | per request |\n|---|---|---|\n")
-	for _, r := range rows {
-		b.WriteString(r + "\n")
-	}
-	b.WriteString("\n")
+	writeTable(b, "Store work per idemgate request (server-wide counters, so other clients of the same Redis or PostgreSQL add noise); PostgreSQL waits are samples of its active backends every 20 ms during the idemgate runs:\n\n"+
+		"| scenario | store | per request |\n|---|---|---|\n", rows)
 }
 
 func mapKeys[V any](m map[string]V) func(func(string) bool) {
@@ -393,18 +407,23 @@ func yesNo(ok bool) string {
 
 // writeReport prints the tables and saves them with the raw data.
 func writeReport(rep *benchReport, dir string, stdout io.Writer) error {
-	md := rep.markdown()
+	if err := saveResults(stdout, dir, "results", rep.markdown(), rep); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "idembench: wrote %s and %s\n", filepath.Join(dir, "results.md"), filepath.Join(dir, "results.json"))
+	return nil
+}
+
+// saveResults prints a command's tables, md, and saves them as NAME.md in
+// dir, with the raw data, rep, as NAME.json.
+func saveResults(stdout io.Writer, dir, name, md string, rep any) error {
 	fmt.Fprint(stdout, "\n"+md)
-	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, name+".md"), []byte(md), 0o644); err != nil {
 		return err
 	}
 	js, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), js, 0o644); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "idembench: wrote %s and %s\n", filepath.Join(dir, "results.md"), filepath.Join(dir, "results.json"))
-	return nil
+	return os.WriteFile(filepath.Join(dir, name+".json"), js, 0o644)
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
@@ -134,44 +132,25 @@ func fmtCount(n int64) string {
 }
 
 // scaleServices are the growth bench's Redis database and PostgreSQL
-// schema.
+// schema (services.dbURL's search_path is scaleSchema).
 type scaleServices struct {
-	dbURL    string // search_path = scaleSchema
-	redisURL string
-	admin    *pgxpool.Pool // the URL as given, for the schema itself
-	pool     *pgxpool.Pool
-	rdb      *redis.Client
+	services
+	admin *pgxpool.Pool // the URL as given, for the schema itself
 }
 
 func openScaleServices(ctx context.Context, o *scaleOptions) (*scaleServices, error) {
 	s := &scaleServices{}
 	b := &o.bench
+	var err error
 	if slices.Contains(o.stores, "redis") {
-		var err error
 		// A fill's pipelines are long: a minute to answer.
 		if s.redisURL, s.rdb, err = benchRedis(ctx, b.redisURL, b.redisDB, time.Minute); err != nil {
 			return nil, err
 		}
 	}
 	if slices.Contains(o.stores, "postgres") {
-		var (
-			pu  *url.URL
-			err error
-		)
-		if s.dbURL, pu, err = schemaURL(b.dbURL, scaleSchema); err != nil {
-			s.close()
-			return nil, err
-		}
-		if s.admin, err = pgxpool.New(ctx, b.dbURL); err != nil {
-			s.close()
-			return nil, err
-		}
 		// A schema left by an interrupted run is this bench's own.
-		if _, err := s.admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+scaleSchema+" CASCADE; CREATE SCHEMA "+scaleSchema); err != nil {
-			s.close()
-			return nil, fmt.Errorf("postgres at %s: %w (start it with `make services`)", pu.Host, err)
-		}
-		if s.pool, err = pgxpool.New(ctx, s.dbURL); err != nil {
+		if s.admin, err = s.openSchema(ctx, b.dbURL, scaleSchema, "DROP SCHEMA IF EXISTS "+scaleSchema+" CASCADE; CREATE SCHEMA "+scaleSchema); err != nil {
 			s.close()
 			return nil, err
 		}
@@ -180,14 +159,9 @@ func openScaleServices(ctx context.Context, o *scaleOptions) (*scaleServices, er
 }
 
 func (s *scaleServices) close() {
-	if s.pool != nil {
-		s.pool.Close()
-	}
+	s.services.close()
 	if s.admin != nil {
 		s.admin.Close()
-	}
-	if s.rdb != nil {
-		_ = s.rdb.Close()
 	}
 }
 
@@ -222,26 +196,16 @@ func runScale(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	b := &o.bench
-	if b.dir == "" {
-		b.dir = filepath.Join("bench", "out", "scale-"+time.Now().Format("20060102-150405"))
-	}
-	if err := os.MkdirAll(b.dir, 0o755); err != nil {
+	if err := b.prepare("scale"); err != nil {
 		return err
-	}
-	if _, err := os.Stat(b.bin); err != nil {
-		return fmt.Errorf("%s: %w (run `make build`)", b.bin, err)
 	}
 	var tag [4]byte
 	_, _ = rand.Read(tag[:])
-	started := time.Now()
-	r := &scaleRun{o: o, prefix: "scale-" + hex.EncodeToString(tag[:]) + "-", rep: &scaleReport{
-		Machine: readMachine(), Command: "idembench scale " + strings.Join(args, " "), Started: started,
-		Options: map[string]any{
-			"duration": b.duration.String(), "rounds": o.rounds, "concurrency": b.concurrency, "warmup": b.warmup.String(),
-			"server_cpu": b.serverCPU, "load_cpu": b.loadCPU, "expired_share": o.expired, "replay_cache": o.replayCache,
-			"janitor_interval": o.janInterval.String(), "janitor_batch": o.janBatch,
-		},
-	}}
+	r := &scaleRun{o: o, prefix: "scale-" + hex.EncodeToString(tag[:]) + "-", rep: &scaleReport{runInfo: newRunInfo("scale", args, map[string]any{
+		"duration": b.duration.String(), "rounds": o.rounds, "concurrency": b.concurrency, "warmup": b.warmup.String(),
+		"server_cpu": b.serverCPU, "load_cpu": b.loadCPU, "expired_share": o.expired, "replay_cache": o.replayCache,
+		"janitor_interval": o.janInterval.String(), "janitor_batch": o.janBatch,
+	})}}
 	r.log = io.MultiWriter(stdout, mustCreate(filepath.Join(b.dir, "progress.log")))
 	fmt.Fprintf(r.log, "idembench scale: %s; results in %s\n", r.rep.Machine.String(), b.dir)
 	if b.serverCPU >= 0 {
@@ -278,7 +242,7 @@ func runScale(ctx context.Context, args []string, getenv func(string) string, st
 	if r.base, err = startBaseline(ctx, b, r.upURL); err != nil {
 		return err
 	}
-	defer r.base.proc.stop()
+	defer r.base.proc.Stop(syscall.SIGTERM, stopGrace)
 	if err := warm(ctx, r.base, b); err != nil {
 		return err
 	}
@@ -292,7 +256,7 @@ func runScale(ctx context.Context, args []string, getenv func(string) string, st
 			}
 		}
 	}
-	r.rep.Seconds = time.Since(started).Seconds()
+	r.rep.Seconds = time.Since(r.rep.Started).Seconds()
 	if err := writeScaleReport(r.rep, b.dir, stdout); err != nil {
 		return err
 	}
@@ -308,45 +272,15 @@ func runScale(ctx context.Context, args []string, getenv func(string) string, st
 // bench runs the store's janitor itself when it measures it.
 func (r *scaleRun) scaleCandidate(ctx context.Context, store string) (*target, error) {
 	b := &r.o.bench
-	addr, err := freePort()
+	c, err := startCandidate(ctx, candidateOptions{
+		bin: b.bin, store: store, upstream: r.upURL, dir: b.dir, files: "idemgate-scale-" + store, cpu: b.serverCPU,
+		logLevel: b.logLevel, svc: &r.svc.services,
+		extra: fmt.Sprintf("replay_cache: {off: %t}\njanitor: {interval: 24h, batch: %d}\n", !r.o.replayCache, r.o.janBatch),
+	})
 	if err != nil {
 		return nil, err
 	}
-	admin, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	var tok [16]byte
-	_, _ = rand.Read(tok[:])
-	var urls string
-	switch store {
-	case "postgres":
-		urls = fmt.Sprintf("database_url: %q\n", r.svc.dbURL)
-	case "redis":
-		urls = fmt.Sprintf("redis_url: %q\n", r.svc.redisURL)
-	}
-	conf := fmt.Sprintf(candidateConfig, addr, admin, sha256Hex(hex.EncodeToString(tok[:])), store, urls, b.logLevel, sha256Hex(benchAPIKey), r.upURL)
-	conf += fmt.Sprintf("replay_cache: {off: %t}\njanitor: {interval: 24h, batch: %d}\n", !r.o.replayCache, r.o.janBatch)
-	path := filepath.Join(b.dir, "idemgate-scale-"+store+".yaml")
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		return nil, err
-	}
-	if store == "postgres" {
-		out, err := execCommand(ctx, []string{b.bin, "migrate", "up", "--config", path}).CombinedOutput()
-		if err != nil {
-			return nil, fmt.Errorf("idemgate migrate up: %v\n%s", err, out)
-		}
-	}
-	logPath := filepath.Join(b.dir, "idemgate-scale-"+store+".log")
-	p, err := startProc("idemgate ("+store+")", b.serverCPU, []string{"DATABASE_URL=", "REDIS_URL="}, logPath, b.bin, "serve", "--config", path)
-	if err != nil {
-		return nil, err
-	}
-	if err := waitHTTP(ctx, p, "http://"+addr+"/readyz", 30*time.Second); err != nil {
-		p.stop()
-		return nil, fmt.Errorf("%w (log: %s)", err, logPath)
-	}
-	return &target{name: "idemgate-" + store, proc: p, base: "http://" + addr, client: loadClient(b.concurrency)}, nil
+	return &target{name: "idemgate-" + store, proc: c.proc, base: "http://" + c.addr, client: loadClient(b.concurrency)}, nil
 }
 
 // template is the record a real request leaves: every filled record
@@ -386,7 +320,7 @@ func (r *scaleRun) store(ctx context.Context, store string) error {
 	if err != nil {
 		return err
 	}
-	defer cand.proc.stop()
+	defer cand.proc.Stop(syscall.SIGTERM, stopGrace)
 	b := &r.o.bench
 	if _, err := attack(ctx, cand.client, loadSpec{name: "warmup", target: cand.base + "/v1/payments", key: uniqueKeys(r.prefix + "warm-" + store), concurrency: b.concurrency, duration: b.warmup}); err != nil {
 		return err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -60,10 +59,7 @@ func (r *scaleRun) point(ctx context.Context, store string, cand *target, f fill
 		for round := range r.o.rounds {
 			var p pairRecord
 			var err error
-			if p.Base, err = measure(ctx, r.base, b, loadSpec{
-				name: "baseline", target: r.base.base + "/v1/payments", key: uniqueKeys(fmt.Sprintf("b-%d", time.Now().UnixNano())),
-				concurrency: b.concurrency, duration: b.duration,
-			}); err != nil {
+			if p.Base, err = measure(ctx, r.base, b, baselineSpec(r.base, b)); err != nil {
 				return err
 			}
 			spec, after, err := r.candidateSpec(ctx, cand, f, sc, round)
@@ -108,25 +104,8 @@ func (r *scaleRun) candidateSpec(ctx context.Context, cand *target, f fillSpec, 
 	case "inflight":
 		spec.target = cand.base + "/v1/payments/slow"
 		spec.key = oneKey(id)
-		held := r.up.held.Load()
-		done := make(chan error, 1)
-		go func() {
-			code, err := post(context.WithoutCancel(ctx), &http.Client{Timeout: 3 * time.Minute}, spec.target, id)
-			if err == nil && code != http.StatusCreated {
-				err = fmt.Errorf("the held original got %d", code)
-			}
-			done <- err
-		}()
-		deadline := time.Now().Add(10 * time.Second)
-		for r.up.held.Load() <= held {
-			if time.Now().After(deadline) {
-				r.up.release()
-				<-done
-				return spec, nil, errors.New("inflight: the original never reached the upstream")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		return spec, func() error { r.up.release(); return <-done }, nil
+		release, err := holdOriginal(ctx, r.up, spec.target, id)
+		return spec, release, err
 	}
 	return spec, none, nil
 }
@@ -183,10 +162,7 @@ func (r *scaleRun) janitor(ctx context.Context, cand *target) (*janitorRecord, e
 		return rec, err
 	}
 	var err error
-	if rec.Base, err = measure(ctx, r.base, b, loadSpec{
-		name: "baseline", target: r.base.base + "/v1/payments", key: uniqueKeys(fmt.Sprintf("b-%d", time.Now().UnixNano())),
-		concurrency: b.concurrency, duration: b.duration,
-	}); err != nil {
+	if rec.Base, err = measure(ctx, r.base, b, baselineSpec(r.base, b)); err != nil {
 		return rec, err
 	}
 	claims := func(tag string) loadSpec {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"image/color"
 	"io"
@@ -23,14 +22,10 @@ import (
 )
 
 type scaleReport struct {
-	Machine  machineInfo    `json:"machine"`
-	Command  string         `json:"command"`
-	Options  map[string]any `json:"options"`
-	Started  time.Time      `json:"started"`
-	Seconds  float64        `json:"seconds"`
-	Points   []scalePoint   `json:"points"`
-	Plots    []string       `json:"plots,omitempty"`
-	Problems []string       `json:"problems,omitempty"`
+	runInfo
+	Points   []scalePoint `json:"points"`
+	Plots    []string     `json:"plots,omitempty"`
+	Problems []string     `json:"problems,omitempty"`
 }
 
 // scalePoint is one store at one size.
@@ -207,16 +202,7 @@ func writeScaleReport(rep *scaleReport, dir string, stdout io.Writer) error {
 		rep.Problems = append(rep.Problems, "plots: "+err.Error())
 	}
 	rep.Plots = plots
-	md := rep.markdown()
-	fmt.Fprint(stdout, "\n"+md)
-	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md), 0o644); err != nil {
-		return err
-	}
-	js, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), js, 0o644); err != nil {
+	if err := saveResults(stdout, dir, "results", rep.markdown(), rep); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "idembench scale: wrote %s, %s and %d plots\n", filepath.Join(dir, "results.md"), filepath.Join(dir, "results.json"), len(plots))
@@ -300,6 +286,7 @@ func scalePlots(rep *scaleReport, dir string) ([]string, error) {
 	return files, nil
 }
 
+// savePanels draws panels side by side into one PNG at path.
 func savePanels(panels []*plot.Plot, path string) error {
 	const w, h = 14 * vg.Inch, 5 * vg.Inch
 	img := vgimg.New(w, h)

@@ -35,27 +35,58 @@ func openServices(ctx context.Context, dbBase, redisBase string, redisDB int) (*
 	if s.redisURL, s.rdb, err = benchRedis(ctx, redisBase, redisDB, 0); err != nil {
 		return nil, err
 	}
-	var pu *url.URL
-	if s.dbURL, pu, err = schemaURL(dbBase, benchSchema); err != nil {
-		s.close()
-		return nil, err
-	}
-	admin, err := pgxpool.New(ctx, dbBase)
+	admin, err := s.openSchema(ctx, dbBase, benchSchema, "CREATE SCHEMA IF NOT EXISTS "+benchSchema)
 	if err != nil {
 		s.close()
 		return nil, err
 	}
-	_, err = admin.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+benchSchema)
 	admin.Close()
+	return s, nil
+}
+
+// openSchema points s at schema in the loopback PostgreSQL of base: it
+// runs ddl, which creates the schema, on a pool of base's own, and opens
+// s.pool with schema as its search_path. It returns the pool of base,
+// for the caller to keep or close.
+func (s *services) openSchema(ctx context.Context, base, schema, ddl string) (*pgxpool.Pool, error) {
+	dbURL, pu, err := schemaURL(base, schema)
 	if err != nil {
-		s.close()
+		return nil, err
+	}
+	admin, err := pgxpool.New(ctx, base)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := admin.Exec(ctx, ddl); err != nil {
+		admin.Close()
 		return nil, fmt.Errorf("postgres at %s: %w (start it with `make services`)", pu.Host, err)
 	}
-	if s.pool, err = pgxpool.New(ctx, s.dbURL); err != nil {
-		s.close()
+	if s.pool, err = pgxpool.New(ctx, dbURL); err != nil {
+		admin.Close()
 		return nil, err
 	}
-	return s, nil
+	s.dbURL = dbURL
+	return admin, nil
+}
+
+// storeServices opens the services an idemgate store needs (none for
+// memory) and deletes what earlier runs left there; done deletes what
+// this run wrote, even after an interrupt, and closes them.
+func storeServices(ctx context.Context, o *benchOptions, store string) (svc *services, done func(), err error) {
+	if store == "memory" {
+		return nil, func() {}, nil
+	}
+	if svc, err = openServices(ctx, o.dbURL, o.redisURL, o.redisDB); err != nil {
+		return nil, nil, err
+	}
+	if err := svc.reset(ctx); err != nil {
+		svc.close()
+		return nil, nil, err
+	}
+	return svc, func() {
+		_ = svc.reset(context.WithoutCancel(ctx))
+		svc.close()
+	}, nil
 }
 
 // benchRedis connects to the loopback Redis of base, on the logical

@@ -2,17 +2,15 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -76,29 +74,16 @@ func runSoak(ctx context.Context, args []string, getenv func(string) string, std
 	if err := pinSelf(o, stderr); err != nil {
 		return err
 	}
-	if o.dir == "" {
-		o.dir = filepath.Join("bench", "out", "soak-"+time.Now().Format("20060102-150405"))
-	}
-	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+	if err := o.prepare("soak"); err != nil {
 		return err
-	}
-	if _, err := os.Stat(o.bin); err != nil {
-		return fmt.Errorf("%s: %w (run `make build`)", o.bin, err)
 	}
 	rep := &soakReport{Machine: readMachine(), Command: "idembench soak " + strings.Join(args, " "), Store: *store, Rate: *rate, Duration: o.duration.String()}
 
-	var svc *services
-	if *store != "memory" {
-		var err error
-		if svc, err = openServices(ctx, o.dbURL, o.redisURL, o.redisDB); err != nil {
-			return err
-		}
-		defer svc.close()
-		if err := svc.reset(ctx); err != nil {
-			return err
-		}
-		defer func() { _ = svc.reset(context.WithoutCancel(ctx)) }()
+	svc, closeSvc, err := storeServices(ctx, o, *store)
+	if err != nil {
+		return err
 	}
+	defer closeSvc()
 	up := newUpstream(time.Minute)
 	upAddr, stopUp, closeUpIdle, err := serveUpstreamIdle(up)
 	if err != nil {
@@ -109,7 +94,7 @@ func runSoak(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
-	defer c.proc.stop()
+	defer c.proc.Stop(syscall.SIGTERM, stopGrace)
 	client := loadClient(o.concurrency)
 	fmt.Fprintf(stdout, "idembench soak: %s; idemgate store %s at %d req/s for %s after a %s warm-up; results in %s\n",
 		rep.Machine.String(), *store, *rate, o.duration, o.warmup, o.dir)
@@ -133,7 +118,7 @@ func runSoak(ctx context.Context, args []string, getenv func(string) string, std
 		if start.IsZero() {
 			s.At = 0
 		}
-		s.RSS, _ = procRSS(c.proc.pid())
+		s.RSS, _ = procRSS(c.proc.Pid())
 		if g, err := c.gauges(ctx, "go_goroutines", "process_resident_memory_bytes", "go_memstats_heap_inuse_bytes"); err == nil {
 			s.Goroutines, s.PromRSS, s.HeapInuse = g["go_goroutines"], g["process_resident_memory_bytes"], g["go_memstats_heap_inuse_bytes"]
 		}
@@ -194,11 +179,8 @@ func runSoak(ctx context.Context, args []string, getenv func(string) string, std
 			bad = append(bad, fmt.Sprintf("%d×%d", n, code))
 		}
 	}
-	md := rep.markdown()
-	fmt.Fprint(stdout, "\n"+md)
-	_ = os.WriteFile(filepath.Join(o.dir, "soak.md"), []byte(md), 0o644)
-	js, _ := json.MarshalIndent(rep, "", "  ")
-	_ = os.WriteFile(filepath.Join(o.dir, "soak.json"), js, 0o644)
+	// The verdict below matters more than whether the files were saved.
+	_ = saveResults(stdout, o.dir, "soak", rep.markdown(), rep)
 	if len(bad) > 0 {
 		return fmt.Errorf("soak: unexpected answers %s (errors %v)", strings.Join(bad, ", "), res.Errors)
 	}

@@ -41,30 +41,41 @@ type object struct {
 	clusterScoped         bool
 }
 
-// newObject is the Go type of an apiVersion and kind, or nil for a kind
-// these tests do not know (which fails them: every object is checked).
-func newObject(apiVersion, kind string) any {
+// newObject is a new value of the Go type of an apiVersion and kind,
+// kept in c under name, or nil for a kind these tests do not know (which
+// fails them: every object is checked).
+func (c *cluster) newObject(apiVersion, kind, name string) any {
 	switch apiVersion + " " + kind {
 	case "v1 Namespace":
-		return &corev1.Namespace{}
+		return keep(&c.namespaces, name)
 	case "v1 Secret":
-		return &corev1.Secret{}
+		return keep(&c.secrets, name)
 	case "v1 ConfigMap":
-		return &corev1.ConfigMap{}
+		return keep(&c.configMaps, name)
 	case "v1 Service":
-		return &corev1.Service{}
+		return keep(&c.services, name)
 	case "apps/v1 Deployment":
-		return &appsv1.Deployment{}
+		return keep(&c.deployments, name)
 	case "batch/v1 Job":
-		return &batchv1.Job{}
+		return keep(&c.jobs, name)
 	case "policy/v1 PodDisruptionBudget":
-		return &policyv1.PodDisruptionBudget{}
+		return keep(&c.pdbs, name)
 	case "autoscaling/v2 HorizontalPodAutoscaler":
-		return &autoscalingv2.HorizontalPodAutoscaler{}
+		return keep(&c.hpas, name)
 	case "monitoring.coreos.com/v1 ServiceMonitor":
-		return &monitoringv1.ServiceMonitor{}
+		return keep(&c.monitors, name)
 	}
 	return nil
+}
+
+// keep is a new T, kept in *m under name.
+func keep[T any](m *map[string]*T, name string) *T {
+	if *m == nil {
+		*m = map[string]*T{}
+	}
+	o := new(T)
+	(*m)[name] = o
+	return o
 }
 
 // render builds a kustomization with kustomize's Go API, as `kubectl
@@ -75,25 +86,14 @@ func render(t *testing.T, dir string) *cluster {
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
-	c := &cluster{
-		dir:         dir,
-		deployments: map[string]*appsv1.Deployment{},
-		services:    map[string]*corev1.Service{},
-		secrets:     map[string]*corev1.Secret{},
-		configMaps:  map[string]*corev1.ConfigMap{},
-		pdbs:        map[string]*policyv1.PodDisruptionBudget{},
-		hpas:        map[string]*autoscalingv2.HorizontalPodAutoscaler{},
-		jobs:        map[string]*batchv1.Job{},
-		monitors:    map[string]*monitoringv1.ServiceMonitor{},
-		namespaces:  map[string]*corev1.Namespace{},
-	}
+	c := &cluster{dir: dir}
 	for _, r := range resMap.Resources() {
 		kind, name := r.GetKind(), r.GetName()
 		data, err := r.AsYAML()
 		if err != nil {
 			t.Fatalf("%s: %s %s: %v", dir, kind, name, err)
 		}
-		obj := newObject(r.GetApiVersion(), kind)
+		obj := c.newObject(r.GetApiVersion(), kind, name)
 		if obj == nil {
 			t.Errorf("%s: %s %s (%s) is a kind these tests do not check: add it to newObject", dir, kind, name, r.GetApiVersion())
 			continue
@@ -103,26 +103,6 @@ func render(t *testing.T, dir string) *cluster {
 			continue
 		}
 		c.objects = append(c.objects, object{kind: kind, name: name, namespace: r.GetNamespace(), clusterScoped: kind == "Namespace"})
-		switch o := obj.(type) {
-		case *corev1.Namespace:
-			c.namespaces[name] = o
-		case *corev1.Secret:
-			c.secrets[name] = o
-		case *corev1.ConfigMap:
-			c.configMaps[name] = o
-		case *corev1.Service:
-			c.services[name] = o
-		case *appsv1.Deployment:
-			c.deployments[name] = o
-		case *batchv1.Job:
-			c.jobs[name] = o
-		case *policyv1.PodDisruptionBudget:
-			c.pdbs[name] = o
-		case *autoscalingv2.HorizontalPodAutoscaler:
-			c.hpas[name] = o
-		case *monitoringv1.ServiceMonitor:
-			c.monitors[name] = o
-		}
 	}
 	if t.Failed() {
 		t.FailNow()

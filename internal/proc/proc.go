@@ -54,6 +54,9 @@ func Start(s Spec) (*Proc, error) {
 // Name is the name the child was started with.
 func (p *Proc) Name() string { return p.name }
 
+// Pid is the child's process id, which is also its process group's.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Err is how the process ended; nil while it runs.
 func (p *Proc) Err() error {
 	if !p.Exited() {

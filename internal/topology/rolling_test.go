@@ -102,7 +102,7 @@ func TestRollingRestartBehindNginx(t *testing.T) {
 	}
 
 	// Steady load first, then each gateway in turn, then steady load again.
-	sleepUnlessDone(ctx, time.Second)
+	sleepCtx(ctx, time.Second)
 	var restarts int
 	var longestDrain time.Duration
 	var sawDraining int
@@ -120,7 +120,7 @@ func TestRollingRestartBehindNginx(t *testing.T) {
 		}
 		t.Logf("%s restarted: %s from SIGTERM to exit", gw.name, drained.Round(time.Millisecond))
 	}
-	sleepUnlessDone(ctx, time.Second)
+	sleepCtx(ctx, time.Second)
 	stopLoad()
 	wg.Wait()
 
@@ -428,7 +428,7 @@ func (l *load) plain(ctx context.Context, name string) plainStats {
 		if (err != nil || status >= 300) && s.firstFailure == "" {
 			s.firstFailure = fmt.Sprintf("key %s: %d %v", key, status, err)
 		}
-		sleepUnlessDone(ctx, loadPause)
+		sleepCtx(ctx, loadPause)
 	}
 	return s
 }
@@ -512,7 +512,7 @@ func (l *load) retrying(ctx context.Context, name string) retryStats {
 				break
 			}
 		}
-		sleepUnlessDone(ctx, loadPause)
+		sleepCtx(ctx, loadPause)
 	}
 	return s
 }
@@ -539,12 +539,4 @@ func newKey(client string, i int) string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return client + "-" + strconv.Itoa(i) + "-" + hex.EncodeToString(b)
-}
-
-// sleepUnlessDone waits d, or less if ctx ends.
-func sleepUnlessDone(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
 }
