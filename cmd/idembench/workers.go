@@ -138,13 +138,6 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 		return nil
 	})
 
-	srv := asynq.NewServerFromRedisClient(srvRdb, asynq.Config{
-		Concurrency:     *concurrency,
-		Queues:          map[string]int{*queue: 1},
-		ShutdownTimeout: 5 * time.Second,
-		Logger:          quietAsynq{},
-		LogLevel:        asynq.ErrorLevel,
-	})
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -158,8 +151,9 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 	}
 	cpu0, _ := procCPU(os.Getpid())
 	start := time.Now()
-	if err := srv.Start(counted); err != nil {
-		return fmt.Errorf("worker: start: %w", err)
+	stop, err := startWorkerServer(ctx, *mode, srvRdb, opt, *queue, *concurrency, counted)
+	if err != nil {
+		return err
 	}
 	select {
 	case <-allDone:
@@ -167,7 +161,9 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 	}
 	elapsed := time.Since(start)
 	cpu1, _ := procCPU(os.Getpid())
-	srv.Shutdown()
+	if err := stop(); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("worker: %d of %d jobs done (%d handler errors) before %v", processed.Load(), *jobs, failed.Load(), err)
 	}
@@ -177,6 +173,36 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 		JobsPerSec: float64(*jobs) / elapsed.Seconds(), CPUSeconds: (cpu1 - cpu0).Seconds(),
 	}
 	return json.NewEncoder(stdout).Encode(res)
+}
+
+// startWorkerServer starts the asynq server that runs h and returns the
+// function that stops it. Raw mode runs a bare asynq server. Wrapped mode
+// runs workers.Server, as `idemgate worker` does: it also owns the lock
+// releases that follow each job's ack.
+func startWorkerServer(ctx context.Context, mode string, rdb *redis.Client, opt *redis.Options, queue string, concurrency int, h asynq.Handler) (stop func() error, err error) {
+	if mode == "raw" {
+		srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+			Concurrency:     concurrency,
+			Queues:          map[string]int{queue: 1},
+			ShutdownTimeout: 5 * time.Second,
+			Logger:          quietAsynq{},
+			LogLevel:        asynq.ErrorLevel,
+		})
+		if err := srv.Start(h); err != nil {
+			return nil, fmt.Errorf("worker: start: %w", err)
+		}
+		return func() error { srv.Shutdown(); return nil }, nil
+	}
+	srv, err := workers.NewServer(
+		asynq.RedisClientOpt{Addr: opt.Addr, Username: opt.Username, Password: opt.Password, DB: opt.DB},
+		workers.Config{Concurrency: concurrency, Queues: map[string]int{queue: 1}, ShutdownTimeout: 5 * time.Second}, h)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(runCtx) }()
+	return func() error { cancel(); return <-done }, nil
 }
 
 // enqueueJobs enqueues n jobs with distinct keys and resources, several at
