@@ -233,24 +233,7 @@ cur AS (
 	FROM v
 	WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.i = v.i AND NOT cur.claimable)
 	ORDER BY v.i
-	ON CONFLICT (tenant, route, key) DO UPDATE SET
-		fingerprint      = excluded.fingerprint,
-		state            = 'in_flight',
-		owner            = excluded.owner,
-		fencing_token    = CASE WHEN r.expires_at <= now() THEN 1 ELSE r.fencing_token + 1 END,
-		lease_until      = excluded.lease_until,
-		response_status  = NULL,
-		response_headers = NULL,
-		response_body    = NULL,
-		body_omitted     = false,
-		watched          = CASE WHEN r.expires_at <= now() THEN false ELSE r.watched END,
-		created_at       = CASE WHEN r.expires_at <= now() THEN now() ELSE r.created_at END,
-		updated_at       = now(),
-		expires_at       = excluded.expires_at
-	WHERE (r.state <> 'in_flight' OR r.lease_until <= now())
-	  AND (r.expires_at <= now()
-	       OR (r.fingerprint = excluded.fingerprint AND r.state IN ('released', 'in_flight')))
-	RETURNING tenant, route, key, fingerprint, fencing_token, owner, lease_until, created_at, updated_at, expires_at
+` + claimUpsert + `
 ), taken AS (
 	UPDATE idempotency_claims c SET outcome = 'taken_over', ended_at = now()
 	FROM ins

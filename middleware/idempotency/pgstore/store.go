@@ -218,24 +218,7 @@ WITH cur AS (
 		(tenant, route, key, fingerprint, state, owner, fencing_token, lease_until, expires_at)
 	SELECT $1, $2, $3, $4, 'in_flight', $5::text, 1, now() + $6::interval, now() + greatest($6::interval, $7::interval)
 	WHERE NOT EXISTS (SELECT 1 FROM cur WHERE NOT claimable)
-	ON CONFLICT (tenant, route, key) DO UPDATE SET
-		fingerprint      = excluded.fingerprint,
-		state            = 'in_flight',
-		owner            = excluded.owner,
-		fencing_token    = CASE WHEN r.expires_at <= now() THEN 1 ELSE r.fencing_token + 1 END,
-		lease_until      = excluded.lease_until,
-		response_status  = NULL,
-		response_headers = NULL,
-		response_body    = NULL,
-		body_omitted     = false,
-		watched          = CASE WHEN r.expires_at <= now() THEN false ELSE r.watched END,
-		created_at       = CASE WHEN r.expires_at <= now() THEN now() ELSE r.created_at END,
-		updated_at       = now(),
-		expires_at       = excluded.expires_at
-	WHERE (r.state <> 'in_flight' OR r.lease_until <= now())
-	  AND (r.expires_at <= now()
-	       OR (r.fingerprint = excluded.fingerprint AND r.state IN ('released', 'in_flight')))
-	RETURNING fingerprint, fencing_token, owner, lease_until, created_at, updated_at, expires_at
+` + claimUpsert + `
 ), taken AS (
 	UPDATE idempotency_claims c SET outcome = 'taken_over', ended_at = now()
 	FROM ins
@@ -252,6 +235,27 @@ SELECT false, coalesce(claimable, false), fingerprint, state, fencing_token, own
 	coalesce(response_status, 0), response_headers, response_body, body_omitted, created_at, updated_at, expires_at
 FROM cur
 WHERE NOT EXISTS (SELECT 1 FROM ins)`
+
+// claimUpsert ends the insert of claimSQL and claimManySQL: a record that
+// exists is taken over only when the claim may have it (see claimSQL).
+const claimUpsert = `ON CONFLICT (tenant, route, key) DO UPDATE SET
+		fingerprint      = excluded.fingerprint,
+		state            = 'in_flight',
+		owner            = excluded.owner,
+		fencing_token    = CASE WHEN r.expires_at <= now() THEN 1 ELSE r.fencing_token + 1 END,
+		lease_until      = excluded.lease_until,
+		response_status  = NULL,
+		response_headers = NULL,
+		response_body    = NULL,
+		body_omitted     = false,
+		watched          = CASE WHEN r.expires_at <= now() THEN false ELSE r.watched END,
+		created_at       = CASE WHEN r.expires_at <= now() THEN now() ELSE r.created_at END,
+		updated_at       = now(),
+		expires_at       = excluded.expires_at
+	WHERE (r.state <> 'in_flight' OR r.lease_until <= now())
+	  AND (r.expires_at <= now()
+	       OR (r.fingerprint = excluded.fingerprint AND r.state IN ('released', 'in_flight')))
+	RETURNING tenant, route, key, fingerprint, fencing_token, owner, lease_until, created_at, updated_at, expires_at`
 
 // Claim claims req.Scope for req.Owner. When the answer to a claim is lost
 // with its connection, Claim runs it again; finding the record in flight
