@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -104,14 +102,6 @@ func directJob[T any](t *testing.T, pool *pgxpool.Pool, tenant, task string, pay
 	return workers.Job[T]{Key: key, Tenant: tenant, Resource: resource, Payload: payload, Token: token, Attempt: 1}
 }
 
-// testLogger shows the handlers' decisions with -v and hides them otherwise.
-func testLogger() *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
 // bizEnv is one test's worker for the four example jobs, built as a user
 // builds it (the declarations, Register, Handlers.Mux), on a schema of its
 // own, Redis under a prefix of its own and a partner of its own.
@@ -142,7 +132,7 @@ func newBizEnv(t *testing.T, simOpts partnersim.Options, adjust func(*Business, 
 		DB:       e.pool,
 		Redis:    e.rdb,
 		Lock:     lock.Options{Prefix: e.prefix, TTL: 20 * time.Second},
-		Logger:   testLogger(),
+		Logger:   testenv.Logger(),
 		OnStatus: e.results.record,
 	}
 	b := Business{
@@ -150,7 +140,7 @@ func newBizEnv(t *testing.T, simOpts partnersim.Options, adjust func(*Business, 
 		Redis:       e.rdb,
 		PartnerURL:  e.partner.URL,
 		DedupPrefix: e.prefix,
-		Logger:      testLogger(),
+		Logger:      testenv.Logger(),
 	}
 	if adjust != nil {
 		adjust(&b, &deps)

@@ -16,6 +16,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/idemgate/idemgate/internal/partnersim"
+	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/workers"
 )
 
@@ -257,24 +258,9 @@ func TestPaymentPartnerRefusalIsPermanent(t *testing.T) {
 	}
 }
 
-// fakeClock is a clock tests move by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
+// newFakeClock is a clock tests move by hand.
+func newFakeClock() *testenv.Clock {
+	return testenv.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 }
 
 // While the partner keeps failing, the breaker opens after Failures calls

@@ -2,9 +2,6 @@ package receiver
 
 import (
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/idemgate/idemgate/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -24,20 +23,6 @@ const (
 	testSecret  = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	otherSecret = "whsec_c2Vjb25kIHNlY3JldCBmb3Igcm90YXRpb24="
 )
-
-// signature signs as the sender does: "v1," + base64 HMAC-SHA256 of
-// "{id}.{timestamp}.{body}" keyed with the decoded secret.
-func signature(t testing.TB, secret, id string, ts int64, body []byte) string {
-	t.Helper()
-	key, err := base64.StdEncoding.DecodeString(secret[len("whsec_"):])
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(id + "." + strconv.FormatInt(ts, 10) + "."))
-	m.Write(body)
-	return "v1," + base64.StdEncoding.EncodeToString(m.Sum(nil))
-}
 
 // wire is a delivery as the sender writes it.
 type wire struct {
@@ -76,7 +61,7 @@ func signedRequest(t testing.TB, secret string, w wire, body []byte) *http.Reque
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set("webhook-id", w.JobID)
 	r.Header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
-	r.Header.Set("webhook-signature", signature(t, secret, w.JobID, now.Unix(), body))
+	r.Header.Set("webhook-signature", testenv.WebhookSignature(t, secret, w.JobID, now.Unix(), body))
 	r.Header.Set("Idempotency-Key", w.BusinessKey)
 	r.Header.Set("Idempotency-Fencing-Token", w.FencingToken)
 	r.Header.Set("Idemgate-Tenant", w.Tenant)

@@ -3,8 +3,6 @@ package workers
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -17,14 +15,6 @@ import (
 	"github.com/idemgate/idemgate/workers/fence"
 	"github.com/idemgate/idemgate/workers/lock"
 )
-
-// testLogger shows the handlers' decisions with -v and hides them otherwise.
-func testLogger() *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
 
 func TestHandleRunsTheEffectOnce(t *testing.T) {
 	t.Parallel()
@@ -121,14 +111,7 @@ func TestLockBusyIsNotAnAttempt(t *testing.T) {
 	h := Handle(e.deps(obs, 20*time.Second), kind, orderKey, orderResource, plainEffect(e.pool, "A", &calls), WithMaxAttempts(1))
 	task := newTask(t, "3")
 
-	other, err := lock.New(e.rdb, lock.Options{Prefix: e.prefix, TTL: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, err := other.Acquire(t.Context(), "order:3")
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := e.holdLock(t, "order:3")
 	for range 3 {
 		err := h.ProcessTask(t.Context(), task)
 		var busy *LockBusyError
@@ -174,14 +157,7 @@ func TestReplayWhileTheResourceIsLocked(t *testing.T) {
 	if err := h.ProcessTask(t.Context(), task); err != nil {
 		t.Fatal(err)
 	}
-	other, err := lock.New(e.rdb, lock.Options{Prefix: e.prefix, TTL: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, err := other.Acquire(t.Context(), "order:31")
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := e.holdLock(t, "order:31")
 	t.Cleanup(func() { _ = held.Release(context.WithoutCancel(t.Context())) })
 	if err := h.ProcessTask(t.Context(), task); err != nil {
 		t.Fatalf("replay while the resource is locked: %v, want an ack", err)

@@ -1,29 +1,18 @@
 package workers
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/workers/lock"
+	"github.com/idemgate/idemgate/internal/testenv"
 )
 
 // logLines is a JSON log kept for a test to read back.
-type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+type logLines struct{ testenv.SyncBuffer }
 
 func (l *logLines) logger() *slog.Logger {
 	return slog.New(slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -32,15 +21,14 @@ func (l *logLines) logger() *slog.Logger {
 // find returns the first line whose msg contains msg.
 func (l *logLines) find(t *testing.T, msg string) map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
+	log := l.String()
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
 		var m map[string]any
 		if json.Unmarshal([]byte(line), &m) == nil && strings.Contains(m["msg"].(string), msg) {
 			return m
 		}
 	}
-	t.Fatalf("no log line %q in:\n%s", msg, l.buf.String())
+	t.Fatalf("no log line %q in:\n%s", msg, log)
 	return nil
 }
 
@@ -66,14 +54,7 @@ func TestLogFields(t *testing.T) {
 	h := Handle(deps, kind, orderKey, orderResource, plainEffect(e.pool, "A", &calls))
 	task := newTask(t, "log-1")
 
-	other, err := lock.New(e.rdb, lock.Options{Prefix: e.prefix, TTL: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, err := other.Acquire(t.Context(), "order:log-1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := e.holdLock(t, "order:log-1")
 	if err := h.ProcessTask(t.Context(), task); err == nil {
 		t.Fatal("a delivery while the resource is locked succeeded")
 	}

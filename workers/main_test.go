@@ -90,12 +90,27 @@ func (e *env) deps(obs Observer, ttl time.Duration) Deps {
 		DB:       e.pool,
 		Redis:    e.rdb,
 		Lock:     lock.Options{Prefix: e.prefix, TTL: ttl},
-		Logger:   testLogger(),
+		Logger:   testenv.Logger(),
 		Observer: obs,
 	}
 }
 
 func (e *env) lockKey(orderID string) string { return e.prefix + "lock:{order:" + orderID + "}" }
+
+// holdLock takes the lock on resource as another worker would, so a
+// delivery of a job on it finds the resource busy.
+func (e *env) holdLock(t *testing.T, resource string) *lock.Lease {
+	t.Helper()
+	other, err := lock.New(e.rdb, lock.Options{Prefix: e.prefix, TTL: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := other.Acquire(t.Context(), resource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return held
+}
 
 type effect struct {
 	ID     int64

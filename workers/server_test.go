@@ -14,7 +14,6 @@ import (
 
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/workers/execution"
-	"github.com/idemgate/idemgate/workers/lock"
 )
 
 // serverEnv adds a real asynq server on a queue of the test's own.
@@ -58,7 +57,7 @@ func (s *serverEnv) start(t *testing.T, h asynq.Handler, cfg Config) (stop func(
 		cfg.Retry = Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond, Busy: 50 * time.Millisecond}
 	}
 	srv, err := NewServer(s.redisOpt, cfg, h,
-		WithLogger(testLogger()),
+		WithLogger(testenv.Logger()),
 		WithAsynqConfig(func(c *asynq.Config) {
 			c.TaskCheckInterval = 50 * time.Millisecond
 			c.DelayedTaskCheckInterval = 100 * time.Millisecond
@@ -160,14 +159,7 @@ func TestServerLockContentionDoesNotDeadLetter(t *testing.T) {
 	deps.MaxAttempts = 3
 	h := Handle(deps, kind, orderKey, orderResource, plainEffect(s.pool, "A", &calls))
 
-	holder, err := lock.New(s.rdb, lock.Options{Prefix: s.prefix, TTL: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, err := holder.Acquire(t.Context(), "order:21")
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := s.holdLock(t, "order:21")
 	defer held.Release(context.Background())
 
 	s.start(t, h, Config{MaxAttempts: 3})

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -141,10 +140,7 @@ func TestSharedRateLimit(t *testing.T) {
 	cfg := writeConfig(t, "memory", dbURL, redisURL, up.srv.URL, extra)
 	body, _ := os.ReadFile(cfg)
 	body = bytes.Replace(body, []byte("name: tiny"), []byte("name: "+tenant), 1)
-	cfg = filepath.Join(t.TempDir(), "shared.yaml")
-	if err := os.WriteFile(cfg, body, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg = writeFile(t, "shared.yaml", string(body))
 	a, b := startGateway(t, cfg), startGateway(t, cfg)
 	statuses := []int{}
 	for i, g := range []*gatewayProc{a, b, a, b} {
@@ -161,20 +157,14 @@ func TestLogFlags(t *testing.T) {
 	redisURL := testenv.RedisURL(t)
 	up := newUpstream(t)
 	cfg := writeConfig(t, "memory", "", redisURL, up.srv.URL, "")
-	ctx, cancel := context.WithCancel(context.Background())
-	out, errOut := &testenv.SyncBuffer{}, &testenv.SyncBuffer{}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--config", cfg, "--log-format", "text", "--log-level", "debug"}, func(string) string { return "" }, out, errOut)
-	}()
-	waitFor(t, "gateway listening", 30*time.Second, func() bool { return addrs(out.String())["public"] != "" })
-	pub := addrs(out.String())["public"]
+	p := runInProcess("serve", "--config", cfg, "--log-format", "text", "--log-level", "debug")
+	waitFor(t, "gateway listening", 30*time.Second, func() bool { return addrs(p.out.String())["public"] != "" })
+	pub := addrs(p.out.String())["public"]
 	send(t, pub, req{path: "/v1/payments", key: "log-" + randomID()})
-	cancel()
-	if err := <-done; err != nil {
+	if err := p.stop(); err != nil {
 		t.Fatal(err)
 	}
-	log := errOut.String()
+	log := p.errOut.String()
 	if !strings.Contains(log, "level=INFO msg=listening") || !strings.Contains(log, "msg=request") || strings.Contains(log, `{"time"`) {
 		t.Fatalf("--log-format text: want text lines, got:\n%s", tail(log, 2000))
 	}
@@ -196,10 +186,7 @@ jobs:
 routes:
   - {name: labels, methods: [POST], path: /v1/labels, enqueue: {task: label.print}}
 `
-	path := filepath.Join(t.TempDir(), "labels.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeFile(t, "labels.yaml", cfg)
 	for _, args := range [][]string{{"worker", "--config", path}, {"config", "check", "--config", path}} {
 		code, _, errOut := cli(t, nil, args...)
 		if code != 2 || !strings.Contains(errOut, `"label.print"`) || !strings.Contains(errOut, "deliver.http") {

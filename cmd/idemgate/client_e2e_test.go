@@ -12,7 +12,6 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/gateway/gatewaytest"
@@ -29,11 +28,7 @@ import (
 // the gateway serves, which describes its configured enqueue routes.
 func TestGeneratedClientEndToEnd(t *testing.T) {
 	dbURL, redisURL := testenv.Postgres(t), testenv.RedisURL(t)
-	pool, err := pgxpool.New(context.Background(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.PoolAt(t, dbURL)
 	// invoice.create calls no partner: nothing listens at the partner URL.
 	cfg := flowConfig(t, dbURL, redisURL, "http://127.0.0.1:1", "client"+randomID())
 	g := startGateway(t, cfg)

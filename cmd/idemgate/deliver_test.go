@@ -7,8 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -143,18 +141,12 @@ func (s *scriptedReceiver) effectsOf(tenant, orderID string) int {
 // deliverConfig declares shipment.book delivered over HTTP to url.
 func deliverConfig(t *testing.T, dbURL, redisURL, url, queue string) string {
 	t.Helper()
-	cfg := fmt.Sprintf(`listen: "127.0.0.1:0"
-admin_listen: "127.0.0.1:0"
-admin_token_sha256: %q
-store: postgres
-database_url: %q
-redis_url: %q
-tenants:
+	cfg := configHead("postgres", dbURL, redisURL) + fmt.Sprintf(`tenants:
   - {name: acme, api_key_sha256: [%q]}
   - {name: globex, api_key_sha256: [%q]}
 jobs:
   - task: shipment.book
-    queue: %[6]s
+    queue: %[3]s
     schema:
       type: object
       additionalProperties: false
@@ -167,8 +159,8 @@ jobs:
     max_attempts: 5
     deliver:
       http:
-        url: %[7]q
-        secret: %[8]q
+        url: %[4]q
+        secret: %[5]q
         timeout: 20s
         headers: {X-Api-Key: static-key}
 routes:
@@ -176,15 +168,11 @@ routes:
 worker:
   admin_listen: "127.0.0.1:0"
   concurrency: 4
-  queues: {%[6]s: 1}
+  queues: {%[3]s: 1}
   lock_ttl: 5s
   shutdown_timeout: 5s
-`, sha(adminToken), dbURL, redisURL, sha("acme-key"), sha("globex-key"), queue, url, webhookSecret)
-	path := filepath.Join(t.TempDir(), "deliver.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+`, sha("acme-key"), sha("globex-key"), queue, url, webhookSecret)
+	return writeFile(t, "deliver.yaml", cfg)
 }
 
 // TestHTTPDeliveryEndToEnd runs a declared job delivered over HTTP through

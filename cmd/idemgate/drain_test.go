@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,11 +25,7 @@ server: {drain_delay: 5s, shutdown_timeout: 20s}
 routes:
   - {name: payments, methods: [POST], path: /v1/payments, upstream: %q}
 `, sha(adminToken), up.srv.URL)
-	path := filepath.Join(t.TempDir(), "idemgate.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	g := startGateway(t, path)
+	g := startGateway(t, writeFile(t, "idemgate.yaml", cfg))
 	client := &http.Client{Timeout: 5 * time.Second}
 	t.Cleanup(client.CloseIdleConnections)
 	get := func(path string) (*http.Response, error) {

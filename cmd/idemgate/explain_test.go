@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/internal/partnersim"
 	"github.com/idemgate/idemgate/internal/testenv"
@@ -96,11 +94,7 @@ func TestExplainJob(t *testing.T) {
 		t.Skip("waits for asynq to redeliver a killed worker's task")
 	}
 	dbURL, redisURL := testenv.Postgres(t), testenv.RedisURL(t)
-	pool, err := pgxpool.New(context.Background(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.PoolAt(t, dbURL)
 	partner := &faultyPartner{sim: partnersim.New(partnersim.Options{}), hung: make(chan struct{}), stop: make(chan struct{})}
 	srv := httptest.NewServer(partner)
 	t.Cleanup(srv.Close)
@@ -205,11 +199,7 @@ func TestExplainJob(t *testing.T) {
 // failed job with an effect stands for it) exits 1 and says why.
 func TestExplainViolation(t *testing.T) {
 	dbURL := testenv.Postgres(t)
-	pool, err := pgxpool.New(context.Background(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.PoolAt(t, dbURL)
 	ctx := context.Background()
 	for _, q := range []string{
 		`INSERT INTO jobs (id, tenant, route, idempotency_key, task, queue, business_key, payload, status, attempts, last_error)
@@ -249,28 +239,8 @@ func TestExplainKeyTakeOver(t *testing.T) {
 	dbURL, redisURL := testenv.Postgres(t), testenv.RedisURL(t)
 	up := newUpstream(t)
 	cfg := writeConfig(t, "postgres", dbURL, redisURL, up.srv.URL, "")
-	child, cmd := startChild(t, cfg)
 	key := "killed-" + randomID()
-	errc := make(chan error, 1)
-	go func() {
-		_, err := sendErr(child.public, req{path: "/v1/slow?ms=60000", key: key})
-		errc <- err
-	}()
-	waitFor(t, "the doomed gateway forwarded the request", 30*time.Second, func() bool { return up.count("/v1/slow", key) == 1 })
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	<-errc
-	g := startGateway(t, cfg)
-	var r resp
-	waitFor(t, "take-over after the lease", 30*time.Second, func() bool {
-		r = send(t, g.public, req{path: "/v1/slow?ms=60000", key: key})
-		return r.status != 409
-	})
-	if r.status != 201 {
-		t.Fatalf("retry after the crash: %d %s", r.status, r.body)
-	}
+	g, _ := killMidRequest(t, cfg, up, key)
 
 	code, out, errOut := cli(t, nil, "explain", "--config", cfg, "--key", "acme", "slow", key, "--json")
 	if code != 0 {

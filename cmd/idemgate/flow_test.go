@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -28,34 +27,24 @@ import (
 // call sim.
 func flowConfig(t *testing.T, dbURL, redisURL, partnerURL, queue string) string {
 	t.Helper()
-	cfg := fmt.Sprintf(`listen: "127.0.0.1:0"
-admin_listen: "127.0.0.1:0"
-admin_token_sha256: %q
-store: postgres
-database_url: %q
-redis_url: %q
-tenants:
+	cfg := configHead("postgres", dbURL, redisURL) + fmt.Sprintf(`tenants:
   - name: acme
     api_key_sha256: [%q]
 routes:
-  - {name: invoices, methods: [POST], path: /v1/invoices, enqueue: {task: invoice.create, queue: %[5]s}}
-  - {name: inventory, methods: [POST], path: /v1/inventory/adjustments, enqueue: {task: inventory.adjust, queue: %[5]s}}
-  - {name: charges, methods: [POST], path: /v1/payments/charges, enqueue: {task: payment.charge, queue: %[5]s}}
-  - {name: notifications, methods: [POST], path: /v1/notifications, enqueue: {task: notification.send, queue: %[5]s}}
+  - {name: invoices, methods: [POST], path: /v1/invoices, enqueue: {task: invoice.create, queue: %[2]s}}
+  - {name: inventory, methods: [POST], path: /v1/inventory/adjustments, enqueue: {task: inventory.adjust, queue: %[2]s}}
+  - {name: charges, methods: [POST], path: /v1/payments/charges, enqueue: {task: payment.charge, queue: %[2]s}}
+  - {name: notifications, methods: [POST], path: /v1/notifications, enqueue: {task: notification.send, queue: %[2]s}}
 worker:
   admin_listen: "127.0.0.1:0"
   concurrency: 8
-  queues: {%[5]s: 1}
+  queues: {%[2]s: 1}
   lock_ttl: 5s
   max_attempts: 25
-  partner_url: %[6]q
+  partner_url: %[3]q
   shutdown_timeout: 10s
-`, sha(adminToken), dbURL, redisURL, sha("acme-key"), queue, partnerURL)
-	path := filepath.Join(t.TempDir(), "flow.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+`, sha("acme-key"), queue, partnerURL)
+	return writeFile(t, "flow.yaml", cfg)
 }
 
 // appendConfig adds top-level keys to the configuration file at path.
@@ -76,39 +65,21 @@ func appendConfig(t *testing.T, path, keys string) {
 // startWorker runs `idemgate worker` in this process.
 func startWorker(t *testing.T, cfgPath string) func() error {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	out, errOut := &testenv.SyncBuffer{}, &testenv.SyncBuffer{}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"worker", "--config", cfgPath}, func(string) string { return "" }, out, errOut)
-	}()
-	waitFor(t, "worker listening", 30*time.Second, func() bool { return addrs(out.String())["worker-admin"] != "" })
-	var once sync.Once
-	var err error
-	stop := func() error {
-		once.Do(func() { cancel(); err = <-done })
-		return err
-	}
+	p := runInProcess("worker", "--config", cfgPath)
+	waitFor(t, "worker listening", 30*time.Second, func() bool { return addrs(p.out.String())["worker-admin"] != "" })
 	t.Cleanup(func() {
-		_ = stop()
+		_ = p.stop()
 		if t.Failed() {
-			t.Logf("worker log (last 4000 bytes):\n%s", tail(errOut.String(), 4000))
+			t.Logf("worker log (last 4000 bytes):\n%s", tail(p.errOut.String(), 4000))
 		}
 	})
-	return stop
+	return p.stop
 }
 
 // startWorkerProcess runs `idemgate worker` as a child process to kill.
 func startWorkerProcess(t *testing.T, cfgPath string) *exec.Cmd {
 	t.Helper()
-	args, _ := json.Marshal([]string{"worker", "--config", cfgPath})
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "DATABASE_DIRECT_URL=") && !strings.HasPrefix(kv, "REDIS_URL=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, childEnv+"="+string(args))
+	cmd := childCommand("worker", "--config", cfgPath)
 	out := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, nil
 	if err := cmd.Start(); err != nil {
@@ -128,6 +99,23 @@ func tail(s string, n int) string {
 
 type submission struct {
 	route, path, key, body string
+}
+
+// exampleSubmissions are n jobs of each of the four example kinds, their
+// keys and ids unique to run. The i-th inventory adjustment changes the
+// stock of skus[i%len(skus)] by delta(i).
+func exampleSubmissions(run string, n int, skus []string, delta func(i int) int) []submission {
+	var subs []submission
+	for i := range n {
+		id := fmt.Sprintf("%s-%d", run, i)
+		subs = append(subs,
+			submission{"invoices", "/v1/invoices", "inv-" + id, fmt.Sprintf(`{"order_id":"o-%s","amount_cents":%d,"currency":"EUR"}`, id, 100+i)},
+			submission{"inventory", "/v1/inventory/adjustments", "adj-" + id, fmt.Sprintf(`{"adjustment_id":"a-%s","sku":%q,"delta":%d}`, id, skus[i%len(skus)], delta(i))},
+			submission{"charges", "/v1/payments/charges", "pay-" + id, fmt.Sprintf(`{"payment_id":"p-%s","amount_cents":%d,"currency":"EUR"}`, id, 500+i)},
+			submission{"notifications", "/v1/notifications", "ntf-" + id, fmt.Sprintf(`{"event_id":"e-%s","user_id":"u-%d","template":"receipt"}`, id, i%7)},
+		)
+	}
+	return subs
 }
 
 func count(t *testing.T, pool *pgxpool.Pool, q string, args ...any) int {
@@ -185,11 +173,7 @@ func withExecMode(t *testing.T, dbURL string) string {
 // the direct connection.
 func testJobsEndToEnd(t *testing.T, dbURL, direct string) {
 	redisURL := testenv.RedisURL(t)
-	pool, err := pgxpool.New(context.Background(), cmp.Or(direct, dbURL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.PoolAt(t, cmp.Or(direct, dbURL))
 	seeded := rand.New(rand.NewPCG(1, 2))
 	var randMu sync.Mutex
 	sim := partnersim.New(partnersim.Options{FailRate: 0.1, DropRate: 0.1, Rand: func() float64 {
@@ -219,16 +203,7 @@ func testJobsEndToEnd(t *testing.T, dbURL, direct string) {
 
 	const perKind = 60
 	run := randomID()
-	var subs []submission
-	for i := range perKind {
-		id := fmt.Sprintf("%s-%d", run, i)
-		subs = append(subs,
-			submission{"invoices", "/v1/invoices", "inv-" + id, fmt.Sprintf(`{"order_id":"o-%s","amount_cents":%d,"currency":"EUR"}`, id, 100+i)},
-			submission{"inventory", "/v1/inventory/adjustments", "adj-" + id, fmt.Sprintf(`{"adjustment_id":"a-%s","sku":%q,"delta":%d}`, id, skus[i%len(skus)], -(i%5 + 1))},
-			submission{"charges", "/v1/payments/charges", "pay-" + id, fmt.Sprintf(`{"payment_id":"p-%s","amount_cents":%d,"currency":"EUR"}`, id, 500+i)},
-			submission{"notifications", "/v1/notifications", "ntf-" + id, fmt.Sprintf(`{"event_id":"e-%s","user_id":"u-%d","template":"receipt"}`, id, i%7)},
-		)
-	}
+	subs := exampleSubmissions(run, perKind, skus, func(i int) int { return -(i%5 + 1) })
 	// Each job three times at once; every answer is the job (202) or
 	// "still in flight" (409), and every 202 names the same job.
 	var wg sync.WaitGroup
@@ -321,6 +296,7 @@ func testJobsEndToEnd(t *testing.T, dbURL, direct string) {
 	// same key, until the planted charge is answered.
 	var rogue resp
 	waitFor(t, "the planted charge", 30*time.Second, func() bool {
+		var err error
 		rogue, err = sendErr(partner.URL, req{path: "/charges", key: "rogue-" + run, apiKey: "-", body: `{"payment_id":"p-` + run + `-0","amount_cents":500,"currency":"EUR"}`})
 		return err == nil && rogue.status == 201
 	})
@@ -336,11 +312,7 @@ func testJobsEndToEnd(t *testing.T, dbURL, direct string) {
 // once replayed.
 func TestDeadLetters(t *testing.T) {
 	dbURL, redisURL := testenv.Postgres(t), testenv.RedisURL(t)
-	pool, err := pgxpool.New(context.Background(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.PoolAt(t, dbURL)
 	partner := httptest.NewServer(partnersim.New(partnersim.Options{}))
 	t.Cleanup(partner.Close)
 	queue := "dlq" + randomID()

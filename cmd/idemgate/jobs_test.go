@@ -2,9 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/hibiken/asynq"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -43,21 +40,22 @@ func getJob(t *testing.T, base, id, apiKey string) resp {
 	t.Helper()
 	hr, _ := http.NewRequest(http.MethodGet, base+"/v1/jobs/"+id, nil)
 	hr.Header.Set("Authorization", "Bearer "+apiKey)
-	res, err := client.Do(hr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return resp{status: res.StatusCode, header: res.Header, body: b}
+	return roundTrip(t, client, hr)
+}
+
+// startEnqueueGateway starts a gateway with the example enqueue routes on
+// a queue of its own, which it returns.
+func startEnqueueGateway(t *testing.T, dbURL, redisURL string) (*gatewayProc, string) {
+	t.Helper()
+	up := newUpstream(t)
+	queue := "q" + randomID()
+	cfg := writeConfig(t, "postgres", dbURL, redisURL, up.srv.URL, strings.ReplaceAll(enqueueRoutes, "%s", queue))
+	return startGateway(t, cfg), queue
 }
 
 func TestEnqueueRoutes(t *testing.T) {
 	dbURL, redisURL := testenv.Postgres(t), testenv.RedisURL(t)
-	up := newUpstream(t)
-	queue := "q" + randomID()
-	cfg := writeConfig(t, "postgres", dbURL, redisURL, up.srv.URL, strings.ReplaceAll(enqueueRoutes, "%s", queue))
-	g := startGateway(t, cfg)
+	g, queue := startEnqueueGateway(t, dbURL, redisURL)
 	run := randomID()
 
 	body := `{"order_id":"o-` + run + `","amount_cents":4200,"currency":"EUR"}`
@@ -119,16 +117,12 @@ func TestEnqueueRoutes(t *testing.T) {
 		}
 	}
 	// Nothing was recorded or queued for a refused body: one job, one task.
-	pool, err := pgxpool.New(t.Context(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.PoolAt(t, dbURL)
 	if n := count(t, pool, `SELECT count(*) FROM jobs`); n != 1 {
 		t.Errorf("%d job records, want 1: a refused payload was recorded", n)
 	}
-	inspector := asynq.NewInspector(asynq.RedisClientOpt{Addr: strings.TrimPrefix(strings.TrimSuffix(redisURL, "/0"), "redis://")})
-	t.Cleanup(func() { _ = inspector.DeleteQueue(queue, true); _ = inspector.Close() })
+	inspector := inspectorFor(t, redisURL)
+	t.Cleanup(func() { _ = inspector.DeleteQueue(queue, true) })
 	if tasks, err := inspector.ListPendingTasks(queue); err != nil || len(tasks) != 1 {
 		t.Errorf("pending tasks %d (%v), want 1: a refused payload was queued", len(tasks), err)
 	}

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -29,14 +27,7 @@ type childProc struct {
 
 func startProcess(t *testing.T, args ...string) *childProc {
 	t.Helper()
-	argv, _ := json.Marshal(args)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "REDIS_URL=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, childEnv+"="+string(argv))
+	cmd := childCommand(args...)
 	c := &childProc{cmd: cmd, out: &testenv.SyncBuffer{}, errOut: &testenv.SyncBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = c.out, c.errOut
 	if err := cmd.Start(); err != nil {
@@ -217,35 +208,19 @@ func TestWorkerAdminListener(t *testing.T) {
 	cfgPath := flowConfig(t, dbURL, redisURL, "http://127.0.0.1:1", "q"+randomID())
 	ca := tlsfilestest.NewCA(t)
 	certFile, keyFile := ca.Issue(t, "127.0.0.1").Write(t, t.TempDir(), "worker")
-	f, err := os.OpenFile(cfgPath, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// flowConfig ends inside the worker block.
-	_, err = fmt.Fprintf(f, "  admin_tls: {cert_file: %q, key_file: %q}\n", certFile, keyFile)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	out, errOut := &testenv.SyncBuffer{}, &testenv.SyncBuffer{}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"worker", "--config", cfgPath}, func(string) string { return "" }, out, errOut)
-	}()
+	appendConfig(t, cfgPath, fmt.Sprintf("  admin_tls: {cert_file: %q, key_file: %q}\n", certFile, keyFile))
+	p := runInProcess("worker", "--config", cfgPath)
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := p.stop(); err != nil {
 			t.Errorf("worker: %v", err)
 		}
 		if t.Failed() {
-			t.Logf("worker log:\n%s", tail(errOut.String(), 4000))
+			t.Logf("worker log:\n%s", tail(p.errOut.String(), 4000))
 		}
 	})
-	waitFor(t, "worker listening", 60*time.Second, func() bool { return addrs(out.String())["worker-admin"] != "" })
-	admin := addrs(out.String())["worker-admin"]
+	waitFor(t, "worker listening", 60*time.Second, func() bool { return addrs(p.out.String())["worker-admin"] != "" })
+	admin := addrs(p.out.String())["worker-admin"]
 	if !strings.HasPrefix(admin, "https://") {
 		t.Fatalf("worker admin listener announced as %s, want https://", admin)
 	}
@@ -254,13 +229,7 @@ func TestWorkerAdminListener(t *testing.T) {
 		t.Helper()
 		hr, _ := http.NewRequest(http.MethodGet, admin+path, nil)
 		set(hr)
-		res, err := c.Do(hr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return resp{status: res.StatusCode, header: res.Header, body: b}
+		return roundTrip(t, c, hr)
 	}
 	none := func(*http.Request) {}
 	bearer := func(tok string) func(*http.Request) {

@@ -4,13 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/idemgate/idemgate/internal/testenv"
 )
 
 // childEnv makes the test binary run idemgate itself (with the JSON list of
@@ -54,6 +59,63 @@ func addrs(out string) map[string]string {
 		}
 	}
 	return found
+}
+
+// writeFile writes text to a file name in a directory of the test's own
+// and returns its path.
+func writeFile(t *testing.T, name, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// inProcess is `idemgate ARGS` run in this process through run, its
+// stdout and stderr kept apart.
+type inProcess struct {
+	out, errOut *testenv.SyncBuffer
+	cancel      context.CancelFunc
+	done        chan error
+	once        sync.Once
+	err         error
+}
+
+// runInProcess starts `idemgate ARGS`; the caller stops it.
+func runInProcess(args ...string) *inProcess {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &inProcess{out: &testenv.SyncBuffer{}, errOut: &testenv.SyncBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		p.done <- run(ctx, args, func(string) string { return "" }, p.out, p.errOut)
+	}()
+	return p
+}
+
+// stop cancels the run and returns what it ended with; it may be called
+// more than once.
+func (p *inProcess) stop() error {
+	p.once.Do(func() {
+		p.cancel()
+		p.err = <-p.done
+	})
+	return p.err
+}
+
+// childCommand is the test binary run as `idemgate ARGS` in a process of
+// its own. The child reads its whole configuration from the file: an
+// ambient DATABASE_URL, DATABASE_DIRECT_URL or REDIS_URL would point it at
+// another store.
+func childCommand(args ...string) *exec.Cmd {
+	argv, _ := json.Marshal(args)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "DATABASE_DIRECT_URL=") && !strings.HasPrefix(kv, "REDIS_URL=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, childEnv+"="+string(argv))
+	return cmd
 }
 
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {

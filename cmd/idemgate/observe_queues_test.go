@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,10 +15,7 @@ import (
 // just enqueued on.
 func TestQueuesUI(t *testing.T) {
 	dbURL, redisURL := testenv.Postgres(t), testenv.RedisURL(t)
-	up := newUpstream(t)
-	queue := "q" + randomID()
-	cfg := writeConfig(t, "postgres", dbURL, redisURL, up.srv.URL, strings.ReplaceAll(enqueueRoutes, "%s", queue))
-	g := startGateway(t, cfg)
+	g, queue := startEnqueueGateway(t, dbURL, redisURL)
 	run := randomID()
 	if r := send(t, g.public, req{path: "/v1/invoices", key: run, body: `{"order_id":"o-` + run + `","amount_cents":100,"currency":"EUR"}`}); r.status != http.StatusAccepted {
 		t.Fatalf("enqueue: %d %s", r.status, r.body)
@@ -40,14 +36,10 @@ func TestQueuesUI(t *testing.T) {
 	// A browser sends the token as the Basic password.
 	hr, _ := http.NewRequest("GET", g.admin+"/admin/queues/api/queues", nil)
 	hr.SetBasicAuth("operator", adminToken)
-	res, err := client.Do(hr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
-	if res.StatusCode != 200 {
-		t.Fatalf("asynqmon API with Basic credentials: %d %s", res.StatusCode, body)
+	basic := roundTrip(t, client, hr)
+	body := basic.body
+	if basic.status != 200 {
+		t.Fatalf("asynqmon API with Basic credentials: %d %s", basic.status, body)
 	}
 	var list struct {
 		Queues []struct {

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/internal/testenv"
@@ -154,11 +153,7 @@ func TestTypeScriptReceiverEndToEnd(t *testing.T) {
 	baseURL := testenv.PostgresURL(t)
 	buildReceiverNode(t)
 
-	pool, err := pgxpool.New(context.Background(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.PoolAt(t, dbURL)
 
 	// The receiver's tables live in a schema of their own, dropped after
 	// the receiver has stopped (cleanups run last registered first).

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -26,14 +25,8 @@ import (
 func relayConfig(t *testing.T, dbURL, redisURL, partnerURL, queue string) string {
 	t.Helper()
 	path := flowConfig(t, dbURL, redisURL, partnerURL, queue)
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString("  requeue_after: 1s\n  requeue_interval: 250ms\n"); err != nil {
-		t.Fatal(err)
-	}
+	// flowConfig ends inside the worker block.
+	appendConfig(t, path, "  requeue_after: 1s\n  requeue_interval: 250ms\n")
 	return path
 }
 
@@ -49,11 +42,7 @@ type relayWorld struct {
 func newRelayWorld(t *testing.T, redisURL string) *relayWorld {
 	t.Helper()
 	dbURL := testenv.Postgres(t)
-	pool, err := pgxpool.New(context.Background(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.PoolAt(t, dbURL)
 	if _, err := pool.Exec(context.Background(),
 		`INSERT INTO inventory_items (tenant, sku, initial_stock, stock, fencing_token) VALUES ('acme', 'sku-r', 1000, 1000, 0)`); err != nil {
 		t.Fatal(err)
@@ -67,20 +56,10 @@ func newRelayWorld(t *testing.T, redisURL string) *relayWorld {
 	return w
 }
 
-// submissions are n jobs of each example kind.
+// submissions are n jobs of each example kind; each adjustment takes one
+// from sku-r, the only stocked SKU.
 func (w *relayWorld) submissions(n int) []submission {
-	run := randomID()
-	var subs []submission
-	for i := range n {
-		id := fmt.Sprintf("%s-%d", run, i)
-		subs = append(subs,
-			submission{"invoices", "/v1/invoices", "inv-" + id, fmt.Sprintf(`{"order_id":"o-%s","amount_cents":%d,"currency":"EUR"}`, id, 100+i)},
-			submission{"inventory", "/v1/inventory/adjustments", "adj-" + id, fmt.Sprintf(`{"adjustment_id":"a-%s","sku":"sku-r","delta":-1}`, id)},
-			submission{"charges", "/v1/payments/charges", "pay-" + id, fmt.Sprintf(`{"payment_id":"p-%s","amount_cents":%d,"currency":"EUR"}`, id, 500+i)},
-			submission{"notifications", "/v1/notifications", "ntf-" + id, fmt.Sprintf(`{"event_id":"e-%s","user_id":"u-%d","template":"receipt"}`, id, i)},
-		)
-	}
-	return subs
+	return exampleSubmissions(randomID(), n, []string{"sku-r"}, func(int) int { return -1 })
 }
 
 // accept submits each job once and wants the job (202) for each.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,9 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,16 +101,22 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 
 const adminToken = "admin-secret"
 
-// writeConfig writes a gateway configuration in front of up.
-func writeConfig(t *testing.T, store, dbURL, redisURL, upURL string, extra string) string {
-	t.Helper()
-	cfg := fmt.Sprintf(`listen: "127.0.0.1:0"
+// configHead starts a test configuration: listeners on free ports, the
+// admin token, and the stores.
+func configHead(store, dbURL, redisURL string) string {
+	return fmt.Sprintf(`listen: "127.0.0.1:0"
 admin_listen: "127.0.0.1:0"
 admin_token_sha256: %q
 store: %s
 database_url: %q
 redis_url: %q
-auth: {mode: api_key}
+`, sha(adminToken), store, dbURL, redisURL)
+}
+
+// writeConfig writes a gateway configuration in front of up.
+func writeConfig(t *testing.T, store, dbURL, redisURL, upURL string, extra string) string {
+	t.Helper()
+	cfg := configHead(store, dbURL, redisURL) + fmt.Sprintf(`auth: {mode: api_key}
 tenants:
   - name: acme
     api_key_sha256: [%q]
@@ -135,13 +138,9 @@ routes:
   - {name: big, methods: [POST], path: /v1/big, upstream: %q, idempotency: {max_stored_response_bytes: 1024}}
   - {name: hang, methods: [POST], path: /v1/hang, upstream: %q, timeout: 300ms, idempotency: {on_ambiguous: hold}}
   - {name: dead, methods: [POST], path: /v1/dead, upstream: "http://127.0.0.1:1"}
-%s`, sha(adminToken), store, dbURL, redisURL, sha("acme-key"), sha("globex-key"), sha("tiny-key"),
+%s`, sha("acme-key"), sha("globex-key"), sha("tiny-key"),
 		upURL, upURL, upURL, upURL, upURL, upURL, upURL, extra)
-	path := filepath.Join(t.TempDir(), "idemgate.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeFile(t, "idemgate.yaml", cfg)
 }
 
 // gateway is one running `idemgate serve`.
@@ -153,35 +152,22 @@ type gatewayProc struct {
 // startGateway runs `idemgate serve` in this process through run.
 func startGateway(t *testing.T, cfgPath string) *gatewayProc {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	out, errOut := &testenv.SyncBuffer{}, &testenv.SyncBuffer{}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--config", cfgPath}, func(string) string { return "" }, out, errOut)
-	}()
+	p := runInProcess("serve", "--config", cfgPath)
 	var a map[string]string
 	waitFor(t, "gateway listening", 30*time.Second, func() bool {
 		select {
-		case err := <-done:
-			t.Fatalf("gateway exited early: %v\n%s", err, errOut)
+		case err := <-p.done:
+			t.Fatalf("gateway exited early: %v\n%s", err, p.errOut)
 		default:
 		}
-		a = addrs(out.String())
+		a = addrs(p.out.String())
 		return a["public"] != "" && a["admin"] != ""
 	})
-	var once sync.Once
-	var stopErr error
-	g := &gatewayProc{public: a["public"], admin: a["admin"], stop: func() error {
-		once.Do(func() {
-			cancel()
-			stopErr = <-done
-		})
-		return stopErr
-	}}
+	g := &gatewayProc{public: a["public"], admin: a["admin"], stop: p.stop}
 	t.Cleanup(func() {
 		_ = g.stop()
 		if t.Failed() {
-			t.Logf("gateway log:\n%s", errOut)
+			t.Logf("gateway log:\n%s", p.errOut)
 		}
 	})
 	return g
@@ -191,16 +177,7 @@ func startGateway(t *testing.T, cfgPath string) *gatewayProc {
 // killed without a chance to clean up.
 func startChild(t *testing.T, cfgPath string) (*gatewayProc, *exec.Cmd) {
 	t.Helper()
-	args, _ := json.Marshal([]string{"serve", "--config", cfgPath})
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	// The child reads its whole configuration from the file: an ambient
-	// DATABASE_URL or REDIS_URL would point it at another store.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "REDIS_URL=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, childEnv+"="+string(args))
+	cmd := childCommand("serve", "--config", cfgPath)
 	out := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, io.Discard
 	if err := cmd.Start(); err != nil {
@@ -295,7 +272,13 @@ func adminDo(t *testing.T, g *gatewayProc, method, path, token string) resp {
 	if token != "" {
 		hr.Header.Set("Authorization", "Bearer "+token)
 	}
-	res, err := client.Do(hr)
+	return roundTrip(t, client, hr)
+}
+
+// roundTrip sends hr with c and reads the whole answer.
+func roundTrip(t *testing.T, c *http.Client, hr *http.Request) resp {
+	t.Helper()
+	res, err := c.Do(hr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -608,8 +591,25 @@ func testAdmin(t *testing.T, g *gatewayProc, k func(string) string) {
 }
 
 func testKilled(t *testing.T, cfg string, up *upstream, k func(string) string) {
-	child, cmd := startChild(t, cfg)
 	key := k("killed")
+	if _, err := killMidRequest(t, cfg, up, key); err == nil {
+		t.Fatal("the client of a killed gateway got an answer")
+	}
+	hs := up.headers("/v1/slow", key)
+	if len(hs) != 2 || hs[1].Get("Idempotency-Key") != "acme:"+key || fencingToken(hs[1]) <= fencingToken(hs[0]) {
+		t.Fatalf("upstream saw %d calls; take-over key %q token %q, want the same key and a higher token",
+			len(hs), hs[len(hs)-1].Get("Idempotency-Key"), hs[len(hs)-1].Get("Idempotency-Fencing-Token"))
+	}
+}
+
+// killMidRequest starts a gateway process on cfg and kills it while it
+// forwards a slow request with key. A gateway restarted on the same store
+// takes the claim over once the dead one's lease (2s) expires: the retry
+// of key on it must succeed. It returns that gateway and what the client
+// of the killed one got.
+func killMidRequest(t *testing.T, cfg string, up *upstream, key string) (*gatewayProc, error) {
+	t.Helper()
+	child, cmd := startChild(t, cfg)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := sendErr(child.public, req{path: "/v1/slow?ms=60000", key: key})
@@ -620,11 +620,7 @@ func testKilled(t *testing.T, cfg string, up *upstream, k func(string) string) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	if err := <-errc; err == nil {
-		t.Fatal("the client of a killed gateway got an answer")
-	}
-	// A restarted gateway on the same store takes the claim over once the
-	// dead one's lease (2s) expires.
+	killedErr := <-errc
 	g := startGateway(t, cfg)
 	var r resp
 	waitFor(t, "take-over after the lease", 30*time.Second, func() bool {
@@ -634,11 +630,7 @@ func testKilled(t *testing.T, cfg string, up *upstream, k func(string) string) {
 	if r.status != 201 {
 		t.Fatalf("retry after the crash: %d %s", r.status, r.body)
 	}
-	hs := up.headers("/v1/slow", key)
-	if len(hs) != 2 || hs[1].Get("Idempotency-Key") != "acme:"+key || fencingToken(hs[1]) <= fencingToken(hs[0]) {
-		t.Fatalf("upstream saw %d calls; take-over key %q token %q, want the same key and a higher token",
-			len(hs), hs[len(hs)-1].Get("Idempotency-Key"), hs[len(hs)-1].Get("Idempotency-Fencing-Token"))
-	}
+	return g, killedErr
 }
 
 func TestServeStoreDown(t *testing.T) {

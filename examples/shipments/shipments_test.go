@@ -2,9 +2,6 @@ package shipments_test
 
 import (
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -38,16 +35,12 @@ func delivery(t *testing.T, tenant, orderID string, token int64, data string) *h
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	k, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
-	mac := hmac.New(sha256.New, k)
-	mac.Write([]byte(jobID + "." + ts + "."))
-	mac.Write(env)
+	ts := time.Now().Unix()
 	r := httptest.NewRequest(http.MethodPost, "/hooks/shipments", bytes.NewReader(env))
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set("webhook-id", jobID)
-	r.Header.Set("webhook-timestamp", ts)
-	r.Header.Set("webhook-signature", "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+	r.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	r.Header.Set("webhook-signature", testenv.WebhookSignature(t, secret, jobID, ts, env))
 	r.Header.Set("Idempotency-Key", key)
 	r.Header.Set("Idempotency-Fencing-Token", strconv.FormatInt(token, 10))
 	r.Header.Set("Idemgate-Tenant", tenant)

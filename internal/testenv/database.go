@@ -2,14 +2,11 @@ package testenv
 
 import (
 	"context"
-	"database/sql"
 	"net/url"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/idemgate/idemgate/migrations"
 )
 
 // Database creates a database of the test's own on the server of
@@ -55,13 +52,6 @@ func Database(t testing.TB) string {
 
 	u.Path = "/" + name
 	direct := u.String()
-	db, err := sql.Open("pgx", direct)
-	if err != nil {
-		t.Fatalf("testenv: open postgres: %v", err)
-	}
-	defer db.Close()
-	if err := migrations.Up(ctx, db); err != nil {
-		t.Fatalf("testenv: migrate: %v", err)
-	}
+	migrate(ctx, t, direct)
 	return direct
 }

@@ -30,11 +30,18 @@ import (
 // PostgresURL returns TEST_DATABASE_URL or skips the test.
 func PostgresURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv("TEST_DATABASE_URL")
-	if u == "" {
-		t.Skip("TEST_DATABASE_URL not set: skipping PostgreSQL integration test (make test sets it)")
+	return envOrSkip(t, "TEST_DATABASE_URL", "PostgreSQL")
+}
+
+// envOrSkip returns the variable name or skips the test that needs the
+// service it points at.
+func envOrSkip(t testing.TB, name, service string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		t.Skip(name + " not set: skipping " + service + " integration test (make test sets it)")
 	}
-	return u
+	return v
 }
 
 // Postgres creates a schema of the test's own, applies every migration in
@@ -68,7 +75,14 @@ func Postgres(t testing.TB) string {
 	})
 
 	u := WithSearchPath(t, base, schema)
-	db, err := sql.Open("pgx", u)
+	migrate(ctx, t, u)
+	return u
+}
+
+// migrate applies every migration to the database (or schema) at dbURL.
+func migrate(ctx context.Context, t testing.TB, dbURL string) {
+	t.Helper()
+	db, err := sql.Open("pgx", dbURL)
 	if err != nil {
 		t.Fatalf("testenv: open postgres: %v", err)
 	}
@@ -76,13 +90,19 @@ func Postgres(t testing.TB) string {
 	if err := migrations.Up(ctx, db); err != nil {
 		t.Fatalf("testenv: migrate: %v", err)
 	}
-	return u
 }
 
 // Pool opens a pgx pool on Postgres(t), closed when the test ends.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), Postgres(t))
+	return PoolAt(t, Postgres(t))
+}
+
+// PoolAt opens a pgx pool on dbURL, closed when the test ends: for a test
+// that also hands the URL to the code under test.
+func PoolAt(t testing.TB, dbURL string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dbURL)
 	if err != nil {
 		t.Fatalf("testenv: pool: %v", err)
 	}
@@ -106,11 +126,7 @@ func WithSearchPath(t testing.TB, dbURL, schema string) string {
 // RedisURL returns TEST_REDIS_URL or skips the test.
 func RedisURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv("TEST_REDIS_URL")
-	if u == "" {
-		t.Skip("TEST_REDIS_URL not set: skipping Redis integration test (make test sets it)")
-	}
-	return u
+	return envOrSkip(t, "TEST_REDIS_URL", "Redis")
 }
 
 // Redis returns a client on TEST_REDIS_URL, closed when the test ends.
@@ -129,10 +145,7 @@ func Redis(t testing.TB) *redis.Client {
 // list of nodes), or skips the test.
 func RedisCluster(t testing.TB) *redis.ClusterClient {
 	t.Helper()
-	u := os.Getenv("TEST_REDIS_CLUSTER_URL")
-	if u == "" {
-		t.Skip("TEST_REDIS_CLUSTER_URL not set: skipping Redis Cluster integration test (make test sets it)")
-	}
+	u := envOrSkip(t, "TEST_REDIS_CLUSTER_URL", "Redis Cluster")
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(u, ",")})
 	t.Cleanup(func() { _ = c.Close() })
 	return c

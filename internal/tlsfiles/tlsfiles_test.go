@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,25 +24,14 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// clock is a settable time for the looks at the files.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
+// wantCertificate fails the test unless pair holds leaf's certificate;
+// when says at which point, and which certificate it should be.
+func wantCertificate(t *testing.T, pair *tlsfiles.Pair, leaf *tlsfilestest.Leaf, when string) {
+	t.Helper()
+	if got := pair.Certificate().Leaf.SerialNumber; got.Cmp(leaf.Cert.SerialNumber) != 0 {
+		t.Fatalf("serial %s %s", got, when)
+	}
 }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-func serial(c *tls.Certificate) string { return c.Leaf.SerialNumber.String() }
 
 func TestLoadPairNamesTheFileAtFault(t *testing.T) {
 	t.Parallel()
@@ -206,7 +194,8 @@ func TestBadFileKeepsThePreviousCertificate(t *testing.T) {
 	ca := tlsfilestest.NewCA(t)
 	first, second := ca.Issue(t, "a.test"), ca.Issue(t, "a.test")
 	certFile, keyFile := first.Write(t, dir, "a")
-	clk := &clock{now: time.Now()}
+	// clk is a settable time for the looks at the files.
+	clk := testenv.NewClock(time.Now())
 	logs := &testenv.SyncBuffer{}
 	pair, err := tlsfiles.Load(certFile, keyFile, tlsfiles.Options{
 		Interval: time.Minute, Now: clk.Now, Logger: slog.New(slog.NewTextHandler(logs, nil)),
@@ -219,13 +208,9 @@ func TestBadFileKeepsThePreviousCertificate(t *testing.T) {
 	if err := os.WriteFile(certFile, second.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if got := serial(pair.Certificate()); got != first.Cert.SerialNumber.String() {
-		t.Fatalf("serial %s before the interval passed, want the first certificate", got)
-	}
-	clk.advance(time.Minute)
-	if got := serial(pair.Certificate()); got != first.Cert.SerialNumber.String() {
-		t.Fatalf("serial %s with a key that does not match, want the first certificate kept", got)
-	}
+	wantCertificate(t, pair, first, "before the interval passed, want the first certificate")
+	clk.Add(time.Minute)
+	wantCertificate(t, pair, first, "with a key that does not match, want the first certificate kept")
 	if log := logs.String(); !strings.Contains(log, "level=ERROR") || !strings.Contains(log, "does not match") || !strings.Contains(log, keyFile) {
 		t.Fatalf("no error logged for the mismatched key:\n%s", log)
 	}
@@ -237,10 +222,8 @@ func TestBadFileKeepsThePreviousCertificate(t *testing.T) {
 	if err := os.WriteFile(keyFile, second.KeyPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	clk.advance(time.Minute)
-	if got := serial(pair.Certificate()); got != second.Cert.SerialNumber.String() {
-		t.Fatalf("serial %s once the key matches, want the second certificate", got)
-	}
+	clk.Add(time.Minute)
+	wantCertificate(t, pair, second, "once the key matches, want the second certificate")
 }
 
 // Reload re-reads files whose size and modification time did not change,
@@ -254,22 +237,18 @@ func TestReloadForcesARead(t *testing.T) {
 		t.Fatalf("certificates for the same names differ in size (%d, %d): the test cannot hide the change", len(first.CertPEM), len(second.CertPEM))
 	}
 	certFile, keyFile := first.Write(t, dir, "a")
-	clk := &clock{now: time.Now()}
+	clk := testenv.NewClock(time.Now())
 	pair, err := tlsfiles.Load(certFile, keyFile, tlsfiles.Options{Interval: time.Second, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hide(t, second, certFile, keyFile)
-	clk.advance(time.Hour)
-	if got := serial(pair.Certificate()); got != first.Cert.SerialNumber.String() {
-		t.Fatalf("serial %s: files with the same size and time were re-read without Reload", got)
-	}
+	clk.Add(time.Hour)
+	wantCertificate(t, pair, first, "from files with the same size and time, want the first certificate: they were re-read without Reload")
 	if err := pair.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if got := serial(pair.Certificate()); got != second.Cert.SerialNumber.String() {
-		t.Fatalf("serial %s after Reload, want the second certificate", got)
-	}
+	wantCertificate(t, pair, second, "after Reload, want the second certificate")
 }
 
 // hide writes leaf over the files keeping their size and modification time.

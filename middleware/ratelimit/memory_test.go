@@ -5,34 +5,17 @@ import (
 	"errors"
 	"math"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sethvargo/go-limiter"
 
+	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
 )
 
-// clock is a test's time, moved by hand.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+// newClock is a test's time, moved by hand.
+func newClock() *testenv.Clock { return testenv.NewClock(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)) }
 
 func newMemory(t *testing.T, c ratelimit.MemoryConfig) *ratelimit.Memory {
 	t.Helper()

@@ -1,14 +1,10 @@
 package execution_test
 
 import (
-	"database/sql"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/idemgate/idemgate/internal/testenv"
-	"github.com/idemgate/idemgate/migrations"
 	"github.com/idemgate/idemgate/workers/execution"
 )
 
@@ -151,22 +147,9 @@ func TestDeleteEndedAttempts(t *testing.T) {
 // TestLedgerMigration: 00010 adds the ledger tables and rolls back
 // cleanly, leaving the execution state alone.
 func TestLedgerMigration(t *testing.T) {
-	dbURL := testenv.Postgres(t)
-	db, err := sql.Open("pgx", dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	p, err := migrations.Provider(db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dbURL, db, p := migratedSchema(t)
 	ctx := t.Context()
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.PoolAt(t, dbURL)
 	store := execution.New(pool)
 	a := execution.Attempt{Tenant: "acme", Key: "invoice:1", Task: "invoice.create", Resource: "acme/order:1"}
 	if _, err := store.Take(ctx, a); err != nil {

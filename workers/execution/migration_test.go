@@ -4,20 +4,19 @@ import (
 	"database/sql"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver for goose
+	"github.com/pressly/goose/v3"
 
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/migrations"
 	"github.com/idemgate/idemgate/workers/execution"
 )
 
-// TestTenantScopeMigration: rows written before business keys had a
-// tenant (migration 00006) keep working after it. An execution takes the
-// tenant of its job, and a tenant's fencing counter continues above every
-// token its business rows already hold, or its next write would be
-// refused as stale.
-func TestTenantScopeMigration(t *testing.T) {
+// migratedSchema returns the URL of a schema of the test's own with every
+// migration applied, a database/sql handle on it (closed when the test
+// ends) and the provider that moves it down and up again.
+func migratedSchema(t *testing.T) (string, *sql.DB, *goose.Provider) {
+	t.Helper()
 	dbURL := testenv.Postgres(t)
 	db, err := sql.Open("pgx", dbURL)
 	if err != nil {
@@ -28,6 +27,16 @@ func TestTenantScopeMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dbURL, db, p
+}
+
+// TestTenantScopeMigration: rows written before business keys had a
+// tenant (migration 00006) keep working after it. An execution takes the
+// tenant of its job, and a tenant's fencing counter continues above every
+// token its business rows already hold, or its next write would be
+// refused as stale.
+func TestTenantScopeMigration(t *testing.T) {
+	dbURL, db, p := migratedSchema(t)
 	ctx := t.Context()
 	if _, err := p.DownTo(ctx, 5); err != nil {
 		t.Fatal(err)
@@ -50,12 +59,7 @@ func TestTenantScopeMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	store := execution.New(pool)
+	store := execution.New(testenv.PoolAt(t, dbURL))
 	rec, err := store.Get(ctx, "acme", "invoice:o-1")
 	if err != nil || rec.Status != execution.StatusSucceeded || rec.FencingToken != 7 {
 		t.Fatalf("acme's execution after the migration: %+v %v, want its succeeded row", rec, err)
@@ -80,16 +84,7 @@ func TestTenantScopeMigration(t *testing.T) {
 // attempts (every one so far found a dependency unavailable); rolling it
 // back counts such a job as having had one.
 func TestUnavailableAttemptsMigration(t *testing.T) {
-	dbURL := testenv.Postgres(t)
-	db, err := sql.Open("pgx", dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	p, err := migrations.Provider(db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, db, p := migratedSchema(t)
 	ctx := t.Context()
 	const insert = `INSERT INTO job_executions (tenant, key, task, resource, status, attempt_count, fencing_token)
 		VALUES ('acme', $1, 'payment.charge', 'acme/payment:1', 'processing', 0, 1)`

@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -54,6 +53,28 @@ func newStore(t testing.TB, client redis.UniversalClient, c redislimit.Config) *
 	}
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	return s
+}
+
+// newLimiter is the middleware on rdb under prefix, keyed by the
+// X-Test-Tenant header; a store error fails the test. It hands each store
+// it makes to made, when set.
+func newLimiter(t *testing.T, rdb redis.UniversalClient, prefix string, limits ratelimit.Limits, made func(*redislimit.Store)) *ratelimit.Limiter {
+	t.Helper()
+	lim, err := ratelimit.New(limits, func(l ratelimit.Limit) (limiter.Store, error) {
+		s, err := redislimit.New(rdb, &redislimit.Config{Tokens: l.Tokens, Interval: l.Interval, Prefix: prefix})
+		if made != nil {
+			made(s)
+		}
+		return s, err
+	}, ratelimit.Config{
+		Key:     func(r *http.Request) string { return r.Header.Get("X-Test-Tenant") },
+		OnError: func(_ *http.Request, err error) { t.Errorf("store error: %v", err) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lim.Close(context.Background()) })
+	return lim
 }
 
 type take struct {
@@ -375,21 +396,9 @@ func TestLargeBudgets(t *testing.T) {
 func TestLargeBudgetEverySecond(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, client func(testing.TB) redis.UniversalClient) {
-		prefix := testenv.Prefix()
-		rdb := client(t)
 		var store *redislimit.Store
-		lim, err := ratelimit.New(ratelimit.Limits{"acme": {Tokens: 100_000_000, Interval: time.Second}}, func(l ratelimit.Limit) (limiter.Store, error) {
-			s, err := redislimit.New(rdb, &redislimit.Config{Tokens: l.Tokens, Interval: l.Interval, Prefix: prefix})
-			store = s
-			return s, err
-		}, ratelimit.Config{
-			Key:     func(r *http.Request) string { return r.Header.Get("X-Test-Tenant") },
-			OnError: func(_ *http.Request, err error) { t.Errorf("store error: %v", err) },
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = lim.Close(context.Background()) })
+		lim := newLimiter(t, client(t), testenv.Prefix(), ratelimit.Limits{"acme": {Tokens: 100_000_000, Interval: time.Second}},
+			func(s *redislimit.Store) { store = s })
 		h := lim.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 		first := mustTake(t, store, "acme")
 		time.Sleep(time.Until(time.Unix(0, int64(first.reset))) + 20*time.Millisecond)
@@ -461,20 +470,7 @@ func TestNewValidates(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := redislimit.New(tt.client, tt.cfg)
-			if len(tt.want) == 0 {
-				if err != nil {
-					t.Fatalf("New: %v", err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("New: nil, want %q", tt.want)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("New: %q does not mention %q", err, w)
-				}
-			}
+			testenv.WantError(t, "New", err, tt.want)
 		})
 	}
 }
@@ -524,17 +520,7 @@ func TestMiddlewareAcrossInstances(t *testing.T) {
 		var served atomic.Int64
 		var gateways []http.Handler
 		for range 2 {
-			rdb := client(t)
-			lim, err := ratelimit.New(limits, func(l ratelimit.Limit) (limiter.Store, error) {
-				return redislimit.New(rdb, &redislimit.Config{Tokens: l.Tokens, Interval: l.Interval, Prefix: prefix})
-			}, ratelimit.Config{
-				Key:     func(r *http.Request) string { return r.Header.Get("X-Test-Tenant") },
-				OnError: func(_ *http.Request, err error) { t.Errorf("store error: %v", err) },
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = lim.Close(context.Background()) })
+			lim := newLimiter(t, client(t), prefix, limits, nil)
 			gateways = append(gateways, lim.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served.Add(1) })))
 		}
 		status := map[string][]int{}

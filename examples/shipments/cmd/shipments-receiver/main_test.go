@@ -4,9 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -98,19 +95,15 @@ func postDelivery(t *testing.T, url string) *http.Response {
 	t.Helper()
 	body := []byte(`{"type":"shipment.book","timestamp":"2026-12-03T08:00:00Z","job_id":"job_1","tenant":"acme",` +
 		`"business_key":"shipment:o-1","attempt":1,"fencing_token":"1","data":{"order_id":"o-1","quantity":2}}`)
-	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	key, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte("job_1." + ts + "."))
-	mac.Write(body)
+	ts := time.Now().Unix()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("webhook-id", "job_1")
-	req.Header.Set("webhook-timestamp", ts)
-	req.Header.Set("webhook-signature", "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("webhook-signature", testenv.WebhookSignature(t, secret, "job_1", ts, body))
 	req.Header.Set("Idempotency-Key", "shipment:o-1")
 	req.Header.Set("Idempotency-Fencing-Token", "1")
 	req.Header.Set("Idemgate-Tenant", "acme")
