@@ -82,11 +82,8 @@ type op struct {
 	// batches never wait for each other in a cycle.
 	order string
 	scan  func(pgx.Row) error // a query; nil for an Exec
-	// many, when set, is the multi-row form of sql, whose per-row
-	// arguments are args (multirow.go).
-	many *manyRows
-	tag  pgconn.CommandTag
-	done chan error // buffered 1
+	tag   pgconn.CommandTag
+	done  chan error // buffered 1
 }
 
 // batchError tells a caller its statement must run again on its own.
@@ -110,9 +107,8 @@ type batcher struct {
 	wg     sync.WaitGroup
 
 	// What went out: statements and the batches (round trips, commits)
-	// that carried them, and how many of those statements shared a
-	// multi-row statement with others.
-	statements, batches, shared atomic.Int64
+	// that carried them.
+	statements, batches atomic.Int64
 }
 
 func newBatcher(pool *pgxpool.Pool, flushers, max int, timeout time.Duration) *batcher {
@@ -218,13 +214,7 @@ func (b *batcher) run(ops []*op) {
 	}
 	b.statements.Add(int64(len(ops)))
 	b.batches.Add(1)
-	stmts := plan(ops)
-	for _, st := range stmts {
-		if st.many != nil {
-			b.shared.Add(int64(len(st.ops)))
-		}
-	}
-	results, err := send(ctx, conn, ops, stmts)
+	results, err := send(ctx, conn, ops)
 	for i, o := range ops {
 		if err != nil {
 			o.done <- err
@@ -278,25 +268,25 @@ func (b *batcher) context(ops []*op) (context.Context, context.CancelFunc) {
 	}
 }
 
-// send runs ops on conn under ctx, as the statements stmts (plan). Results are read in full, and the batch
+// send runs ops on conn under ctx. Results are read in full, and the batch
 // closed (which returns after the commit), before any is handed back. A
 // non-nil error means no statement's result stands.
-func send(ctx context.Context, conn *pgxpool.Conn, ops []*op, stmts []statement) ([]error, error) {
+func send(ctx context.Context, conn *pgxpool.Conn, ops []*op) ([]error, error) {
 	var batch pgx.Batch
-	for _, st := range stmts {
-		st.queue(&batch, ops)
+	for _, o := range ops {
+		batch.Queue(o.sql, o.args...)
 	}
 	br := conn.SendBatch(ctx, &batch)
 	results := make([]error, len(ops))
-	typeMap := conn.Conn().TypeMap()
-	for _, st := range stmts {
-		st.read(br, typeMap, ops, results)
-	}
 	var failed error
-	for _, err := range results {
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			failed = err
-			break
+	for i, o := range ops {
+		if o.scan != nil {
+			results[i] = o.scan(br.QueryRow())
+		} else {
+			o.tag, results[i] = br.Exec()
+		}
+		if results[i] != nil && !errors.Is(results[i], pgx.ErrNoRows) && failed == nil {
+			failed = results[i]
 		}
 	}
 	closeErr := br.Close()

@@ -51,9 +51,6 @@ type Store struct {
 	batch        *batcher // nil: batching off
 	instance     string   // names this gateway in the claim ledger
 
-	// The multi-row forms of claimSQL and completeSQL (multirow.go).
-	claimMany, completeMany *manyRows
-
 	mu       sync.Mutex
 	watchers map[string]map[*watcher]struct{} // by scope id
 	started  bool
@@ -132,8 +129,6 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 		flushers:     defaultFlushers,
 		maxBatch:     defaultMaxBatch,
 		batchTimeout: defaultBatchTimeout,
-		claimMany:    &manyRows{casts: claimCasts, text: claimManySQL},
-		completeMany: &manyRows{casts: completeCasts, text: completeManySQL},
 	}
 	for _, opt := range opts {
 		opt(s)
@@ -146,9 +141,9 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 
 // exec runs a write through the batcher when viaBatch (and batching is
 // on), else on its own.
-func (s *Store) exec(ctx context.Context, viaBatch bool, order string, many *manyRows, sql string, args ...any) (pgconn.CommandTag, error) {
+func (s *Store) exec(ctx context.Context, viaBatch bool, order, sql string, args ...any) (pgconn.CommandTag, error) {
 	if viaBatch && s.batch != nil {
-		o := &op{sql: sql, args: args, order: order, many: many}
+		o := &op{sql: sql, args: args, order: order}
 		if err, ok := s.batch.do(ctx, o); ok {
 			if err != nil {
 				return pgconn.CommandTag{}, err
@@ -160,9 +155,9 @@ func (s *Store) exec(ctx context.Context, viaBatch bool, order string, many *man
 }
 
 // queryRow is exec for a statement that returns one row.
-func (s *Store) queryRow(ctx context.Context, viaBatch bool, order string, many *manyRows, sql string, scan func(pgx.Row) error, args ...any) error {
+func (s *Store) queryRow(ctx context.Context, viaBatch bool, order, sql string, scan func(pgx.Row) error, args ...any) error {
 	if viaBatch && s.batch != nil {
-		if err, ok := s.batch.do(ctx, &op{sql: sql, args: args, order: order, scan: scan, many: many}); ok {
+		if err, ok := s.batch.do(ctx, &op{sql: sql, args: args, order: order, scan: scan}); ok {
 			return err
 		}
 	}
@@ -218,27 +213,7 @@ WITH cur AS (
 		(tenant, route, key, fingerprint, state, owner, fencing_token, lease_until, expires_at)
 	SELECT $1, $2, $3, $4, 'in_flight', $5::text, 1, now() + $6::interval, now() + greatest($6::interval, $7::interval)
 	WHERE NOT EXISTS (SELECT 1 FROM cur WHERE NOT claimable)
-` + claimUpsert + `
-), taken AS (
-	UPDATE idempotency_claims c SET outcome = 'taken_over', ended_at = now()
-	FROM ins
-	WHERE c.tenant = $1 AND c.route = $2 AND c.key = $3 AND c.outcome IS NULL
-), ledger AS (
-	INSERT INTO idempotency_claims (tenant, route, key, fencing_token, owner, instance)
-	SELECT $1, $2, $3, fencing_token, owner, $8::text FROM ins
-)
-SELECT true, false, fingerprint, 'in_flight', fencing_token, owner, lease_until,
-	0, NULL::jsonb, NULL::bytea, false, created_at, updated_at, expires_at
-FROM ins
-UNION ALL
-SELECT false, coalesce(claimable, false), fingerprint, state, fencing_token, owner, lease_until,
-	coalesce(response_status, 0), response_headers, response_body, body_omitted, created_at, updated_at, expires_at
-FROM cur
-WHERE NOT EXISTS (SELECT 1 FROM ins)`
-
-// claimUpsert ends the insert of claimSQL and claimManySQL: a record that
-// exists is taken over only when the claim may have it (see claimSQL).
-const claimUpsert = `ON CONFLICT (tenant, route, key) DO UPDATE SET
+	ON CONFLICT (tenant, route, key) DO UPDATE SET
 		fingerprint      = excluded.fingerprint,
 		state            = 'in_flight',
 		owner            = excluded.owner,
@@ -255,7 +230,23 @@ const claimUpsert = `ON CONFLICT (tenant, route, key) DO UPDATE SET
 	WHERE (r.state <> 'in_flight' OR r.lease_until <= now())
 	  AND (r.expires_at <= now()
 	       OR (r.fingerprint = excluded.fingerprint AND r.state IN ('released', 'in_flight')))
-	RETURNING tenant, route, key, fingerprint, fencing_token, owner, lease_until, created_at, updated_at, expires_at`
+	RETURNING fingerprint, fencing_token, owner, lease_until, created_at, updated_at, expires_at
+), taken AS (
+	UPDATE idempotency_claims c SET outcome = 'taken_over', ended_at = now()
+	FROM ins
+	WHERE c.tenant = $1 AND c.route = $2 AND c.key = $3 AND c.outcome IS NULL
+), ledger AS (
+	INSERT INTO idempotency_claims (tenant, route, key, fencing_token, owner, instance)
+	SELECT $1, $2, $3, fencing_token, owner, $8::text FROM ins
+)
+SELECT true, false, fingerprint, 'in_flight', fencing_token, owner, lease_until,
+	0, NULL::jsonb, NULL::bytea, false, created_at, updated_at, expires_at
+FROM ins
+UNION ALL
+SELECT false, coalesce(claimable, false), fingerprint, state, fencing_token, owner, lease_until,
+	coalesce(response_status, 0), response_headers, response_body, body_omitted, created_at, updated_at, expires_at
+FROM cur
+WHERE NOT EXISTS (SELECT 1 FROM ins)`
 
 // Claim claims req.Scope for req.Owner. When the answer to a claim is lost
 // with its connection, Claim runs it again; finding the record in flight
@@ -279,7 +270,7 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	order := scopeOrder(sc)
 	races, lost, viaBatch := 0, 0, true
 	for {
-		err := s.queryRow(ctx, viaBatch, order, s.claimMany, claimSQL, scan,
+		err := s.queryRow(ctx, viaBatch, order, claimSQL, scan,
 			sc.Tenant, sc.Route, sc.Key, req.Fingerprint, req.Owner, req.Lease, req.Retention, s.instance)
 		if err == nil {
 			rec, err := r.record(sc)
@@ -380,7 +371,7 @@ func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner str
 	id := scopeID(scope)
 	lost, viaBatch := 0, true
 	for {
-		tag, err := s.exec(ctx, viaBatch, scopeOrder(scope), s.completeMany, completeSQL,
+		tag, err := s.exec(ctx, viaBatch, scopeOrder(scope), completeSQL,
 			scope.Tenant, scope.Route, scope.Key, owner,
 			resp.Status, headers, body, resp.BodyOmitted, retention,
 			lost > 0, s.channel, id)
@@ -446,7 +437,7 @@ func (s *Store) end(ctx context.Context, op string, scope idempotency.Scope, own
 	id := scopeID(scope)
 	lost, viaBatch := 0, true
 	for {
-		tag, err := s.exec(ctx, viaBatch, scopeOrder(scope), nil, endSQL,
+		tag, err := s.exec(ctx, viaBatch, scopeOrder(scope), endSQL,
 			scope.Tenant, scope.Route, scope.Key, owner, string(state), lost > 0, s.channel, id, idempotency.ReleaseReason(ctx))
 		if err != nil {
 			if rerun(err, &viaBatch, &lost) || s.retryable(ctx, err, &lost) {
