@@ -172,8 +172,7 @@ type handler[T any] struct {
 //     backoff; an unavailable dependency is retried with backoff and the
 //     attempt given back; a lost lease or stale token retries without
 //     failing;
-//  7. the lock is released if still ours; after a success, once the job
-//     is acked, when a Server runs the handler.
+//  7. the lock is released if still ours.
 //
 // Handle panics if deps lacks DB or Redis, or if kind, key, resource or fn
 // is missing: those are wiring mistakes, found at start-up.
@@ -332,22 +331,11 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 
 	r := &run[T]{h: h, log: log, task: task, lease: lease, id: id, resource: resource, payload: payload}
 	err = r.do(ctx)
-	switch {
-	case errors.Is(err, errCrashed):
+	if errors.Is(err, errCrashed) {
 		lease.Abandon()
-	case err == nil:
-		// The job is acked with its success committed (its own, or a
-		// replay's), so asynq need not wait for the lock to go: the
-		// release follows the ack. Nothing rests on its timing. A
-		// duplicate is answered from the state whatever the lock; another
-		// job on the resource finds the lock busy for that moment, as
-		// during a release waited for; the release deletes only a lock
-		// still ours; and a worker that dies before it leaves the lock to
-		// expire after its TTL, as one that dies after the ack always did.
-		afterReturn(ctx, func() { h.release(ctx, log, lease) })
-	default:
-		h.release(ctx, log, lease)
+		return err
 	}
+	h.release(ctx, log, lease)
 	return err
 }
 

@@ -115,30 +115,7 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) process(ctx context.Context, task *asynq.Task) error {
 	s.running.add()
 	defer s.running.done()
-	return s.handler.ProcessTask(context.WithValue(ctx, runningKey{}, &s.running), task)
-}
-
-// runningKey carries a Server's inflight count in a handler's context, so
-// that a handler can leave work to run after it returns (afterReturn)
-// under the Server's ownership.
-type runningKey struct{}
-
-// afterReturn runs fn on a goroutine that the Server running the task
-// counts with its handlers, so Run waits for it exactly as for them. A task
-// processed without a Server (a handler called directly, or served by an
-// asynq server of the caller's) has no one to own such a goroutine: fn
-// then runs at once, before the handler returns.
-func afterReturn(ctx context.Context, fn func()) {
-	running, ok := ctx.Value(runningKey{}).(*inflight)
-	if !ok {
-		fn()
-		return
-	}
-	running.add()
-	go func() {
-		defer running.done()
-		fn()
-	}()
+	return s.handler.ProcessTask(ctx, task)
 }
 
 // inflight counts running handler calls. asynq stops waiting for a handler
