@@ -177,8 +177,7 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 
 // startWorkerServer starts the asynq server that runs h and returns the
 // function that stops it. Raw mode runs a bare asynq server. Wrapped mode
-// runs workers.Server, as `idemgate worker` does: it also owns the lock
-// releases that follow each job's ack.
+// runs workers.Server, as `idemgate worker` does.
 func startWorkerServer(ctx context.Context, mode string, rdb *redis.Client, opt *redis.Options, queue string, concurrency int, h asynq.Handler) (stop func() error, err error) {
 	if mode == "raw" {
 		srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
