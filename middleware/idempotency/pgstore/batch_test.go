@@ -32,49 +32,9 @@ func TestBatchesShareCommits(t *testing.T) {
 	pool := testenv.Pool(t)
 	s := New(pool, WithBatching(2, 32))
 	t.Cleanup(s.Close)
-	ctx := t.Context()
-
 	const keys, dups = 100, 3
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		claimed = map[string]int{}
-		errs    []error
-	)
-	for k := range keys {
-		for d := range dups {
-			wg.Go(func() {
-				sc := idempotency.Scope{Tenant: "t", Route: "r", Key: fmt.Sprintf("k%d", k)}
-				owner := fmt.Sprintf("o%d-%d", k, d)
-				res, err := s.Claim(ctx, idempotency.ClaimRequest{Scope: sc, Fingerprint: "fp", Owner: owner, Lease: time.Minute, Retention: time.Hour})
-				if err == nil && res.Claimed {
-					err = s.Complete(ctx, sc, owner, idempotency.Response{Status: 201, Body: []byte(owner)}, time.Hour)
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					errs = append(errs, err)
-				} else if res.Claimed {
-					claimed[sc.Key]++
-				}
-			})
-		}
-	}
-	wg.Wait()
+	idempotencytest.ClaimCompleteLoad(t, s, keys, dups)
 	statements := int64(keys*dups + keys)
-	if len(errs) > 0 {
-		t.Fatalf("%d errors, first: %v", len(errs), errs[0])
-	}
-	for k := range keys {
-		key := fmt.Sprintf("k%d", k)
-		if claimed[key] != 1 {
-			t.Fatalf("%s claimed %d times, want once", key, claimed[key])
-		}
-		rec, err := s.Get(ctx, idempotency.Scope{Tenant: "t", Route: "r", Key: key})
-		if err != nil || rec.State != idempotency.StateCompleted {
-			t.Fatalf("%s: %+v %v, want completed", key, rec, err)
-		}
-	}
 	sent, batches := s.batch.statements.Load(), s.batch.batches.Load()
 	t.Logf("%d statements in %d batches", sent, batches)
 	if sent < statements {

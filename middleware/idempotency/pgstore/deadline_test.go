@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/idemgate/idemgate/internal/faultproxy"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/idempotencytest"
 )
 
 // proxiedPool returns a pool of at most four connections, on a migrated
@@ -130,23 +130,8 @@ func TestCallsEndAtTheirDeadline(t *testing.T) {
 			// every connection, old or new, serves some.
 			ctx, cancel := context.WithTimeout(t.Context(), waitFor)
 			defer cancel()
-			var wg sync.WaitGroup
-			errs := make([]error, 16)
-			for i := range errs {
-				wg.Go(func() {
-					req := claimReq(fmt.Sprint("after-", i), "o")
-					res, err := s.Claim(ctx, req)
-					if err == nil && !res.Claimed {
-						err = fmt.Errorf("%s not claimed: %+v", req.Scope.Key, res.Record)
-					}
-					if err == nil {
-						err = s.Complete(ctx, req.Scope, "o", idempotency.Response{Status: 201}, time.Hour)
-					}
-					errs[i] = err
-				})
-			}
-			wg.Wait()
-			if err := errors.Join(errs...); err != nil {
+			after := func(i int) idempotency.Scope { return claimReq(fmt.Sprint("after-", i), "o").Scope }
+			if err := idempotencytest.ClaimCompleteEach(ctx, s, 16, after); err != nil {
 				t.Fatalf("after the network came back: %v", err)
 			}
 		})

@@ -37,12 +37,7 @@ func throughPgBouncer(t *testing.T) (*pgxpool.Pool, string) {
 	q := u.Query()
 	q.Set("default_query_exec_mode", "exec")
 	u.RawQuery = q.Encode()
-	pool, err := pgxpool.New(t.Context(), u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool, direct
+	return testenv.PoolAt(t, u.String()), direct
 }
 
 func directConfig(t *testing.T, direct string) *pgx.ConnConfig {

@@ -172,11 +172,7 @@ func TestStatementsSurviveKilledConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	killer, err := pgxpool.New(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(killer.Close)
+	killer := testenv.PoolAt(t, url)
 	s := newStore(t, pool)
 	ctx := t.Context()
 	scope := idempotency.Scope{Tenant: "t", Route: "r", Key: "k"}
@@ -508,35 +504,15 @@ func TestNotifiesOnlyWatchedRecords(t *testing.T) {
 		return n.Payload
 	}
 
-	ends := map[string]func(idempotency.Scope, string) error{
-		"complete": func(sc idempotency.Scope, owner string) error {
-			return s.Complete(ctx, sc, owner, idempotency.Response{Status: 201}, time.Hour)
-		},
-		"release":      func(sc idempotency.Scope, owner string) error { return s.Release(ctx, sc, owner) },
-		"mark unknown": func(sc idempotency.Scope, owner string) error { return s.MarkUnknown(ctx, sc, owner) },
-	}
-	for name, end := range ends {
-		quiet := idempotency.Scope{Tenant: "t", Route: "r", Key: "quiet-" + name}
-		claim(t, s, quiet, "fp", "o1")
-		if err := end(quiet, "o1"); err != nil {
-			t.Fatal(err)
-		}
-		watched := idempotency.Scope{Tenant: "t", Route: "r", Key: "watched-" + name}
-		claim(t, s, watched, "fp", "o2")
-		_, stop, err := other.Watch(ctx, watched)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := end(watched, "o2"); err != nil {
-			t.Fatal(err)
-		}
-		stop()
-		// Notifications arrive in commit order: the first one must be the
-		// watched record's, so the quiet one sent none.
-		if got, want := next(waitFor), scopeID(watched); got != want {
-			t.Fatalf("%s: first notification %q, want the watched record's %q (the unwatched one must send none)", name, got, want)
-		}
-	}
+	idempotencytest.EndEach(t, s, other, func(sc idempotency.Scope, owner string) { claim(t, s, sc, "fp", owner) },
+		func(name string, watched idempotency.Scope, _ <-chan struct{}, stop func()) {
+			stop()
+			// Notifications arrive in commit order: the first one must be the
+			// watched record's, so the quiet one sent none.
+			if got, want := next(waitFor), scopeID(watched); got != want {
+				t.Fatalf("%s: first notification %q, want the watched record's %q (the unwatched one must send none)", name, got, want)
+			}
+		})
 	if got := next(200 * time.Millisecond); got != "" {
 		t.Fatalf("an unexpected notification: %q", got)
 	}

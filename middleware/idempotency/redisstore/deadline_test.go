@@ -16,6 +16,7 @@ import (
 	"github.com/idemgate/idemgate/internal/faultproxy"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/idempotencytest"
 	"github.com/idemgate/idemgate/middleware/idempotency/redisstore"
 )
 
@@ -184,23 +185,8 @@ func TestCallsEndAtTheirDeadline(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), waitFor)
 			defer cancel()
 			// Concurrent calls, so that old connections and new ones serve them.
-			var wg sync.WaitGroup
-			errs := make([]error, 16)
-			for i := range errs {
-				wg.Go(func() {
-					sc := scope(fmt.Sprint("after-", i))
-					res, err := s.Claim(ctx, idempotency.ClaimRequest{Scope: sc, Fingerprint: "fp", Owner: "o", Lease: time.Minute, Retention: time.Hour})
-					if err == nil && !res.Claimed {
-						err = fmt.Errorf("not claimed: %+v", res.Record)
-					}
-					if err == nil {
-						err = s.Complete(ctx, sc, "o", idempotency.Response{Status: 201}, time.Hour)
-					}
-					errs[i] = err
-				})
-			}
-			wg.Wait()
-			if err := errors.Join(errs...); err != nil {
+			after := func(i int) idempotency.Scope { return scope(fmt.Sprint("after-", i)) }
+			if err := idempotencytest.ClaimCompleteEach(ctx, s, 16, after); err != nil {
 				t.Fatalf("after the network came back: %v", err)
 			}
 		})

@@ -15,6 +15,7 @@ import (
 	"github.com/idemgate/idemgate/internal/faultproxy"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/idempotencytest"
 )
 
 // deletePrefix deletes the keys under prefix. It runs in cleanups, where
@@ -40,46 +41,8 @@ func TestPipelinesShareRoundTrips(t *testing.T) {
 	prefix := testenv.Prefix()
 	s := New(rdb, WithPrefix(prefix), WithPipelining(2, 32))
 	t.Cleanup(func() { _ = s.Close(); deletePrefix(rdb, prefix) })
-	ctx := t.Context()
 	const keys, dups = 100, 3
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		claimed = map[string]int{}
-		errs    []error
-	)
-	for k := range keys {
-		for d := range dups {
-			wg.Go(func() {
-				sc := idempotency.Scope{Tenant: "t", Route: "r", Key: fmt.Sprint("k", k)}
-				owner := fmt.Sprint("o", k, "-", d)
-				res, err := s.Claim(ctx, idempotency.ClaimRequest{Scope: sc, Fingerprint: "fp", Owner: owner, Lease: time.Minute, Retention: time.Hour})
-				if err == nil && res.Claimed {
-					err = s.Complete(ctx, sc, owner, idempotency.Response{Status: 201, Body: []byte(owner)}, time.Hour)
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					errs = append(errs, err)
-				} else if res.Claimed {
-					claimed[sc.Key]++
-				}
-			})
-		}
-	}
-	wg.Wait()
-	if len(errs) > 0 {
-		t.Fatalf("%d errors, first: %v", len(errs), errs[0])
-	}
-	for k := range keys {
-		sc := idempotency.Scope{Tenant: "t", Route: "r", Key: fmt.Sprint("k", k)}
-		if claimed[sc.Key] != 1 {
-			t.Fatalf("%s claimed %d times, want once", sc.Key, claimed[sc.Key])
-		}
-		if rec, err := s.Get(ctx, sc); err != nil || rec.State != idempotency.StateCompleted {
-			t.Fatalf("%s: %+v %v, want completed", sc.Key, rec, err)
-		}
-	}
+	idempotencytest.ClaimCompleteLoad(t, s, keys, dups)
 	// Every slot was given back and nothing is left queued.
 	s.pipe.mu.Lock()
 	sending, queued := s.pipe.sending, len(s.pipe.queue)

@@ -642,54 +642,34 @@ func TestPublishesOnlyWatchedRecords(t *testing.T) {
 			t.Fatalf("claim %v: %+v %v", sc, res, err)
 		}
 	}
-	ends := map[string]func(idempotency.Scope, string) error{
-		"complete": func(sc idempotency.Scope, owner string) error {
-			return s.Complete(ctx, sc, owner, idempotency.Response{Status: 201}, time.Hour)
-		},
-		"release":      func(sc idempotency.Scope, owner string) error { return s.Release(ctx, sc, owner) },
-		"mark unknown": func(sc idempotency.Scope, owner string) error { return s.MarkUnknown(ctx, sc, owner) },
-	}
-	for name, end := range ends {
-		quiet := idempotency.Scope{Tenant: "t", Route: "r", Key: "quiet-" + name}
-		claim(quiet, "o1")
-		if err := end(quiet, "o1"); err != nil {
-			t.Fatal(err)
-		}
-		watched := idempotency.Scope{Tenant: "t", Route: "r", Key: "watched-" + name}
-		claim(watched, "o2")
-		changed, stop, err := other.Watch(ctx, watched)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := end(watched, "o2"); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-changed:
-		case <-time.After(waitFor):
-			t.Fatalf("%s: the watcher heard nothing", name)
-		}
-		stop()
-		// Publishes arrive in the order they were sent: the quiet record's
-		// would come first.
-		var got []string
-		timeout := time.After(waitFor)
-		for len(got) < 1 {
+	idempotencytest.EndEach(t, s, other, claim,
+		func(name string, _ idempotency.Scope, changed <-chan struct{}, stop func()) {
+			select {
+			case <-changed:
+			case <-time.After(waitFor):
+				t.Fatalf("%s: the watcher heard nothing", name)
+			}
+			stop()
+			// Publishes arrive in the order they were sent: the quiet record's
+			// would come first.
+			var got []string
+			timeout := time.After(waitFor)
+			for len(got) < 1 {
+				select {
+				case m := <-msgs:
+					if strings.HasSuffix(m.Channel, ":changed") {
+						got = append(got, m.Payload)
+					}
+				case <-timeout:
+					t.Fatalf("%s: nothing published", name)
+				}
+			}
 			select {
 			case m := <-msgs:
-				if strings.HasSuffix(m.Channel, ":changed") {
-					got = append(got, m.Payload)
-				}
-			case <-timeout:
-				t.Fatalf("%s: nothing published", name)
+				t.Fatalf("%s: a second publish %q on %s: the unwatched record published too", name, m.Payload, m.Channel)
+			case <-time.After(200 * time.Millisecond):
 			}
-		}
-		select {
-		case m := <-msgs:
-			t.Fatalf("%s: a second publish %q on %s: the unwatched record published too", name, m.Payload, m.Channel)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+		})
 }
 
 // waitFor bounds a wait for something asynchronous; generous on purpose.
