@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"crypto/md5"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -18,6 +16,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/redisstore"
 )
 
 // fillSpec describes the completed records the growth bench writes
@@ -133,19 +134,9 @@ func fillPostgres(ctx context.Context, pool *pgxpool.Pool, f fillSpec, chunk int
 	return nil
 }
 
-// redisRecordKey is redisstore's key for a scope: prefix + "idem:{" + the
-// first half of SHA-256 over the length-prefixed tenant, route and key, in
-// hex + "}". The store does not export it; the fill test proves the two
-// agree by reading filled records back through the store.
-func redisRecordKey(prefix, tenant, route, key string) string {
-	b := make([]byte, 0, 2*binary.MaxVarintLen64+len(tenant)+len(route)+len(key))
-	b = binary.AppendUvarint(b, uint64(len(tenant)))
-	b = append(b, tenant...)
-	b = binary.AppendUvarint(b, uint64(len(route)))
-	b = append(b, route...)
-	b = append(b, key...)
-	sum := sha256.Sum256(b)
-	return prefix + "idem:{" + hex.EncodeToString(sum[:16]) + "}"
+// redisKey is the key redisstore keeps the filled record for key at.
+func (f fillSpec) redisKey(prefix, key string) string {
+	return redisstore.RecordKey(prefix, idempotency.Scope{Tenant: f.Tenant, Route: f.Route, Key: key})
 }
 
 // fillRedis writes the records of f as the hashes redisstore's complete
@@ -185,7 +176,7 @@ func fillRedis(ctx context.Context, rdb redis.UniversalClient, prefix string, f 
 						continue
 					}
 					created := exp.Add(-f.Retention)
-					k := redisRecordKey(prefix, f.Tenant, f.Route, f.key(i))
+					k := f.redisKey(prefix, f.key(i))
 					pipe.HSet(ctx, k,
 						"tenant", f.Tenant, "route", f.Route, "key", f.key(i), "fp", f.Fingerprint,
 						"state", "completed", "token", created.UnixMicro(),
@@ -220,7 +211,7 @@ func unfillRedis(ctx context.Context, rdb redis.UniversalClient, prefix string, 
 		hi := min(lo+perPipe, f.Records)
 		keys := make([]string, 0, hi-lo)
 		for i := lo; i < hi; i++ {
-			keys = append(keys, redisRecordKey(prefix, f.Tenant, f.Route, f.key(i)))
+			keys = append(keys, f.redisKey(prefix, f.key(i)))
 		}
 		if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
 			return fmt.Errorf("delete filled keys: %w", err)

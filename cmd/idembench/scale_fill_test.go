@@ -92,7 +92,7 @@ func TestFillRedisIsReadAsCompletedRecords(t *testing.T) {
 	checkFilled(t, store, f)
 
 	// Redis expires each key itself, at the record's expiry.
-	k := redisRecordKey(prefix, f.Tenant, f.Route, f.key(0))
+	k := f.redisKey(prefix, f.key(0))
 	if ttl := rdb.PExpireTime(t.Context(), k).Val(); ttl.Milliseconds() != f.expiresAt(0).UnixMilli() {
 		t.Errorf("PEXPIRETIME = %d, want %d", ttl.Milliseconds(), f.expiresAt(0).UnixMilli())
 	}

@@ -47,7 +47,7 @@ func (r *scaleRun) point(ctx context.Context, store string, cand *target, f fill
 			return err
 		}
 		pt.FillSeconds = time.Since(t0).Seconds()
-		sz := redisSizes(ctx, r.svc.rdb, redisRecordKey(redisstore.DefaultPrefix, f.Tenant, f.Route, f.key(f.Records/2)))
+		sz := redisSizes(ctx, r.svc.rdb, f.redisKey(redisstore.DefaultPrefix, f.key(f.Records/2)))
 		sz.UsedDelta = int64(r.redisUsed(ctx)) - int64(before)
 		sz.PerRecord = float64(sz.UsedDelta) / float64(f.Records)
 		pt.Redis = &sz

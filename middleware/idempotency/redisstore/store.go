@@ -88,12 +88,18 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	return s
 }
 
-// key returns the record's key: prefix + "idem:{" + 32 hex digits + "}". The
-// digits are the first half of SHA-256 over the length-prefixed tenant, route
-// and key, so no contents of theirs can make two scopes meet, and the braces
-// make the digits the cluster hash tag. The scope itself is kept in the
-// hash and checked on every claim.
-func (s *Store) key(scope idempotency.Scope) string {
+// key returns the record's key in this store.
+func (s *Store) key(scope idempotency.Scope) string { return RecordKey(s.prefix, scope) }
+
+// RecordKey is the key of scope's record in a store whose keys start with
+// prefix (DefaultPrefix unless WithPrefix says otherwise): prefix +
+// "idem:{" + 32 hex digits + "}". The digits are the first half of SHA-256
+// over the length-prefixed tenant, route and key, so no contents of theirs
+// can make two scopes meet, and the braces make the digits the cluster hash
+// tag. The scope itself is kept in the hash and checked on every claim.
+// Tools that read or write records directly (an operator's redis-cli, a
+// benchmark's fill) find a record by it.
+func RecordKey(prefix string, scope idempotency.Scope) string {
 	var stack [256]byte
 	b := stack[:0]
 	b = binary.AppendUvarint(b, uint64(len(scope.Tenant)))
@@ -106,8 +112,8 @@ func (s *Store) key(scope idempotency.Scope) string {
 	hex.Encode(digits[:], sum[:16])
 
 	var k strings.Builder
-	k.Grow(len(s.prefix) + len("idem:{}") + len(digits))
-	k.WriteString(s.prefix)
+	k.Grow(len(prefix) + len("idem:{}") + len(digits))
+	k.WriteString(prefix)
 	k.WriteString("idem:{")
 	k.Write(digits[:])
 	k.WriteByte('}')
