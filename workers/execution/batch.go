@@ -1,5 +1,32 @@
 package execution
 
+// Why this is not pgstore's batcher (middleware/idempotency/pgstore/batch.go),
+// which shares commits among concurrent writes the same way: pipelined
+// statements in one implicit transaction, sorted into one lock order, each
+// run again on its own when the batch fails. Two things differ, and each
+// decides the design.
+//
+// Who owns a goroutine. pgstore's batches run on flushers that the Store
+// owns and its Close stops. A Store here has no lifecycle: workers.Handle
+// makes one inside an asynq.Handler, which has no Close, and explain and
+// the attempt janitor make their own. Flushers would have no owner, so a
+// batch runs on the goroutine of a writer that is waiting anyway.
+//
+// Who may leave early. A gateway request has a deadline its client is
+// waiting on: pgstore's caller returns the moment its context ends, and a
+// statement whose caller has gone is never sent. A writer that leads a
+// batch here cannot leave it, since the others' results depend on it, so
+// every writer waits for its batch (bounded by batchTimeout). That suits a
+// job: its writes are the fenced steps of an attempt that holds the lock,
+// and nothing answers a client in between.
+//
+// What a failure tells the caller is the same in effect: pgstore says
+// whether a failed batch may have committed because a claim run again must
+// know; both statements batched here recognise an earlier run of their own
+// (see below), so the answer would change nothing. One mechanism for both
+// would give the worker framework goroutines with no owner, or make the
+// gateway outwait its clients' deadlines.
+
 import (
 	"cmp"
 	"context"

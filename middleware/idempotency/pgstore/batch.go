@@ -10,6 +10,10 @@ package pgstore
 // and Close stops. Redis has no commit to share: each script is atomic on
 // its own, one script's error is only its own, and the only retry follows
 // a NOSCRIPT answer. One mechanism for both would carry both failure models.
+//
+// The worker's execution store shares its commits the same way with a
+// batcher of its own (workers/execution/batch.go), which runs each batch on
+// a waiting writer's goroutine; that file says why it is not this one.
 
 import (
 	"cmp"
