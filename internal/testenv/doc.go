@@ -1,0 +1,10 @@
+// Package testenv gives integration tests their services: a PostgreSQL
+// schema (or database) of their own with every migration applied, and a
+// Redis URL. Tests that need a service skip with a clear message when its
+// variable is unset; `make test` sets them all, so there nothing is
+// skipped.
+//
+//	dbURL := testenv.Postgres(t)   // TEST_DATABASE_URL, fresh schema
+//	direct := testenv.Database(t)  // a fresh database, for tests through a pooler
+//	rdb := testenv.Redis(t)        // TEST_REDIS_URL
+package testenv
