@@ -141,70 +141,60 @@ func (r *Route) Idempotency() Idempotency {
 	if !r.inheritSet {
 		d = Idempotency{}.withDefaults()
 	}
-	o := r.IdempotencyOverride
-	if o.Methods != nil {
-		d.Methods = upper(o.Methods)
+	for _, f := range r.IdempotencyOverride.fields(&d) {
+		if f.set {
+			f.apply()
+		}
 	}
-	override(&d.KeySyntax, o.KeySyntax)
-	override(&d.MaxKeyLength, o.MaxKeyLength)
-	override(&d.Retention, o.Retention)
-	override(&d.Lease, o.Lease)
-	override(&d.StoreTimeout, o.StoreTimeout)
-	override(&d.WaitInFlight, o.WaitInFlight)
-	override(&d.MaxRequestBytes, o.MaxRequestBytes)
-	override(&d.MaxStoredResponseBytes, o.MaxStoredResponseBytes)
-	if o.Fingerprint.Headers != nil {
-		d.Fingerprint.Headers = o.Fingerprint.Headers
-	}
-	if o.Fingerprint.JSONFields != nil {
-		d.Fingerprint.JSONFields = o.Fingerprint.JSONFields
-	}
-	override(&d.OnStoreError, o.OnStoreError)
-	override(&d.OnAmbiguous, o.OnAmbiguous)
-	override(&d.ForwardKey, o.ForwardKey)
 	d.Methods = slices.Clone(d.Methods)
 	d.Fingerprint.Headers = slices.Clone(d.Fingerprint.Headers)
 	d.Fingerprint.JSONFields = slices.Clone(d.Fingerprint.JSONFields)
 	return d
 }
 
-func override[T any](field *T, v *T) {
-	if v != nil {
-		*field = *v
+// overrideField is one key of a route's idempotency block: whether the
+// override sets it, and how it replaces the default.
+type overrideField struct {
+	key   string
+	set   bool
+	apply func()
+}
+
+// fields lists the keys of the override, each applying to d. It is the
+// one list of them: Route.Idempotency applies the keys a route sets, and
+// set tells validateIdempotency which problems are the route's own. A key
+// missing from a second list would let a route's bad value pass unreported.
+func (o IdempotencyOverride) fields(d *Idempotency) []overrideField {
+	return []overrideField{
+		{"methods", o.Methods != nil, func() { d.Methods = upper(o.Methods) }},
+		replace("key_syntax", &d.KeySyntax, o.KeySyntax),
+		replace("max_key_length", &d.MaxKeyLength, o.MaxKeyLength),
+		replace("retention", &d.Retention, o.Retention),
+		replace("lease", &d.Lease, o.Lease),
+		replace("store_timeout", &d.StoreTimeout, o.StoreTimeout),
+		replace("wait_in_flight", &d.WaitInFlight, o.WaitInFlight),
+		replace("max_request_bytes", &d.MaxRequestBytes, o.MaxRequestBytes),
+		replace("max_stored_response_bytes", &d.MaxStoredResponseBytes, o.MaxStoredResponseBytes),
+		{"fingerprint.headers", o.Fingerprint.Headers != nil, func() { d.Fingerprint.Headers = o.Fingerprint.Headers }},
+		{"fingerprint.json_fields", o.Fingerprint.JSONFields != nil, func() { d.Fingerprint.JSONFields = o.Fingerprint.JSONFields }},
+		replace("on_store_error", &d.OnStoreError, o.OnStoreError),
+		replace("on_ambiguous", &d.OnAmbiguous, o.OnAmbiguous),
+		replace("forward_key", &d.ForwardKey, o.ForwardKey),
 	}
+}
+
+// replace is a key whose value, when the override sets it (v not nil),
+// replaces field.
+func replace[T any](key string, field, v *T) overrideField {
+	return overrideField{key, v != nil, func() { *field = *v }}
 }
 
 // set reports whether the override sets the field with this key.
 func (o IdempotencyOverride) set(key string) bool {
-	switch key {
-	case "methods":
-		return o.Methods != nil
-	case "key_syntax":
-		return o.KeySyntax != nil
-	case "max_key_length":
-		return o.MaxKeyLength != nil
-	case "retention":
-		return o.Retention != nil
-	case "lease":
-		return o.Lease != nil
-	case "store_timeout":
-		return o.StoreTimeout != nil
-	case "wait_in_flight":
-		return o.WaitInFlight != nil
-	case "max_request_bytes":
-		return o.MaxRequestBytes != nil
-	case "max_stored_response_bytes":
-		return o.MaxStoredResponseBytes != nil
-	case "fingerprint.headers":
-		return o.Fingerprint.Headers != nil
-	case "fingerprint.json_fields":
-		return o.Fingerprint.JSONFields != nil
-	case "on_store_error":
-		return o.OnStoreError != nil
-	case "on_ambiguous":
-		return o.OnAmbiguous != nil
-	case "forward_key":
-		return o.ForwardKey != nil
+	for _, f := range o.fields(new(Idempotency)) {
+		if f.key == key {
+			return f.set
+		}
 	}
 	return false
 }

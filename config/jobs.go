@@ -261,11 +261,7 @@ func (c *Config) validateJobs(bad badFunc, o *options) {
 		case !validTask(j.Task):
 			bad(at+".task", "%q may only contain a-z, 0-9, '_', '.', ':' and '-'", j.Task)
 		default:
-			if k, dup := tasks[j.Task]; dup {
-				bad(at+".task", "%q is also the task of jobs[%d]", j.Task, k)
-			} else {
-				tasks[j.Task] = i
-			}
+			distinct(bad, tasks, "jobs", i, "task", j.Task)
 		}
 		switch err := workers.CheckQueueName(j.Queue); {
 		case err != nil:

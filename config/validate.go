@@ -207,11 +207,7 @@ func (c *Config) validateTenants(bad badFunc) {
 		case t.Name == auth.Anonymous:
 			bad(p+".name", "%q is reserved for the tenant of auth.mode none", auth.Anonymous)
 		default:
-			if j, dup := names[t.Name]; dup {
-				bad(p+".name", "%q is also the name of tenants[%d]", t.Name, j)
-			} else {
-				names[t.Name] = i
-			}
+			distinct(bad, names, "tenants", i, "name", t.Name)
 		}
 		if c.Auth.Mode == string(auth.ModeAPIKey) && len(t.APIKeySHA256) == 0 {
 			bad(p+".api_key_sha256", "required with auth.mode api_key: list the SHA-256 of each key")
@@ -273,6 +269,17 @@ func (c *Config) validateWorker(bad badFunc) {
 	positive(bad, "worker.requeue_interval", c.Worker.RequeueInterval)
 }
 
+// distinct reports entry i of list when an earlier entry has the same
+// value in field, a value that must name one entry; first maps each value
+// to the entry that had it first.
+func distinct(bad badFunc, first map[string]int, list string, i int, field, value string) {
+	if j, dup := first[value]; dup {
+		bad(fmt.Sprintf("%s[%d].%s", list, i, field), "%q is also the %s of %s[%d]", value, field, list, j)
+		return
+	}
+	first[value] = i
+}
+
 // positive reports a number that is not above zero.
 func positive(bad badFunc, key string, v Duration) {
 	if v <= 0 {
@@ -317,11 +324,7 @@ func (c *Config) validateRoutes(bad badFunc) {
 		case !validName(r.Name, false):
 			bad(p+".name", "%q may only contain a-z, 0-9, '_', '.' and '-'", r.Name)
 		default:
-			if j, dup := names[r.Name]; dup {
-				bad(p+".name", "%q is also the name of routes[%d]", r.Name, j)
-			} else {
-				names[r.Name] = i
-			}
+			distinct(bad, names, "routes", i, "name", r.Name)
 		}
 		for k, m := range r.Methods {
 			if !isToken(m) {
