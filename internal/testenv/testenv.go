@@ -41,6 +41,18 @@ func envOrSkip(t testing.TB, name, service string) string {
 // at once without seeing each other's rows.
 func Postgres(t testing.TB) string {
 	t.Helper()
+	u := EmptySchema(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	migrate(ctx, t, u)
+	return u
+}
+
+// EmptySchema creates a schema of the test's own, with nothing in it, and
+// returns a connection URL whose search_path is that schema. The schema is
+// dropped when the test ends.
+func EmptySchema(t testing.TB) string {
+	t.Helper()
 	base := PostgresURL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -64,10 +76,7 @@ func Postgres(t testing.TB) string {
 		defer cancel()
 		_, _ = db.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE")
 	})
-
-	u := WithSearchPath(t, base, schema)
-	migrate(ctx, t, u)
-	return u
+	return WithSearchPath(t, base, schema)
 }
 
 // migrate applies every migration to the database (or schema) at dbURL.
