@@ -12,6 +12,7 @@ import (
 	chimiddleware "github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/idemgate/idemgate/internal/explain"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/requestid"
 	"github.com/idemgate/idemgate/openapi"
@@ -110,27 +111,10 @@ func scopeOf(r *http.Request) idempotency.Scope {
 
 // NewRecordDocument is how the admin API and `idemgate keys get` show a
 // record: the IdempotencyRecord of openapi.yaml, the stored body in base64.
+// It is made in internal/explain, which the gateway imports, because a
+// story's record is derived from the same document.
 func NewRecordDocument(rec idempotency.Record) openapi.IdempotencyRecord {
-	d := openapi.IdempotencyRecord{
-		Tenant: rec.Scope.Tenant, Route: rec.Scope.Route, Key: rec.Scope.Key,
-		State: openapi.RecordState(rec.State), Fingerprint: rec.Fingerprint, FencingToken: rec.FencingToken,
-		CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, ExpiresAt: rec.ExpiresAt,
-	}
-	if !rec.LeaseUntil.IsZero() {
-		lu := rec.LeaseUntil
-		d.LeaseUntil = &lu
-	}
-	if rec.Response != nil {
-		body := rec.Response.Body
-		if body == nil {
-			body = []byte{} // "", not null: body_base64 is a string
-		}
-		d.Response = &openapi.StoredResponse{
-			Status: rec.Response.Status, Header: rec.Response.Header,
-			BodyBase64: body, BodyOmitted: rec.Response.BodyOmitted,
-		}
-	}
-	return d
+	return explain.RecordDocument(rec)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -14,6 +14,7 @@ import (
 	"github.com/idemgate/idemgate/internal/explain"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
+	"github.com/idemgate/idemgate/openapi"
 )
 
 const explainSynopsis = "explain --config FILE (--job JOB_ID | --key TENANT ROUTE KEY) [--json]"
@@ -81,7 +82,7 @@ func runExplain(ctx context.Context, args []string, getenv func(string) string, 
 		enc.SetIndent("", "  ")
 		err = enc.Encode(story)
 	} else {
-		err = story.WriteText(stdout)
+		err = explain.WriteText(stdout, story)
 	}
 	if err != nil {
 		return err
@@ -117,12 +118,12 @@ func explainerOn(cfg *config.Config, svc *services, pool *pgxpool.Pool, store id
 	x := &explain.Explainer{}
 	if pool != nil {
 		x.DB = pool
-		x.Effects = func(ctx context.Context, task, tenant, key string) ([]explain.Effect, bool, error) {
+		x.Effects = func(ctx context.Context, task, tenant, key string) ([]openapi.StoryEffect, bool, error) {
 			rows, known, err := reconcile.Effects(ctx, pool, task, tenant, key)
-			out := make([]explain.Effect, len(rows))
+			out := make([]openapi.StoryEffect, len(rows))
 			for i, r := range rows {
 				at := r.WrittenAt
-				out[i] = explain.Effect{Kind: r.Kind, Ref: r.Ref, WrittenAt: &at}
+				out[i] = openapi.StoryEffect{Kind: r.Kind, Ref: r.Ref, WrittenAt: &at}
 			}
 			return out, known, err
 		}
@@ -151,13 +152,17 @@ func explainerOn(cfg *config.Config, svc *services, pool *pgxpool.Pool, store id
 }
 
 // pgClaims reads pgstore's claim ledger for explain.
-func pgClaims(st *pgstore.Store) func(context.Context, idempotency.Scope) ([]explain.Claim, error) {
-	return func(ctx context.Context, scope idempotency.Scope) ([]explain.Claim, error) {
+func pgClaims(st *pgstore.Store) func(context.Context, idempotency.Scope) ([]openapi.StoryClaim, error) {
+	return func(ctx context.Context, scope idempotency.Scope) ([]openapi.StoryClaim, error) {
 		claims, err := st.Claims(ctx, scope)
-		out := make([]explain.Claim, len(claims))
+		out := make([]openapi.StoryClaim, len(claims))
 		for i, c := range claims {
-			out[i] = explain.Claim{FencingToken: c.FencingToken, Instance: c.Instance, ClaimedAt: c.ClaimedAt,
-				Outcome: c.Outcome, Reason: c.Reason}
+			out[i] = openapi.StoryClaim{FencingToken: c.FencingToken, Instance: c.Instance, ClaimedAt: c.ClaimedAt,
+				Outcome: openapi.StoryClaimOutcome(c.Outcome)}
+			if c.Reason != "" {
+				reason := c.Reason
+				out[i].Reason = &reason
+			}
 			if !c.EndedAt.IsZero() {
 				end := c.EndedAt
 				out[i].EndedAt = &end

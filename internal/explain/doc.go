@@ -8,6 +8,6 @@
 //
 //	ex := &explain.Explainer{DB: pool, Records: store, Claims: claims, Effects: effects}
 //	story, err := ex.Job(ctx, "job_8971…")
-//	story.WriteText(os.Stdout) // or json.Marshal(story)
+//	explain.WriteText(os.Stdout, story) // or json.Marshal(story)
 //	if story.Violation { os.Exit(1) }
 package explain

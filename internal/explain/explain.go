@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/workers/execution"
 )
 
@@ -40,12 +41,12 @@ type Explainer struct {
 	Records Records
 	// Claims reads a record's claim ledger; nil when the store keeps none,
 	// and NoClaims says why.
-	Claims   func(ctx context.Context, scope idempotency.Scope) ([]Claim, error)
+	Claims   func(ctx context.Context, scope idempotency.Scope) ([]openapi.StoryClaim, error)
 	NoClaims string
 	// Effects returns the effects that carry a business key of task, and
 	// whether it knows the task's effects at all. A task it does not know
 	// (an HTTP delivery) shows the receiver's recorded answer instead.
-	Effects func(ctx context.Context, task, tenant, businessKey string) ([]Effect, bool, error)
+	Effects func(ctx context.Context, task, tenant, businessKey string) ([]openapi.StoryEffect, bool, error)
 	// TaskState says where the queue holds a job's task ("" when it has
 	// none); nil leaves it out.
 	TaskState func(ctx context.Context, queue, id string) (string, error)
@@ -72,10 +73,11 @@ func (x *Explainer) Job(ctx context.Context, id string) (*Story, error) {
 	if err := x.addRecord(ctx, s, idempotency.Scope{Tenant: j.Tenant, Route: j.Route, Key: j.IdempotencyKey}); err != nil {
 		return nil, err
 	}
-	if err := x.addJob(ctx, s, j); err != nil {
+	effectsKnown, err := x.addJob(ctx, s, j)
+	if err != nil {
 		return nil, err
 	}
-	x.judge(s)
+	x.judge(s, effectsKnown)
 	return s, nil
 }
 
@@ -87,6 +89,7 @@ func (x *Explainer) Key(ctx context.Context, scope idempotency.Scope) (*Story, e
 		return nil, err
 	}
 	var j enqueue.Job
+	effectsKnown := false
 	err := enqueue.ErrNotFound
 	if x.DB != nil {
 		j, err = enqueue.NewJobs(x.DB).Get(ctx, scope.Tenant, enqueue.JobID(scope.Tenant, scope.Route, scope.Key))
@@ -99,17 +102,17 @@ func (x *Explainer) Key(ctx context.Context, scope idempotency.Scope) (*Story, e
 	case err != nil:
 		return nil, err
 	default:
-		if err := x.addJob(ctx, s, j); err != nil {
+		if effectsKnown, err = x.addJob(ctx, s, j); err != nil {
 			return nil, err
 		}
 	}
-	x.judge(s)
+	x.judge(s, effectsKnown)
 	return s, nil
 }
 
 func (x *Explainer) addRecord(ctx context.Context, s *Story, scope idempotency.Scope) error {
 	// Lists are empty, never null, in the JSON document.
-	s.Claims, s.Attempts, s.Effects = []Claim{}, []Attempt{}, []Effect{}
+	s.Claims, s.Attempts, s.Effects = []openapi.StoryClaim{}, []openapi.StoryAttempt{}, []openapi.StoryEffect{}
 	if x.Records != nil {
 		rec, err := x.Records.Get(ctx, scope)
 		switch {
@@ -117,11 +120,11 @@ func (x *Explainer) addRecord(ctx context.Context, s *Story, scope idempotency.S
 		case err != nil:
 			return fmt.Errorf("explain: idempotency record: %w", err)
 		default:
-			s.Record = recordOf(rec)
+			s.Record = storyRecord(RecordDocument(rec))
 		}
 	}
 	if x.Claims == nil {
-		s.ClaimLedger = x.NoClaims
+		s.ClaimLedger = optional(x.NoClaims)
 		return nil
 	}
 	claims, err := x.Claims(ctx, scope)
@@ -142,58 +145,44 @@ func (x *Explainer) addRecord(ctx context.Context, s *Story, scope idempotency.S
 	return nil
 }
 
-func recordOf(rec idempotency.Record) *Record {
-	r := &Record{
-		Tenant: rec.Scope.Tenant, Route: rec.Scope.Route, Key: rec.Scope.Key,
-		State: string(rec.State), Fingerprint: rec.Fingerprint, FencingToken: rec.FencingToken,
-		CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, ExpiresAt: rec.ExpiresAt,
-	}
-	if !rec.LeaseUntil.IsZero() {
-		lu := rec.LeaseUntil
-		r.LeaseUntil = &lu
-	}
-	if rec.Response != nil {
-		st := rec.Response.Status
-		r.Status = &st
-	}
-	return r
-}
-
-func (x *Explainer) addJob(ctx context.Context, s *Story, j enqueue.Job) error {
-	s.Job = &Job{
-		ID: j.ID, Tenant: j.Tenant, Route: j.Route, IdempotencyKey: j.IdempotencyKey, Task: j.Task, Queue: j.Queue,
-		BusinessKey: j.BusinessKey, Status: string(j.Status), Attempts: j.Attempts, ResultRef: j.ResultRef,
+// addJob adds the job, its execution, attempts and effects, and reports
+// whether the effects come from the business tables of the job's task: then
+// none means its effect is missing, which the verdict must tell.
+func (x *Explainer) addJob(ctx context.Context, s *Story, j enqueue.Job) (bool, error) {
+	s.Job = &openapi.StoryJob{
+		Id: j.ID, Tenant: j.Tenant, Route: j.Route, IdempotencyKey: j.IdempotencyKey, Task: j.Task, Queue: j.Queue,
+		BusinessKey: j.BusinessKey, Status: openapi.JobStatus(j.Status), Attempts: j.Attempts, ResultRef: j.ResultRef,
 		Error: j.Error, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
 	}
 	if x.TaskState != nil && !j.Status.Final() {
 		state, err := x.TaskState(ctx, j.Queue, j.ID)
 		if err != nil {
-			return fmt.Errorf("explain: task of %s: %w", j.ID, err)
+			return false, fmt.Errorf("explain: task of %s: %w", j.ID, err)
 		}
 		if state == "" {
 			state = "missing"
 		}
-		s.Job.TaskState = state
+		s.Job.TaskState = &state
 	}
 	if j.BusinessKey == "" {
-		return nil
+		return false, nil
 	}
 	ex, err := execution.New(x.DB).Get(ctx, j.Tenant, j.BusinessKey)
 	switch {
 	case errors.Is(err, execution.ErrNotFound):
 	case err != nil:
-		return fmt.Errorf("explain: %w", err)
+		return false, fmt.Errorf("explain: %w", err)
 	default:
-		s.Execution = &Execution{Status: string(ex.Status), Attempts: ex.Attempts, FencingToken: ex.FencingToken,
+		s.Execution = &openapi.StoryExecution{Status: string(ex.Status), Attempts: ex.Attempts, FencingToken: ex.FencingToken,
 			ResultRef: ex.ResultRef, LastError: ex.LastError}
 	}
 	entries, err := execution.Attempts(ctx, x.DB, j.Tenant, j.BusinessKey)
 	if err != nil {
-		return fmt.Errorf("explain: %w", err)
+		return false, fmt.Errorf("explain: %w", err)
 	}
 	for _, e := range entries {
-		a := Attempt{Attempt: e.Attempt, Outcome: string(e.Outcome), StartedAt: e.StartedAt, Error: e.Error,
-			Worker: e.Worker, JobID: e.JobID}
+		a := openapi.StoryAttempt{Attempt: e.Attempt, Outcome: openapi.StoryAttemptOutcome(e.Outcome), StartedAt: e.StartedAt,
+			Error: e.Error, Worker: e.Worker, JobId: e.JobID}
 		if e.FencingToken != 0 {
 			tok := e.FencingToken
 			a.FencingToken = &tok
@@ -208,17 +197,16 @@ func (x *Explainer) addJob(ctx context.Context, s *Story, j enqueue.Job) error {
 	if x.Effects != nil {
 		effects, ok, err := x.Effects(ctx, j.Task, j.Tenant, j.BusinessKey)
 		if err != nil {
-			return fmt.Errorf("explain: effects: %w", err)
+			return false, fmt.Errorf("explain: effects: %w", err)
 		}
 		known = ok
-		s.effectsKnown = ok
 		s.Effects = append(s.Effects, effects...)
 	}
 	if !known && s.Execution != nil && s.Execution.Status == string(execution.StatusSucceeded) {
 		// An HTTP delivery: its effect is in the receiver's database; what
 		// is recorded here is the receiver's 2xx answer and its result_ref.
-		s.Effects = append(s.Effects, Effect{Kind: "delivery", Ref: s.Execution.ResultRef,
-			Detail: "the receiver answered 2xx (its effect lives in the receiver's database)"})
+		s.Effects = append(s.Effects, openapi.StoryEffect{Kind: "delivery", Ref: s.Execution.ResultRef,
+			Detail: optional("the receiver answered 2xx (its effect lives in the receiver's database)")})
 	}
-	return nil
+	return known, nil
 }

@@ -10,7 +10,7 @@ import (
 
 // WriteText writes the story for a person: the record and its claims, the
 // job, every attempt, the effects, then the verdict.
-func (s *Story) WriteText(w io.Writer) error {
+func WriteText(w io.Writer, s *Story) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
 	if r := s.Record; r != nil {
@@ -21,32 +21,32 @@ func (s *Story) WriteText(w io.Writer) error {
 		p("record\tnone (expired, deleted, or never claimed)\n")
 	}
 	switch {
-	case s.ClaimLedger != "":
-		p("claims\t%s\n", s.ClaimLedger)
+	case value(s.ClaimLedger) != "":
+		p("claims\t%s\n", *s.ClaimLedger)
 	case len(s.Claims) == 0:
 		p("claims\tnone in the ledger\n")
 	default:
 		p("claims\t#\ttoken\tinstance\tclaimed\tended\toutcome\n")
 		for i, c := range s.Claims {
-			out := c.Outcome
+			out := string(c.Outcome)
 			if out == "" {
 				out = "holding"
 			}
 			if c.Status != nil {
 				out += " (" + strconv.Itoa(*c.Status) + ")"
 			}
-			if c.Reason != "" {
-				out += ": " + c.Reason
+			if reason := value(c.Reason); reason != "" {
+				out += ": " + reason
 			}
 			p("\t%d\t%d\t%s\t%s\t%s\t%s\n", i+1, c.FencingToken, dash(c.Instance), c.ClaimedAt.UTC().Format(stamp), timeText(c.EndedAt), out)
 		}
 	}
 	if j := s.Job; j != nil {
-		p("job\t%s %s: %s, %d attempt(s), result_ref %s\n", j.ID, j.Task, j.Status, j.Attempts, strText(j.ResultRef))
+		p("job\t%s %s: %s, %d attempt(s), result_ref %s\n", j.Id, j.Task, j.Status, j.Attempts, strText(j.ResultRef))
 		p("\ttenant %s, business key %s, queue %s, created %s, updated %s\n", j.Tenant, j.BusinessKey, j.Queue,
 			j.CreatedAt.UTC().Format(time.RFC3339), j.UpdatedAt.UTC().Format(time.RFC3339))
-		if j.TaskState != "" {
-			p("\ttask %s\n", j.TaskState)
+		if state := value(j.TaskState); state != "" {
+			p("\ttask %s\n", state)
 		}
 		if j.Error != nil {
 			p("\terror %s\n", *j.Error)
@@ -59,7 +59,7 @@ func (s *Story) WriteText(w io.Writer) error {
 		} else {
 			p("attempts\t#\tattempt\ttoken\toutcome\tstarted\tended\tworker\terror\n")
 			for i, a := range s.Attempts {
-				out := a.Outcome
+				out := string(a.Outcome)
 				if out == "" {
 					out = "running"
 				}
@@ -79,8 +79,8 @@ func (s *Story) WriteText(w io.Writer) error {
 			if e.WrittenAt != nil {
 				line += ", written " + e.WrittenAt.UTC().Format(stamp)
 			}
-			if e.Detail != "" {
-				line += ": " + e.Detail
+			if detail := value(e.Detail); detail != "" {
+				line += ": " + detail
 			}
 			p("%s\t%s\n", label, line)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/workers/execution"
 )
 
@@ -17,8 +18,11 @@ func (x *Explainer) now() time.Time {
 	return time.Now()
 }
 
-// judge writes the verdict.
-func (x *Explainer) judge(s *Story) {
+// judge writes the verdict. effectsKnown says the effects come from the
+// business tables of the job's task, so that none means the effect is
+// missing; the document does not carry it, as the schema has no field for
+// it.
+func (x *Explainer) judge(s *Story, effectsKnown bool) {
 	if s.Job == nil {
 		judgeKey(s, x.now())
 		return
@@ -28,9 +32,9 @@ func (x *Explainer) judge(s *Story) {
 		stuckAfter = DefaultStuckAfter
 	}
 	j := s.Job
-	var succeeded []Attempt
+	var succeeded []openapi.StoryAttempt
 	for _, a := range s.Attempts {
-		if a.Outcome == string(execution.OutcomeSucceeded) {
+		if a.Outcome == openapi.StoryAttemptOutcome(execution.OutcomeSucceeded) {
 			succeeded = append(succeeded, a)
 		}
 	}
@@ -46,21 +50,21 @@ func (x *Explainer) judge(s *Story) {
 		violation("%s effects for one business key: %s", count(len(s.Effects)), strings.Join(refs, ", "))
 	case len(succeeded) > 1:
 		violation("succeeded %d times: %s", len(succeeded), attemptList(succeeded))
-	case j.Status == string(job.Succeeded):
+	case j.Status == openapi.JobStatus(job.Succeeded):
 		switch {
 		case s.Execution == nil:
 			violation("the job succeeded but %s has no execution", j.BusinessKey)
 		case s.Execution.Status != string(execution.StatusSucceeded):
 			violation("the job succeeded but the execution of %s is %s", j.BusinessKey, s.Execution.Status)
-		case s.effectsKnown && len(s.Effects) == 0:
+		case effectsKnown && len(s.Effects) == 0:
 			violation("succeeded (result %s) but its effect is missing", s.Execution.ResultRef)
 		case len(succeeded) == 1:
 			s.Verdict = fmt.Sprintf("succeeded once at attempt %d with token %d", succeeded[0].Attempt, *succeeded[0].FencingToken)
 		default:
 			s.Verdict = fmt.Sprintf("succeeded once (result %s); the ledger holds no succeeded attempt (older than the ledger, or past its retention)", s.Execution.ResultRef)
 		}
-	case j.Status == string(job.Failed):
-		if s.effectsKnown && len(s.Effects) > 0 {
+	case j.Status == openapi.JobStatus(job.Failed):
+		if effectsKnown && len(s.Effects) > 0 {
 			violation("failed, but %s %s carries its business key", s.Effects[0].Kind, s.Effects[0].Ref)
 			return
 		}
@@ -94,7 +98,7 @@ func count(n int) string {
 	return fmt.Sprint(n)
 }
 
-func attemptList(as []Attempt) string {
+func attemptList(as []openapi.StoryAttempt) string {
 	parts := make([]string, len(as))
 	for i, a := range as {
 		parts[i] = fmt.Sprintf("attempt %d (token %s)", a.Attempt, tokenText(a.FencingToken))
@@ -102,21 +106,22 @@ func attemptList(as []Attempt) string {
 	return strings.Join(parts, ", ")
 }
 
-func taskPhrase(j *Job) string {
-	switch j.TaskState {
+func taskPhrase(j *openapi.StoryJob) string {
+	state := value(j.TaskState)
+	switch state {
 	case "":
 		return "its task not looked up"
 	case "missing":
 		return "no task in the queue"
 	}
-	return fmt.Sprintf("its task %s in queue %s", j.TaskState, j.Queue)
+	return fmt.Sprintf("its task %s in queue %s", state, j.Queue)
 }
 
 // judgeKey is the verdict of a key without a job (a proxied request).
 func judgeKey(s *Story, now time.Time) {
-	var completed []Claim
+	var completed []openapi.StoryClaim
 	for _, c := range s.Claims {
-		if c.Outcome == "completed" {
+		if c.Outcome == openapi.StoryClaimOutcomeCompleted {
 			completed = append(completed, c)
 		}
 	}

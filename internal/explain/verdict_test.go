@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/openapi"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -14,56 +16,61 @@ func ptr[T any](v T) *T { return &v }
 func TestVerdict(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
-	succeeded := &Execution{Status: "succeeded", ResultRef: "ch_1"}
+	succeeded := &openapi.StoryExecution{Status: "succeeded", ResultRef: "ch_1"}
 	tests := []struct {
-		name      string
-		story     Story
-		want      string
-		violation bool
+		name         string
+		story        Story
+		effectsKnown bool
+		want         string
+		violation    bool
 	}{
 		{
 			name: "succeeded once",
-			story: Story{Job: &Job{Status: "succeeded"}, Execution: succeeded, effectsKnown: true,
-				Attempts: []Attempt{{Attempt: 1, FencingToken: ptr(int64(5)), Outcome: "crashed"}, {Attempt: 2, FencingToken: ptr(int64(7)), Outcome: "succeeded"}},
-				Effects:  []Effect{{Kind: "payment", Ref: "ch_1"}}},
-			want: "succeeded once at attempt 2 with token 7",
+			story: Story{Job: &openapi.StoryJob{Status: "succeeded"}, Execution: succeeded,
+				Attempts: []openapi.StoryAttempt{{Attempt: 1, FencingToken: ptr(int64(5)), Outcome: "crashed"}, {Attempt: 2, FencingToken: ptr(int64(7)), Outcome: "succeeded"}},
+				Effects:  []openapi.StoryEffect{{Kind: "payment", Ref: "ch_1"}}},
+			effectsKnown: true,
+			want:         "succeeded once at attempt 2 with token 7",
 		},
 		{
 			name: "two effects",
-			story: Story{Job: &Job{Status: "succeeded"}, Execution: succeeded, effectsKnown: true,
-				Effects: []Effect{{Kind: "invoice", Ref: "inv_1"}, {Kind: "invoice", Ref: "inv_2"}}},
-			want: "two effects for one business key: invoice inv_1, invoice inv_2", violation: true,
+			story: Story{Job: &openapi.StoryJob{Status: "succeeded"}, Execution: succeeded,
+				Effects: []openapi.StoryEffect{{Kind: "invoice", Ref: "inv_1"}, {Kind: "invoice", Ref: "inv_2"}}},
+			effectsKnown: true,
+			want:         "two effects for one business key: invoice inv_1, invoice inv_2", violation: true,
 		},
 		{
-			name:  "effect missing",
-			story: Story{Job: &Job{Status: "succeeded"}, Execution: succeeded, effectsKnown: true},
-			want:  "succeeded (result ch_1) but its effect is missing", violation: true,
+			name:         "effect missing",
+			story:        Story{Job: &openapi.StoryJob{Status: "succeeded"}, Execution: succeeded},
+			effectsKnown: true,
+			want:         "succeeded (result ch_1) but its effect is missing", violation: true,
 		},
 		{
 			name:  "stuck",
-			story: Story{Job: &Job{Status: "queued", Queue: "default", TaskState: "missing", UpdatedAt: now.Add(-14*time.Minute - 20*time.Second)}},
+			story: Story{Job: &openapi.StoryJob{Status: "queued", Queue: "default", TaskState: ptr("missing"), UpdatedAt: now.Add(-14*time.Minute - 20*time.Second)}},
 			want:  "stuck: queued for 14m, no task in the queue", violation: true,
 		},
 		{
 			name:  "in progress",
-			story: Story{Job: &Job{Status: "retrying", Attempts: 2, Queue: "default", TaskState: "retry", UpdatedAt: now.Add(-time.Minute)}},
+			story: Story{Job: &openapi.StoryJob{Status: "retrying", Attempts: 2, Queue: "default", TaskState: ptr("retry"), UpdatedAt: now.Add(-time.Minute)}},
 			want:  "in progress: retrying, 2 attempt(s) so far, its task retry in queue default",
 		},
 		{
-			name:  "failed",
-			story: Story{Job: &Job{Status: "failed", Attempts: 1, Error: ptr("permanent: declined")}, effectsKnown: true},
-			want:  "failed after 1 attempt(s): permanent: declined",
+			name:         "failed",
+			story:        Story{Job: &openapi.StoryJob{Status: "failed", Attempts: 1, Error: ptr("permanent: declined")}},
+			effectsKnown: true,
+			want:         "failed after 1 attempt(s): permanent: declined",
 		},
 		{
 			name: "key taken over",
-			story: Story{Record: &Record{State: "completed", FencingToken: 2, Status: ptr(201)},
-				Claims: []Claim{{FencingToken: 1, Outcome: "taken_over"}, {FencingToken: 2, Outcome: "completed"}}},
+			story: Story{Record: &openapi.StoryRecord{State: "completed", FencingToken: 2, Status: ptr(201)},
+				Claims: []openapi.StoryClaim{{FencingToken: 1, Outcome: "taken_over"}, {FencingToken: 2, Outcome: "completed"}}},
 			want: "completed once with token 2, status 201, after 2 claims",
 		},
 		{
 			name: "key completed twice",
-			story: Story{Record: &Record{State: "completed", FencingToken: 2},
-				Claims: []Claim{{FencingToken: 1, Outcome: "completed"}, {FencingToken: 2, Outcome: "completed"}}},
+			story: Story{Record: &openapi.StoryRecord{State: "completed", FencingToken: 2},
+				Claims: []openapi.StoryClaim{{FencingToken: 1, Outcome: "completed"}, {FencingToken: 2, Outcome: "completed"}}},
 			want: "completed 2 times (tokens 1, 2)", violation: true,
 		},
 	}
@@ -72,12 +79,12 @@ func TestVerdict(t *testing.T) {
 			t.Parallel()
 			x := &Explainer{StuckAfter: 10 * time.Minute, Now: func() time.Time { return now }}
 			s := tt.story
-			x.judge(&s)
+			x.judge(&s, tt.effectsKnown)
 			if s.Verdict != tt.want || s.Violation != tt.violation {
 				t.Errorf("verdict %q (violation %v), want %q (%v)", s.Verdict, s.Violation, tt.want, tt.violation)
 			}
 			var buf bytes.Buffer
-			if err := s.WriteText(&buf); err != nil || !strings.Contains(buf.String(), tt.want) {
+			if err := WriteText(&buf, &s); err != nil || !strings.Contains(buf.String(), tt.want) {
 				t.Errorf("text %q lacks the verdict (%v)", buf.String(), err)
 			}
 		})
