@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/examples/schemas"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
 )
@@ -43,17 +44,14 @@ func setup(t *testing.T) env {
 	return env{e: enqueue.New(pool, client), pool: pool, inspector: inspector, queue: queue}
 }
 
-// invoiceSpec declares the job the test requests become.
+// invoiceSpec declares the job the test requests become, with the
+// example invoice job's schema.
 func invoiceSpec(task string) *job.Spec {
-	spec, err := job.NewSpec(task, []byte(`{
-  "type": "object", "additionalProperties": false,
-  "required": ["order_id", "amount_cents", "currency"],
-  "properties": {
-    "order_id": {"type": "string", "minLength": 1},
-    "amount_cents": {"type": "integer", "minimum": 1},
-    "currency": {"type": "string", "pattern": "^[A-Z]{3}$"}
-  }
-}`), "invoice:{order_id}", "")
+	schema, err := schemas.Read("invoice.create")
+	if err != nil {
+		panic(err)
+	}
+	spec, err := job.NewSpec(task, schema, "invoice:{order_id}", "")
 	if err != nil {
 		panic(err)
 	}

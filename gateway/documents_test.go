@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/examples/schemas"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
@@ -43,17 +44,14 @@ const (
 	testAdminToken = "admin-token"
 )
 
-// invoiceSpec is the declared job behind /v1/invoices.
+// invoiceSpec is the declared job behind /v1/invoices, with the example
+// job's schema.
 var invoiceSpec = func() *job.Spec {
-	spec, err := job.NewSpec("invoice.create", []byte(`{
-  "type": "object", "additionalProperties": false,
-  "required": ["order_id", "amount_cents", "currency"],
-  "properties": {
-    "order_id": {"type": "string", "minLength": 1},
-    "amount_cents": {"type": "integer", "minimum": 1},
-    "currency": {"type": "string", "pattern": "^[A-Z]{3}$"}
-  }
-}`), "invoice:{order_id}", "")
+	schema, err := schemas.Read("invoice.create")
+	if err != nil {
+		panic(err)
+	}
+	spec, err := job.NewSpec("invoice.create", schema, "invoice:{order_id}", "")
 	if err != nil {
 		panic(err)
 	}
