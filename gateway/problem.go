@@ -28,7 +28,10 @@ var (
 )
 
 // Problem is an error with the detail a client may see. Cause is logged,
-// never shown.
+// never shown. It is the gateway's own: idempotency.RequestError carries
+// the same parts for the middleware's refusals (and the refused key), and
+// stays there because the middleware imports nothing of the gateway; the
+// problem writer reads both.
 type Problem struct {
 	Err        error
 	Detail     string
