@@ -7,9 +7,8 @@ import (
 )
 
 func runConfig(_ context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlags("config", "config check --config FILE", stdout)
-	path := fs.String("config", "", "configuration file (YAML)")
-	pos, err := parseFlags(fs, args)
+	fs := newConfigFlags("config", "config check --config FILE", stdout)
+	pos, err := fs.parseArgs(args)
 	if err != nil {
 		return err
 	}
@@ -17,13 +16,13 @@ func runConfig(_ context.Context, args []string, getenv func(string) string, std
 		fs.Usage()
 		return usagef("config: want the subcommand check")
 	}
-	cfg, err := loadConfig(*path, getenv, true)
+	cfg, err := fs.load(getenv, true)
 	if err != nil {
 		return err
 	}
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d routes, %d jobs, %d tenants, store %s)\n", *path, len(cfg.Routes), len(cfg.Jobs()), len(cfg.Tenants), cfg.Store)
+	fmt.Fprintf(stdout, "%s: ok (%d routes, %d jobs, %d tenants, store %s)\n", *fs.path, len(cfg.Routes), len(cfg.Jobs()), len(cfg.Tenants), cfg.Store)
 	return nil
 }

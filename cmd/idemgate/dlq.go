@@ -12,10 +12,9 @@ import (
 )
 
 func runDLQ(ctx context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
-	fs := newFlags("dlq", "dlq list|replay JOB_ID...|delete JOB_ID... --config FILE", stdout)
-	path := fs.String("config", "", "configuration file (YAML)")
+	fs := newConfigFlags("dlq", "dlq list|replay JOB_ID...|delete JOB_ID... --config FILE", stdout)
 	limit := fs.Int("limit", 100, "list: at most this many jobs, newest first")
-	pos, err := parseFlags(fs, args)
+	pos, err := fs.parseArgs(args)
 	if err != nil {
 		return err
 	}
@@ -31,7 +30,7 @@ func runDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 		fs.Usage()
 		return usagef("dlq: want list, or replay/delete followed by job ids")
 	}
-	cfg, err := loadConfig(*path, getenv, false)
+	cfg, err := fs.load(getenv, false)
 	if err != nil {
 		return err
 	}

@@ -22,12 +22,11 @@ const explainSynopsis = "explain --config FILE (--job JOB_ID | --key TENANT ROUT
 // runExplain is `idemgate explain`: the whole story of one job or one
 // idempotency key. Exit 1 when the story shows a violation.
 func runExplain(ctx context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
-	fs := newFlags("explain", explainSynopsis, stdout)
-	path := fs.String("config", "", "configuration file (YAML)")
+	fs := newConfigFlags("explain", explainSynopsis, stdout)
 	jobID := fs.String("job", "", "explain the job with this id")
 	byKey := fs.Bool("key", false, "explain the idempotency key TENANT ROUTE KEY (three arguments)")
 	asJSON := fs.Bool("json", false, "print one JSON document instead of text")
-	pos, err := parseFlags(fs, args)
+	pos, err := fs.parseArgs(args)
 	if err != nil {
 		return err
 	}
@@ -45,7 +44,7 @@ func runExplain(ctx context.Context, args []string, getenv func(string) string, 
 		fs.Usage()
 		return usagef("explain: want --job JOB_ID or --key TENANT ROUTE KEY")
 	}
-	cfg, err := loadConfig(*path, getenv, false)
+	cfg, err := fs.load(getenv, false)
 	if err != nil {
 		return err
 	}
@@ -56,7 +55,7 @@ func runExplain(ctx context.Context, args []string, getenv func(string) string, 
 	if *byKey {
 		scope = idempotency.Scope{Tenant: pos[0], Route: pos[1], Key: pos[2]}
 		if _, ok := cfg.Route(scope.Route); !ok {
-			return usagef("explain: no route named %q in %s", scope.Route, *path)
+			return usagef("explain: no route named %q in %s", scope.Route, *fs.path)
 		}
 		if cfg.Store == "memory" {
 			return usagef("explain: store memory lives inside the gateway process; use the admin API (/admin/keys/.../explain)")

@@ -12,9 +12,8 @@ import (
 // runJobs is `idemgate jobs requeue JOB_ID...`: the relay's work, for
 // the jobs an operator names, whatever the age of their records.
 func runJobs(ctx context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
-	fs := newFlags("jobs", "jobs requeue JOB_ID... --config FILE", stdout)
-	path := fs.String("config", "", "configuration file (YAML)")
-	pos, err := parseFlags(fs, args)
+	fs := newConfigFlags("jobs", "jobs requeue JOB_ID... --config FILE", stdout)
+	pos, err := fs.parseArgs(args)
 	if err != nil {
 		return err
 	}
@@ -30,7 +29,7 @@ func runJobs(ctx context.Context, args []string, getenv func(string) string, std
 		return usagef("jobs requeue: name at least one job id")
 	}
 	ids := pos[1:]
-	cfg, err := loadConfig(*path, getenv, false)
+	cfg, err := fs.load(getenv, false)
 	if err != nil {
 		return err
 	}

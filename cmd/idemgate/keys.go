@@ -12,9 +12,8 @@ import (
 )
 
 func runKeys(ctx context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
-	fs := newFlags("keys", "keys get|delete|resolve TENANT ROUTE KEY --config FILE", stdout)
-	path := fs.String("config", "", "configuration file (YAML)")
-	pos, err := parseFlags(fs, args)
+	fs := newConfigFlags("keys", "keys get|delete|resolve TENANT ROUTE KEY --config FILE", stdout)
+	pos, err := fs.parseArgs(args)
 	if err != nil {
 		return err
 	}
@@ -27,7 +26,7 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 	if op != "get" && op != "delete" && op != "resolve" {
 		return usagef("keys: unknown operation %q (want get, delete or resolve)", op)
 	}
-	cfg, err := loadConfig(*path, getenv, false)
+	cfg, err := fs.load(getenv, false)
 	if err != nil {
 		return err
 	}
@@ -35,7 +34,7 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		return usagef("keys: store memory lives inside the gateway process; use the admin API (/admin/keys/...)")
 	}
 	if _, ok := cfg.Route(scope.Route); !ok {
-		return usagef("keys: no route named %q in %s", scope.Route, *path)
+		return usagef("keys: no route named %q in %s", scope.Route, *fs.path)
 	}
 	// The records are the gateway's: open its services as it does.
 	var cl closers

@@ -13,14 +13,13 @@ import (
 // loadCommand parses a command's flags (--config, --log-format,
 // --log-level and moreFlags), loads the file and makes the logger.
 func loadCommand(name string, args []string, getenv func(string) string, stdout, stderr io.Writer, moreFlags ...func(*flag.FlagSet)) (*config.Config, *slog.Logger, error) {
-	fs := newFlags(name, name+" --config FILE", stdout)
-	path := fs.String("config", "", "configuration file (YAML)")
+	fs := newConfigFlags(name, name+" --config FILE", stdout)
 	logFormat := fs.String("log-format", "", "json or text: overrides log.format")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error: overrides log.level")
 	for _, f := range moreFlags {
-		f(fs)
+		f(fs.FlagSet)
 	}
-	if _, err := parseFlags(fs, args); err != nil {
+	if _, err := fs.parseArgs(args); err != nil {
 		return nil, nil, err
 	}
 	switch *logFormat {
@@ -33,7 +32,7 @@ func loadCommand(name string, args []string, getenv func(string) string, stdout,
 	default:
 		return nil, nil, usagef("--log-level %q: want debug, info, warn or error", *logLevel)
 	}
-	cfg, err := loadConfig(*path, getenv, name == "worker" || name == "dev")
+	cfg, err := fs.load(getenv, name == "worker" || name == "dev")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -49,6 +48,28 @@ func loadCommand(name string, args []string, getenv func(string) string, stdout,
 		logger.Warn("configuration: " + w)
 	}
 	return cfg, logger, nil
+}
+
+// configFlags are the flags of a command that reads the configuration
+// file: --config, and the command's own added to the embedded set.
+type configFlags struct {
+	*flag.FlagSet
+	path *string
+}
+
+func newConfigFlags(name, synopsis string, stdout io.Writer) configFlags {
+	fs := newFlags(name, synopsis, stdout)
+	return configFlags{FlagSet: fs, path: fs.String("config", "", "configuration file (YAML)")}
+}
+
+// parseArgs is parseFlags: it returns the positional arguments. A command
+// checks them before load, so that a mistaken command line is reported as
+// such rather than as a missing --config.
+func (f configFlags) parseArgs(args []string) ([]string, error) { return parseFlags(f.FlagSet, args) }
+
+// load reads the file --config names (loadConfig).
+func (f configFlags) load(getenv func(string) string, runsJobs bool) (*config.Config, error) {
+	return loadConfig(*f.path, getenv, runsJobs)
 }
 
 // loadConfig reads the file named by --config. Every problem in it is a

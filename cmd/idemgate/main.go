@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -61,57 +62,73 @@ func exitCode(err error, stderr io.Writer) int {
 	}
 }
 
-const usage = `idemgate — an HTTP gateway that makes retries safe
+// command is a subcommand: how the usage text shows it and the function
+// that runs it.
+type command struct {
+	name          string
+	args, summary string // its line in the usage text; summary may be empty
+	run           func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
+}
 
-Usage:
-  idemgate serve   --config FILE        run the gateway
-  idemgate worker  --config FILE        run the job workers
-  idemgate dev     --config FILE        gateway + worker + partnersim in one process
-  idemgate migrate up|down|status --config FILE
-  idemgate keys    get|delete|resolve TENANT ROUTE KEY --config FILE
-  idemgate config  check --config FILE  validate a config, printing every problem
-  idemgate dlq     list|replay|delete [JOB_ID...] --config FILE
-  idemgate jobs    requeue JOB_ID... --config FILE
-  idemgate reconcile --config FILE      check the business invariants and stuck jobs
-  idemgate explain --config FILE (--job JOB_ID | --key TENANT ROUTE KEY) [--json]
-                                        the story of a job or key: record, attempts, effects, verdict
+// commands is every subcommand, in the order the usage text lists them:
+// adding a command here is all it takes to run it and to show it.
+func commands() []command {
+	return []command{
+		{"serve", "--config FILE", "run the gateway", runServe},
+		{"worker", "--config FILE", "run the job workers", runWorker},
+		{"dev", "--config FILE", "gateway + worker + partnersim in one process", runDev},
+		{"migrate", "up|down|status --config FILE", "", runMigrate},
+		{"keys", "get|delete|resolve TENANT ROUTE KEY --config FILE", "", runKeys},
+		{"config", "check --config FILE", "validate a config, printing every problem", runConfig},
+		{"dlq", "list|replay|delete [JOB_ID...] --config FILE", "", runDLQ},
+		{"jobs", "requeue JOB_ID... --config FILE", "", runJobs},
+		{"reconcile", "--config FILE", "check the business invariants and stuck jobs", runReconcile},
+		{"explain", "--config FILE (--job JOB_ID | --key TENANT ROUTE KEY) [--json]", "the story of a job or key: record, attempts, effects, verdict", runExplain},
+	}
+}
 
-Every command takes --help. Exit codes: 0 ok, 1 failure, 2 usage or config error.
-`
+// summaryColumn is where the usage text's summaries start; a command line
+// too long to leave two spaces before it has its summary on the next line.
+const summaryColumn = 40
+
+// usage is the text --help prints, a line per command.
+func usage() string {
+	var b strings.Builder
+	b.WriteString("idemgate — an HTTP gateway that makes retries safe\n\nUsage:\n")
+	for _, c := range commands() {
+		// Names shorter than eight characters are padded to line the
+		// arguments up.
+		line := fmt.Sprintf("  idemgate %-7s %s", c.name, c.args)
+		switch {
+		case c.summary == "":
+		case len(line)+2 <= summaryColumn:
+			line = fmt.Sprintf("%-*s%s", summaryColumn, line, c.summary)
+		default:
+			line += "\n" + strings.Repeat(" ", summaryColumn) + c.summary
+		}
+		b.WriteString(line + "\n")
+	}
+	b.WriteString("\nEvery command takes --help. Exit codes: 0 ok, 1 failure, 2 usage or config error.\n")
+	return b.String()
+}
 
 // run is the whole program: main only wires the process to it.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return usagef("no command given")
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
+	name, rest := args[0], args[1:]
+	switch name {
 	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usage())
 		return nil
-	case "serve":
-		return runServe(ctx, rest, getenv, stdout, stderr)
-	case "migrate":
-		return runMigrate(ctx, rest, getenv, stdout, stderr)
-	case "keys":
-		return runKeys(ctx, rest, getenv, stdout, stderr)
-	case "config":
-		return runConfig(ctx, rest, getenv, stdout, stderr)
-	case "worker":
-		return runWorker(ctx, rest, getenv, stdout, stderr)
-	case "dev":
-		return runDev(ctx, rest, getenv, stdout, stderr)
-	case "dlq":
-		return runDLQ(ctx, rest, getenv, stdout, stderr)
-	case "jobs":
-		return runJobs(ctx, rest, getenv, stdout, stderr)
-	case "reconcile":
-		return runReconcile(ctx, rest, getenv, stdout, stderr)
-	case "explain":
-		return runExplain(ctx, rest, getenv, stdout, stderr)
-	default:
-		fmt.Fprint(stderr, usage)
-		return usagef("unknown command %q", cmd)
 	}
+	for _, c := range commands() {
+		if c.name == name {
+			return c.run(ctx, rest, getenv, stdout, stderr)
+		}
+	}
+	fmt.Fprint(stderr, usage())
+	return usagef("unknown command %q", name)
 }

@@ -21,28 +21,18 @@ import (
 	"github.com/idemgate/idemgate/telemetry"
 )
 
-func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
+func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var pprof bool
-	cfg, logger, err := loadCommand("serve", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
+	pprofFlag := func(fs *flag.FlagSet) {
 		fs.BoolVar(&pprof, "pprof", false, "serve CPU and allocation profiles at /debug/pprof/ on the admin listener (admin token required)")
-	})
-	if err != nil {
-		return err
 	}
-	defer func() { err = logExit(cfg, logger, err) }()
-	var cl closers
-	defer cl.close()
-	stopTracing, err := startTracing(ctx, "idemgate-gateway", getenv, logger)
-	if err != nil {
-		return err
-	}
-	cl.push(stopTracing)
-	svc := newServices(cfg, &cl)
-	g, err := buildGateway(ctx, cfg, logger, svc, &cl, false, pprof)
-	if err != nil {
-		return err
-	}
-	return runAll(ctx, cfg, logger, stdout, &svc.certs, g.store, g.servers(cfg))
+	return runProcess(ctx, "serve", "idemgate-gateway", args, getenv, stdout, stderr, func(p process) error {
+		g, err := buildGateway(ctx, p.cfg, p.logger, p.svc, p.cl, false, pprof)
+		if err != nil {
+			return err
+		}
+		return runAll(ctx, p.cfg, p.logger, stdout, &p.svc.certs, g.store, g.servers(p.cfg))
+	}, pprofFlag)
 }
 
 // gatewayDeps are the services the gateway uses.

@@ -28,25 +28,14 @@ import (
 	"github.com/idemgate/idemgate/workers/execution"
 )
 
-func runWorker(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
-	cfg, logger, err := loadCommand("worker", args, getenv, stdout, stderr)
-	if err != nil {
-		return err
-	}
-	defer func() { err = logExit(cfg, logger, err) }()
-	var cl closers
-	defer cl.close()
-	stopTracing, err := startTracing(ctx, "idemgate-worker", getenv, logger)
-	if err != nil {
-		return err
-	}
-	cl.push(stopTracing)
-	svc := newServices(cfg, &cl)
-	w, err := buildWorker(ctx, cfg, logger, svc)
-	if err != nil {
-		return err
-	}
-	return runAll(ctx, cfg, logger, stdout, &svc.certs, nil, []server{w.adminServer(cfg)}, w.srv.Run, w.relay.Run, w.ledgerJanitor)
+func runWorker(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return runProcess(ctx, "worker", "idemgate-worker", args, getenv, stdout, stderr, func(p process) error {
+		w, err := buildWorker(ctx, p.cfg, p.logger, p.svc)
+		if err != nil {
+			return err
+		}
+		return runAll(ctx, p.cfg, p.logger, stdout, &p.svc.certs, nil, []server{w.adminServer(p.cfg)}, w.srv.Run, w.relay.Run, w.ledgerJanitor)
+	})
 }
 
 // attemptJanitor deletes the attempt ledger's rows older than the
