@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/jackc/pgx/v5/stdlib" // and the database/sql driver "pgx"
 
 	"github.com/idemgate/idemgate/migrations"
 )
@@ -46,6 +46,11 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 		return usagef("%s: %v", key, err)
 	}
 	defer db.Close()
+	if pos[0] != "status" {
+		if err := needSession(ctx, db, key); err != nil {
+			return err
+		}
+	}
 	switch pos[0] {
 	case "up":
 		if err := migrations.Up(ctx, db); err != nil {
@@ -67,4 +72,33 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	default:
 		return migrations.Status(ctx, db, stdout)
 	}
+}
+
+// needSession refuses a database reached through a connection pooler for
+// up and down: they hold the schema's session advisory lock while they
+// migrate, and a transaction pooler would leave that lock on whichever
+// server connection took it, for the next migration to wait on. Status
+// takes no lock. The check is throughPooler's; a database that cannot be
+// reached is left for the migration to report.
+func needSession(ctx context.Context, db *sql.DB, key string) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close()
+	pooled := false
+	err = conn.Raw(func(dc any) error {
+		c, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return nil
+		}
+		var err error
+		pooled, err = throughPooler(ctx, c.Conn().PgConn())
+		return err
+	})
+	if err != nil || !pooled {
+		return nil
+	}
+	return usagef("migrate: %s goes through a connection pooler, and a migration holds a session lock: "+
+		"set database_direct_url (or DATABASE_DIRECT_URL) to a direct connection to the database", key)
 }

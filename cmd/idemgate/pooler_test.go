@@ -59,3 +59,22 @@ func TestMigrateUsesTheDirectURL(t *testing.T) {
 		})
 	}
 }
+
+// migrate up holds a session lock, which a transaction pooler would leave
+// behind on one of its server connections: up and down through a pooler
+// are refused, naming database_direct_url, and roll nothing back.
+func TestMigrateThroughAPoolerIsRefused(t *testing.T) {
+	t.Parallel()
+	bouncer := topology.StartPgBouncer(t)
+	direct := testenv.Database(t)
+	pooled := bouncer.URL(direct)
+	for _, args := range [][]string{{"migrate", "up"}, {"migrate", "down"}} {
+		code, out, errOut := cli(t, map[string]string{"DATABASE_URL": pooled}, args...)
+		if code != 2 || !strings.Contains(errOut, "goes through a connection pooler") || !strings.Contains(errOut, "database_direct_url") {
+			t.Fatalf("%s through a pooler: exit %d, want 2 naming database_direct_url\n%s%s", strings.Join(args, " "), code, out, errOut)
+		}
+	}
+	if code, out, errOut := cli(t, map[string]string{"DATABASE_URL": direct}, "migrate", "status"); code != 0 || strings.Contains(out, "pending") {
+		t.Fatalf("after the refused migrations: exit %d, want every migration still applied\n%s%s", code, out, errOut)
+	}
+}
