@@ -1,0 +1,125 @@
+package importrules
+
+import (
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/idemgate/idemgate"
+
+// list runs `go list` with format over the packages (paths below the
+// module) and returns its lines.
+func list(t *testing.T, format string, pkgs ...string) []string {
+	t.Helper()
+	args := []string{"list", "-f", format}
+	for _, p := range pkgs {
+		args = append(args, module+"/"+p)
+	}
+	out, err := exec.Command("go", args...).Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			t.Fatalf("go list %s: %v\n%s", strings.Join(pkgs, " "), err, ee.Stderr)
+		}
+		t.Fatalf("go list: %v", err)
+	}
+	return strings.Fields(string(out))
+}
+
+// deps is every package the packages need, themselves included, the
+// standard library left out.
+func deps(t *testing.T, pkgs ...string) []string {
+	t.Helper()
+	return list(t, `{{range .Deps}}{{.}} {{end}}{{.ImportPath}}`, pkgs...)
+}
+
+// nonStandard drops the standard library's packages (no dot in the first
+// path element).
+func nonStandard(paths []string) []string {
+	return slices.DeleteFunc(slices.Clone(paths), func(p string) bool {
+		first, _, _ := strings.Cut(p, "/")
+		return !strings.Contains(first, ".")
+	})
+}
+
+// matching returns the paths below the module that match re, each once.
+func matching(paths []string, re *regexp.Regexp) []string {
+	var out []string
+	for _, p := range paths {
+		rel, ok := strings.CutPrefix(p, module+"/")
+		if ok && re.MatchString(rel) && !slices.Contains(out, rel) {
+			out = append(out, rel)
+		}
+	}
+	return out
+}
+
+func TestIdempotencyMiddlewareNeedsTheStandardLibraryOnly(t *testing.T) {
+	t.Parallel()
+	got := nonStandard(deps(t, "middleware/idempotency"))
+	if want := []string{module + "/middleware/idempotency"}; !slices.Equal(got, want) {
+		t.Fatalf("middleware/idempotency needs %v, want the standard library only", got)
+	}
+}
+
+// The libraries a user imports reach nothing of the product; client
+// reaches openapi's YAML converter, a leaf, through openapi.
+func TestLibrariesImportNoProductPackage(t *testing.T) {
+	t.Parallel()
+	product := regexp.MustCompile(`^(gateway|telemetry|cmd|config|examples|migrations|internal)(/|$)`)
+	got := slices.DeleteFunc(matching(deps(t, "middleware/...", "workers/...", "job", "receiver", "client"), product),
+		func(p string) bool { return p == "internal/yamljson" })
+	if len(got) > 0 {
+		t.Fatalf("the libraries import product packages: %v", got)
+	}
+}
+
+// The worker framework uses the OpenTelemetry API only: no SDK, exporter,
+// gRPC or Prometheus comes with it into a program that imports it.
+func TestWorkersNeedNoExporter(t *testing.T) {
+	t.Parallel()
+	var got []string
+	for _, p := range deps(t, "workers/...") {
+		if strings.HasPrefix(p, "go.opentelemetry.io/otel/sdk") || strings.HasPrefix(p, "go.opentelemetry.io/otel/exporters") ||
+			strings.HasPrefix(p, "google.golang.org/grpc") || strings.HasPrefix(p, "github.com/prometheus/") {
+			got = append(got, p)
+		}
+	}
+	if len(got) > 0 {
+		t.Fatalf("workers needs %v", got)
+	}
+}
+
+func TestOpenAPIImportsNothingOfTheProduct(t *testing.T) {
+	t.Parallel()
+	got := matching(deps(t, "openapi"), regexp.MustCompile(`.`))
+	got = slices.DeleteFunc(got, func(p string) bool { return p == "openapi" || p == "internal/yamljson" })
+	if len(got) > 0 {
+		t.Fatalf("openapi imports %v", got)
+	}
+}
+
+// The examples are written as a user would write them: public packages
+// only.
+func TestExamplesImportPublicPackagesOnly(t *testing.T) {
+	t.Parallel()
+	public := regexp.MustCompile(`^(middleware|workers|job|receiver|client|examples)(/|$)`)
+	var got []string
+	for _, p := range matching(list(t, `{{join .Imports " "}}`, "examples/..."), regexp.MustCompile(`.`)) {
+		if !public.MatchString(p) {
+			got = append(got, p)
+		}
+	}
+	if len(got) > 0 {
+		t.Fatalf("examples import %v", got)
+	}
+}
+
+func TestGatewayNeverReadsTheConfiguration(t *testing.T) {
+	t.Parallel()
+	if got := matching(deps(t, "gateway"), regexp.MustCompile(`^(config|cmd|examples)(/|$)`)); len(got) > 0 {
+		t.Fatalf("gateway imports %v", got)
+	}
+}
