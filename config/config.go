@@ -4,7 +4,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
@@ -236,17 +235,17 @@ type Worker struct {
 	// finished and whose record has not changed for this long has its
 	// task looked up in the queue, and enqueued again when the queue has
 	// lost it. Positive; an explicit 0 is refused. Default
-	// enqueue.DefaultRequeueAfter, 1m.
+	// job.DefaultRequeueAfter, 1m.
 	RequeueAfter Duration `yaml:"requeue_after"`
 	// RequeueInterval is the time between two passes of the relay.
 	// Positive; an explicit 0 is refused. Default
-	// enqueue.DefaultRequeueInterval, 15s.
+	// job.DefaultRequeueInterval, 15s.
 	RequeueInterval Duration `yaml:"requeue_interval"`
 }
 
 // RelayOptions returns the settings of the worker's relay.
-func (w Worker) RelayOptions() enqueue.RelayOptions {
-	return enqueue.RelayOptions{After: time.Duration(w.RequeueAfter), Interval: time.Duration(w.RequeueInterval)}
+func (w Worker) RelayOptions() job.RelayOptions {
+	return job.RelayOptions{After: time.Duration(w.RequeueAfter), Interval: time.Duration(w.RequeueInterval)}
 }
 
 // ServerConfig returns the settings of the workers' server.
@@ -335,8 +334,8 @@ func defaultWorker() Worker {
 	return Worker{
 		AdminListen:      defaultWorkerAdminListen,
 		AdminTokenSHA256: inheritAdminToken,
-		RequeueAfter:     Duration(enqueue.DefaultRequeueAfter),
-		RequeueInterval:  Duration(enqueue.DefaultRequeueInterval),
+		RequeueAfter:     Duration(job.DefaultRequeueAfter),
+		RequeueInterval:  Duration(job.DefaultRequeueInterval),
 	}
 }
 

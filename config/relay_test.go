@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/job"
 )
 
 // The relay's keys: defaults when absent, the values given, and every
@@ -17,8 +17,8 @@ func TestRelayKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cfg.Worker.RelayOptions(); got.After != enqueue.DefaultRequeueAfter || got.Interval != enqueue.DefaultRequeueInterval {
-		t.Errorf("defaults: requeue_after %s, requeue_interval %s; want enqueue's, %s and %s", got.After, got.Interval, enqueue.DefaultRequeueAfter, enqueue.DefaultRequeueInterval)
+	if got := cfg.Worker.RelayOptions(); got.After != job.DefaultRequeueAfter || got.Interval != job.DefaultRequeueInterval {
+		t.Errorf("defaults: requeue_after %s, requeue_interval %s; want enqueue's, %s and %s", got.After, got.Interval, job.DefaultRequeueAfter, job.DefaultRequeueInterval)
 	}
 	if d := (Worker{}).RelayOptions(); d.After != 0 || d.Interval != 0 {
 		t.Errorf("a Worker not from a file passes %+v, want zeros for enqueue's own defaults", d)

@@ -20,7 +20,6 @@ import (
 	"go.uber.org/goleak"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/internal/partnersim"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
@@ -164,9 +163,9 @@ func task(t *testing.T, tenant, kind string, payload any) *asynq.Task {
 	if err != nil {
 		t.Fatal(err)
 	}
-	headers := map[string]string{enqueue.HeaderJobID: fmt.Sprintf("job-%016x", rand.Uint64())}
+	headers := map[string]string{job.HeaderID: fmt.Sprintf("job-%016x", rand.Uint64())}
 	if tenant != "" {
-		headers[enqueue.HeaderTenant] = tenant
+		headers[job.HeaderTenant] = tenant
 	}
 	return asynq.NewTaskWithHeaders(kind, b, headers)
 }
@@ -218,17 +217,18 @@ type resultLog struct {
 	refs map[string][]string
 }
 
-func (l *resultLog) record(_ context.Context, task *asynq.Task, key, status string, _ int, resultRef, _ string) {
-	if status != workers.StatusSucceeded {
-		return
+func (l *resultLog) record(_ context.Context, task *asynq.Task, key string, status job.Status, _ int, resultRef, _ string) error {
+	if status != job.StatusSucceeded {
+		return nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.refs == nil {
 		l.refs = map[string][]string{}
 	}
-	scoped := workers.Scope(task.Headers()[enqueue.HeaderTenant], key)
+	scoped := workers.Scope(task.Headers()[job.HeaderTenant], key)
 	l.refs[scoped] = append(l.refs[scoped], resultRef)
+	return nil
 }
 
 func (l *resultLog) of(tenant, key string) []string {

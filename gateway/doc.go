@@ -15,7 +15,7 @@
 // path it was matched by, and tells the idempotency
 // middleware whether a failed call was certainly not processed or
 // ambiguous. An enqueue route hands the request to Options.Jobs (an
-// *enqueue.Enqueuer), which validates it against the declared job
+// *job.Submitter), which validates it against the declared job
 // (job.Spec) and queues it; its 202 job document is what retries replay.
 // The documents the gateway writes are the models generated in package
 // openapi.

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/examples/schemas"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
@@ -22,15 +21,15 @@ import (
 
 // fakeJobs is a gateway.Jobs whose answers the test chooses.
 type fakeJobs struct {
-	submit func(context.Context, enqueue.Request) (enqueue.Job, error)
-	get    func(ctx context.Context, tenant, id string) (enqueue.Job, error)
+	submit func(context.Context, job.Request) (job.Record, error)
+	get    func(ctx context.Context, tenant, id string) (job.Record, error)
 }
 
-func (f fakeJobs) Submit(ctx context.Context, req enqueue.Request) (enqueue.Job, error) {
+func (f fakeJobs) Submit(ctx context.Context, req job.Request) (job.Record, error) {
 	return f.submit(ctx, req)
 }
 
-func (f fakeJobs) Get(ctx context.Context, tenant, id string) (enqueue.Job, error) {
+func (f fakeJobs) Get(ctx context.Context, tenant, id string) (job.Record, error) {
 	return f.get(ctx, tenant, id)
 }
 
@@ -116,20 +115,20 @@ var (
 func TestDocumentsOnTheWire(t *testing.T) {
 	t.Parallel()
 	ref := "inv_2e3e9e48ed0440af9dbf6cce317d08ed"
-	job := enqueue.Job{
-		ID: "job_8971b00d3650c8ca83d47f1920051829", Task: "invoice.create", Status: enqueue.StatusQueued,
+	rec := job.Record{
+		ID: "job_8971b00d3650c8ca83d47f1920051829", Task: "invoice.create", Status: job.StatusQueued,
 		CreatedAt: created, UpdatedAt: created, Tenant: "acme", Route: "invoices",
 	}
-	done := job
-	done.Status, done.Attempts, done.ResultRef, done.UpdatedAt = enqueue.StatusSucceeded, 1, &ref, updated
+	done := rec
+	done.Status, done.Attempts, done.ResultRef, done.UpdatedAt = job.StatusSucceeded, 1, &ref, updated
 	g := newTestGateway(t, testOptions(fakeJobs{
-		submit: func(_ context.Context, req enqueue.Request) (enqueue.Job, error) {
+		submit: func(_ context.Context, req job.Request) (job.Record, error) {
 			if _, err := req.Spec.Decode(req.Body); err != nil {
-				return enqueue.Job{}, err
+				return job.Record{}, err
 			}
-			return job, nil
+			return rec, nil
 		},
-		get: func(context.Context, string, string) (enqueue.Job, error) { return done, nil },
+		get: func(context.Context, string, string) (job.Record, error) { return done, nil },
 	}))
 	auth := []string{"Authorization", "Bearer " + testAPIKey, "X-Request-Id", "req-1"}
 	tests := []struct {
@@ -152,7 +151,7 @@ func TestDocumentsOnTheWire(t *testing.T) {
   "updated_at": "2026-12-02T19:43:56.024825Z"
 }
 `},
-		{"job", http.MethodGet, "/v1/jobs/" + job.ID, "", auth, http.StatusOK, "application/json", `{
+		{"job", http.MethodGet, "/v1/jobs/" + rec.ID, "", auth, http.StatusOK, "application/json", `{
   "id": "job_8971b00d3650c8ca83d47f1920051829",
   "task": "invoice.create",
   "status": "succeeded",

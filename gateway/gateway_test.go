@@ -8,7 +8,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 )
 
@@ -17,12 +17,12 @@ import (
 // and no body, and HEAD where no GET is served is still 404.
 func TestHeadAnswersLikeGet(t *testing.T) {
 	t.Parallel()
-	job := enqueue.Job{ID: "job_1", Task: "invoice.create", Status: enqueue.StatusQueued, Tenant: "acme"}
-	opts := testOptions(fakeJobs{get: func(_ context.Context, tenant, id string) (enqueue.Job, error) {
-		if tenant != job.Tenant || id != job.ID {
-			return enqueue.Job{}, enqueue.ErrNotFound
+	rec := job.Record{ID: "job_1", Task: "invoice.create", Status: job.StatusQueued, Tenant: "acme"}
+	opts := testOptions(fakeJobs{get: func(_ context.Context, tenant, id string) (job.Record, error) {
+		if tenant != rec.Tenant || id != rec.ID {
+			return job.Record{}, job.ErrNotFound
 		}
-		return job, nil
+		return rec, nil
 	}})
 	opts.Ready = []Check{{Name: "postgres", Check: func(context.Context) error { return nil }}}
 	g := newTestGateway(t, opts)
@@ -100,8 +100,8 @@ func fetch(t *testing.T, srv *httptest.Server, method, path string, header ...st
 // the client, names the tenant, so there is nothing to challenge.
 func TestUnauthorizedChallenges(t *testing.T) {
 	t.Parallel()
-	jobs := fakeJobs{get: func(context.Context, string, string) (enqueue.Job, error) {
-		return enqueue.Job{}, errors.New("not reached")
+	jobs := fakeJobs{get: func(context.Context, string, string) (job.Record, error) {
+		return job.Record{}, errors.New("not reached")
 	}}
 	g := newTestGateway(t, testOptions(jobs))
 	headerMode := testOptions(jobs)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
@@ -20,8 +19,8 @@ import (
 
 // Jobs is what the gateway needs to accept jobs and show them.
 type Jobs interface {
-	Submit(ctx context.Context, req enqueue.Request) (enqueue.Job, error)
-	Get(ctx context.Context, tenant, id string) (enqueue.Job, error)
+	Submit(ctx context.Context, req job.Request) (job.Record, error)
+	Get(ctx context.Context, tenant, id string) (job.Record, error)
 }
 
 // EnqueueOptions makes a route an enqueue route.
@@ -58,7 +57,7 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions, timeout time.Du
 			g.problems.write(w, r, &Problem{Err: ErrBadRequest, Detail: "the body must be application/json"})
 			return
 		}
-		req := enqueue.Request{Tenant: a.Scope.Tenant, Route: route, Key: a.Scope.Key, Spec: eo.Spec, Queue: eo.Queue, Body: body}
+		req := job.Request{Tenant: a.Scope.Tenant, Route: route, Key: a.Scope.Key, Spec: eo.Spec, Queue: eo.Queue, Body: body}
 		// Bounded like every store call of the route: a database or
 		// broker out of reach costs the client a fast 503 (or, once the
 		// record is written, a 202 the relay makes good), not a hang.
@@ -68,7 +67,7 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions, timeout time.Du
 		j, err := g.opts.Jobs.Submit(ctx, req)
 		span.SetAttributes(telemetry.JobID(j.ID))
 		telemetry.End(span, err)
-		if errors.Is(err, enqueue.ErrTaskDeferred) {
+		if errors.Is(err, job.ErrTaskDeferred) {
 			// The record is committed, so the job is accepted (GET
 			// /v1/jobs/{id} shows it): the relay enqueues its task once
 			// the queue answers again.
@@ -88,7 +87,7 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions, timeout time.Du
 
 // jobDocument is how the enqueue routes and GET /v1/jobs/{id} show a job:
 // the Job of openapi.yaml.
-func jobDocument(j enqueue.Job) openapi.Job {
+func jobDocument(j job.Record) openapi.Job {
 	return openapi.Job{
 		Id: j.ID, Task: j.Task, Status: openapi.JobStatus(j.Status), Attempts: j.Attempts,
 		ResultRef: j.ResultRef, Error: j.Error, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
@@ -104,7 +103,7 @@ func (g *Gateway) jobError(w http.ResponseWriter, r *http.Request, err error) {
 			kind = ErrBadRequest
 		}
 		g.problems.write(w, r, &Problem{Err: kind, Detail: pe.Error(), Fields: pe.Fields})
-	case errors.Is(err, enqueue.ErrNotFound):
+	case errors.Is(err, job.ErrNotFound):
 		g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "no such job"})
 	default:
 		// No job was recorded (or none could be read): 503, which
@@ -129,12 +128,12 @@ func (g *Gateway) handleJobGet() http.Handler {
 			g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "no such job"})
 			return
 		}
-		job, err := g.opts.Jobs.Get(r.Context(), auth.Tenant(r.Context()), id)
+		rec, err := g.opts.Jobs.Get(r.Context(), auth.Tenant(r.Context()), id)
 		if err != nil {
 			g.jobError(w, r, err)
 			return
 		}
 		w.Header().Set("Cache-Control", "no-store")
-		writeJSON(w, http.StatusOK, jobDocument(job))
+		writeJSON(w, http.StatusOK, jobDocument(rec))
 	}))
 }

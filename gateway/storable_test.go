@@ -9,8 +9,8 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
 )
@@ -30,7 +30,7 @@ func TestUnstorableRequests(t *testing.T) {
 	}
 	queue := asynq.NewClient(opt)
 	t.Cleanup(func() { _ = queue.Close() })
-	opts := testOptions(enqueue.New(pool, queue))
+	opts := testOptions(job.NewSubmitter(pool, queue))
 	store := pgstore.New(pool)
 	opts.Store = store
 	g := newTestGateway(t, opts)
@@ -96,7 +96,7 @@ func TestUnstorableRequests(t *testing.T) {
 		if recorded(key) != tc.stored {
 			t.Errorf("%s: record stored %v, want %v", tc.name, !tc.stored, tc.stored)
 		}
-		if _, err := opts.Jobs.Get(t.Context(), "acme", enqueue.JobID("acme", "invoices", key)); !errors.Is(err, enqueue.ErrNotFound) {
+		if _, err := opts.Jobs.Get(t.Context(), "acme", job.ID("acme", "invoices", key)); !errors.Is(err, job.ErrNotFound) {
 			t.Errorf("%s: a job was recorded (%v)", tc.name, err)
 		}
 	}

@@ -1,23 +1,54 @@
-// Package job describes declared jobs: the task a request becomes, the
-// JSON Schema its payload must satisfy, and the templates that form its
-// identity. The business key ("shipment:{order_id}") is the job's
-// identity, never an attempt's: within a tenant, one key is one effect.
-// The resource ("order:{order_id}") is the entity the worker locks and
-// fences on. A Spec is built once, from configuration, and is read by the
-// gateway (to validate a request and name its job) and by the worker (to
-// run it, with a Go handler or by HTTP delivery).
+// Package job owns a job, from its declaration to its last status.
 //
-// Decode answers the two questions a gateway asks of a body, with the
-// errors it maps to statuses: is it JSON at all (ErrMalformed, 400), and
-// is it this job's payload (ErrInvalid, 422, with one FieldError per
-// fault).
+// A Spec declares a job: the task a request becomes, the JSON Schema its
+// payload must satisfy, and the templates that form its identity. The
+// business key ("shipment:{order_id}") is the job's identity, never an
+// attempt's: within a tenant, one key is one effect. The resource
+// ("order:{order_id}") is the entity the worker locks and fences on.
+// Spec.Decode answers the two questions a gateway asks of a body, with the
+// errors it maps to statuses: is it JSON at all (ErrMalformed, 400), and is
+// it this job's payload (ErrInvalid, 422, with one FieldError per fault).
 //
 //	spec, err := job.NewSpec("shipment.book", schemaJSON, "shipment:{order_id}", "order:{order_id}")
 //	p, err := spec.Decode(body)
 //	// p.BusinessKey == "shipment:o-1"
 //
-// The package depends on the standard library, a JSON Schema compiler and
-// the idempotency middleware's canonical JSON (itself standard library
-// only), so that both sides can import it, and "the same payload" means
-// what "the same body" means to the gateway.
+// A Submitter turns an accepted request into a job: a Record in
+// PostgreSQL (the jobs table: the public job document and the source of
+// truth for a failed job) and an asynq task whose TaskID is the job id,
+// derived from the request's idempotency scope (ID: tenant, route, key).
+// The record is written before the task is enqueued, and both steps are
+// idempotent, so a gateway that crashes between them, or between them and
+// storing its response, leaves at most one task: the retry finds the
+// record, enqueues again, and asynq refuses a second task with the same
+// id. The task contract is here too, so that producer and worker agree on
+// it: the task carries the job id and the tenant in its headers (HeaderID,
+// HeaderTenant), is enqueued with MaxRetry, and its payload is the request
+// body as sent, validated first against the job's schema.
+//
+//	s := job.NewSubmitter(pool, asynqClient)
+//	rec, err := s.Submit(ctx, job.Request{Tenant: "acme", Route: "invoices",
+//		Key: "order-42", Spec: spec, Body: body})
+//
+// After that the record follows the worker: Records.Follow is the
+// worker's status report (workers.Deps.OnStatus = records.Follow), and a
+// succeeded job never moves back. Status is the one definition of where a
+// job stands. DeadLetters lists, replays and deletes failed jobs for
+// `idemgate dlq`, from the jobs table, because asynq's archive is bounded.
+// The package does not know how a task is run, and holds no business
+// payloads.
+//
+// The record, not the task, is the truth: a job is accepted once its
+// record is committed, even if its enqueue then fails (ErrTaskDeferred),
+// and the queue may lose tasks (a Redis restart without persistence). The
+// Relay finds the unfinished jobs whose tasks are missing and enqueues
+// them again with the same TaskID.
+//
+//	relay := job.NewRelay(s, inspector, job.RelayOptions{})
+//	go relay.Run(ctx) // owned: wait for it after ctx ends
+//
+// The package depends on the standard library, a JSON Schema compiler,
+// asynq, pgx and the idempotency middleware's canonical JSON (itself
+// standard library only), so that both sides can import it, and "the same
+// payload" means what "the same body" means to the gateway.
 package job

@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/gateway/gatewaytest"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 	"github.com/idemgate/idemgate/openapi"
@@ -63,17 +63,17 @@ func TestEnqueueResponsesMatchSpec(t *testing.T) {
 	jobs := gatewaytest.NewJobs()
 	srv := gatewaytest.Start(t, gatewaytest.Options(jobs, memstore.New()))
 
-	var job openapi.Job
+	var doc openapi.Job
 	t.Run("202 accepted", func(t *testing.T) {
 		ex := post(t, srv, gatewaytest.APIKey, "inv-1", invoice)
 		wantStatus(t, ex, http.StatusAccepted)
 		api.check(t, ex)
-		job = decodeBody[openapi.Job](t, ex, "job document")
-		if loc := ex.resp.Header.Get("Location"); loc != "/v1/jobs/"+job.Id {
-			t.Errorf("Location %q, want /v1/jobs/%s", loc, job.Id)
+		doc = decodeBody[openapi.Job](t, ex, "job document")
+		if loc := ex.resp.Header.Get("Location"); loc != "/v1/jobs/"+doc.Id {
+			t.Errorf("Location %q, want /v1/jobs/%s", loc, doc.Id)
 		}
-		if job.Id != enqueue.JobID(gatewaytest.Tenant, "invoices", "inv-1") || job.Task != "invoice.create" || job.Status != openapi.JobStatusQueued {
-			t.Errorf("job %+v", job)
+		if doc.Id != job.ID(gatewaytest.Tenant, "invoices", "inv-1") || doc.Task != "invoice.create" || doc.Status != openapi.JobStatusQueued {
+			t.Errorf("job %+v", doc)
 		}
 		if ex.resp.Header.Get("Idempotent-Replayed") != "" {
 			t.Error("a first answer is marked replayed")
@@ -85,8 +85,8 @@ func TestEnqueueResponsesMatchSpec(t *testing.T) {
 		ex := post(t, srv, gatewaytest.APIKey, `"inv-1"`, `{ "currency": "EUR", "amount_cents": 4200, "order_id": "order-42" }`)
 		wantStatus(t, ex, http.StatusAccepted)
 		api.check(t, ex)
-		if got := decodeBody[openapi.Job](t, ex, "job document"); got.Id != job.Id {
-			t.Errorf("replay names job %s, want %s", got.Id, job.Id)
+		if got := decodeBody[openapi.Job](t, ex, "job document"); got.Id != doc.Id {
+			t.Errorf("replay names job %s, want %s", got.Id, doc.Id)
 		}
 		if ex.resp.Header.Get("Idempotent-Replayed") != "true" {
 			t.Error("replay without Idempotent-Replayed: true")
@@ -212,9 +212,9 @@ func TestJobResponsesMatchSpec(t *testing.T) {
 		}
 	})
 	t.Run("200 succeeded", func(t *testing.T) {
-		jobs.Update(id, func(j *enqueue.Job) {
+		jobs.Update(id, func(j *job.Record) {
 			ref := "inv_2e3e9e48ed0440af9dbf6cce317d08ed"
-			j.Status, j.Attempts, j.ResultRef = enqueue.StatusSucceeded, 1, &ref
+			j.Status, j.Attempts, j.ResultRef = job.StatusSucceeded, 1, &ref
 		})
 		ex := getJob(t, srv, gatewaytest.APIKey, id)
 		wantStatus(t, ex, http.StatusOK)
@@ -224,9 +224,9 @@ func TestJobResponsesMatchSpec(t *testing.T) {
 		}
 	})
 	t.Run("200 failed", func(t *testing.T) {
-		jobs.Update(id, func(j *enqueue.Job) {
+		jobs.Update(id, func(j *job.Record) {
 			msg := "partner: card declined"
-			j.Status, j.Attempts, j.ResultRef, j.Error = enqueue.StatusFailed, 10, nil, &msg
+			j.Status, j.Attempts, j.ResultRef, j.Error = job.StatusFailed, 10, nil, &msg
 		})
 		ex := getJob(t, srv, gatewaytest.APIKey, id)
 		wantStatus(t, ex, http.StatusOK)
@@ -269,7 +269,7 @@ func TestRefusalsMatchSpec(t *testing.T) {
 		jobs := gatewaytest.NewJobs()
 		entered, release := make(chan struct{}), make(chan struct{})
 		var once sync.Once
-		jobs.Before = func(ctx context.Context, req enqueue.Request) error {
+		jobs.Before = func(ctx context.Context, req job.Request) error {
 			once.Do(func() { close(entered) })
 			select {
 			case <-release:
@@ -347,7 +347,7 @@ func TestRefusalsMatchSpec(t *testing.T) {
 		jobs := gatewaytest.NewJobs()
 		var down atomic.Bool
 		down.Store(true)
-		jobs.Before = func(context.Context, enqueue.Request) error {
+		jobs.Before = func(context.Context, job.Request) error {
 			if down.Load() {
 				return errDown
 			}
@@ -412,7 +412,7 @@ func TestUnknownOutcomeAndAdminMatchSpec(t *testing.T) {
 	jobs := gatewaytest.NewJobs()
 	var boom atomic.Bool
 	boom.Store(true)
-	jobs.Before = func(context.Context, enqueue.Request) error {
+	jobs.Before = func(context.Context, job.Request) error {
 		if boom.CompareAndSwap(true, false) {
 			panic("boom: the queue client crashed after sending")
 		}
@@ -458,7 +458,7 @@ func TestUnknownOutcomeAndAdminMatchSpec(t *testing.T) {
 		t.Fatalf("completed record %+v", r)
 	}
 	var stored openapi.Job
-	if err := json.Unmarshal(r.Response.BodyBase64, &stored); err != nil || stored.Id != enqueue.JobID("acme", "invoices", "held") {
+	if err := json.Unmarshal(r.Response.BodyBase64, &stored); err != nil || stored.Id != job.ID("acme", "invoices", "held") {
 		t.Errorf("stored body %q: %v", r.Response.BodyBase64, err)
 	}
 
@@ -476,7 +476,7 @@ func TestUnknownOutcomeAndAdminMatchSpec(t *testing.T) {
 		story.ClaimLedger == nil || *story.ClaimLedger == "" || story.Violation {
 		t.Errorf("story %s", ex.body)
 	}
-	ex = admin(t, srv, http.MethodGet, "/admin/jobs/"+enqueue.JobID("acme", "invoices", "held")+"/explain")
+	ex = admin(t, srv, http.MethodGet, "/admin/jobs/"+job.ID("acme", "invoices", "held")+"/explain")
 	wantProblem(t, ex, http.StatusNotFound, "not-found")
 	api.check(t, ex)
 

@@ -8,19 +8,13 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-)
 
-// The task headers the gateway writes (enqueue.HeaderJobID and
-// enqueue.HeaderTenant; a test keeps them equal). They are repeated here so
-// that the packages telemetry instruments can import it.
-const (
-	headerJobID  = "job_id"
-	headerTenant = "tenant"
+	"github.com/idemgate/idemgate/job"
 )
 
 // InjectTask returns ctx's trace context as task headers (traceparent,
 // tracestate, baggage), to carry a trace across the queue. It is the
-// signature of enqueue.Enqueuer.Headers. Without a span in ctx it returns
+// signature of job.Submitter.Headers. Without a span in ctx it returns
 // an empty map.
 func InjectTask(ctx context.Context) map[string]string {
 	carrier := propagation.MapCarrier{}
@@ -60,10 +54,10 @@ func TaskTracing(opts ...Option) asynq.MiddlewareFunc {
 			if n, ok := asynq.GetRetryCount(ctx); ok {
 				attrs = append(attrs, attribute.Int("messaging.asynq.retry_count", n))
 			}
-			if id := headers[headerJobID]; id != "" {
+			if id := headers[job.HeaderID]; id != "" {
 				attrs = append(attrs, JobID(id))
 			}
-			if t := headers[headerTenant]; t != "" {
+			if t := headers[job.HeaderTenant]; t != "" {
 				attrs = append(attrs, Tenant(t))
 			}
 			ctx, span := tr.Start(ctx, "asynq.process "+task.Type(),

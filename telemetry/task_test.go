@@ -14,8 +14,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/telemetry"
 	"github.com/idemgate/idemgate/telemetry/telemetrytest"
 )
@@ -50,7 +50,7 @@ func produce(t *testing.T, tp trace.TracerProvider, queue string) (*asynq.Task, 
 	t.Helper()
 	ctx, request := tp.Tracer("test").Start(t.Context(), "POST orders")
 	ctx, enq := telemetry.StartEnqueue(ctx, "invoice.create", queue, telemetry.JobID("job-1"))
-	headers := map[string]string{enqueue.HeaderJobID: "job-1", enqueue.HeaderTenant: "acme"}
+	headers := map[string]string{job.HeaderID: "job-1", job.HeaderTenant: "acme"}
 	for k, v := range telemetry.InjectTask(ctx) {
 		headers[k] = v
 	}

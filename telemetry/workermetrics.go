@@ -3,6 +3,7 @@ package telemetry
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers"
 )
 
@@ -78,7 +79,7 @@ func NewWorkerMetrics(reg prometheus.Registerer) *WorkerMetrics {
 func (m *WorkerMetrics) InitTasks(kinds ...string) {
 	for _, k := range kinds {
 		for _, s := range workers.FinishedStatuses() {
-			m.jobs.WithLabelValues(k, s)
+			m.jobs.WithLabelValues(k, string(s))
 		}
 		for _, c := range workers.ErrorClasses() {
 			m.attempts.WithLabelValues(k, c)
@@ -118,6 +119,6 @@ func (m *WorkerMetrics) NotificationDedup(hit bool) {
 func (m *WorkerMetrics) JobReplay(task string) { m.replays.WithLabelValues(task).Inc() }
 
 // JobFinished counts a job reaching a final status.
-func (m *WorkerMetrics) JobFinished(task, status string) {
-	m.jobs.WithLabelValues(task, status).Inc()
+func (m *WorkerMetrics) JobFinished(task string, status job.Status) {
+	m.jobs.WithLabelValues(task, string(status)).Inc()
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/telemetry"
 	"github.com/idemgate/idemgate/workers"
 )
@@ -50,8 +51,8 @@ func TestWorkerMetricsSeriesExistAtZero(t *testing.T) {
 		"idemgate_lock_renewals_total{}", "idemgate_lock_lost_total{}", "idemgate_fencing_rejections_total{}",
 		"idemgate_job_replays_total{"+task+"}",
 		"idemgate_notification_dedup_total{result=hit}", "idemgate_notification_dedup_total{result=miss}")
-	for _, s := range []string{workers.StatusSucceeded, workers.StatusFailed} {
-		want = append(want, "idemgate_jobs_total{status="+s+","+task+"}")
+	for _, s := range []job.Status{job.StatusSucceeded, job.StatusFailed} {
+		want = append(want, "idemgate_jobs_total{status="+string(s)+","+task+"}")
 	}
 	for _, c := range []string{workers.ClassTransient, workers.ClassPermanent, workers.ClassUnavailable, workers.ClassLockBusy, workers.ClassStaleToken} {
 		want = append(want, "idemgate_job_attempts_total{error_class="+c+","+task+"}")
@@ -102,9 +103,9 @@ func TestWorkerMetricsCountEachEvent(t *testing.T) {
 			map[string]float64{"idemgate_job_attempts_total{error_class=stale_token,task=payment.charge}": 1}},
 		{"replay", func(o workers.Observer) { o.JobReplay(task) },
 			map[string]float64{"idemgate_job_replays_total{task=payment.charge}": 1}},
-		{"succeeded", func(o workers.Observer) { o.JobFinished(task, workers.StatusSucceeded) },
+		{"succeeded", func(o workers.Observer) { o.JobFinished(task, job.StatusSucceeded) },
 			map[string]float64{"idemgate_jobs_total{status=succeeded,task=payment.charge}": 1}},
-		{"failed", func(o workers.Observer) { o.JobFinished(task, workers.StatusFailed) },
+		{"failed", func(o workers.Observer) { o.JobFinished(task, job.StatusFailed) },
 			map[string]float64{"idemgate_jobs_total{status=failed,task=payment.charge}": 1}},
 		{"a task not initialised", func(o workers.Observer) { o.JobReplay("report.build") },
 			map[string]float64{"idemgate_job_replays_total{task=report.build}": 1}},

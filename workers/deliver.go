@@ -21,7 +21,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/fence"
 )
 
@@ -213,31 +213,31 @@ func protocolHeader(name string) bool {
 	return false
 }
 
-func (dl *deliverer) deliver(ctx context.Context, job Job[json.RawMessage]) (string, error) {
-	if job.Task == nil {
+func (dl *deliverer) deliver(ctx context.Context, j Job[json.RawMessage]) (string, error) {
+	if j.Task == nil {
 		return "", Permanent(errors.New("deliver: job has no task"))
 	}
-	id := job.Task.Headers()[enqueue.HeaderJobID]
+	id := j.Task.Headers()[job.HeaderID]
 	if id == "" {
 		id, _ = asynq.GetTaskID(ctx)
 	}
 	if id == "" {
 		// Without an id the receiver cannot tell a retry from a new message.
-		return "", Permanent(fmt.Errorf("deliver %s: task has no job id", job.Key))
+		return "", Permanent(fmt.Errorf("deliver %s: task has no job id", j.Key))
 	}
 	now := dl.now().UTC()
-	token := strconv.FormatInt(job.Token, 10)
+	token := strconv.FormatInt(j.Token, 10)
 	body, err := deliveryBody(deliveryEnvelope{
-		Type:         job.Task.Type(),
+		Type:         j.Task.Type(),
 		Timestamp:    now.Format(time.RFC3339),
 		JobID:        id,
-		Tenant:       job.Tenant,
-		BusinessKey:  job.Key,
-		Attempt:      job.Attempt,
+		Tenant:       j.Tenant,
+		BusinessKey:  j.Key,
+		Attempt:      j.Attempt,
 		FencingToken: token,
-	}, job.Payload)
+	}, j.Payload)
 	if err != nil {
-		return "", Permanent(fmt.Errorf("deliver %s: %w", job.Key, err))
+		return "", Permanent(fmt.Errorf("deliver %s: %w", j.Key, err))
 	}
 
 	actx, cancel := context.WithTimeout(ctx, dl.timeout)
@@ -261,11 +261,11 @@ func (dl *deliverer) deliver(ctx context.Context, job Job[json.RawMessage]) (str
 	if len(dl.secrets) > 0 {
 		req.Header.Set(headerWebhookSignature, signatures(dl.secrets, id, ts, body))
 	}
-	req.Header.Set(headerIdempotencyKey, job.Key)
+	req.Header.Set(headerIdempotencyKey, j.Key)
 	req.Header.Set(headerFencingToken, token)
-	req.Header.Set(headerTenant, job.Tenant)
-	req.Header.Set(headerTask, job.Task.Type())
-	req.Header.Set(headerAttempt, strconv.Itoa(job.Attempt))
+	req.Header.Set(headerTenant, j.Tenant)
+	req.Header.Set(headerTask, j.Task.Type())
+	req.Header.Set(headerAttempt, strconv.Itoa(j.Attempt))
 	// The OpenTelemetry API alone: a no-op without a valid span context.
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 
@@ -275,12 +275,12 @@ func (dl *deliverer) deliver(ctx context.Context, job Job[json.RawMessage]) (str
 	}
 	defer resp.Body.Close()
 	answer, rerr := io.ReadAll(io.LimitReader(resp.Body, dl.maxBytes))
-	return dl.judge(ctx, actx, job, resp, answer, rerr)
+	return dl.judge(ctx, actx, j, resp, answer, rerr)
 }
 
 // judge turns the receiver's answer into the job's outcome. rerr is an
 // error met reading the body.
-func (dl *deliverer) judge(ctx, actx context.Context, job Job[json.RawMessage], resp *http.Response, body []byte, rerr error) (string, error) {
+func (dl *deliverer) judge(ctx, actx context.Context, j Job[json.RawMessage], resp *http.Response, body []byte, rerr error) (string, error) {
 	status := resp.StatusCode
 	switch {
 	case status >= 200 && status < 300:
@@ -293,7 +293,7 @@ func (dl *deliverer) judge(ctx, actx context.Context, job Job[json.RawMessage], 
 	answered := &statusError{url: dl.shownURL, status: status, body: clip(body, maxErrorBody)}
 	switch {
 	case status == http.StatusConflict && strings.EqualFold(strings.TrimSpace(resp.Header.Get(headerStale)), "true"):
-		return "", fmt.Errorf("%w: %w", answered, fence.Stale(job.Resource, job.Token, 0))
+		return "", fmt.Errorf("%w: %w", answered, fence.Stale(j.Resource, j.Token, 0))
 	case retryable(status):
 		var err error = answered
 		if unavailableStatus(status) {

@@ -22,7 +22,7 @@ import (
 	"github.com/hibiken/asynq"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/fence"
 )
 
@@ -59,7 +59,7 @@ func deliveryJob(attempt int, token int64) Job[json.RawMessage] {
 		Token:    token,
 		Attempt:  attempt,
 		Task: asynq.NewTaskWithHeaders("shipment.book", []byte(deliveryPayload),
-			map[string]string{enqueue.HeaderJobID: deliveryJobID, enqueue.HeaderTenant: "acme"}),
+			map[string]string{job.HeaderID: deliveryJobID, job.HeaderTenant: "acme"}),
 	}
 }
 
@@ -636,7 +636,7 @@ func ExampleDeliver() {
 		Key: "shipment:o-1", Tenant: "acme", Resource: "order:o-1", Token: 7, Attempt: 1,
 		Payload: json.RawMessage(`{"order_id":"o-1"}`),
 		Task: asynq.NewTaskWithHeaders("shipment.book", []byte(`{"order_id":"o-1"}`),
-			map[string]string{enqueue.HeaderJobID: "job_1"}),
+			map[string]string{job.HeaderID: "job_1"}),
 	})
 	fmt.Println(ref, err)
 	// Output:

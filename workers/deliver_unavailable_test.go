@@ -17,14 +17,13 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/idemgate/idemgate/enqueue"
-	"github.com/idemgate/idemgate/workers/execution"
+	"github.com/idemgate/idemgate/job"
 )
 
 // deliveryTask is the task of shipment order o, as the gateway enqueues it.
 func deliveryTask(o string) *asynq.Task {
 	payload := `{"order_id":"` + o + `"}`
-	return asynq.NewTaskWithHeaders("shipment.book", []byte(payload), map[string]string{enqueue.HeaderJobID: "job_" + o})
+	return asynq.NewTaskWithHeaders("shipment.book", []byte(payload), map[string]string{job.HeaderID: "job_" + o})
 }
 
 func shipmentKey(p json.RawMessage) string {
@@ -107,14 +106,14 @@ func TestDeliverUnavailableReceiverIsNotAnAttempt(t *testing.T) {
 						t.Fatalf("delivery %d: RetryDelay = %s, want the Retry-After, 3s", n, got)
 					}
 				}
-				if rec := e.record(t, "shipment:"+o); rec.Status != execution.StatusProcessing || rec.Attempts != 0 {
+				if rec := e.record(t, "shipment:"+o); rec.Status != job.StatusProcessing || rec.Attempts != 0 {
 					t.Fatalf("delivery %d: record = %+v, want processing with no attempt counted", n, rec)
 				}
 			}
 			if err := h.ProcessTask(t.Context(), task); err != nil {
 				t.Fatalf("delivery once the receiver is back: %v", err)
 			}
-			if rec := e.record(t, "shipment:"+o); rec.Status != execution.StatusSucceeded || rec.Attempts != 1 || rec.ResultRef != "shp_1" {
+			if rec := e.record(t, "shipment:"+o); rec.Status != job.StatusSucceeded || rec.Attempts != 1 || rec.ResultRef != "shp_1" {
 				t.Fatalf("record = %+v, want succeeded after 1 attempt", rec)
 			}
 			if err := h.ProcessTask(t.Context(), task); err != nil {
@@ -157,7 +156,7 @@ func TestDeliverUnavailableReceiverIsNotAnAttempt(t *testing.T) {
 			}
 		}
 		rec := e.record(t, "shipment:f")
-		if rec.Status != execution.StatusFailed || rec.Attempts != 3 || !strings.Contains(rec.LastError, "attempts exhausted (3 of 3)") ||
+		if rec.Status != job.StatusFailed || rec.Attempts != 3 || !strings.Contains(rec.LastError, "attempts exhausted (3 of 3)") ||
 			!strings.Contains(rec.LastError, "answered 500") {
 			t.Fatalf("record = %+v, want failed after 3 attempts with the receiver's answer", rec)
 		}

@@ -59,7 +59,7 @@
 // reschedules the task soon and is not an attempt, an unavailable
 // dependency is not one either, and after Config.MaxAttempts real attempts
 // the handler dead-letters the job itself. Tasks are therefore enqueued
-// with asynq.MaxRetry(AsynqMaxRetry), and the server uses RetryDelay and
+// with asynq.MaxRetry(job.MaxRetry), and the server uses RetryDelay and
 // IsFailure (NewServer sets both).
 //
 //	resp, err := partner.Do(req) // the same Idempotency-Key on every attempt

@@ -3,6 +3,8 @@ package workers
 import (
 	"errors"
 	"fmt"
+
+	"github.com/idemgate/idemgate/job"
 )
 
 // PermanentError marks an error retrying cannot fix: the job is marked
@@ -110,12 +112,12 @@ type ConflictError struct {
 	Key  string
 	// Status and ResultRef are the key's: succeeded with its result, or
 	// processing.
-	Status    string
+	Status    job.Status
 	ResultRef string
 }
 
 func (e *ConflictError) Error() string {
-	if e.Status == StatusSucceeded {
+	if e.Status == job.StatusSucceeded {
 		return fmt.Sprintf("conflict: business key %s already succeeded with a different payload (result %s)", e.Key, e.ResultRef)
 	}
 	return fmt.Sprintf("conflict: business key %s is being processed with a different payload", e.Key)

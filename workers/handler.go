@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/execution"
 	"github.com/idemgate/idemgate/workers/fence"
 	"github.com/idemgate/idemgate/workers/lock"
@@ -29,12 +29,15 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// StatusFunc is told each time a job's status changes (StatusProcessing,
-// StatusRetrying, StatusSucceeded, StatusFailed), with the attempts so far,
+// StatusFunc is told each time a job's status changes (job.StatusProcessing,
+// job.StatusRetrying, job.StatusSucceeded, job.StatusFailed), with the attempts so far,
 // the result reference once succeeded and the last error. It also runs for
 // a replayed delivery of a succeeded job, so a record kept from it catches
-// up after a crash. It runs on the handler's goroutine: keep it short.
-type StatusFunc func(ctx context.Context, task *asynq.Task, key, status string, attempts int, resultRef, lastErr string)
+// up after a crash. It runs on the handler's goroutine: keep it short. An
+// error it returns is logged, and changes nothing of the job: the execution
+// state, not this report, is the truth. job.Records.Follow is one: it keeps
+// the job document of a submitted job up to date.
+type StatusFunc func(ctx context.Context, task *asynq.Task, key string, status job.Status, attempts int, resultRef, lastErr string) error
 
 // Deps is what an idempotent handler needs. Config.Deps builds one from the
 // configuration.
@@ -266,10 +269,10 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	if err != nil {
 		return h.unprocessable(ctx, log, task, err)
 	}
-	tenant := task.Headers()[enqueue.HeaderTenant]
+	tenant := task.Headers()[job.HeaderTenant]
 	resource = Scope(tenant, resource)
 	log = log.With("tenant", tenant, "job_key", key, "resource", resource)
-	id := jobID{tenant: tenant, key: key, sha: sha, job: task.Headers()[enqueue.HeaderJobID]}
+	id := jobID{tenant: tenant, key: key, sha: sha, job: task.Headers()[job.HeaderID]}
 	if id.job == "" {
 		id.job, _ = asynq.GetTaskID(ctx)
 	}
@@ -299,7 +302,7 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	if errors.Is(err, execution.ErrNotFound) {
 		err = nil // a new job: rec is the zero record
 	}
-	if err != nil || execution.Conflicts(rec, sha) || rec.Status == execution.StatusSucceeded {
+	if err != nil || execution.Conflicts(rec, sha) || rec.Status == job.StatusSucceeded {
 		if lease != nil {
 			h.release(ctx, log, lease)
 		}
@@ -425,7 +428,7 @@ func (r *run[T]) do(ctx context.Context) error {
 		return r.deadLetter(ctx, fctx, errors.New(cause), false)
 	}
 	r.log.InfoContext(ctx, "attempt started", "lock_event", "held")
-	h.status(ctx, r.task, r.id.key, StatusProcessing, rec.Attempts, "", rec.LastError)
+	h.status(ctx, r.task, r.id.key, job.StatusProcessing, rec.Attempts, "", rec.LastError)
 	if h.crashAt(stageTaken) {
 		return errCrashed
 	}
@@ -453,8 +456,8 @@ func (r *run[T]) do(ctx context.Context) error {
 		r.log.ErrorContext(ctx, "recording the success failed: will retry", "error", err)
 		return fmt.Errorf("workers: %s %s: record success: %w", h.kind, r.id.key, err)
 	}
-	h.status(fctx, r.task, r.id.key, StatusSucceeded, rec.Attempts, ref, "")
-	h.obs.JobFinished(h.kind, StatusSucceeded)
+	h.status(fctx, r.task, r.id.key, job.StatusSucceeded, rec.Attempts, ref, "")
+	h.obs.JobFinished(h.kind, job.StatusSucceeded)
 	r.log.InfoContext(ctx, "job succeeded", "result_ref", ref)
 	if h.crashAt(stageSucceeded) {
 		return errCrashed
@@ -527,7 +530,7 @@ func (r *run[T]) failed(ctx, fctx context.Context, err error) error {
 		r.log.WarnContext(ctx, "recording the retry failed", "error", merr)
 	}
 	h.obs.Attempt(h.kind, ClassTransient)
-	h.status(fctx, r.task, r.id.key, StatusRetrying, r.attempts, "", err.Error())
+	h.status(fctx, r.task, r.id.key, job.StatusRetrying, r.attempts, "", err.Error())
 	r.log.WarnContext(ctx, "attempt failed: will retry", "error", err)
 	return fmt.Errorf("workers: %s %s attempt %d: %w", h.kind, r.id.key, r.attempts, err)
 }
@@ -554,7 +557,7 @@ func (r *run[T]) unavailable(ctx, fctx context.Context, err error) error {
 		attempts--
 	}
 	h.obs.Attempt(h.kind, ClassUnavailable)
-	h.status(fctx, r.task, r.id.key, StatusRetrying, attempts, "", err.Error())
+	h.status(fctx, r.task, r.id.key, job.StatusRetrying, attempts, "", err.Error())
 	r.log.WarnContext(ctx, "dependency unavailable: will retry, the attempt not counted", "error", err)
 	return fmt.Errorf("workers: %s %s: %w", h.kind, r.id.key, err)
 }
@@ -572,7 +575,7 @@ func (r *run[T]) deadLetter(ctx, fctx context.Context, err error, permanent bool
 		if r.attempts >= h.maxAttempts {
 			reason = fmt.Sprintf("attempts exhausted (%d of %d): %s", min(r.attempts, h.maxAttempts), h.maxAttempts, reason)
 		} else {
-			// Only a task enqueued without AsynqMaxRetry gets here.
+			// Only a task enqueued without job.MaxRetry gets here.
 			reason = fmt.Sprintf("asynq retry budget spent after %d of %d attempts: %s", r.attempts, h.maxAttempts, reason)
 		}
 	}
@@ -595,8 +598,8 @@ func (r *run[T]) deadLetter(ctx, fctx context.Context, err error, permanent bool
 		return fmt.Errorf("workers: %s %s: record failure: %w", h.kind, r.id.key, errors.Join(merr, err))
 	}
 	h.obs.Attempt(h.kind, class)
-	h.obs.JobFinished(h.kind, StatusFailed)
-	h.status(fctx, r.task, r.id.key, StatusFailed, r.attempts, "", reason)
+	h.obs.JobFinished(h.kind, job.StatusFailed)
+	h.status(fctx, r.task, r.id.key, job.StatusFailed, r.attempts, "", reason)
 	r.log.ErrorContext(ctx, "job failed: archiving", "error", reason)
 	return fmt.Errorf("workers: %s %s failed: %w (%w)", h.kind, r.id.key, err, asynq.SkipRetry)
 }
@@ -604,7 +607,7 @@ func (r *run[T]) deadLetter(ctx, fctx context.Context, err error, permanent bool
 // replay acks a delivery of a job that has already succeeded.
 func (h *handler[T]) replay(ctx context.Context, log *slog.Logger, task *asynq.Task, rec execution.Record) error {
 	h.obs.JobReplay(h.kind)
-	h.status(ctx, task, rec.Key, StatusSucceeded, rec.Attempts, rec.ResultRef, "")
+	h.status(ctx, task, rec.Key, job.StatusSucceeded, rec.Attempts, rec.ResultRef, "")
 	log.InfoContext(ctx, "job already succeeded: acking the duplicate", "result_ref", rec.ResultRef, "attempt", rec.Attempts)
 	return nil
 }
@@ -614,9 +617,9 @@ func (h *handler[T]) replay(ctx context.Context, log *slog.Logger, task *asynq.T
 // status still says why it failed.
 func (h *handler[T]) unprocessable(ctx context.Context, log *slog.Logger, task *asynq.Task, err error) error {
 	h.obs.Attempt(h.kind, ClassPermanent)
-	h.obs.JobFinished(h.kind, StatusFailed)
+	h.obs.JobFinished(h.kind, job.StatusFailed)
 	reason := "unprocessable payload: " + err.Error()
-	h.status(ctx, task, "", StatusFailed, 0, "", reason)
+	h.status(ctx, task, "", job.StatusFailed, 0, "", reason)
 	log.ErrorContext(ctx, "unprocessable task: archiving", "error", err)
 	return fmt.Errorf("workers: %s: %w (%w)", h.kind, Permanent(err), asynq.SkipRetry)
 }
@@ -626,9 +629,9 @@ func (h *handler[T]) unprocessable(ctx context.Context, log *slog.Logger, task *
 // execution state is left alone; only this job fails.
 func (h *handler[T]) conflict(ctx context.Context, log *slog.Logger, task *asynq.Task, id jobID, rec execution.Record) error {
 	h.obs.Attempt(h.kind, ClassPermanent)
-	h.obs.JobFinished(h.kind, StatusFailed)
-	err := &ConflictError{Task: h.kind, Key: id.key, Status: string(rec.Status), ResultRef: rec.ResultRef}
-	h.status(ctx, task, id.key, StatusFailed, 0, "", err.Error())
+	h.obs.JobFinished(h.kind, job.StatusFailed)
+	err := &ConflictError{Task: h.kind, Key: id.key, Status: rec.Status, ResultRef: rec.ResultRef}
+	h.status(ctx, task, id.key, job.StatusFailed, 0, "", err.Error())
 	log.ErrorContext(ctx, "business key taken by another payload: archiving", "error", err)
 	return fmt.Errorf("workers: %w (%w)", Permanent(err), asynq.SkipRetry)
 }
@@ -641,9 +644,12 @@ func (h *handler[T]) transientBeforeAttempt(ctx context.Context, log *slog.Logge
 	return fmt.Errorf("workers: %s: %w", h.kind, err)
 }
 
-func (h *handler[T]) status(ctx context.Context, task *asynq.Task, key, status string, attempts int, resultRef, lastErr string) {
-	if h.onStatus != nil {
-		h.onStatus(ctx, task, key, status, attempts, resultRef, lastErr)
+func (h *handler[T]) status(ctx context.Context, task *asynq.Task, key string, status job.Status, attempts int, resultRef, lastErr string) {
+	if h.onStatus == nil {
+		return
+	}
+	if err := h.onStatus(ctx, task, key, status, attempts, resultRef, lastErr); err != nil {
+		h.log.WarnContext(ctx, "job status not recorded", "job_id", task.Headers()[job.HeaderID], "status", status, "err", err)
 	}
 }
 
@@ -661,7 +667,7 @@ func budgetSpent(ctx context.Context) bool {
 func (h *handler[T]) warnIfBudgetSpent(ctx context.Context, log *slog.Logger) {
 	if budgetSpent(ctx) {
 		maxRetry, _ := asynq.GetMaxRetry(ctx)
-		log.WarnContext(ctx, "asynq will archive this task on a busy lock: enqueue with asynq.MaxRetry(workers.AsynqMaxRetry)",
+		log.WarnContext(ctx, "asynq will archive this task on a busy lock: enqueue with asynq.MaxRetry(job.MaxRetry)",
 			"max_retry", maxRetry)
 	}
 }

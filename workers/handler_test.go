@@ -11,6 +11,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/execution"
 	"github.com/idemgate/idemgate/workers/fence"
 	"github.com/idemgate/idemgate/workers/lock"
@@ -40,7 +41,7 @@ func TestHandleRunsTheEffectOnce(t *testing.T) {
 		t.Fatalf("effects = %+v, want one", effects)
 	}
 	rec := e.record(t, "effect:1")
-	if rec.Status != execution.StatusSucceeded || rec.Attempts != 1 || rec.ResultRef == "" || rec.Task != kind {
+	if rec.Status != job.StatusSucceeded || rec.Attempts != 1 || rec.ResultRef == "" || rec.Task != kind {
 		t.Fatalf("record = %+v", rec)
 	}
 	if rec.FencingToken != effects[0].Token {
@@ -95,7 +96,7 @@ func TestDuplicateDeliveriesConcurrently(t *testing.T) {
 		t.Fatalf("effects = %+v, want one", got)
 	}
 	rec := e.record(t, "effect:2")
-	if rec.Status != execution.StatusSucceeded || rec.Attempts != 1 {
+	if rec.Status != job.StatusSucceeded || rec.Attempts != 1 {
 		t.Fatalf("record = %+v, want succeeded after 1 attempt", rec)
 	}
 	if got := obs.count("replay"); got != deliveries+5-1 {
@@ -135,7 +136,7 @@ func TestLockBusyIsNotAnAttempt(t *testing.T) {
 	if err := h.ProcessTask(t.Context(), task); err != nil {
 		t.Fatalf("delivery after the lock was freed: %v", err)
 	}
-	if rec := e.record(t, "effect:3"); rec.Status != execution.StatusSucceeded || rec.Attempts != 1 {
+	if rec := e.record(t, "effect:3"); rec.Status != job.StatusSucceeded || rec.Attempts != 1 {
 		t.Fatalf("record = %+v", rec)
 	}
 	if calls.Load() != 1 || obs.count("attempt:lock_busy") != 3 || obs.count("lock:busy") != 3 {
@@ -192,7 +193,7 @@ func TestPermanentErrorFailsTheJob(t *testing.T) {
 		t.Fatalf("permanent failure returned %v, want SkipRetry (archive)", err)
 	}
 	rec := e.record(t, "effect:4")
-	if rec.Status != execution.StatusFailed || rec.LastError != "permanent: card declined" || rec.Attempts != 1 {
+	if rec.Status != job.StatusFailed || rec.LastError != "permanent: card declined" || rec.Attempts != 1 {
 		t.Fatalf("record = %+v", rec)
 	}
 	if obs.count("attempt:permanent") != 1 || obs.count("finished:failed") != 1 {
@@ -207,7 +208,7 @@ func TestPermanentErrorFailsTheJob(t *testing.T) {
 	if err := h.ProcessTask(t.Context(), task); err != nil {
 		t.Fatalf("replay from the DLQ: %v", err)
 	}
-	if rec := e.record(t, "effect:4"); rec.Status != execution.StatusSucceeded || rec.Attempts != 1 || rec.ResultRef != "paid" {
+	if rec := e.record(t, "effect:4"); rec.Status != job.StatusSucceeded || rec.Attempts != 1 || rec.ResultRef != "paid" {
 		t.Fatalf("record after the replay = %+v", rec)
 	}
 }
@@ -232,7 +233,7 @@ func TestTransientErrorsDeadLetterAfterMaxAttempts(t *testing.T) {
 			if err == nil || errors.Is(err, asynq.SkipRetry) || !IsFailure(err) {
 				t.Fatalf("attempt %d: %v, want a retryable failure", attempt, err)
 			}
-			if rec.Status != execution.StatusProcessing || rec.Attempts != attempt || rec.LastError != "partner unavailable" {
+			if rec.Status != job.StatusProcessing || rec.Attempts != attempt || rec.LastError != "partner unavailable" {
 				t.Fatalf("attempt %d: record = %+v", attempt, rec)
 			}
 			continue
@@ -240,7 +241,7 @@ func TestTransientErrorsDeadLetterAfterMaxAttempts(t *testing.T) {
 		if !errors.Is(err, asynq.SkipRetry) {
 			t.Fatalf("last attempt: %v, want SkipRetry (archive)", err)
 		}
-		if rec.Status != execution.StatusFailed || rec.Attempts != 3 {
+		if rec.Status != job.StatusFailed || rec.Attempts != 3 {
 			t.Fatalf("after the last attempt: record = %+v", rec)
 		}
 	}
@@ -341,7 +342,7 @@ func TestCrash(t *testing.T) {
 				t.Fatalf("second worker's business function ran %d times, want %d", got, tt.wantSecondCalls)
 			}
 			rec := e.record(t, "effect:6")
-			if rec.Status != execution.StatusSucceeded || rec.Attempts != tt.wantAttempts {
+			if rec.Status != job.StatusSucceeded || rec.Attempts != tt.wantAttempts {
 				t.Fatalf("record = %+v, want succeeded after %d attempts", rec, tt.wantAttempts)
 			}
 			// Later duplicates are replays.
@@ -443,7 +444,7 @@ func TestCrashWhileLockExpires(t *testing.T) {
 	if len(effects) != 1 || effects[0].Worker != "B" || effects[0].Token <= tokenA {
 		t.Fatalf("effects = %+v, want exactly one, B's, with a token above A's %d", effects, tokenA)
 	}
-	if rec := e.record(t, "effect:7"); rec.Status != execution.StatusSucceeded || rec.Attempts != 2 {
+	if rec := e.record(t, "effect:7"); rec.Status != job.StatusSucceeded || rec.Attempts != 2 {
 		t.Fatalf("record = %+v", rec)
 	}
 }
@@ -514,7 +515,7 @@ UPDATE balances SET owner = $1, fencing_token = $2
 	if owner != "B" || token <= tokenA {
 		t.Fatalf("row = %s/%d, want B's write with a token above A's %d", owner, token, tokenA)
 	}
-	if rec := e.record(t, "effect:8"); rec.Status != execution.StatusSucceeded || rec.ResultRef != "B" {
+	if rec := e.record(t, "effect:8"); rec.Status != job.StatusSucceeded || rec.ResultRef != "B" {
 		t.Fatalf("record = %+v, want B's success", rec)
 	}
 	if obsA.count("fencing:rejected") != 1 || obsA.count("attempt:stale_token") != 1 || obsA.count("lock:lost") != 1 {
@@ -553,7 +554,7 @@ func TestLostLeaseCancelsTheJob(t *testing.T) {
 	if !errors.As(err, &lost) || !errors.Is(err, lock.ErrLost) {
 		t.Fatalf("ProcessTask = %v, want *OwnershipLostError wrapping lock.ErrLost", err)
 	}
-	if rec := e.record(t, "effect:9"); rec.Status != execution.StatusProcessing {
+	if rec := e.record(t, "effect:9"); rec.Status != job.StatusProcessing {
 		t.Fatalf("record = %+v: a lost attempt must not decide the job", rec)
 	}
 }

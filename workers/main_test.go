@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/execution"
 	"github.com/idemgate/idemgate/workers/fence"
 	"github.com/idemgate/idemgate/workers/lock"
@@ -196,13 +197,13 @@ func (r *recorder) count(name string) int {
 	return r.counts[name]
 }
 
-func (r *recorder) LockAcquire(result string)          { r.inc("lock:" + result) }
-func (r *recorder) LockRenewed()                       { r.inc("lock:renewed") }
-func (r *recorder) LockLost()                          { r.inc("lock:lost") }
-func (r *recorder) FencingRejected()                   { r.inc("fencing:rejected") }
-func (r *recorder) Attempt(task, class string)         { r.inc("attempt:" + class) }
-func (r *recorder) JobReplay(task string)              { r.inc("replay") }
-func (r *recorder) JobFinished(task string, st string) { r.inc("finished:" + st) }
+func (r *recorder) LockAcquire(result string)              { r.inc("lock:" + result) }
+func (r *recorder) LockRenewed()                           { r.inc("lock:renewed") }
+func (r *recorder) LockLost()                              { r.inc("lock:lost") }
+func (r *recorder) FencingRejected()                       { r.inc("fencing:rejected") }
+func (r *recorder) Attempt(task, class string)             { r.inc("attempt:" + class) }
+func (r *recorder) JobReplay(task string)                  { r.inc("replay") }
+func (r *recorder) JobFinished(task string, st job.Status) { r.inc("finished:" + string(st)) }
 
 // statuses records what a StatusFunc is told.
 type statuses struct {
@@ -210,10 +211,11 @@ type statuses struct {
 	got []string
 }
 
-func (s *statuses) fn(_ context.Context, _ *asynq.Task, key, status string, attempts int, resultRef, lastErr string) {
+func (s *statuses) fn(_ context.Context, _ *asynq.Task, key string, status job.Status, attempts int, resultRef, lastErr string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.got = append(s.got, fmt.Sprintf("%s %s #%d %s", key, status, attempts, resultRef))
+	return nil
 }
 
 func (s *statuses) list() []string {

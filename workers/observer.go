@@ -27,16 +27,6 @@ const (
 	ClassStaleToken = "stale_token"
 )
 
-// Job statuses, as reported to Observer.JobFinished and StatusFunc: the
-// values of job.Status a worker reports (a job is queued before any worker
-// sees it).
-const (
-	StatusProcessing = string(job.Processing)
-	StatusRetrying   = string(job.Retrying)
-	StatusSucceeded  = string(job.Succeeded)
-	StatusFailed     = string(job.Failed)
-)
-
 // LockResults lists the results Observer.LockAcquire reports.
 func LockResults() []string { return []string{LockAcquired, LockBusy, LockError} }
 
@@ -46,12 +36,12 @@ func ErrorClasses() []string {
 }
 
 // FinishedStatuses lists the statuses Observer.JobFinished reports: the
-// final ones (StatusSucceeded, StatusFailed).
-func FinishedStatuses() []string {
-	var out []string
+// final ones (job.StatusSucceeded, job.StatusFailed).
+func FinishedStatuses() []job.Status {
+	var out []job.Status
 	for _, s := range job.Statuses() {
 		if s.Final() {
-			out = append(out, string(s))
+			out = append(out, s)
 		}
 	}
 	return out
@@ -76,8 +66,9 @@ type Observer interface {
 	// JobReplay reports a delivery of a job that had already succeeded,
 	// acked without running it again.
 	JobReplay(task string)
-	// JobFinished reports a job reaching StatusSucceeded or StatusFailed.
-	JobFinished(task, status string)
+	// JobFinished reports a job reaching a final status:
+	// job.StatusSucceeded or job.StatusFailed.
+	JobFinished(task string, status job.Status)
 }
 
 // NopObserver ignores every event. It is the default Observer.
@@ -85,10 +76,10 @@ type NopObserver struct{}
 
 var _ Observer = NopObserver{}
 
-func (NopObserver) LockAcquire(string)         {}
-func (NopObserver) LockRenewed()               {}
-func (NopObserver) LockLost()                  {}
-func (NopObserver) FencingRejected()           {}
-func (NopObserver) Attempt(string, string)     {}
-func (NopObserver) JobReplay(string)           {}
-func (NopObserver) JobFinished(string, string) {}
+func (NopObserver) LockAcquire(string)             {}
+func (NopObserver) LockRenewed()                   {}
+func (NopObserver) LockLost()                      {}
+func (NopObserver) FencingRejected()               {}
+func (NopObserver) Attempt(string, string)         {}
+func (NopObserver) JobReplay(string)               {}
+func (NopObserver) JobFinished(string, job.Status) {}

@@ -8,21 +8,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/idemgate/idemgate/enqueue"
 )
-
-// AsynqMaxRetry is the asynq.MaxRetry to enqueue every task of an
-// idempotent handler with: effectively unlimited. The handler counts real
-// attempts in job_executions and dead-letters the job itself after
-// MaxAttempts; a smaller asynq budget would also be spent by redeliveries
-// after a crash, and asynq archives a task whose budget is spent even when
-// it only met a busy lock.
-//
-//	client.Enqueue(task, asynq.MaxRetry(workers.AsynqMaxRetry))
-//
-// It is enqueue.MaxRetry, which the gateway's enqueue routes use.
-const AsynqMaxRetry = enqueue.MaxRetry
 
 // Backoff computes retry delays: exponential backoff with full jitter for
 // failures, a short jittered delay for busy locks and lost ownership. The
@@ -140,7 +126,7 @@ func RetryDelay(n int, err error, task *asynq.Task) time.Duration {
 // not count it toward MaxAttempts: asynq increments the retry count it
 // passes to RetryDelay only for failures, and the backoff must keep
 // growing while a dependency stays down instead of hammering it every
-// Base. The task is enqueued with AsynqMaxRetry, so asynq's count never
+// Base. The task is enqueued with job.MaxRetry, so asynq's count never
 // archives it.
 func IsFailure(err error) bool {
 	if err == nil {

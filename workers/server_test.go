@@ -13,6 +13,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/execution"
 )
 
@@ -89,7 +90,7 @@ func (s *serverEnv) start(t *testing.T, h asynq.Handler, cfg Config) (stop func(
 
 func (s *serverEnv) enqueue(t *testing.T, task *asynq.Task) *asynq.TaskInfo {
 	t.Helper()
-	info, err := s.client.Enqueue(task, asynq.Queue(s.queue), asynq.MaxRetry(AsynqMaxRetry))
+	info, err := s.client.Enqueue(task, asynq.Queue(s.queue), asynq.MaxRetry(job.MaxRetry))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func (s *serverEnv) queueInfo(t *testing.T) *asynq.QueueInfo {
 	return qi
 }
 
-func (s *serverEnv) status(t *testing.T, key string) execution.Status {
+func (s *serverEnv) status(t *testing.T, key string) job.Status {
 	t.Helper()
 	rec, err := s.store.Get(t.Context(), "", key)
 	if errors.Is(err, execution.ErrNotFound) {
@@ -145,7 +146,7 @@ func TestServerDuplicateDeliveries(t *testing.T) {
 	if got := s.effects(t, "effect:20"); len(got) != 1 {
 		t.Fatalf("effects = %+v, want one", got)
 	}
-	if rec := s.record(t, "effect:20"); rec.Status != execution.StatusSucceeded || rec.Attempts != 1 {
+	if rec := s.record(t, "effect:20"); rec.Status != job.StatusSucceeded || rec.Attempts != 1 {
 		t.Fatalf("record = %+v", rec)
 	}
 }
@@ -175,7 +176,7 @@ func TestServerLockContentionDoesNotDeadLetter(t *testing.T) {
 	if err := held.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the job to succeed", func() bool { return s.status(t, "effect:21") == execution.StatusSucceeded })
+	waitFor(t, "the job to succeed", func() bool { return s.status(t, "effect:21") == job.StatusSucceeded })
 	if rec := s.record(t, "effect:21"); rec.Attempts != 1 {
 		t.Fatalf("record = %+v, want 1 attempt", rec)
 	}
@@ -224,7 +225,7 @@ func TestServerUnavailableDoesNotDeadLetter(t *testing.T) {
 		if qi := s.queueInfo(t); qi.Archived != 0 {
 			t.Fatalf("the task was archived while the partner was down: %+v", s.record(t, "effect:25"))
 		}
-		return s.status(t, "effect:25") == execution.StatusSucceeded
+		return s.status(t, "effect:25") == job.StatusSucceeded
 	})
 	if rec := s.record(t, "effect:25"); rec.Attempts != 1 {
 		t.Fatalf("record = %+v, want succeeded after 1 real attempt", rec)
@@ -264,7 +265,7 @@ func TestServerUnavailableWithSpentBudget(t *testing.T) {
 	}
 	waitFor(t, "the task to be archived", func() bool { return s.queueInfo(t).Archived == 1 })
 	rec := s.record(t, "effect:26")
-	if rec.Status != execution.StatusFailed || rec.Attempts != 1 ||
+	if rec.Status != job.StatusFailed || rec.Attempts != 1 ||
 		rec.LastError != "asynq retry budget spent after 1 of 10 attempts: unavailable: partner answered 503" {
 		t.Fatalf("record = %+v, want failed, saying asynq's budget is spent", rec)
 	}
@@ -297,7 +298,7 @@ func TestServerDeadLetters(t *testing.T) {
 
 			waitFor(t, "the task to be archived", func() bool { return s.queueInfo(t).Archived == 1 })
 			rec := s.record(t, "effect:22")
-			if rec.Status != execution.StatusFailed || rec.Attempts != tt.wantAttempts || !strings.Contains(rec.LastError, tt.wantLastErr) {
+			if rec.Status != job.StatusFailed || rec.Attempts != tt.wantAttempts || !strings.Contains(rec.LastError, tt.wantLastErr) {
 				t.Fatalf("record = %+v, want failed after %d attempts with %q", rec, tt.wantAttempts, tt.wantLastErr)
 			}
 			if got := calls.Load(); got != int64(tt.wantAttempts) {
@@ -338,7 +339,7 @@ func TestServerShutdownLetsRunningJobFinish(t *testing.T) {
 	if err := <-stopped; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if st := s.status(t, "effect:23"); st != execution.StatusSucceeded {
+	if st := s.status(t, "effect:23"); st != job.StatusSucceeded {
 		t.Fatalf("status after a graceful shutdown = %q, want succeeded", st)
 	}
 	if qi := s.queueInfo(t); qi.Pending+qi.Active+qi.Retry != 0 {
@@ -369,7 +370,7 @@ func TestServerShutdownTimeoutCancelsJob(t *testing.T) {
 		t.Fatal("the cancelled job's lock outlived Run")
 	}
 	rec := s.record(t, "effect:24")
-	if rec.Status != execution.StatusProcessing || !strings.Contains(rec.LastError, "context canceled") {
+	if rec.Status != job.StatusProcessing || !strings.Contains(rec.LastError, "context canceled") {
 		t.Fatalf("record = %+v, want processing with the cancellation recorded", rec)
 	}
 	if qi := s.queueInfo(t); qi.Pending != 1 {
@@ -377,7 +378,7 @@ func TestServerShutdownTimeoutCancelsJob(t *testing.T) {
 	}
 
 	s.start(t, h, Config{})
-	waitFor(t, "the next server to finish the job", func() bool { return s.status(t, "effect:24") == execution.StatusSucceeded })
+	waitFor(t, "the next server to finish the job", func() bool { return s.status(t, "effect:24") == job.StatusSucceeded })
 	if got := s.effects(t, "effect:24"); len(got) != 1 {
 		t.Fatalf("effects = %+v", got)
 	}

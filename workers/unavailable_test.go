@@ -11,7 +11,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/idemgate/idemgate/workers/execution"
+	"github.com/idemgate/idemgate/job"
 )
 
 // A dependency that stays down for more deliveries than the job has
@@ -44,7 +44,7 @@ func TestUnavailableIsNotAnAttempt(t *testing.T) {
 			t.Fatalf("delivery %d while the partner is down: %v, want an unavailable error asynq retries with backoff", i, err)
 		}
 		rec := e.record(t, "effect:10")
-		if rec.Status != execution.StatusProcessing || rec.Attempts != 0 || rec.LastError != "unavailable: partner answered 503" {
+		if rec.Status != job.StatusProcessing || rec.Attempts != 0 || rec.LastError != "unavailable: partner answered 503" {
 			t.Fatalf("delivery %d: record = %+v, want processing, 0 attempts, the error recorded", i, rec)
 		}
 	}
@@ -52,7 +52,7 @@ func TestUnavailableIsNotAnAttempt(t *testing.T) {
 		t.Fatalf("delivery once the partner is back: %v", err)
 	}
 	rec := e.record(t, "effect:10")
-	if rec.Status != execution.StatusSucceeded || rec.Attempts != 1 || rec.LastError != "" {
+	if rec.Status != job.StatusSucceeded || rec.Attempts != 1 || rec.LastError != "" {
 		t.Fatalf("record = %+v, want succeeded after 1 real attempt", rec)
 	}
 	if got := e.effects(t, "effect:10"); len(got) != 1 {
@@ -108,7 +108,7 @@ func TestUnavailableBetweenFailuresStillDeadLetters(t *testing.T) {
 			if err == nil || errors.Is(err, asynq.SkipRetry) || !IsFailure(err) {
 				t.Fatalf("delivery %d (%c): %v, want a retryable failure", i+1, c, err)
 			}
-			if rec.Status != execution.StatusProcessing || rec.Attempts != failures {
+			if rec.Status != job.StatusProcessing || rec.Attempts != failures {
 				t.Fatalf("delivery %d (%c): record = %+v, want processing after %d real attempts", i+1, c, rec, failures)
 			}
 			continue
@@ -116,7 +116,7 @@ func TestUnavailableBetweenFailuresStillDeadLetters(t *testing.T) {
 		if !errors.Is(err, asynq.SkipRetry) {
 			t.Fatalf("third real failure: %v, want SkipRetry (archive)", err)
 		}
-		if rec.Status != execution.StatusFailed || rec.Attempts != 3 ||
+		if rec.Status != job.StatusFailed || rec.Attempts != 3 ||
 			rec.LastError != "attempts exhausted (3 of 3): partner answered 500" {
 			t.Fatalf("after the third real failure: record = %+v", rec)
 		}
@@ -139,7 +139,7 @@ func TestPermanentUnavailableFailsTheJob(t *testing.T) {
 	if err := h.ProcessTask(t.Context(), newTask(t, "12")); !errors.Is(err, asynq.SkipRetry) {
 		t.Fatalf("ProcessTask = %v, want SkipRetry (archive)", err)
 	}
-	if rec := e.record(t, "effect:12"); rec.Status != execution.StatusFailed || rec.Attempts != 1 {
+	if rec := e.record(t, "effect:12"); rec.Status != job.StatusFailed || rec.Attempts != 1 {
 		t.Fatalf("record = %+v, want failed after 1 attempt", rec)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers"
 )
 
@@ -222,7 +223,7 @@ func enqueueJobs(ctx context.Context, client *asynq.Client, queue string, n int)
 				}
 				payload, _ := json.Marshal(benchPayload{ID: queue + "-" + strconv.FormatInt(i, 10)})
 				_, err := client.EnqueueContext(ctx, asynq.NewTask(benchTask, payload),
-					asynq.Queue(queue), asynq.MaxRetry(workers.AsynqMaxRetry))
+					asynq.Queue(queue), asynq.MaxRetry(job.MaxRetry))
 				if err != nil {
 					mu.Lock()
 					errs = append(errs, err)

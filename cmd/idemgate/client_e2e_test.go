@@ -13,9 +13,9 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/gateway/gatewaytest"
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/openapi"
 	apiclient "github.com/idemgate/idemgate/openapi/client"
 )
@@ -76,7 +76,7 @@ func TestGeneratedClientEndToEnd(t *testing.T) {
 	key := "client-" + run
 	orderID := "order-" + run
 	body := `{"order_id": "` + orderID + `", "amount_cents": 4200, "currency": "EUR"}`
-	wantID := enqueue.JobID("acme", "invoices", key)
+	wantID := job.ID("acme", "invoices", key)
 	submit := func(what string) (openapi.Job, *http.Response, []byte) {
 		t.Helper()
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.public+"/v1/invoices", strings.NewReader(body))

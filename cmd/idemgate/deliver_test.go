@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/receiver"
 )
 
@@ -370,5 +370,5 @@ func TestHTTPDeliveryHeaders(t *testing.T) {
 	if j.ResultRef == nil || *j.ResultRef != "/shipments/42" {
 		t.Errorf("result_ref %v, want the Location header", j.ResultRef)
 	}
-	_ = enqueue.HeaderJobID
+	_ = job.HeaderID
 }

@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/job"
 )
 
 func runDLQ(ctx context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
@@ -40,7 +40,7 @@ func runDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil {
 		return err
 	}
-	dl := enqueue.NewDeadLetters(enq, inspector)
+	dl := job.NewDeadLetters(enq, inspector)
 
 	switch op {
 	case "list":
@@ -69,12 +69,12 @@ func runDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 	case "replay":
 		var errs []error
 		for _, id := range ids {
-			job, err := dl.Replay(ctx, id)
+			rec, err := dl.Replay(ctx, id)
 			if err != nil {
 				errs = append(errs, dlqError(id, err))
 				continue
 			}
-			fmt.Fprintf(stdout, "%s: replayed, now %s\n", id, job.Status)
+			fmt.Fprintf(stdout, "%s: replayed, now %s\n", id, rec.Status)
 		}
 		return errors.Join(errs...)
 	default:
@@ -92,9 +92,9 @@ func runDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 
 func dlqError(id string, err error) error {
 	switch {
-	case errors.Is(err, enqueue.ErrNotFound):
+	case errors.Is(err, job.ErrNotFound):
 		return fmt.Errorf("%s: no such job", id)
-	case errors.Is(err, enqueue.ErrNotFailed):
+	case errors.Is(err, job.ErrNotFailed):
 		return fmt.Errorf("%s: not a failed job (%v)", id, err)
 	}
 	return fmt.Errorf("%s: %w", id, err)

@@ -9,9 +9,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/examples/reconcile"
 	"github.com/idemgate/idemgate/internal/explain"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
 	"github.com/idemgate/idemgate/openapi"
@@ -144,7 +144,7 @@ func explainerOn(cfg *config.Config, svc *services, pool *pgxpool.Pool, store id
 			return nil, err
 		}
 		x.TaskState = func(_ context.Context, queue, id string) (string, error) {
-			return enqueue.TaskState(inspector, queue, id)
+			return job.TaskState(inspector, queue, id)
 		}
 	}
 	return x, nil

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/internal/partnersim"
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/job"
 )
 
 // explainDoc is the part of `explain --json` the tests read.
@@ -108,7 +108,7 @@ func TestExplainJob(t *testing.T) {
 	if r.status != 202 {
 		t.Fatalf("submit: %d %s", r.status, r.body)
 	}
-	id := enqueue.JobID("acme", "charges", key)
+	id := job.ID("acme", "charges", key)
 	select {
 	case <-partner.hung:
 	case <-time.After(2 * time.Minute):

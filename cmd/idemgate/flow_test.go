@@ -17,10 +17,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/internal/partnersim"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/internal/topology"
+	"github.com/idemgate/idemgate/job"
 )
 
 // flowConfig is a gateway with the four enqueue routes and workers that
@@ -209,7 +209,7 @@ func testJobsEndToEnd(t *testing.T, dbURL, direct string) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 24)
 	for _, s := range subs {
-		want := enqueue.JobID("acme", s.route, s.key)
+		want := job.ID("acme", s.route, s.key)
 		for range 3 {
 			wg.Go(func() {
 				sem <- struct{}{}
@@ -281,10 +281,10 @@ func testJobsEndToEnd(t *testing.T, dbURL, direct string) {
 	}
 	// The replay of a submission still answers with its job.
 	s := subs[0]
-	if r := send(t, g.public, req{path: s.path, key: s.key, body: s.body}); r.status != 202 || decodeJob(t, r).ID != enqueue.JobID("acme", s.route, s.key) {
+	if r := send(t, g.public, req{path: s.path, key: s.key, body: s.body}); r.status != 202 || decodeJob(t, r).ID != job.ID("acme", s.route, s.key) {
 		t.Errorf("late replay: %d %s", r.status, r.body)
 	}
-	if r := getJob(t, g.public, enqueue.JobID("acme", s.route, s.key), "acme-key"); decodeJob(t, r).Status != "succeeded" || decodeJob(t, r).ResultRef == nil {
+	if r := getJob(t, g.public, job.ID("acme", s.route, s.key), "acme-key"); decodeJob(t, r).Status != "succeeded" || decodeJob(t, r).ResultRef == nil {
 		t.Errorf("job document after success: %s", r.body)
 	}
 	if code, out, errOut := cli(t, nil, "reconcile", "--config", cfg, "--partner", partner.URL); code != 0 || !strings.Contains(out, "reconcile: clean") {

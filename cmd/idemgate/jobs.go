@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/job"
 )
 
 // runJobs is `idemgate jobs requeue JOB_ID...`: the relay's work, for
@@ -39,24 +39,24 @@ func runJobs(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
-	relay := enqueue.NewRelay(enq, inspector, enqueue.RelayOptions{})
+	relay := job.NewRelay(enq, inspector, job.RelayOptions{})
 
 	var errs []error
 	for _, id := range ids {
-		job, sent, err := relay.Requeue(ctx, id)
+		rec, sent, err := relay.Requeue(ctx, id)
 		switch {
-		case errors.Is(err, enqueue.ErrNotFound):
+		case errors.Is(err, job.ErrNotFound):
 			errs = append(errs, fmt.Errorf("%s: no such job", id))
-		case errors.Is(err, enqueue.ErrFinished) && job.Status == enqueue.StatusSucceeded:
+		case errors.Is(err, job.ErrFinished) && rec.Status == job.StatusSucceeded:
 			fmt.Fprintf(stdout, "%s: already succeeded, nothing to do\n", id)
-		case errors.Is(err, enqueue.ErrFinished):
-			errs = append(errs, fmt.Errorf("%s: %s, not requeued: use `idemgate dlq replay %s`", id, job.Status, id))
+		case errors.Is(err, job.ErrFinished):
+			errs = append(errs, fmt.Errorf("%s: %s, not requeued: use `idemgate dlq replay %s`", id, rec.Status, id))
 		case err != nil:
 			errs = append(errs, fmt.Errorf("%s: %w", id, err))
 		case sent:
-			fmt.Fprintf(stdout, "%s: requeued (%s, %s on queue %s)\n", id, job.Status, job.Task, job.Queue)
+			fmt.Fprintf(stdout, "%s: requeued (%s, %s on queue %s)\n", id, rec.Status, rec.Task, rec.Queue)
 		default:
-			fmt.Fprintf(stdout, "%s: task present (%s, %s on queue %s)\n", id, job.Status, job.Task, job.Queue)
+			fmt.Fprintf(stdout, "%s: task present (%s, %s on queue %s)\n", id, rec.Status, rec.Task, rec.Queue)
 		}
 	}
 	return errors.Join(errs...)

@@ -18,8 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/job"
 )
 
 // receiverNodeDir is the TypeScript example receiver, from this package's
@@ -177,16 +177,16 @@ func TestTypeScriptReceiverEndToEnd(t *testing.T) {
 	g := startGateway(t, cfg)
 	startWorker(t, cfg)
 
-	type job struct{ tenant, orderID, id string }
+	type order struct{ tenant, orderID, id string }
 	run := randomID()
-	var jobs []job
+	var jobs []order
 	for i := range 5 {
-		jobs = append(jobs, job{tenant: "acme", orderID: fmt.Sprintf("o-%s-%d", run, i)})
+		jobs = append(jobs, order{tenant: "acme", orderID: fmt.Sprintf("o-%s-%d", run, i)})
 	}
 	// The same order from another tenant: another business, another effect.
-	jobs = append(jobs, job{tenant: "globex", orderID: jobs[0].orderID})
+	jobs = append(jobs, order{tenant: "globex", orderID: jobs[0].orderID})
 	for i := range jobs {
-		jobs[i].id = enqueue.JobID(jobs[i].tenant, "shipments", "k-"+jobs[i].orderID)
+		jobs[i].id = job.ID(jobs[i].tenant, "shipments", "k-"+jobs[i].orderID)
 	}
 
 	// Each acme order three times at once: every answer is the job (202)

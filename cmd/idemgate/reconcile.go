@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/examples/reconcile"
+	"github.com/idemgate/idemgate/job"
 )
 
 // defaultStuckAfter is --stuck-after's default.
@@ -51,7 +51,7 @@ func runReconcile(ctx context.Context, args []string, getenv func(string) string
 			return err
 		}
 		opts.TaskState = func(_ context.Context, queue, id string) (string, error) {
-			return enqueue.TaskState(inspector, queue, id)
+			return job.TaskState(inspector, queue, id)
 		}
 	}
 	if partner != "" {

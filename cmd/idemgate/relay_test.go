@@ -15,9 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/internal/partnersim"
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/job"
 )
 
 // relayConfig is flowConfig with a relay that checks often: records
@@ -67,7 +67,7 @@ func (w *relayWorld) accept(t *testing.T, subs []submission) {
 	t.Helper()
 	for _, s := range subs {
 		r := send(t, w.g.public, req{path: s.path, key: s.key, body: s.body})
-		if r.status != 202 || decodeJob(t, r).ID != enqueue.JobID("acme", s.route, s.key) {
+		if r.status != 202 || decodeJob(t, r).ID != job.ID("acme", s.route, s.key) {
 			t.Fatalf("%s: %d %s, want 202 with its job", s.key, r.status, r.body)
 		}
 	}
@@ -108,7 +108,7 @@ func (w *relayWorld) everyJobOnce(t *testing.T, subs []submission) {
 	}
 	for _, s := range subs {
 		r := send(t, w.g.public, req{path: s.path, key: s.key, body: s.body})
-		if r.status != 202 || r.header.Get("Idempotent-Replayed") != "true" || decodeJob(t, r).ID != enqueue.JobID("acme", s.route, s.key) {
+		if r.status != 202 || r.header.Get("Idempotent-Replayed") != "true" || decodeJob(t, r).ID != job.ID("acme", s.route, s.key) {
 			t.Errorf("retry of %s: %d replayed=%q %s", s.key, r.status, r.header.Get("Idempotent-Replayed"), r.body)
 		}
 	}
@@ -135,7 +135,7 @@ func TestRelayDeliversLostTasks(t *testing.T) {
 	subs := w.submissions(5)
 	w.accept(t, subs)
 	for _, s := range subs {
-		if err := inspector.DeleteTask(w.queue, enqueue.JobID("acme", s.route, s.key)); err != nil {
+		if err := inspector.DeleteTask(w.queue, job.ID("acme", s.route, s.key)); err != nil {
 			t.Fatalf("delete the task of %s: %v", s.key, err)
 		}
 	}
@@ -228,7 +228,7 @@ func TestStuckJobsReportAndRequeue(t *testing.T) {
 	w.accept(t, subs)
 	var ids []string
 	for _, s := range subs {
-		ids = append(ids, enqueue.JobID("acme", s.route, s.key))
+		ids = append(ids, job.ID("acme", s.route, s.key))
 	}
 	for _, id := range ids[:2] {
 		if err := inspector.DeleteTask(w.queue, id); err != nil {

@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/telemetry"
@@ -44,7 +44,7 @@ type gatewayDeps struct {
 	redis redis.UniversalClient
 	store idempotency.Store
 	// jobs is set when a route enqueues.
-	jobs *enqueue.Enqueuer
+	jobs *job.Submitter
 	// certs holds the client certificates of routes[].upstream_tls.
 	certs *certs
 }
@@ -85,7 +85,7 @@ func openGatewayDeps(ctx context.Context, cfg *config.Config, svc *services, wit
 		if err != nil {
 			return deps, err
 		}
-		deps.jobs = enqueue.New(deps.pool, client)
+		deps.jobs = job.NewSubmitter(deps.pool, client)
 		deps.jobs.Headers = telemetry.InjectTask
 	}
 	return deps, nil

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
@@ -174,7 +174,7 @@ func (s *services) idempotencyStore(ctx context.Context) (idempotency.Store, err
 // openJobQueue opens what the operator commands on jobs need (cmd names
 // the command in the usage error): the job records and the queue, to
 // enqueue and to inspect. Their release is pushed on cl.
-func openJobQueue(ctx context.Context, cfg *config.Config, cl *closers, cmd string) (*enqueue.Enqueuer, *asynq.Inspector, error) {
+func openJobQueue(ctx context.Context, cfg *config.Config, cl *closers, cmd string) (*job.Submitter, *asynq.Inspector, error) {
 	if cfg.DatabaseURL == "" || cfg.RedisURL == "" {
 		return nil, nil, usagef("%s: database_url and redis_url are required", cmd)
 	}
@@ -191,5 +191,5 @@ func openJobQueue(ctx context.Context, cfg *config.Config, cl *closers, cmd stri
 	if err != nil {
 		return nil, nil, err
 	}
-	return enqueue.New(pool, client), inspector, nil
+	return job.NewSubmitter(pool, client), inspector, nil
 }

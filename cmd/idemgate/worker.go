@@ -11,15 +11,14 @@ import (
 	"slices"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/examples"
 	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/requestid"
@@ -54,7 +53,7 @@ func (j attemptJanitor) DeleteExpired(ctx context.Context, limit int) (int, erro
 // handler (/metrics, /healthz).
 type worker struct {
 	srv   *workers.Server
-	relay *enqueue.Relay
+	relay *job.Relay
 	// ledgerJanitor deletes old rows of the attempt ledger.
 	ledgerJanitor func(context.Context) error
 	admin         http.Handler
@@ -93,7 +92,7 @@ func buildWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger, s
 	}
 	relayOpts := cfg.Worker.RelayOptions()
 	relayOpts.Logger = logger
-	relay := enqueue.NewRelay(enqueue.New(pool, client), inspector, relayOpts)
+	relay := job.NewRelay(job.NewSubmitter(pool, client), inspector, relayOpts)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -108,7 +107,7 @@ func buildWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger, s
 	deps := wc.Deps(pool, rdb)
 	deps.Logger = logger
 	deps.Observer = metrics
-	deps.OnStatus = recordStatus(enqueue.NewJobs(pool), logger)
+	deps.OnStatus = job.NewRecords(pool).Follow
 	handlers := workers.NewHandlers()
 	if err := examples.Register(handlers, businessOptions(cfg.Worker, pool, rdb, metrics.NotificationDedup)); err != nil {
 		return nil, usagef("worker: %v", err)
@@ -160,18 +159,4 @@ func requireAdminToken(tokenSHA256, problemBase string, next http.Handler) http.
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// recordStatus keeps the job document of each task the gateway submitted
-// up to date with what the worker reports.
-func recordStatus(jobs *enqueue.Jobs, logger *slog.Logger) workers.StatusFunc {
-	return func(ctx context.Context, task *asynq.Task, key, status string, attempts int, resultRef, lastErr string) {
-		id := task.Headers()[enqueue.HeaderJobID]
-		if id == "" {
-			return // a task not submitted through the gateway
-		}
-		if err := jobs.SetStatus(ctx, id, status, attempts, resultRef, lastErr); err != nil {
-			logger.WarnContext(ctx, "job status not recorded", "job_id", id, "status", status, "err", err)
-		}
-	}
 }

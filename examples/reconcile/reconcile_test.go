@@ -20,7 +20,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/examples"
 	"github.com/idemgate/idemgate/examples/reconcile"
 	"github.com/idemgate/idemgate/internal/partnersim"
@@ -108,16 +107,17 @@ func newWorld(t *testing.T) *world {
 	prefix := testenv.Prefix()
 	w.partner = httptest.NewServer(w.sim)
 	t.Cleanup(w.partner.Close)
-	records := enqueue.NewJobs(w.pool)
+	records := job.NewRecords(w.pool)
 	deps := workers.Deps{
 		DB:    w.pool,
 		Redis: rdb,
 		Lock:  lock.Options{Prefix: prefix, TTL: 20 * time.Second},
 		// As `idemgate worker` does: the job record follows the execution.
-		OnStatus: func(ctx context.Context, task *asynq.Task, key, status string, attempts int, resultRef, lastErr string) {
-			if err := records.SetStatus(ctx, task.Headers()[enqueue.HeaderJobID], status, attempts, resultRef, lastErr); err != nil {
+		OnStatus: func(ctx context.Context, task *asynq.Task, key string, status job.Status, attempts int, resultRef, lastErr string) error {
+			if err := records.Follow(ctx, task, key, status, attempts, resultRef, lastErr); err != nil {
 				t.Errorf("job status: %v", err)
 			}
+			return nil
 		},
 	}
 	hs := workers.NewHandlers()
@@ -157,7 +157,7 @@ VALUES ($1, $2, 'route', $1, $3, 'default', $4, $5)`, id, tenant, j.task, j.key,
 	if err != nil {
 		t.Fatal(err)
 	}
-	task := asynq.NewTaskWithHeaders(j.task, body, map[string]string{enqueue.HeaderJobID: id, enqueue.HeaderTenant: tenant})
+	task := asynq.NewTaskWithHeaders(j.task, body, map[string]string{job.HeaderID: id, job.HeaderTenant: tenant})
 	for range 2 {
 		if err := mux.ProcessTask(ctx, task); err != nil {
 			t.Fatalf("%s of %s: %v", j.key, tenant, err)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/workers/execution"
@@ -36,7 +36,7 @@ type Explainer struct {
 	// DB holds jobs, job_executions and job_attempts (a *pgxpool.Pool);
 	// nil when there is no database (a gateway on store memory without
 	// database_url): a key's story then has no job, and Job finds none.
-	DB enqueue.DB
+	DB job.DB
 	// Records is the idempotency store; nil leaves the record out.
 	Records Records
 	// Claims reads a record's claim ledger; nil when the store keeps none,
@@ -62,9 +62,9 @@ func (x *Explainer) Job(ctx context.Context, id string) (*Story, error) {
 	if x.DB == nil {
 		return nil, &notFoundError{"no job " + id + ": jobs are kept in PostgreSQL and this process has no database_url"}
 	}
-	j, err := enqueue.NewJobs(x.DB).ByID(ctx, id)
+	j, err := job.NewRecords(x.DB).ByID(ctx, id)
 	switch {
-	case errors.Is(err, enqueue.ErrNotFound):
+	case errors.Is(err, job.ErrNotFound):
 		return nil, &notFoundError{"no job " + id}
 	case err != nil:
 		return nil, err
@@ -88,14 +88,14 @@ func (x *Explainer) Key(ctx context.Context, scope idempotency.Scope) (*Story, e
 	if err := x.addRecord(ctx, s, scope); err != nil {
 		return nil, err
 	}
-	var j enqueue.Job
+	var j job.Record
 	effectsKnown := false
-	err := enqueue.ErrNotFound
+	err := job.ErrNotFound
 	if x.DB != nil {
-		j, err = enqueue.NewJobs(x.DB).Get(ctx, scope.Tenant, enqueue.JobID(scope.Tenant, scope.Route, scope.Key))
+		j, err = job.NewRecords(x.DB).Get(ctx, scope.Tenant, job.ID(scope.Tenant, scope.Route, scope.Key))
 	}
 	switch {
-	case errors.Is(err, enqueue.ErrNotFound):
+	case errors.Is(err, job.ErrNotFound):
 		if s.Record == nil && len(s.Claims) == 0 {
 			return nil, &notFoundError{fmt.Sprintf("no idempotency record and no job for %s/%s/%s", scope.Tenant, scope.Route, scope.Key)}
 		}
@@ -148,7 +148,7 @@ func (x *Explainer) addRecord(ctx context.Context, s *Story, scope idempotency.S
 // addJob adds the job, its execution, attempts and effects, and reports
 // whether the effects come from the business tables of the job's task: then
 // none means its effect is missing, which the verdict must tell.
-func (x *Explainer) addJob(ctx context.Context, s *Story, j enqueue.Job) (bool, error) {
+func (x *Explainer) addJob(ctx context.Context, s *Story, j job.Record) (bool, error) {
 	s.Job = &openapi.StoryJob{
 		Id: j.ID, Tenant: j.Tenant, Route: j.Route, IdempotencyKey: j.IdempotencyKey, Task: j.Task, Queue: j.Queue,
 		BusinessKey: j.BusinessKey, Status: openapi.JobStatus(j.Status), Attempts: j.Attempts, ResultRef: j.ResultRef,
@@ -202,7 +202,7 @@ func (x *Explainer) addJob(ctx context.Context, s *Story, j enqueue.Job) (bool, 
 		known = ok
 		s.Effects = append(s.Effects, effects...)
 	}
-	if !known && s.Execution != nil && s.Execution.Status == string(execution.StatusSucceeded) {
+	if !known && s.Execution != nil && s.Execution.Status == string(job.StatusSucceeded) {
 		// An HTTP delivery: its effect is in the receiver's database; what
 		// is recorded here is the receiver's 2xx answer and its result_ref.
 		s.Effects = append(s.Effects, openapi.StoryEffect{Kind: "delivery", Ref: s.Execution.ResultRef,

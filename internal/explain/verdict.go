@@ -50,11 +50,11 @@ func (x *Explainer) judge(s *Story, effectsKnown bool) {
 		violation("%s effects for one business key: %s", count(len(s.Effects)), strings.Join(refs, ", "))
 	case len(succeeded) > 1:
 		violation("succeeded %d times: %s", len(succeeded), attemptList(succeeded))
-	case j.Status == openapi.JobStatus(job.Succeeded):
+	case j.Status == openapi.JobStatus(job.StatusSucceeded):
 		switch {
 		case s.Execution == nil:
 			violation("the job succeeded but %s has no execution", j.BusinessKey)
-		case s.Execution.Status != string(execution.StatusSucceeded):
+		case s.Execution.Status != string(job.StatusSucceeded):
 			violation("the job succeeded but the execution of %s is %s", j.BusinessKey, s.Execution.Status)
 		case effectsKnown && len(s.Effects) == 0:
 			violation("succeeded (result %s) but its effect is missing", s.Execution.ResultRef)
@@ -63,7 +63,7 @@ func (x *Explainer) judge(s *Story, effectsKnown bool) {
 		default:
 			s.Verdict = fmt.Sprintf("succeeded once (result %s); the ledger holds no succeeded attempt (older than the ledger, or past its retention)", s.Execution.ResultRef)
 		}
-	case j.Status == openapi.JobStatus(job.Failed):
+	case j.Status == openapi.JobStatus(job.StatusFailed):
 		if effectsKnown && len(s.Effects) > 0 {
 			violation("failed, but %s %s carries its business key", s.Effects[0].Kind, s.Effects[0].Ref)
 			return

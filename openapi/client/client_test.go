@@ -14,8 +14,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/gateway/gatewaytest"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/openapi/client"
@@ -191,9 +191,9 @@ func TestRoundTrip(t *testing.T) {
 			if first.status != http.StatusAccepted || first.job == nil {
 				t.Fatalf("submit: status %d, job %v", first.status, first.job)
 			}
-			job := *first.job
-			if job.Task != rt.task || first.location != "/v1/jobs/"+job.Id || first.replayed {
-				t.Errorf("submit: job %+v, Location %q, replayed %v", job, first.location, first.replayed)
+			doc := *first.job
+			if doc.Task != rt.task || first.location != "/v1/jobs/"+doc.Id || first.replayed {
+				t.Errorf("submit: job %+v, Location %q, replayed %v", doc, first.location, first.replayed)
 			}
 
 			// A retry, with the key in its quoted form: the same job.
@@ -201,8 +201,8 @@ func TestRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if again.status != http.StatusAccepted || again.job == nil || again.job.Id != job.Id || !again.replayed {
-				t.Fatalf("retry: status %d, job %v, replayed %v; want job %s replayed", again.status, again.job, again.replayed, job.Id)
+			if again.status != http.StatusAccepted || again.job == nil || again.job.Id != doc.Id || !again.replayed {
+				t.Fatalf("retry: status %d, job %v, replayed %v; want job %s replayed", again.status, again.job, again.replayed, doc.Id)
 			}
 
 			reused, err := submit(ctx, raw, rt.path, key, rt.body(id, true))
@@ -213,11 +213,11 @@ func TestRoundTrip(t *testing.T) {
 				t.Errorf("same key, other request: status %d, problem %+v", reused.status, reused.problem)
 			}
 
-			got, err := c.GetJobWithResponse(ctx, job.Id, nil)
+			got, err := c.GetJobWithResponse(ctx, doc.Id, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.JSON200 == nil || got.JSON200.Id != job.Id || got.JSON200.Task != job.Task || !got.JSON200.CreatedAt.Equal(job.CreatedAt) {
+			if got.JSON200 == nil || got.JSON200.Id != doc.Id || got.JSON200.Task != doc.Task || !got.JSON200.CreatedAt.Equal(doc.CreatedAt) {
 				t.Fatalf("get: status %d, %s", got.StatusCode(), got.Body)
 			}
 			if got.Headers200 == nil || got.Headers200.CacheControl == nil || *got.Headers200.CacheControl != "no-store" {
@@ -226,12 +226,12 @@ func TestRoundTrip(t *testing.T) {
 
 			if !tg.real() {
 				// Play the worker.
-				tg.jobs.Update(job.Id, func(j *enqueue.Job) {
+				tg.jobs.Update(doc.Id, func(j *job.Record) {
 					ref := "ref_" + id
-					j.Status, j.Attempts, j.ResultRef = enqueue.StatusSucceeded, 1, &ref
+					j.Status, j.Attempts, j.ResultRef = job.StatusSucceeded, 1, &ref
 				})
 			}
-			done := waitDone(t, c, job.Id)
+			done := waitDone(t, c, doc.Id)
 			if done.Status != openapi.JobStatusSucceeded || done.ResultRef == nil || *done.ResultRef == "" || done.Attempts < 1 {
 				t.Errorf("finished job %+v", done)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/execution"
 )
 
@@ -96,7 +97,7 @@ func runJobs(t *testing.T, store *execution.Store, pool *pgxpool.Pool, prefix st
 	for i := range n {
 		key := fmt.Sprintf("%s:%d", prefix, i)
 		rec, err := store.Get(ctx, "acme", key)
-		if err != nil || rec.Status != execution.StatusSucceeded || rec.ResultRef != "ref-"+key {
+		if err != nil || rec.Status != job.StatusSucceeded || rec.ResultRef != "ref-"+key {
 			t.Errorf("%s: %+v %v, want succeeded with its result", key, rec, err)
 			continue
 		}

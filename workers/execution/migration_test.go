@@ -8,6 +8,7 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/migrations"
 	"github.com/idemgate/idemgate/workers/execution"
 )
@@ -61,7 +62,7 @@ func TestTenantScopeMigration(t *testing.T) {
 
 	store := execution.New(testenv.PoolAt(t, dbURL))
 	rec, err := store.Get(ctx, "acme", "invoice:o-1")
-	if err != nil || rec.Status != execution.StatusSucceeded || rec.FencingToken != 7 {
+	if err != nil || rec.Status != job.StatusSucceeded || rec.FencingToken != 7 {
 		t.Fatalf("acme's execution after the migration: %+v %v, want its succeeded row", rec, err)
 	}
 	if _, err := store.Get(ctx, "", "invoice:o-9"); err != nil {

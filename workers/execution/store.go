@@ -15,23 +15,6 @@ import (
 	"github.com/idemgate/idemgate/workers/fence"
 )
 
-// Status is where a job stands: the execution state takes three of the
-// job statuses.
-type Status = job.Status
-
-const (
-	// StatusProcessing: an attempt owns the job, or the last one ended with a
-	// transient error and the next is due.
-	StatusProcessing = job.Processing
-	// StatusSucceeded: the effect happened and ResultRef names its result.
-	// Final.
-	StatusSucceeded = job.Succeeded
-	// StatusFailed: a permanent error, or the attempts ran out; the task is
-	// archived. A delivery after this (a replay from the dead-letter queue)
-	// starts again with a fresh attempt count.
-	StatusFailed = job.Failed
-)
-
 var (
 	// ErrNotFound: no job has that key.
 	ErrNotFound = errors.New("execution: no such job")
@@ -57,7 +40,7 @@ type Record struct {
 	Key          string
 	Task         string
 	Resource     string
-	Status       Status
+	Status       job.Status
 	ResultRef    string
 	Attempts     int
 	FencingToken int64
@@ -225,7 +208,7 @@ func (s *Store) refused(ctx context.Context, op string, a Attempt, token int64) 
 	switch {
 	case Conflicts(cur, a.PayloadSHA256):
 		return cur, fmt.Errorf("execution: %s %q: %w", op, a.Key, ErrConflict)
-	case cur.Status == StatusSucceeded:
+	case cur.Status == job.StatusSucceeded:
 		return cur, fmt.Errorf("execution: %s %q: %w", op, a.Key, ErrSucceeded)
 	}
 	return cur, fmt.Errorf("execution: %s %q: %w", op, a.Key, fence.Stale(cur.Resource, token, cur.FencingToken))
@@ -235,7 +218,7 @@ func (s *Store) refused(ctx context.Context, op string, a Attempt, token int64) 
 // key: the key has succeeded or is processing under another payload. Rows
 // without a hash, and attempts without one, never conflict.
 func Conflicts(rec Record, sha string) bool {
-	return rec.Status != StatusFailed && rec.PayloadSHA256 != "" && sha != "" && rec.PayloadSHA256 != sha
+	return rec.Status != job.StatusFailed && rec.PayloadSHA256 != "" && sha != "" && rec.PayloadSHA256 != sha
 }
 
 // Take draws the next fencing token for a.Resource (fence.Next) and marks
@@ -318,7 +301,7 @@ func (s *Store) MarkSucceeded(ctx context.Context, tenant, key string, token int
 	var n int64
 	err := s.queryRow(ctx, jobOrder(tenant, key), markSucceededSQL, func(row pgx.Row) error { return row.Scan(&n) },
 		tenant, key, token, resultRef, string(OutcomeSucceeded), "")
-	return s.settle(ctx, "succeeded", tenant, key, token, StatusSucceeded, n, err)
+	return s.settle(ctx, "succeeded", tenant, key, token, job.StatusSucceeded, n, err)
 }
 
 // MarkRetrying records the transient error an attempt ended with; the
@@ -327,7 +310,7 @@ func (s *Store) MarkSucceeded(ctx context.Context, tenant, key string, token int
 func (s *Store) MarkRetrying(ctx context.Context, tenant, key string, token int64, lastErr string) error {
 	lastErr = clip(lastErr)
 	n, err := s.mark(ctx, markRetryingSQL, tenant, key, token, lastErr, OutcomeTransient, lastErr)
-	return s.settle(ctx, "retrying", tenant, key, token, StatusProcessing, n, err)
+	return s.settle(ctx, "retrying", tenant, key, token, job.StatusProcessing, n, err)
 }
 
 // MarkUnavailable records the error of an attempt that found a dependency
@@ -344,7 +327,7 @@ func (s *Store) MarkRetrying(ctx context.Context, tenant, key string, token int6
 func (s *Store) MarkUnavailable(ctx context.Context, tenant, key string, token int64, lastErr string) error {
 	lastErr = clip(lastErr)
 	n, err := s.mark(ctx, markUnavailableSQL, tenant, key, token, lastErr, OutcomeUnavailable, lastErr)
-	return s.settle(ctx, "unavailable", tenant, key, token, StatusProcessing, n, err)
+	return s.settle(ctx, "unavailable", tenant, key, token, job.StatusProcessing, n, err)
 }
 
 // MarkFailed records that the job has failed for good: a permanent error,
@@ -360,11 +343,11 @@ func (s *Store) MarkFailed(ctx context.Context, tenant, key string, token int64,
 func (s *Store) MarkExhausted(ctx context.Context, tenant, key string, token int64, outcome Outcome, lastErr string) error {
 	lastErr = clip(lastErr)
 	n, err := s.mark(ctx, markFailedSQL, tenant, key, token, lastErr, outcome, lastErr)
-	return s.settle(ctx, "failed", tenant, key, token, StatusFailed, n, err)
+	return s.settle(ctx, "failed", tenant, key, token, job.StatusFailed, n, err)
 }
 
 // settle explains a conditional update that touched no row.
-func (s *Store) settle(ctx context.Context, op, tenant, key string, token int64, want Status, n int64, err error) error {
+func (s *Store) settle(ctx context.Context, op, tenant, key string, token int64, want job.Status, n int64, err error) error {
 	if err != nil {
 		return fmt.Errorf("execution: mark %q %s: %w", key, op, err)
 	}
@@ -379,7 +362,7 @@ func (s *Store) settle(ctx context.Context, op, tenant, key string, token int64,
 		return fmt.Errorf("execution: mark %q %s: %w", key, op, fence.Stale(cur.Resource, token, cur.FencingToken))
 	case cur.Status == want:
 		return nil
-	case cur.Status == StatusSucceeded:
+	case cur.Status == job.StatusSucceeded:
 		return fmt.Errorf("execution: mark %q %s: %w", key, op, ErrSucceeded)
 	}
 	return fmt.Errorf("execution: mark %q %s: %w (it is %s)", key, op, ErrNotProcessing, cur.Status)

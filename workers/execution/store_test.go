@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/execution"
 	"github.com/idemgate/idemgate/workers/fence"
 )
@@ -35,7 +36,7 @@ func TestLifecycle(t *testing.T) {
 		name      string
 		do        func() error
 		wantErr   error // matched with errors.Is
-		want      execution.Status
+		want      job.Status
 		attempts  int
 		token     int64
 		resultRef string
@@ -44,57 +45,57 @@ func TestLifecycle(t *testing.T) {
 		{
 			name: "first attempt creates the row",
 			do:   func() error { _, err := store.MarkProcessing(ctx, attempt(3)); return err },
-			want: execution.StatusProcessing, attempts: 1, token: 3,
+			want: job.StatusProcessing, attempts: 1, token: 3,
 		},
 		{
 			name: "a transient error is recorded",
 			do:   func() error { return store.MarkRetrying(ctx, "acme", key, 3, "partner timeout") },
-			want: execution.StatusProcessing, attempts: 1, token: 3, lastErr: "partner timeout",
+			want: job.StatusProcessing, attempts: 1, token: 3, lastErr: "partner timeout",
 		},
 		{
 			name:    "an older token cannot take the job",
 			do:      func() error { _, err := store.MarkProcessing(ctx, attempt(2)); return err },
 			wantErr: fence.ErrStaleToken,
-			want:    execution.StatusProcessing, attempts: 1, token: 3, lastErr: "partner timeout",
+			want:    job.StatusProcessing, attempts: 1, token: 3, lastErr: "partner timeout",
 		},
 		{
 			name: "the next attempt counts and takes over",
 			do:   func() error { _, err := store.MarkProcessing(ctx, attempt(5)); return err },
-			want: execution.StatusProcessing, attempts: 2, token: 5, lastErr: "partner timeout",
+			want: job.StatusProcessing, attempts: 2, token: 5, lastErr: "partner timeout",
 		},
 		{
 			name:    "the old attempt cannot finish it",
 			do:      func() error { return store.MarkSucceeded(ctx, "acme", key, 3, "stale-result") },
 			wantErr: fence.ErrStaleToken,
-			want:    execution.StatusProcessing, attempts: 2, token: 5, lastErr: "partner timeout",
+			want:    job.StatusProcessing, attempts: 2, token: 5, lastErr: "partner timeout",
 		},
 		{
 			name:    "the old attempt cannot fail it",
 			do:      func() error { return store.MarkFailed(ctx, "acme", key, 3, "stale failure") },
 			wantErr: fence.ErrStaleToken,
-			want:    execution.StatusProcessing, attempts: 2, token: 5, lastErr: "partner timeout",
+			want:    job.StatusProcessing, attempts: 2, token: 5, lastErr: "partner timeout",
 		},
 		{
 			name: "the owner succeeds",
 			do:   func() error { return store.MarkSucceeded(ctx, "acme", key, 5, "invoice-7") },
-			want: execution.StatusSucceeded, attempts: 2, token: 5, resultRef: "invoice-7",
+			want: job.StatusSucceeded, attempts: 2, token: 5, resultRef: "invoice-7",
 		},
 		{
 			name: "succeeding again is a no-op",
 			do:   func() error { return store.MarkSucceeded(ctx, "acme", key, 5, "invoice-7") },
-			want: execution.StatusSucceeded, attempts: 2, token: 5, resultRef: "invoice-7",
+			want: job.StatusSucceeded, attempts: 2, token: 5, resultRef: "invoice-7",
 		},
 		{
 			name:    "a succeeded job is final",
 			do:      func() error { _, err := store.MarkProcessing(ctx, attempt(9)); return err },
 			wantErr: execution.ErrSucceeded,
-			want:    execution.StatusSucceeded, attempts: 2, token: 5, resultRef: "invoice-7",
+			want:    job.StatusSucceeded, attempts: 2, token: 5, resultRef: "invoice-7",
 		},
 		{
 			name:    "and cannot be failed",
 			do:      func() error { return store.MarkFailed(ctx, "acme", key, 5, "late") },
 			wantErr: execution.ErrSucceeded,
-			want:    execution.StatusSucceeded, attempts: 2, token: 5, resultRef: "invoice-7",
+			want:    job.StatusSucceeded, attempts: 2, token: 5, resultRef: "invoice-7",
 		},
 	}
 	for _, st := range steps {
@@ -115,7 +116,7 @@ func TestLifecycle(t *testing.T) {
 				t.Fatalf("record = %+v\nwant status %s, attempts %d, token %d, result %q, last error %q",
 					rec, st.want, st.attempts, st.token, st.resultRef, st.lastErr)
 			}
-			if finished := !rec.FinishedAt.IsZero(); finished != (st.want != execution.StatusProcessing) {
+			if finished := !rec.FinishedAt.IsZero(); finished != (st.want != job.StatusProcessing) {
 				t.Fatalf("FinishedAt = %v with status %s", rec.FinishedAt, rec.Status)
 			}
 			if rec.Task != "invoice.create" || rec.Resource != "order:1" {
@@ -162,14 +163,14 @@ func TestFailedJobStartsAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Status != execution.StatusFailed || rec.LastError != "card declined" || rec.FinishedAt.IsZero() {
+	if rec.Status != job.StatusFailed || rec.LastError != "card declined" || rec.FinishedAt.IsZero() {
 		t.Fatalf("after MarkFailed: %+v", rec)
 	}
 	rec, err = store.MarkProcessing(ctx, attempt(3))
 	if err != nil {
 		t.Fatalf("MarkProcessing of a failed job (a replay from the DLQ): %v", err)
 	}
-	if rec.Status != execution.StatusProcessing || rec.Attempts != 1 || rec.LastError != "" || !rec.FinishedAt.IsZero() {
+	if rec.Status != job.StatusProcessing || rec.Attempts != 1 || rec.LastError != "" || !rec.FinishedAt.IsZero() {
 		t.Fatalf("replayed failed job = %+v, want processing, attempt 1, no error", rec)
 	}
 }
@@ -273,7 +274,7 @@ func TestMarkUnavailableGivesTheAttemptBack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rec.Status != execution.StatusProcessing || rec.Attempts != attempts || rec.LastError != lastErr {
+		if rec.Status != job.StatusProcessing || rec.Attempts != attempts || rec.LastError != lastErr {
 			t.Fatalf("%s: record = %+v, want processing, %d attempts, last error %q", step, rec, attempts, lastErr)
 		}
 	}
@@ -324,7 +325,7 @@ func TestTakeDrawsTheTokenAndMarksProcessing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.Status != execution.StatusProcessing || first.Attempts != 1 || first.FencingToken != 1 {
+	if first.Status != job.StatusProcessing || first.Attempts != 1 || first.FencingToken != 1 {
 		t.Fatalf("first Take: %+v, want processing, attempt 1, token 1", first)
 	}
 	// Another job on the same resource draws from the same counter.

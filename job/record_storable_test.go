@@ -1,11 +1,10 @@
-package enqueue_test
+package job_test
 
 import (
 	"errors"
 	"strings"
 	"testing"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -28,8 +27,8 @@ func openSpec(t *testing.T) *job.Spec {
 func TestSubmitRefusesWhatPostgresCannotStore(t *testing.T) {
 	v := setup(t)
 	spec := openSpec(t)
-	submit := func(key, body string) (enqueue.Job, error) {
-		return v.e.Submit(t.Context(), enqueue.Request{Tenant: "acme", Route: "notes", Key: key, Spec: spec, Queue: v.queue, Body: []byte(body)})
+	submit := func(key, body string) (job.Record, error) {
+		return v.e.Submit(t.Context(), job.Request{Tenant: "acme", Route: "notes", Key: key, Spec: spec, Queue: v.queue, Body: []byte(body)})
 	}
 	refusedByPostgres := []string{
 		`{"id": "a\u0000b"}`,
@@ -51,7 +50,7 @@ func TestSubmitRefusesWhatPostgresCannotStore(t *testing.T) {
 		if !errors.Is(err, job.ErrMalformed) || !errors.As(err, &pe) {
 			t.Errorf("%q: %v, want a malformed payload", body, err)
 		}
-		if _, err := v.e.Get(t.Context(), "acme", enqueue.JobID("acme", "notes", key)); !errors.Is(err, enqueue.ErrNotFound) {
+		if _, err := v.e.Get(t.Context(), "acme", job.ID("acme", "notes", key)); !errors.Is(err, job.ErrNotFound) {
 			t.Errorf("%q: a refused payload left a job record (%v)", body, err)
 		}
 		var s string
@@ -78,22 +77,22 @@ func TestSubmitRefusesWhatPostgresCannotStore(t *testing.T) {
 // /v1/jobs/%00, a CLI argument) names no job; it is not a database error.
 func TestLookupsByUnstorableID(t *testing.T) {
 	v := setup(t)
-	jobs := v.e.Jobs()
+	records := v.e.Records()
 	for _, id := range []string{"\x00", "job_\x00", "\xff", "job_\xc3"} {
-		if _, err := v.e.Get(t.Context(), "acme", id); !errors.Is(err, enqueue.ErrNotFound) {
+		if _, err := v.e.Get(t.Context(), "acme", id); !errors.Is(err, job.ErrNotFound) {
 			t.Errorf("Get(%q) = %v, want ErrNotFound", id, err)
 		}
-		if _, err := jobs.ByID(t.Context(), id); !errors.Is(err, enqueue.ErrNotFound) {
+		if _, err := records.ByID(t.Context(), id); !errors.Is(err, job.ErrNotFound) {
 			t.Errorf("ByID(%q) = %v, want ErrNotFound", id, err)
 		}
-		if err := jobs.Requeue(t.Context(), id); !errors.Is(err, enqueue.ErrNotFound) {
+		if err := records.Requeue(t.Context(), id); !errors.Is(err, job.ErrNotFound) {
 			t.Errorf("Requeue(%q) = %v, want ErrNotFound", id, err)
 		}
-		if err := jobs.Delete(t.Context(), id); !errors.Is(err, enqueue.ErrNotFound) {
+		if err := records.Delete(t.Context(), id); !errors.Is(err, job.ErrNotFound) {
 			t.Errorf("Delete(%q) = %v, want ErrNotFound", id, err)
 		}
 	}
-	if _, err := v.e.Get(t.Context(), "ac\x00me", "job_1"); !errors.Is(err, enqueue.ErrNotFound) {
+	if _, err := v.e.Get(t.Context(), "ac\x00me", "job_1"); !errors.Is(err, job.ErrNotFound) {
 		t.Errorf("Get with a NUL in the tenant = %v, want ErrNotFound", err)
 	}
 }
@@ -106,14 +105,14 @@ func TestSetStatusStoresAnyAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := v.e.Jobs().SetStatus(t.Context(), j.ID, string(job.Failed), 1, "ref\x00", "answered 400: a\x00b\xffc"); err != nil {
+	if err := v.e.Records().SetStatus(t.Context(), j.ID, job.StatusFailed, 1, "ref\x00", "answered 400: a\x00b\xffc"); err != nil {
 		t.Fatalf("SetStatus: %v", err)
 	}
-	got, err := v.e.Jobs().ByID(t.Context(), j.ID)
+	got, err := v.e.Records().ByID(t.Context(), j.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Status != job.Failed || got.Error == nil || *got.Error != "answered 400: a\uFFFDb\uFFFDc" ||
+	if got.Status != job.StatusFailed || got.Error == nil || *got.Error != "answered 400: a\uFFFDb\uFFFDc" ||
 		got.ResultRef == nil || !strings.HasPrefix(*got.ResultRef, "ref") {
 		t.Errorf("job after SetStatus: status %s, error %v, result_ref %v", got.Status, got.Error, got.ResultRef)
 	}

@@ -1,4 +1,4 @@
-package enqueue_test
+package job_test
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/idemgate/idemgate/enqueue"
+	"github.com/idemgate/idemgate/job"
 )
 
 func (v env) exec(t *testing.T, sql string, args ...any) {
@@ -79,10 +79,10 @@ func TestRelayEnqueuesLostTasks(t *testing.T) {
 	original := v.task(t, ids[0])
 	// ids[3] keeps its task.
 	lost, succeeded, failed := ids[:3], ids[4], ids[5]
-	if err := v.e.Jobs().SetStatus(ctx, succeeded, "succeeded", 1, "inv_1", ""); err != nil {
+	if err := v.e.Records().SetStatus(ctx, succeeded, "succeeded", 1, "inv_1", ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := v.e.Jobs().SetStatus(ctx, failed, "failed", 3, "", "boom"); err != nil {
+	if err := v.e.Records().SetStatus(ctx, failed, "failed", 3, "", "boom"); err != nil {
 		t.Fatal(err)
 	}
 	v.exec(t, `UPDATE jobs SET status = 'retrying' WHERE id = $1`, lost[1])
@@ -90,19 +90,19 @@ func TestRelayEnqueuesLostTasks(t *testing.T) {
 
 	// Within the grace period nothing is checked: the gateway may be
 	// enqueueing it right now.
-	if p, err := enqueue.NewRelay(v.e, v.inspector, enqueue.RelayOptions{}).Pass(ctx); err != nil || p.Checked != 0 || len(p.Requeued) != 0 {
+	if p, err := job.NewRelay(v.e, v.inspector, job.RelayOptions{}).Pass(ctx); err != nil || p.Checked != 0 || len(p.Requeued) != 0 {
 		t.Fatalf("pass within the grace period: %+v %v", p, err)
 	}
 
 	v.age(t, ids)
 	var (
 		wg     sync.WaitGroup
-		passes [2]enqueue.Pass
+		passes [2]job.Pass
 		logs   [2]bytes.Buffer
 		errs   [2]error
 	)
 	for i := range passes {
-		r := enqueue.NewRelay(v.e, v.inspector, enqueue.RelayOptions{Logger: slog.New(slog.NewTextHandler(&logs[i], nil))})
+		r := job.NewRelay(v.e, v.inspector, job.RelayOptions{Logger: slog.New(slog.NewTextHandler(&logs[i], nil))})
 		wg.Go(func() { passes[i], errs[i] = r.Pass(ctx) })
 	}
 	wg.Wait()
@@ -130,8 +130,8 @@ func TestRelayEnqueuesLostTasks(t *testing.T) {
 		if info == nil {
 			t.Fatalf("task of %s still missing", id)
 		}
-		if info.Type != original.Type || info.Queue != v.queue || info.MaxRetry != enqueue.MaxRetry ||
-			info.Headers[enqueue.HeaderJobID] != id || info.Headers[enqueue.HeaderTenant] != "acme" {
+		if info.Type != original.Type || info.Queue != v.queue || info.MaxRetry != job.MaxRetry ||
+			info.Headers[job.HeaderID] != id || info.Headers[job.HeaderTenant] != "acme" {
 			t.Errorf("re-enqueued task %+v differs from what Submit enqueues", info)
 		}
 	}
@@ -147,7 +147,7 @@ func TestRelayEnqueuesLostTasks(t *testing.T) {
 		t.Errorf("%d pending tasks, want 4: one per unfinished job", n)
 	}
 	// Nothing is missing any more.
-	if p, err := enqueue.NewRelay(v.e, v.inspector, enqueue.RelayOptions{}).Pass(ctx); err != nil || p.Checked != 4 || len(p.Requeued) != 0 {
+	if p, err := job.NewRelay(v.e, v.inspector, job.RelayOptions{}).Pass(ctx); err != nil || p.Checked != 4 || len(p.Requeued) != 0 {
 		t.Fatalf("a pass with every task present: %+v %v", p, err)
 	}
 }
@@ -159,7 +159,7 @@ func TestRelayBatchesReachEveryJob(t *testing.T) {
 	ids := v.submit(t, 5)
 	v.age(t, ids)
 	v.forget(t, ids[4]) // the newest: behind a batch of present tasks
-	r := enqueue.NewRelay(v.e, v.inspector, enqueue.RelayOptions{Batch: 2})
+	r := job.NewRelay(v.e, v.inspector, job.RelayOptions{Batch: 2})
 	var checked []int
 	var requeued []string
 	for range 3 {
@@ -186,7 +186,7 @@ func TestRequeue(t *testing.T) {
 	v := setup(t)
 	ctx := t.Context()
 	ids := v.submit(t, 3)
-	r := enqueue.NewRelay(v.e, v.inspector, enqueue.RelayOptions{})
+	r := job.NewRelay(v.e, v.inspector, job.RelayOptions{})
 	if _, sent, err := r.Requeue(ctx, ids[0]); err != nil || sent {
 		t.Fatalf("requeue with the task present: sent %v, %v", sent, err)
 	}
@@ -194,19 +194,19 @@ func TestRequeue(t *testing.T) {
 	if j, sent, err := r.Requeue(ctx, ids[0]); err != nil || !sent || j.ID != ids[0] || v.task(t, ids[0]) == nil {
 		t.Fatalf("requeue of a lost task: sent %v, %v", sent, err)
 	}
-	if err := v.e.Jobs().SetStatus(ctx, ids[1], "succeeded", 1, "inv_1", ""); err != nil {
+	if err := v.e.Records().SetStatus(ctx, ids[1], "succeeded", 1, "inv_1", ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := v.e.Jobs().SetStatus(ctx, ids[2], "failed", 1, "", "boom"); err != nil {
+	if err := v.e.Records().SetStatus(ctx, ids[2], "failed", 1, "", "boom"); err != nil {
 		t.Fatal(err)
 	}
 	v.forget(t, ids[1], ids[2])
 	for _, id := range ids[1:] {
-		if j, sent, err := r.Requeue(ctx, id); !errors.Is(err, enqueue.ErrFinished) || sent || j.ID != id || v.task(t, id) != nil {
+		if j, sent, err := r.Requeue(ctx, id); !errors.Is(err, job.ErrFinished) || sent || j.ID != id || v.task(t, id) != nil {
 			t.Errorf("requeue of %s job: %+v sent %v, %v; want ErrFinished and nothing enqueued", j.Status, j, sent, err)
 		}
 	}
-	if _, _, err := r.Requeue(ctx, "job_nope"); !errors.Is(err, enqueue.ErrNotFound) {
+	if _, _, err := r.Requeue(ctx, "job_nope"); !errors.Is(err, job.ErrNotFound) {
 		t.Errorf("requeue of an unknown job: %v", err)
 	}
 }
@@ -216,12 +216,12 @@ func TestRelayDeliversADeferredTask(t *testing.T) {
 	v := setup(t)
 	dead := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1", DialTimeout: 200e6})
 	t.Cleanup(func() { _ = dead.Close() })
-	j, err := enqueue.New(v.pool, dead).Submit(t.Context(), v.req("late", `{"order_id":"o-1","amount_cents":1,"currency":"EUR"}`))
-	if !errors.Is(err, enqueue.ErrTaskDeferred) || j.ID == "" {
+	j, err := job.NewSubmitter(v.pool, dead).Submit(t.Context(), v.req("late", `{"order_id":"o-1","amount_cents":1,"currency":"EUR"}`))
+	if !errors.Is(err, job.ErrTaskDeferred) || j.ID == "" {
 		t.Fatalf("submit with the queue down: %+v %v", j, err)
 	}
 	v.age(t, []string{j.ID})
-	p, err := enqueue.NewRelay(v.e, v.inspector, enqueue.RelayOptions{}).Pass(t.Context())
+	p, err := job.NewRelay(v.e, v.inspector, job.RelayOptions{}).Pass(t.Context())
 	if err != nil || !slices.Equal(p.Requeued, []string{j.ID}) || v.task(t, j.ID) == nil {
 		t.Fatalf("relay pass: %+v %v, want the deferred task enqueued", p, err)
 	}
@@ -229,7 +229,7 @@ func TestRelayDeliversADeferredTask(t *testing.T) {
 
 // failingInspector fails to look up one task, as a broken connection would.
 type failingInspector struct {
-	enqueue.TaskInspector
+	job.TaskInspector
 	id string
 }
 
@@ -247,7 +247,7 @@ func TestRelayGoesOnAfterAFailure(t *testing.T) {
 	ids := v.submit(t, 3)
 	v.age(t, ids)
 	v.forget(t, ids...)
-	r := enqueue.NewRelay(v.e, failingInspector{v.inspector, ids[0]}, enqueue.RelayOptions{})
+	r := job.NewRelay(v.e, failingInspector{v.inspector, ids[0]}, job.RelayOptions{})
 	p, err := r.Pass(t.Context())
 	if err == nil || !strings.Contains(err.Error(), ids[0]) || len(p.Requeued) != 0 {
 		t.Fatalf("pass with the oldest job failing: %+v %v, want an error naming it", p, err)

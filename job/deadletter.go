@@ -1,4 +1,4 @@
-package enqueue
+package job
 
 import (
 	"context"
@@ -13,87 +13,87 @@ import (
 // job whose archived task is gone is still listed and can still be
 // replayed from its recorded payload.
 type DeadLetters struct {
-	enq       *Enqueuer
+	sub       *Submitter
 	inspector *asynq.Inspector
 }
 
 // NewDeadLetters returns the dead-letter view of e's jobs.
-func NewDeadLetters(e *Enqueuer, inspector *asynq.Inspector) *DeadLetters {
-	return &DeadLetters{enq: e, inspector: inspector}
+func NewDeadLetters(e *Submitter, inspector *asynq.Inspector) *DeadLetters {
+	return &DeadLetters{sub: e, inspector: inspector}
 }
 
 // DeadLetter is one failed job and whether asynq still holds its task.
 type DeadLetter struct {
-	Job
+	Record
 	Archived bool
 }
 
 // List returns failed jobs, newest first.
 func (d *DeadLetters) List(ctx context.Context, limit int) ([]DeadLetter, error) {
-	jobs, err := d.enq.jobs.Failed(ctx, limit)
+	jobs, err := d.sub.records.Failed(ctx, limit)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]DeadLetter, len(jobs))
 	for i, j := range jobs {
-		out[i] = DeadLetter{Job: j}
+		out[i] = DeadLetter{Record: j}
 		info, err := d.inspector.GetTaskInfo(j.Queue, j.ID)
 		switch {
 		case err == nil:
 			out[i].Archived = info.State == asynq.TaskStateArchived
 		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 		default:
-			return nil, fmt.Errorf("enqueue: inspect %s: %w", j.ID, err)
+			return nil, fmt.Errorf("job: inspect %s: %w", j.ID, err)
 		}
 	}
 	return out, nil
 }
 
 // ErrNotFailed: the job exists but has not failed.
-var ErrNotFailed = errors.New("enqueue: job has not failed")
+var ErrNotFailed = errors.New("job: not failed")
 
 // Replay runs a failed job again: its archived task goes back to pending
 // (or, when asynq no longer has it, a new task with the same id is
 // enqueued from the recorded payload) and its record back to queued.
-func (d *DeadLetters) Replay(ctx context.Context, id string) (Job, error) {
-	job, err := d.enq.jobs.ByID(ctx, id)
+func (d *DeadLetters) Replay(ctx context.Context, id string) (Record, error) {
+	r, err := d.sub.records.ByID(ctx, id)
 	if err != nil {
-		return Job{}, err
+		return Record{}, err
 	}
-	if job.Status != StatusFailed {
-		return Job{}, fmt.Errorf("%w: %s is %s", ErrNotFailed, id, job.Status)
+	if r.Status != StatusFailed {
+		return Record{}, fmt.Errorf("%w: %s is %s", ErrNotFailed, id, r.Status)
 	}
-	err = d.inspector.RunTask(job.Queue, id)
+	err = d.inspector.RunTask(r.Queue, id)
 	switch {
 	case err == nil:
 	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-		if err := d.enq.enqueue(ctx, job); err != nil {
-			return Job{}, err
+		if err := d.sub.enqueue(ctx, r); err != nil {
+			return Record{}, err
 		}
 	default:
-		return Job{}, fmt.Errorf("enqueue: replay %s: %w", id, err)
+		return Record{}, fmt.Errorf("job: replay %s: %w", id, err)
 	}
 	// The worker may already be running it; only a still-failed record
 	// goes back to queued.
-	if err := d.enq.jobs.Requeue(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
-		return Job{}, err
+	if err := d.sub.records.Requeue(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
+		return Record{}, err
 	}
-	return d.enq.jobs.ByID(ctx, id)
+	return d.sub.records.ByID(ctx, id)
 }
 
 // Delete discards a failed job: its archived task and its record. A retry
 // of the original request still replays its 202; the job is then 404.
 func (d *DeadLetters) Delete(ctx context.Context, id string) error {
-	job, err := d.enq.jobs.ByID(ctx, id)
+	r, err := d.sub.records.ByID(ctx, id)
 	if err != nil {
 		return err
 	}
-	if job.Status != StatusFailed {
-		return fmt.Errorf("%w: %s is %s", ErrNotFailed, id, job.Status)
+	if r.Status != StatusFailed {
+		return fmt.Errorf("%w: %s is %s", ErrNotFailed, id, r.Status)
 	}
-	err = d.inspector.DeleteTask(job.Queue, id)
+	err = d.inspector.DeleteTask(r.Queue, id)
 	if err != nil && !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
-		return fmt.Errorf("enqueue: delete task %s: %w", id, err)
+		return fmt.Errorf("job: delete task %s: %w", id, err)
 	}
-	return d.enq.jobs.Delete(ctx, id)
+	return d.sub.records.Delete(ctx, id)
 }

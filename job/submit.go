@@ -1,4 +1,4 @@
-package enqueue
+package job
 
 import (
 	"context"
@@ -7,55 +7,59 @@ import (
 	"math"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/idemgate/idemgate/job"
 )
 
 // Task headers carried with every task.
 const (
-	HeaderJobID  = "job_id"
+	HeaderID     = "job_id"
 	HeaderTenant = "tenant"
 )
 
-// MaxRetry is what tasks are enqueued with: the worker framework, not
-// asynq, decides when a job has used its attempts (lock contention is not
-// one), so asynq must never give up first.
+// MaxRetry is the asynq.MaxRetry every task of a job is enqueued with:
+// effectively unlimited. The worker framework, not asynq, decides when a
+// job has used its attempts: it counts real attempts in job_executions and
+// dead-letters the job itself after its MaxAttempts. A smaller asynq budget
+// would also be spent by redeliveries after a crash and by busy locks
+// (which are not attempts), and asynq archives a task whose budget is
+// spent. A task enqueued by hand for a workers handler takes it too:
+//
+//	client.Enqueue(task, asynq.MaxRetry(job.MaxRetry))
 const MaxRetry = math.MaxInt32
 
-// Enqueuer submits jobs.
-type Enqueuer struct {
-	jobs   *Jobs
-	client *asynq.Client
+// Submitter submits jobs.
+type Submitter struct {
+	records *Records
+	client  *asynq.Client
 	// Headers, when set, adds headers to each task (trace context).
 	Headers func(ctx context.Context) map[string]string
 }
 
-// New returns an Enqueuer writing job records on db and tasks with client.
-func New(db DB, client *asynq.Client) *Enqueuer {
-	return &Enqueuer{jobs: NewJobs(db), client: client}
+// New returns an Submitter writing job records on db and tasks with client.
+func NewSubmitter(db DB, client *asynq.Client) *Submitter {
+	return &Submitter{records: NewRecords(db), client: client}
 }
 
 // Get returns tenant's job with id.
-func (e *Enqueuer) Get(ctx context.Context, tenant, id string) (Job, error) {
-	return e.jobs.Get(ctx, tenant, id)
+func (e *Submitter) Get(ctx context.Context, tenant, id string) (Record, error) {
+	return e.records.Get(ctx, tenant, id)
 }
 
-// Jobs is the job store the Enqueuer writes.
-func (e *Enqueuer) Jobs() *Jobs { return e.jobs }
+// Records is the record store the Submitter writes.
+func (e *Submitter) Records() *Records { return e.records }
 
 // Request is one accepted request to turn into a job.
 type Request struct {
 	Tenant, Route, Key string
 	// Spec is the declared job the request becomes: its task, schema and
 	// business key template. Required.
-	Spec *job.Spec
+	Spec *Spec
 	// Queue overrides Spec.Queue when set (a route's own queue).
 	Queue string
 	Body  []byte
 }
 
 // QueueName is the queue the job goes to: the request's own, else its
-// job's, else job.DefaultQueue.
+// job's, else DefaultQueue.
 func (r Request) QueueName() string {
 	switch {
 	case r.Queue != "":
@@ -63,35 +67,35 @@ func (r Request) QueueName() string {
 	case r.Spec != nil && r.Spec.Queue != "":
 		return r.Spec.Queue
 	}
-	return job.DefaultQueue
+	return DefaultQueue
 }
 
 // ErrTaskDeferred: Submit recorded the job but could not enqueue its task
 // (the queue was unreachable). The job is accepted all the same: its
 // record is the truth, and the Relay enqueues the missing task once the
 // queue answers again. Submit returns the recorded job with it.
-var ErrTaskDeferred = errors.New("enqueue: job recorded, its task deferred to the relay")
+var ErrTaskDeferred = errors.New("job: recorded, its task deferred to the relay")
 
 // Submit validates the body against the job's schema, records the job and
 // enqueues its task. It is idempotent: the same request again returns the
-// same job and enqueues nothing new. A *job.PayloadError means nothing was
+// same job and enqueues nothing new. A *PayloadError means nothing was
 // recorded or enqueued. An error wrapping ErrTaskDeferred comes with the
 // recorded job: it is accepted, and only its task is late.
-func (e *Enqueuer) Submit(ctx context.Context, req Request) (Job, error) {
+func (e *Submitter) Submit(ctx context.Context, req Request) (Record, error) {
 	if req.Spec == nil {
-		return Job{}, errors.New("enqueue: submit: no job spec")
+		return Record{}, errors.New("job: submit: no job spec")
 	}
 	p, err := req.Spec.Decode(req.Body)
 	if err != nil {
-		return Job{}, err
+		return Record{}, err
 	}
 	queue := req.QueueName()
-	j, _, err := e.jobs.create(ctx, Job{
-		ID: JobID(req.Tenant, req.Route, req.Key), Tenant: req.Tenant, Route: req.Route, IdempotencyKey: req.Key,
+	j, _, err := e.records.create(ctx, Record{
+		ID: ID(req.Tenant, req.Route, req.Key), Tenant: req.Tenant, Route: req.Route, IdempotencyKey: req.Key,
 		Task: req.Spec.Task, Queue: queue, BusinessKey: p.BusinessKey, Payload: req.Body,
 	})
 	if err != nil {
-		return Job{}, err
+		return Record{}, err
 	}
 	if j.Status == StatusQueued {
 		// Enqueue even when the record already existed: the gateway may
@@ -103,25 +107,25 @@ func (e *Enqueuer) Submit(ctx context.Context, req Request) (Job, error) {
 	return j, nil
 }
 
-// enqueue sends job's task. A task asynq already holds under the job id is
+// enqueue sends r's task. A task asynq already holds under the job id is
 // not an error: it is the same job.
-func (e *Enqueuer) enqueue(ctx context.Context, job Job) error {
-	_, err := e.send(ctx, job)
+func (e *Submitter) enqueue(ctx context.Context, r Record) error {
+	_, err := e.send(ctx, r)
 	return err
 }
 
-// send sends job's task and reports whether asynq took it as new: false
+// send sends r's task and reports whether asynq took it as new: false
 // when it already held a task with the job id. It is the one way a job's
 // task is built.
-func (e *Enqueuer) send(ctx context.Context, job Job) (bool, error) {
-	headers := map[string]string{HeaderJobID: job.ID, HeaderTenant: job.Tenant}
+func (e *Submitter) send(ctx context.Context, r Record) (bool, error) {
+	headers := map[string]string{HeaderID: r.ID, HeaderTenant: r.Tenant}
 	if e.Headers != nil {
 		for k, v := range e.Headers(ctx) {
 			headers[k] = v
 		}
 	}
-	task := asynq.NewTaskWithHeaders(job.Task, job.Payload, headers,
-		asynq.TaskID(job.ID), asynq.Queue(job.Queue), asynq.MaxRetry(MaxRetry))
+	task := asynq.NewTaskWithHeaders(r.Task, r.Payload, headers,
+		asynq.TaskID(r.ID), asynq.Queue(r.Queue), asynq.MaxRetry(MaxRetry))
 	_, err := e.client.EnqueueContext(ctx, task)
 	switch {
 	case err == nil:
@@ -129,5 +133,5 @@ func (e *Enqueuer) send(ctx context.Context, job Job) (bool, error) {
 	case errors.Is(err, asynq.ErrTaskIDConflict):
 		return false, nil
 	}
-	return false, fmt.Errorf("enqueue: %s: %w", job.ID, err)
+	return false, fmt.Errorf("job: enqueue %s: %w", r.ID, err)
 }

@@ -1,4 +1,4 @@
-package enqueue_test
+package job_test
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/idemgate/idemgate/enqueue"
 	"github.com/idemgate/idemgate/examples/schemas"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
@@ -20,7 +19,7 @@ func TestMain(m *testing.M) {
 }
 
 type env struct {
-	e         *enqueue.Enqueuer
+	e         *job.Submitter
 	pool      *pgxpool.Pool
 	inspector *asynq.Inspector
 	queue     string
@@ -41,7 +40,7 @@ func setup(t *testing.T) env {
 		_ = inspector.DeleteQueue(queue, true)
 		_ = inspector.Close()
 	})
-	return env{e: enqueue.New(pool, client), pool: pool, inspector: inspector, queue: queue}
+	return env{e: job.NewSubmitter(pool, client), pool: pool, inspector: inspector, queue: queue}
 }
 
 // invoiceSpec declares the job the test requests become, with the
@@ -58,8 +57,8 @@ func invoiceSpec(task string) *job.Spec {
 	return spec
 }
 
-func (v env) req(key, body string) enqueue.Request {
-	return enqueue.Request{Tenant: "acme", Route: "invoices", Key: key, Spec: invoiceSpec("invoice.create"), Queue: v.queue, Body: []byte(body)}
+func (v env) req(key, body string) job.Request {
+	return job.Request{Tenant: "acme", Route: "invoices", Key: key, Spec: invoiceSpec("invoice.create"), Queue: v.queue, Body: []byte(body)}
 }
 
 func (v env) pending(t *testing.T) []*asynq.TaskInfo {
@@ -79,7 +78,7 @@ func TestSubmitIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.ID != enqueue.JobID("acme", "invoices", "k1") || first.Status != enqueue.StatusQueued || first.BusinessKey != "invoice:o-1" {
+	if first.ID != job.ID("acme", "invoices", "k1") || first.Status != job.StatusQueued || first.BusinessKey != "invoice:o-1" {
 		t.Fatalf("job %+v", first)
 	}
 	for range 3 {
@@ -89,7 +88,7 @@ func TestSubmitIsIdempotent(t *testing.T) {
 		}
 	}
 	tasks := v.pending(t)
-	if len(tasks) != 1 || tasks[0].ID != first.ID || tasks[0].Headers[enqueue.HeaderJobID] != first.ID {
+	if len(tasks) != 1 || tasks[0].ID != first.ID || tasks[0].Headers[job.HeaderID] != first.ID {
 		t.Fatalf("pending tasks %d (want exactly one with the job id)", len(tasks))
 	}
 	// Another tenant with the same key is another job.
@@ -99,7 +98,7 @@ func TestSubmitIsIdempotent(t *testing.T) {
 	if err != nil || j2.ID == first.ID {
 		t.Fatalf("other tenant: %+v %v", j2, err)
 	}
-	if _, err := v.e.Get(ctx, "globex", first.ID); !errors.Is(err, enqueue.ErrNotFound) {
+	if _, err := v.e.Get(ctx, "globex", first.ID); !errors.Is(err, job.ErrNotFound) {
 		t.Fatalf("globex read acme's job: %v", err)
 	}
 }
@@ -125,7 +124,7 @@ func TestSubmitRejectsBadPayloads(t *testing.T) {
 		if !errors.Is(err, tc.kind) || !errors.As(err, &pe) || pe.Fields[0].Field != tc.field {
 			t.Errorf("%s: %v, want %v naming %q", tc.name, err, tc.kind, tc.field)
 		}
-		if _, err := v.e.Get(t.Context(), "acme", enqueue.JobID("acme", "invoices", "bad-"+tc.name)); !errors.Is(err, enqueue.ErrNotFound) {
+		if _, err := v.e.Get(t.Context(), "acme", job.ID("acme", "invoices", "bad-"+tc.name)); !errors.Is(err, job.ErrNotFound) {
 			t.Errorf("%s: a rejected payload left a job record", tc.name)
 		}
 	}
@@ -145,7 +144,7 @@ func TestCrashAfterEnqueueMakesNoSecondTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Process restarts: a new Enqueuer on the same stores.
+	// Process restarts: a new Submitter on the same stores.
 	again, err := v.e.Submit(context.WithoutCancel(t.Context()), r)
 	if err != nil || again.ID != first.ID {
 		t.Fatalf("retry after crash: %+v %v", again, err)
@@ -163,16 +162,16 @@ func TestRetryEnqueuesWhatACrashLeftOut(t *testing.T) {
 	dead := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1", DialTimeout: 200e6})
 	t.Cleanup(func() { _ = dead.Close() })
 	r := v.req("half", `{"order_id":"o-2","amount_cents":1,"currency":"EUR"}`)
-	deferred, err := enqueue.New(pool, dead).Submit(t.Context(), r)
-	if !errors.Is(err, enqueue.ErrTaskDeferred) || deferred.ID != enqueue.JobID("acme", "invoices", "half") || deferred.Status != enqueue.StatusQueued {
+	deferred, err := job.NewSubmitter(pool, dead).Submit(t.Context(), r)
+	if !errors.Is(err, job.ErrTaskDeferred) || deferred.ID != job.ID("acme", "invoices", "half") || deferred.Status != job.StatusQueued {
 		t.Fatalf("Submit with an unreachable queue: %+v %v, want the recorded job and ErrTaskDeferred", deferred, err)
 	}
 	live := asynq.NewClient(asynq.RedisClientOpt{Addr: v.inspectorAddr(t)})
 	t.Cleanup(func() { _ = live.Close() })
-	e := enqueue.New(pool, live)
-	job, err := e.Get(t.Context(), "acme", enqueue.JobID("acme", "invoices", "half"))
-	if err != nil || job.Status != enqueue.StatusQueued {
-		t.Fatalf("record written before the failed enqueue: %+v %v", job, err)
+	e := job.NewSubmitter(pool, live)
+	rec, err := e.Get(t.Context(), "acme", job.ID("acme", "invoices", "half"))
+	if err != nil || rec.Status != job.StatusQueued {
+		t.Fatalf("record written before the failed enqueue: %+v %v", rec, err)
 	}
 	for range 2 {
 		if _, err := e.Submit(t.Context(), r); err != nil {

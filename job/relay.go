@@ -1,4 +1,4 @@
-package enqueue
+package job
 
 import (
 	"context"
@@ -35,7 +35,7 @@ func TaskState(inspector TaskInspector, queue, id string) (string, error) {
 	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 		return "", nil
 	}
-	return "", fmt.Errorf("enqueue: inspect task %s: %w", id, err)
+	return "", fmt.Errorf("job: inspect task %s: %w", id, err)
 }
 
 // RelayOptions adjust a Relay. The zero value takes every default.
@@ -90,7 +90,7 @@ func (o RelayOptions) withDefaults() RelayOptions {
 // not hide the missing ones behind it; after the last job it starts again
 // from the oldest.
 type Relay struct {
-	enq       *Enqueuer
+	sub       *Submitter
 	inspector TaskInspector
 	opts      RelayOptions
 
@@ -100,8 +100,8 @@ type Relay struct {
 
 // NewRelay returns a relay that checks e's jobs with inspector and
 // enqueues their missing tasks with e.
-func NewRelay(e *Enqueuer, inspector TaskInspector, opts RelayOptions) *Relay {
-	return &Relay{enq: e, inspector: inspector, opts: opts.withDefaults()}
+func NewRelay(e *Submitter, inspector TaskInspector, opts RelayOptions) *Relay {
+	return &Relay{sub: e, inspector: inspector, opts: opts.withDefaults()}
 }
 
 // Pass is what one pass of the relay did.
@@ -145,15 +145,15 @@ func (r *Relay) Pass(ctx context.Context) (Pass, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var p Pass
-	jobs, err := r.enq.jobs.unfinished(ctx, r.opts.After, r.next, r.opts.Batch)
+	jobs, err := r.sub.records.unfinished(ctx, r.opts.After, r.next, r.opts.Batch)
 	if err != nil {
-		return p, fmt.Errorf("enqueue: relay: %w", err)
+		return p, fmt.Errorf("job: relay: %w", err)
 	}
 	for _, j := range jobs {
 		r.next = position{updatedAt: j.UpdatedAt, id: j.ID}
 		sent, err := r.redeliver(ctx, j)
 		if err != nil {
-			return p, fmt.Errorf("enqueue: relay: %w", err)
+			return p, fmt.Errorf("job: relay: %w", err)
 		}
 		p.Checked++
 		if sent {
@@ -170,16 +170,16 @@ func (r *Relay) Pass(ctx context.Context) (Pass, error) {
 
 // ErrFinished: the job has succeeded or failed; it has no task to deliver.
 // A failed job runs again through DeadLetters.Replay.
-var ErrFinished = errors.New("enqueue: job has finished")
+var ErrFinished = errors.New("job: finished")
 
 // Requeue enqueues the task of the unfinished job id if asynq no longer
 // holds it, however recent its record, and reports whether it did. A
 // finished job is returned with an error wrapping ErrFinished; an unknown
 // id is ErrNotFound.
-func (r *Relay) Requeue(ctx context.Context, id string) (Job, bool, error) {
-	j, err := r.enq.jobs.ByID(ctx, id)
+func (r *Relay) Requeue(ctx context.Context, id string) (Record, bool, error) {
+	j, err := r.sub.records.ByID(ctx, id)
 	if err != nil {
-		return Job{}, false, err
+		return Record{}, false, err
 	}
 	if j.Status == StatusSucceeded || j.Status == StatusFailed {
 		return j, false, fmt.Errorf("%w: %s is %s", ErrFinished, id, j.Status)
@@ -190,10 +190,10 @@ func (r *Relay) Requeue(ctx context.Context, id string) (Job, bool, error) {
 
 // redeliver enqueues j's task unless asynq holds it, and reports whether
 // this call enqueued it.
-func (r *Relay) redeliver(ctx context.Context, j Job) (bool, error) {
+func (r *Relay) redeliver(ctx context.Context, j Record) (bool, error) {
 	state, err := TaskState(r.inspector, j.Queue, j.ID)
 	if err != nil || state != "" {
 		return false, err
 	}
-	return r.enq.send(ctx, j)
+	return r.sub.send(ctx, j)
 }
