@@ -31,11 +31,12 @@ RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     go build -o bin/idemgate ./cmd/idemgate && \
+    go build -o bin/idemgate-examples ./examples/cmd/idemgate-examples && \
     go build -o bin/partnersim ./cmd/partnersim && \
     go build -o bin/shipments-receiver ./examples/shipments/cmd/shipments-receiver
 
 FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /src/bin/idemgate /src/bin/partnersim /src/bin/shipments-receiver /usr/local/bin/
+COPY --from=build /src/bin/idemgate /src/bin/idemgate-examples /src/bin/partnersim /src/bin/shipments-receiver /usr/local/bin/
 USER 65532:65532
 # The ports of the container configurations (deploy/compose,
 # deploy/kubernetes): listen, admin_listen and worker.admin_listen. The

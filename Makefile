@@ -18,8 +18,9 @@ help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## build bin/idemgate, bin/partnersim and the example shipments receiver
+build: ## build bin/idemgate, bin/idemgate-examples (idemgate with the example jobs), bin/partnersim and the example shipments receiver
 	$(GO) build -o bin/idemgate ./cmd/idemgate
+	$(GO) build -o bin/idemgate-examples ./examples/cmd/idemgate-examples
 	$(GO) build -o bin/partnersim ./cmd/partnersim
 	$(GO) build -o bin/shipments-receiver ./examples/shipments/cmd/shipments-receiver
 
@@ -28,8 +29,8 @@ services: ## start Redis, PostgreSQL and a Redis Cluster on loopback and print t
 	@$(SERVICES) --cluster
 
 .PHONY: run
-run: build ## start the services, migrate, and run the gateway in dev mode with deploy/local/idemgate.yaml
-	@$(WITH_SERVICES) ./bin/idemgate migrate up --config $(CONFIG) && exec deploy/local/run.sh $(CONFIG)
+run: build ## start the services, migrate, and run the demo (bin/idemgate-examples dev) with deploy/local/idemgate.yaml
+	@$(WITH_SERVICES) ./bin/idemgate-examples migrate up --config $(CONFIG) && exec deploy/local/run.sh $(CONFIG)
 
 # The TypeScript parts: the example receiver (built, then tested by itself
 # and end to end from cmd/idemgate), the check that a client generated
@@ -51,7 +52,8 @@ test: node ## start the services, then go vet and go test -race every package (i
 	  $(GO) vet ./...; \
 	  (cd examples/receiver-node && npm test --silent); \
 	  $(GO) build -o bin/idemgate ./cmd/idemgate; \
-	  (cd deploy/manifests && $(GO) vet ./... && IDEMGATE_BIN=$(CURDIR)/bin/idemgate $(GO) test -count=1 ./...); \
+	  $(GO) build -o bin/idemgate-examples ./examples/cmd/idemgate-examples; \
+	  (cd deploy/manifests && $(GO) vet ./... && IDEMGATE_BIN=$(CURDIR)/bin/idemgate IDEMGATE_EXAMPLES_BIN=$(CURDIR)/bin/idemgate-examples $(GO) test -count=1 ./...); \
 	  (cd sdk/typescript && IDEMGATE_BIN=$(CURDIR)/bin/idemgate npm test --silent); \
 	  $(GO) test -race -count=1 -timeout 20m ./...
 
@@ -105,7 +107,7 @@ soak: build ## idemgate at a fixed rate for 10 minutes: RSS and goroutines at st
 # -short, -json, -dir).
 .PHONY: chaos
 chaos: build ## run the fault suite against private Redis and PostgreSQL servers (a few minutes)
-	@$(BENCH_SERVICES) $(GO) build -o bin/idemchaos ./cmd/idemchaos && ./bin/idemchaos -idemgate bin/idemgate $(CHAOSFLAGS)
+	@$(BENCH_SERVICES) $(GO) build -o bin/idemchaos ./cmd/idemchaos && $(GO) build -o bin/idemgate-examples ./examples/cmd/idemgate-examples && ./bin/idemchaos -idemgate bin/idemgate-examples $(CHAOSFLAGS)
 
 # API reference: docs/api.html, one self-contained page rendered from
 # openapi/openapi.yaml by Redocly's CLI (fetched from npm by npx).

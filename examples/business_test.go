@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/internal/partnersim"
+	"github.com/idemgate/idemgate/examples/partnersim"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/workers"
 )

@@ -20,7 +20,7 @@ import (
 	"go.uber.org/goleak"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/idemgate/idemgate/internal/partnersim"
+	"github.com/idemgate/idemgate/examples/partnersim"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers"
@@ -120,7 +120,7 @@ type bizEnv struct {
 // configuration before the handlers are built.
 func newBizEnv(t *testing.T, simOpts partnersim.Options, adjust func(*Business, *workers.Deps)) *bizEnv {
 	t.Helper()
-	e := &bizEnv{pool: testenv.Pool(t), rdb: testenv.Redis(t), prefix: testenv.Prefix(), keys: &keyLog{}, results: &resultLog{}}
+	e := &bizEnv{pool: testenv.Pool(t, tables()), rdb: testenv.Redis(t), prefix: testenv.Prefix(), keys: &keyLog{}, results: &resultLog{}}
 	e.sim = partnersim.New(simOpts)
 	e.partner = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.keys.add(r.Header.Get("Idempotency-Key"))

@@ -15,8 +15,8 @@ import (
 )
 
 // tenantMigration is the migration that gives the example tables their
-// tenant.
-const tenantMigration = 7
+// tenant (examples/migrations).
+const tenantMigration = 2
 
 // sqlFiles keeps the SQL migrations of a folder.
 type sqlFiles struct{ fs.FS }
@@ -26,8 +26,9 @@ func (f sqlFiles) ReadDir(name string) ([]fs.DirEntry, error) {
 	return slices.DeleteFunc(entries, func(e fs.DirEntry) bool { return path.Ext(e.Name()) != ".sql" }), err
 }
 
-// beforeTenants returns a schema migrated up to just before the tenant
-// migration, and the provider that moves it.
+// beforeTenants returns a schema with idemgate's migrations and the
+// examples' up to just before the tenant migration, and the provider of
+// the examples' migrations that moves it.
 func beforeTenants(t *testing.T) (*sql.DB, *goose.Provider) {
 	t.Helper()
 	db, err := sql.Open("pgx", testenv.Postgres(t))
@@ -35,11 +36,11 @@ func beforeTenants(t *testing.T) (*sql.DB, *goose.Provider) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	p, err := goose.NewProvider(goose.DialectPostgres, db, sqlFiles{os.DirFS("../migrations")})
+	p, err := goose.NewProvider(goose.DialectPostgres, db, sqlFiles{os.DirFS("migrations")}, goose.WithTableName(MigrationTable))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.DownTo(t.Context(), tenantMigration-1); err != nil {
+	if _, err := p.UpTo(t.Context(), tenantMigration-1); err != nil {
 		t.Fatal(err)
 	}
 	return db, p

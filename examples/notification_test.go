@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/internal/partnersim"
+	"github.com/idemgate/idemgate/examples/partnersim"
 	"github.com/idemgate/idemgate/workers"
 )
 

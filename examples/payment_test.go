@@ -15,7 +15,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/idemgate/idemgate/internal/partnersim"
+	"github.com/idemgate/idemgate/examples/partnersim"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/workers"
 )

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"io/fs"
 
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -16,13 +17,34 @@ import (
 //go:embed *.sql
 var files embed.FS
 
+// Set is one sequence of numbered migrations with a goose version table of
+// its own: idemgate's (Product), or those a program built on idemgate adds
+// for its own tables (extension.WithMigrations), which never mix with
+// idemgate's.
+type Set struct {
+	// FS holds the .sql files at its root.
+	FS fs.FS
+	// Table is the goose version table; "" is goose's default,
+	// goose_db_version, which idemgate's own migrations use.
+	Table string
+}
+
+// Product is idemgate's own migrations, embedded.
+func Product() Set { return Set{FS: files} }
+
 // Provider returns the goose provider of the embedded migrations on db,
 // for tests that move a schema to a given version (DownTo, UpTo) to check
 // what a migration does to the rows already there.
-func Provider(db *sql.DB) (*goose.Provider, error) { return provider(db) }
+func Provider(db *sql.DB) (*goose.Provider, error) { return Product().Provider(db) }
 
-func provider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error) {
-	p, err := goose.NewProvider(goose.DialectPostgres, db, files, opts...)
+// Provider returns the goose provider of s on db.
+func (s Set) Provider(db *sql.DB) (*goose.Provider, error) { return s.provider(db) }
+
+func (s Set) provider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error) {
+	if s.Table != "" {
+		opts = append(opts, goose.WithTableName(s.Table))
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, s.FS, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
@@ -42,7 +64,7 @@ const lockWait = 15 * 60 // seconds, probed once a second
 // schema) never wait for each other. A session lock needs a session of its
 // own: migrate runs on database_direct_url, never through a transaction
 // pooler.
-func locked(ctx context.Context, db *sql.DB) (*goose.Provider, error) {
+func (s Set) locked(ctx context.Context, db *sql.DB) (*goose.Provider, error) {
 	var schema sql.NullString
 	if err := db.QueryRowContext(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
 		return nil, fmt.Errorf("migrations: current schema: %w", err)
@@ -51,7 +73,7 @@ func locked(ctx context.Context, db *sql.DB) (*goose.Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	return provider(db, goose.WithSessionLocker(locker))
+	return s.provider(db, goose.WithSessionLocker(locker))
 }
 
 // LockID is the advisory lock id that Up and Down hold while they migrate
@@ -62,9 +84,18 @@ func LockID(schema string) int64 {
 	return int64(h.Sum64())
 }
 
-// Up applies every pending migration.
-func Up(ctx context.Context, db *sql.DB) error {
-	p, err := locked(ctx, db)
+// Up applies every pending migration of idemgate's own.
+func Up(ctx context.Context, db *sql.DB) error { return Product().Up(ctx, db) }
+
+// Down rolls back the most recent migration of idemgate's own (Set.Down).
+func Down(ctx context.Context, db *sql.DB) (bool, error) { return Product().Down(ctx, db) }
+
+// Status writes the status of idemgate's own migrations (Set.Status).
+func Status(ctx context.Context, db *sql.DB, w io.Writer) error { return Product().Status(ctx, db, w) }
+
+// Up applies every pending migration of s.
+func (s Set) Up(ctx context.Context, db *sql.DB) error {
+	p, err := s.locked(ctx, db)
 	if err != nil {
 		return err
 	}
@@ -74,10 +105,10 @@ func Up(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// Down rolls back the most recent migration. It reports false when there was
-// nothing to roll back.
-func Down(ctx context.Context, db *sql.DB) (bool, error) {
-	p, err := locked(ctx, db)
+// Down rolls back the most recent migration of s. It reports false when
+// there was nothing to roll back.
+func (s Set) Down(ctx context.Context, db *sql.DB) (bool, error) {
+	p, err := s.locked(ctx, db)
 	if err != nil {
 		return false, err
 	}
@@ -90,10 +121,10 @@ func Down(ctx context.Context, db *sql.DB) (bool, error) {
 	return true, nil
 }
 
-// Status writes one line per migration: its version, file and whether it is
-// applied.
-func Status(ctx context.Context, db *sql.DB, w io.Writer) error {
-	p, err := provider(db)
+// Status writes one line per migration of s: its version, file and whether
+// it is applied.
+func (s Set) Status(ctx context.Context, db *sql.DB, w io.Writer) error {
+	p, err := s.provider(db)
 	if err != nil {
 		return err
 	}
@@ -101,12 +132,12 @@ func Status(ctx context.Context, db *sql.DB, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("migrations: status: %w", err)
 	}
-	for _, s := range st {
+	for _, m := range st {
 		applied := "pending"
-		if s.State == goose.StateApplied {
-			applied = "applied " + s.AppliedAt.UTC().Format("2006-01-02T15:04:05Z")
+		if m.State == goose.StateApplied {
+			applied = "applied " + m.AppliedAt.UTC().Format("2006-01-02T15:04:05Z")
 		}
-		fmt.Fprintf(w, "%05d  %-40s %s\n", s.Source.Version, s.Source.Path, applied)
+		fmt.Fprintf(w, "%05d  %-40s %s\n", m.Source.Version, m.Source.Path, applied)
 	}
 	return nil
 }

@@ -9,9 +9,6 @@ const (
 	MetricJobs              = "idemgate_jobs_total"
 	MetricJobAttempts       = "idemgate_job_attempts_total"
 	MetricJobReplays        = "idemgate_job_replays_total"
-	// MetricNotificationDedup counts notification.send's look-ups of its
-	// Redis dedup window, by result (hit, miss).
-	MetricNotificationDedup = "idemgate_notification_dedup_total"
 	MetricDLQTasks          = "idemgate_dlq_tasks"
 	MetricQueueDepth        = "idemgate_queue_depth"
 )
@@ -33,7 +30,7 @@ func MetricNames() []string {
 	names := []string{
 		MetricRequests,
 		MetricLockAcquire, MetricLockRenewals, MetricLockLost, MetricFencingRejections,
-		MetricJobs, MetricJobAttempts, MetricJobReplays, MetricNotificationDedup,
+		MetricJobs, MetricJobAttempts, MetricJobReplays,
 		MetricDLQTasks, MetricQueueDepth,
 	}
 	for _, h := range []string{MetricRequestDuration, MetricUpstreamDuration, MetricStoreOperationDuration} {

@@ -17,7 +17,6 @@ type WorkerMetrics struct {
 	jobs        *prometheus.CounterVec
 	attempts    *prometheus.CounterVec
 	replays     *prometheus.CounterVec
-	dedup       *prometheus.CounterVec
 }
 
 // NewWorkerMetrics registers the worker's series on reg. It panics if reg
@@ -59,17 +58,10 @@ func NewWorkerMetrics(reg prometheus.Registerer) *WorkerMetrics {
 			Name: MetricJobReplays,
 			Help: "Deliveries of an already succeeded job, acked without running it again.",
 		}, []string{"task"}),
-		dedup: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricNotificationDedup,
-			Help: "Look-ups of notification.send's Redis dedup window, by result (hit: the key was already there).",
-		}, []string{"result"}),
 	}
-	reg.MustRegister(m.lockAcquire, m.renewals, m.lost, m.fencing, m.jobs, m.attempts, m.replays, m.dedup)
+	reg.MustRegister(m.lockAcquire, m.renewals, m.lost, m.fencing, m.jobs, m.attempts, m.replays)
 	for _, r := range workers.LockResults() {
 		m.lockAcquire.WithLabelValues(r)
-	}
-	for _, r := range []string{"hit", "miss"} {
-		m.dedup.WithLabelValues(r)
 	}
 	return m
 }
@@ -103,16 +95,6 @@ func (m *WorkerMetrics) FencingRejected() { m.fencing.Inc() }
 // Attempt counts an attempt that did not succeed.
 func (m *WorkerMetrics) Attempt(task, errorClass string) {
 	m.attempts.WithLabelValues(task, errorClass).Inc()
-}
-
-// NotificationDedup counts one look-up of the notification dedup window;
-// it is examples.Business.OnDedup.
-func (m *WorkerMetrics) NotificationDedup(hit bool) {
-	result := "miss"
-	if hit {
-		result = "hit"
-	}
-	m.dedup.WithLabelValues(result).Inc()
 }
 
 // JobReplay counts a duplicate delivery absorbed.

@@ -49,8 +49,7 @@ func TestWorkerMetricsSeriesExistAtZero(t *testing.T) {
 	}
 	want = append(want,
 		"idemgate_lock_renewals_total{}", "idemgate_lock_lost_total{}", "idemgate_fencing_rejections_total{}",
-		"idemgate_job_replays_total{"+task+"}",
-		"idemgate_notification_dedup_total{result=hit}", "idemgate_notification_dedup_total{result=miss}")
+		"idemgate_job_replays_total{"+task+"}")
 	for _, s := range []job.Status{job.StatusSucceeded, job.StatusFailed} {
 		want = append(want, "idemgate_jobs_total{status="+string(s)+","+task+"}")
 	}

@@ -42,7 +42,7 @@ func TestFaultSuiteShort(t *testing.T) {
 		t.Fatalf("the test builds idemgate and needs go on PATH: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "idemgate")
-	build := exec.CommandContext(t.Context(), gobin, "build", "-o", bin, "github.com/idemgate/idemgate/cmd/idemgate")
+	build := exec.CommandContext(t.Context(), gobin, "build", "-o", bin, "github.com/idemgate/idemgate/examples/cmd/idemgate-examples")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build idemgate: %v\n%s", err, out)
 	}

@@ -3,7 +3,7 @@
 // each fault did to retried requests and accepted jobs. It exits 1 when a
 // guarantee is broken or a scenario could not run, 2 on a usage error.
 //
-//	idemchaos [-scenario a,b] [-keys N] [-short] [-json] [-idemgate bin/idemgate] [-dir DIR]
+//	idemchaos [-scenario a,b] [-keys N] [-short] [-json] [-idemgate bin/idemgate-examples] [-dir DIR]
 package main
 
 import (
@@ -52,7 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		keys      = fs.Int("keys", 0, "keys per scenario (default 300, 100 with -short)")
 		short     = fs.Bool("short", false, "fewer keys and shorter client deadlines")
 		asJSON    = fs.Bool("json", false, "print the table as JSON")
-		bin       = fs.String("idemgate", "bin/idemgate", "the idemgate binary to run")
+		bin       = fs.String("idemgate", "bin/idemgate-examples", "the idemgate binary to run: one with the example jobs (make build)")
 		dir       = fs.String("dir", "", "keep the servers' data, configurations and logs in `DIR` (default a temporary directory, removed)")
 	)
 	if err := fs.Parse(args); err != nil {

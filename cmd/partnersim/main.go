@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/partnersim"
+	"github.com/idemgate/idemgate/examples/partnersim"
 )
 
 func main() {

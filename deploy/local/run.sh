@@ -43,11 +43,11 @@ shipments receiver (examples/shipments) http://127.0.0.1:9200.
 
   psql "\${DATABASE_URL}" -c "select * from shipments where order_id = 'order-$n'"
 
-4. Check every business invariant:   ./bin/idemgate reconcile --config $config
+4. Check every business invariant:   ./bin/idemgate-examples reconcile --config $config
    Inspect a key:  curl -s -H 'Authorization: Bearer admin-token' http://127.0.0.1:9090/admin/keys/demo/payments/pay-$n
 
 MSG
 ./bin/shipments-receiver --listen 127.0.0.1:9200 &
 receiver=$!
 trap 'kill $receiver 2>/dev/null; wait $receiver 2>/dev/null' EXIT
-./bin/idemgate dev --config "$config"
+./bin/idemgate-examples dev --config "$config"

@@ -67,7 +67,7 @@ func checkCluster(t *testing.T, c *cluster) {
 			if err := os.WriteFile(file, data, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			configCheck(t, file, c.env(t, w))
+			configCheck(t, idemgateBin, file, c.env(t, w))
 		}
 	})
 

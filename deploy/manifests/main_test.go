@@ -20,31 +20,40 @@ import (
 )
 
 // idemgateBin is the idemgate binary the tests run: IDEMGATE_BIN, or one
-// TestMain builds from the repository. It is set once, before any test.
-var idemgateBin string
+// TestMain builds from the repository; examplesBin is idemgate with the
+// example jobs (IDEMGATE_EXAMPLES_BIN, or built likewise), which the
+// compose demo runs. They are set once, before any test.
+var idemgateBin, examplesBin string
 
 func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
 }
 
 func runTests(m *testing.M) int {
-	if bin := os.Getenv("IDEMGATE_BIN"); bin != "" {
-		idemgateBin = bin
-		return m.Run()
-	}
-	dir, err := os.MkdirTemp("", "idemgate-manifests-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	idemgateBin = filepath.Join(dir, "idemgate")
-	build := exec.Command("go", "build", "-o", idemgateBin, "./cmd/idemgate")
-	build.Dir = repoRoot()
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building idemgate:", err)
-		return 1
+	idemgateBin, examplesBin = os.Getenv("IDEMGATE_BIN"), os.Getenv("IDEMGATE_EXAMPLES_BIN")
+	if idemgateBin == "" || examplesBin == "" {
+		dir, err := os.MkdirTemp("", "idemgate-manifests-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		for _, b := range []struct {
+			bin *string
+			pkg string
+		}{{&idemgateBin, "./cmd/idemgate"}, {&examplesBin, "./examples/cmd/idemgate-examples"}} {
+			if *b.bin != "" {
+				continue
+			}
+			*b.bin = filepath.Join(dir, filepath.Base(b.pkg))
+			build := exec.Command("go", "build", "-o", *b.bin, b.pkg)
+			build.Dir = repoRoot()
+			build.Stdout, build.Stderr = os.Stderr, os.Stderr
+			if err := build.Run(); err != nil {
+				fmt.Fprintln(os.Stderr, "building", b.pkg+":", err)
+				return 1
+			}
+		}
 	}
 	return m.Run()
 }
@@ -92,14 +101,14 @@ func decodeStrict(data []byte, v any) error {
 	return nil
 }
 
-// configCheck runs `idemgate config check` on the file with exactly the
+// configCheck runs `bin config check` on the file with exactly the
 // environment env (nothing inherited: DATABASE_URL and REDIS_URL in the
 // test's own environment would override the file).
-func configCheck(t *testing.T, file string, env map[string]string) {
+func configCheck(t *testing.T, bin, file string, env map[string]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, idemgateBin, "config", "check", "--config", file)
+	cmd := exec.CommandContext(ctx, bin, "config", "check", "--config", file)
 	cmd.Env = []string{}
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		cmd.Env = append(cmd.Env, k+"="+env[k])

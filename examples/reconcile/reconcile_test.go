@@ -21,10 +21,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/examples"
+	"github.com/idemgate/idemgate/examples/partnersim"
 	"github.com/idemgate/idemgate/examples/reconcile"
-	"github.com/idemgate/idemgate/internal/partnersim"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
+	"github.com/idemgate/idemgate/migrations"
 	"github.com/idemgate/idemgate/workers"
 	"github.com/idemgate/idemgate/workers/execution"
 	"github.com/idemgate/idemgate/workers/lock"
@@ -102,7 +103,7 @@ func jobID(tenant, key string) string {
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	ctx := t.Context()
-	w := &world{pool: testenv.Pool(t), sim: partnersim.New(partnersim.Options{}), refs: map[string]string{}}
+	w := &world{pool: testenv.Pool(t, migrations.Set{FS: examples.Migrations().FS, Table: examples.MigrationTable}), sim: partnersim.New(partnersim.Options{}), refs: map[string]string{}}
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix()
 	w.partner = httptest.NewServer(w.sim)

@@ -69,7 +69,7 @@ func TestIdempotencyMiddlewareNeedsTheStandardLibraryOnly(t *testing.T) {
 func TestLibrariesImportNoProductPackage(t *testing.T) {
 	t.Parallel()
 	product := regexp.MustCompile(`^(gateway|telemetry|cmd|config|examples|migrations|internal)(/|$)`)
-	got := slices.DeleteFunc(matching(deps(t, "middleware/...", "workers/...", "job", "receiver", "client"), product),
+	got := slices.DeleteFunc(matching(deps(t, "middleware/...", "workers/...", "job", "receiver", "client", "extension"), product),
 		func(p string) bool { return p == "internal/yamljson" })
 	if len(got) > 0 {
 		t.Fatalf("the libraries import product packages: %v", got)
@@ -105,7 +105,7 @@ func TestOpenAPIImportsNothingOfTheProduct(t *testing.T) {
 // only.
 func TestExamplesImportPublicPackagesOnly(t *testing.T) {
 	t.Parallel()
-	public := regexp.MustCompile(`^(middleware|workers|job|receiver|client|examples)(/|$)`)
+	public := regexp.MustCompile(`^(middleware|workers|job|receiver|client|extension|examples)(/|$)`)
 	var got []string
 	for _, p := range matching(list(t, `{{join .Imports " "}}`, "examples/..."), regexp.MustCompile(`.`)) {
 		if !public.MatchString(p) {
@@ -114,6 +114,15 @@ func TestExamplesImportPublicPackagesOnly(t *testing.T) {
 	}
 	if len(got) > 0 {
 		t.Fatalf("examples import %v", got)
+	}
+}
+
+// The product binary holds nothing of the examples: no handler, no table,
+// no check. idemgate-examples adds them through package extension.
+func TestProductBinaryHoldsNoExample(t *testing.T) {
+	t.Parallel()
+	if got := matching(deps(t, "cmd/idemgate"), regexp.MustCompile(`^examples(/|$)`)); len(got) > 0 {
+		t.Fatalf("cmd/idemgate imports %v", got)
 	}
 }
 

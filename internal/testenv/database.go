@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgate/idemgate/migrations"
 )
 
 // Database creates a database of the test's own on the server of
@@ -16,7 +18,7 @@ import (
 // pooler like PgBouncer refuses or drops; a database of its own is
 // reached by name alone, through the pooler as directly. Creating one
 // takes longer than a schema: use it for the tests that need it.
-func Database(t testing.TB) string {
+func Database(t testing.TB, more ...migrations.Set) string {
 	t.Helper()
 	base := PostgresURL(t)
 	u, err := url.Parse(base)
@@ -52,6 +54,6 @@ func Database(t testing.TB) string {
 
 	u.Path = "/" + name
 	direct := u.String()
-	migrate(ctx, t, direct)
+	migrate(ctx, t, direct, more)
 	return direct
 }

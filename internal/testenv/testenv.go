@@ -35,16 +35,18 @@ func envOrSkip(t testing.TB, name, service string) string {
 	return v
 }
 
-// Postgres creates a schema of the test's own, applies every migration in
-// it and returns a connection URL whose search_path is that schema. The
-// schema is dropped when the test ends. Tests in different packages can run
-// at once without seeing each other's rows.
-func Postgres(t testing.TB) string {
+// Postgres creates a schema of the test's own, applies idemgate's
+// migrations in it, then more (a program's own, as `migrate up` does with
+// extension.WithMigrations), and returns a connection URL whose
+// search_path is that schema. The schema is dropped when the test ends.
+// Tests in different packages can run at once without seeing each other's
+// rows.
+func Postgres(t testing.TB, more ...migrations.Set) string {
 	t.Helper()
 	u := EmptySchema(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	migrate(ctx, t, u)
+	migrate(ctx, t, u, more)
 	return u
 }
 
@@ -79,8 +81,9 @@ func EmptySchema(t testing.TB) string {
 	return WithSearchPath(t, base, schema)
 }
 
-// migrate applies every migration to the database (or schema) at dbURL.
-func migrate(ctx context.Context, t testing.TB, dbURL string) {
+// migrate applies idemgate's migrations, then more, to the database (or
+// schema) at dbURL.
+func migrate(ctx context.Context, t testing.TB, dbURL string, more []migrations.Set) {
 	t.Helper()
 	db, err := sql.Open("pgx", dbURL)
 	if err != nil {
@@ -90,12 +93,18 @@ func migrate(ctx context.Context, t testing.TB, dbURL string) {
 	if err := migrations.Up(ctx, db); err != nil {
 		t.Fatalf("testenv: migrate: %v", err)
 	}
+	for _, m := range more {
+		if err := m.Up(ctx, db); err != nil {
+			t.Fatalf("testenv: migrate %s: %v", m.Table, err)
+		}
+	}
 }
 
-// Pool opens a pgx pool on Postgres(t), closed when the test ends.
-func Pool(t testing.TB) *pgxpool.Pool {
+// Pool opens a pgx pool on Postgres(t, more...), closed when the test
+// ends.
+func Pool(t testing.TB, more ...migrations.Set) *pgxpool.Pool {
 	t.Helper()
-	return PoolAt(t, Postgres(t))
+	return PoolAt(t, Postgres(t, more...))
 }
 
 // PoolAt opens a pgx pool on dbURL, closed when the test ends: for a test

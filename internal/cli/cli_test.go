@@ -1,0 +1,196 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/testenv"
+)
+
+// cli runs one command line as the binary would and returns its exit code.
+func cli(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), args, func(k string) string { return env[k] }, &out, &errOut)
+	code = ExitCode(err, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestCLIUsage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no command", nil, 2, "no command given"},
+		{"unknown command", []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{"help", []string{"--help"}, 0, "Usage:"},
+		{"serve help", []string{"serve", "--help"}, 0, "--config"},
+		{"serve without config", []string{"serve"}, 2, "--config FILE is required"},
+		{"bad flag", []string{"serve", "--nope"}, 2, "flag provided but not defined"},
+		{"missing config file", []string{"config", "check", "--config", "/nonexistent.yaml"}, 2, "no such file"},
+		{"keys without a scope", []string{"keys", "get", "acme"}, 2, "TENANT ROUTE KEY"},
+		{"explain without a subject", []string{"explain", "--config", "x"}, 2, "want --job JOB_ID or --key TENANT ROUTE KEY"},
+		{"explain with both", []string{"explain", "--job", "j", "--key", "a", "b", "c"}, 2, "give --job or --key, not both"},
+		{"explain key short", []string{"explain", "--key", "acme", "payments"}, 2, "--key wants TENANT ROUTE KEY, got 2 argument(s)"},
+		{"explain job extra", []string{"explain", "--job", "j", "extra"}, 2, "--job takes one job id"},
+		{"explain without config", []string{"explain", "--job", "j"}, 2, "--config FILE is required"},
+		{"explain help", []string{"explain", "--help"}, 0, "--key TENANT ROUTE KEY"},
+		{"keys bad operation", []string{"keys", "burn", "a", "b", "c", "--config", "x"}, 2, `unknown operation "burn"`},
+		{"migrate without action", []string{"migrate"}, 2, "up, down, status"},
+		{"dlq without action", []string{"dlq"}, 2, "list, replay or delete"},
+		{"jobs without action", []string{"jobs"}, 2, "jobs: want requeue followed by job ids"},
+		{"jobs bad operation", []string{"jobs", "retry", "job_1", "--config", "x"}, 2, `jobs: unknown operation "retry" (want requeue)`},
+		{"jobs requeue without ids", []string{"jobs", "requeue", "--config", "x"}, 2, "jobs requeue: name at least one job id"},
+		{"jobs help", []string{"jobs", "--help"}, 0, "jobs requeue JOB_ID... --config FILE"},
+		{"bad log format", []string{"serve", "--config", "x.yaml", "--log-format", "xml"}, 2, `--log-format "xml": want json or text`},
+		{"bad log level", []string{"worker", "--config", "x.yaml", "--log-level", "loud"}, 2, `--log-level "loud"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, out, errOut := cli(t, nil, tc.args...)
+			if code != tc.code || !strings.Contains(out+errOut, tc.want) {
+				t.Fatalf("exit %d (want %d); output %q lacks %q", code, tc.code, out+errOut, tc.want)
+			}
+		})
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	t.Parallel()
+	code, out, _ := cli(t, map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "REDIS_URL": "redis://127.0.0.1:6379/0"},
+		"config", "check", "--config", "../../deploy/local/idemgate.yaml")
+	if code != 0 || !strings.Contains(out, "ok (6 routes, 5 jobs, 1 tenants, store postgres)") {
+		t.Fatalf("example config: exit %d, %q", code, out)
+	}
+	code, _, errOut := cli(t, nil, "config", "check", "--config", "../../config/testdata/broken.yaml")
+	want, err := os.ReadFile("../../config/testdata/broken.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 2 {
+		t.Fatalf("broken config: exit %d, want 2", code)
+	}
+	// Every problem is printed, one per line, as the config package reports them.
+	for _, line := range strings.Split(strings.TrimSpace(string(want)), "\n") {
+		if !strings.Contains(errOut, line) {
+			t.Errorf("config check output lacks %q", line)
+		}
+	}
+}
+
+func TestKeysCommand(t *testing.T) {
+	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	up := newUpstream(t)
+	// A delete from the CLI reaches the running gateway's replay cache
+	// only when its entries expire: keep them briefly.
+	cfg := writeConfig(t, "postgres", dbURL, redisURL, up.srv.URL, "replay_cache: {ttl: 100ms}\n")
+	g := startGateway(t, cfg)
+	key := "cli-" + randomID()
+	send(t, g.public, req{path: "/v1/payments", key: key})
+	send(t, g.public, req{path: "/v1/hang", key: key}) // held as unknown
+
+	code, out, errOut := cli(t, nil, "keys", "get", "acme", "payments", key, "--config", cfg)
+	if code != 0 || !strings.Contains(out, `"state": "completed"`) || !strings.Contains(out, `"status": 201`) {
+		t.Fatalf("keys get: exit %d %s %s", code, out, errOut)
+	}
+	if code, _, errOut := cli(t, nil, "keys", "resolve", "acme", "payments", key, "--config", cfg); code != 1 || !strings.Contains(errOut, "not unknown") {
+		t.Fatalf("resolve of a completed record: exit %d %s", code, errOut)
+	}
+	code, out, _ = cli(t, nil, "keys", "resolve", "acme", "hang", key, "--config", cfg)
+	if code != 0 || !strings.Contains(out, `"state": "released"`) {
+		t.Fatalf("keys resolve: exit %d %s", code, out)
+	}
+	if code, _, _ := cli(t, nil, "keys", "delete", "acme", "payments", key, "--config", cfg); code != 0 {
+		t.Fatalf("keys delete: exit %d", code)
+	}
+	if code, _, errOut := cli(t, nil, "keys", "get", "acme", "payments", key, "--config", cfg); code != 1 || !strings.Contains(errOut, "no idempotency record") {
+		t.Fatalf("get after delete: exit %d %s", code, errOut)
+	}
+	if code, _, errOut := cli(t, nil, "keys", "get", "acme", "nosuchroute", key, "--config", cfg); code != 2 || !strings.Contains(errOut, "no route named") {
+		t.Fatalf("unknown route: exit %d %s", code, errOut)
+	}
+	// The record is gone, so the same request runs again once the
+	// gateway's cached copy has expired.
+	time.Sleep(200 * time.Millisecond)
+	if r := send(t, g.public, req{path: "/v1/payments", key: key}); r.header.Get("Idempotent-Replayed") != "" || up.count("/v1/payments", key) != 2 {
+		t.Fatalf("after delete the key must run again")
+	}
+	code, out, _ = cli(t, map[string]string{"DATABASE_URL": dbURL}, "migrate", "status")
+	if code != 0 || !strings.Contains(out, "00001_idempotency.sql") || strings.Contains(out, "pending") {
+		t.Fatalf("migrate status: exit %d %s", code, out)
+	}
+}
+
+// Two gateway instances with rate_limit_store: redis share one budget.
+func TestSharedRateLimit(t *testing.T) {
+	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	up := newUpstream(t)
+	// A tenant name unique to this run keeps the Redis bucket fresh.
+	tenant := "t" + randomID()
+	extra := "rate_limit_store: redis\n"
+	cfg := writeConfig(t, "memory", dbURL, redisURL, up.srv.URL, extra)
+	body, _ := os.ReadFile(cfg)
+	body = bytes.Replace(body, []byte("name: tiny"), []byte("name: "+tenant), 1)
+	cfg = writeFile(t, "shared.yaml", string(body))
+	a, b := startGateway(t, cfg), startGateway(t, cfg)
+	statuses := []int{}
+	for i, g := range []*gatewayProc{a, b, a, b} {
+		r := send(t, g.public, req{path: "/v1/payments", key: "rl-" + strconv.Itoa(i) + randomID(), apiKey: "tiny-key"})
+		statuses = append(statuses, r.status)
+	}
+	if statuses[0] != 201 || statuses[1] != 201 || statuses[2] != 429 || statuses[3] != 429 {
+		t.Fatalf("statuses across two instances %v, want [201 201 429 429] (one budget of 2)", statuses)
+	}
+}
+
+// TestLogFlags: --log-format text and --log-level override the file.
+func TestLogFlags(t *testing.T) {
+	redisURL := testenv.RedisURL(t)
+	up := newUpstream(t)
+	cfg := writeConfig(t, "memory", "", redisURL, up.srv.URL, "")
+	p := runInProcess("serve", "--config", cfg, "--log-format", "text", "--log-level", "debug")
+	waitFor(t, "gateway listening", 30*time.Second, func() bool { return addrs(p.out.String())["public"] != "" })
+	pub := addrs(p.out.String())["public"]
+	send(t, pub, req{path: "/v1/payments", key: "log-" + randomID()})
+	if err := p.stop(); err != nil {
+		t.Fatal(err)
+	}
+	log := p.errOut.String()
+	if !strings.Contains(log, "level=INFO msg=listening") || !strings.Contains(log, "msg=request") || strings.Contains(log, `{"time"`) {
+		t.Fatalf("--log-format text: want text lines, got:\n%s", tail(log, 2000))
+	}
+}
+
+// A declared job that neither deliver.http nor a Go handler of this binary
+// can run: the worker refuses to start (exit 2, naming it), and so does
+// config check.
+func TestWorkerRefusesJobsNoWorkerRuns(t *testing.T) {
+	t.Parallel()
+	cfg := `database_url: postgres://x@127.0.0.1:1/db
+redis_url: redis://127.0.0.1:1/0
+admin_listen: ""
+auth: {mode: none}
+jobs:
+  - task: label.print
+    schema: {type: object, required: [order_id], properties: {order_id: {type: string}}}
+    business_key: "label:{order_id}"
+routes:
+  - {name: labels, methods: [POST], path: /v1/labels, enqueue: {task: label.print}}
+`
+	path := writeFile(t, "labels.yaml", cfg)
+	for _, args := range [][]string{{"worker", "--config", path}, {"config", "check", "--config", path}} {
+		code, _, errOut := cli(t, nil, args...)
+		if code != 2 || !strings.Contains(errOut, `"label.print"`) || !strings.Contains(errOut, "deliver.http") {
+			t.Errorf("%s: exit %d, %q; want 2 naming label.print", args[0], code, errOut)
+		}
+	}
+}

@@ -1,0 +1,193 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/extension"
+	"github.com/idemgate/idemgate/internal/explain"
+	"github.com/idemgate/idemgate/job"
+	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
+	"github.com/idemgate/idemgate/openapi"
+)
+
+const explainSynopsis = "explain --config FILE (--job JOB_ID | --key TENANT ROUTE KEY) [--json]"
+
+// runExplain is `idemgate explain`: the whole story of one job or one
+// idempotency key. Exit 1 when the story shows a violation.
+func runExplain(ctx context.Context, ext extension.Set, args []string, getenv func(string) string, stdout, _ io.Writer) error {
+	fs := newConfigFlags("explain", explainSynopsis, stdout)
+	jobID := fs.String("job", "", "explain the job with this id")
+	byKey := fs.Bool("key", false, "explain the idempotency key TENANT ROUTE KEY (three arguments)")
+	asJSON := fs.Bool("json", false, "print one JSON document instead of text")
+	pos, err := fs.parseArgs(args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *jobID != "" && *byKey:
+		fs.Usage()
+		return usagef("explain: give --job or --key, not both")
+	case *jobID != "" && len(pos) > 0:
+		fs.Usage()
+		return usagef("explain: --job takes one job id; unexpected arguments %q", pos)
+	case *byKey && len(pos) != 3:
+		fs.Usage()
+		return usagef("explain: --key wants TENANT ROUTE KEY, got %d argument(s)", len(pos))
+	case *jobID == "" && !*byKey:
+		fs.Usage()
+		return usagef("explain: want --job JOB_ID or --key TENANT ROUTE KEY")
+	}
+	cfg, err := fs.load(ext, getenv, false)
+	if err != nil {
+		return err
+	}
+	if cfg.DatabaseURL == "" {
+		return usagef("explain: database_url is required")
+	}
+	var scope idempotency.Scope
+	if *byKey {
+		scope = idempotency.Scope{Tenant: pos[0], Route: pos[1], Key: pos[2]}
+		if _, ok := cfg.Route(scope.Route); !ok {
+			return usagef("explain: no route named %q in %s", scope.Route, *fs.path)
+		}
+		if cfg.Store == "memory" {
+			return usagef("explain: store memory lives inside the gateway process; use the admin API (/admin/keys/.../explain)")
+		}
+	}
+	var cl closers
+	defer cl.close()
+	x, err := newExplainer(ctx, ext, cfg, newServices(cfg, &cl))
+	if err != nil {
+		return err
+	}
+	var story *explain.Story
+	if *byKey {
+		story, err = x.Key(ctx, scope)
+	} else {
+		story, err = x.Job(ctx, *jobID)
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(story)
+	} else {
+		err = explain.WriteText(stdout, story)
+	}
+	if err != nil {
+		return err
+	}
+	if story.Violation {
+		return fmt.Errorf("explain: violation: %s", story.Verdict)
+	}
+	return nil
+}
+
+// newExplainer wires explain to the configured stores: the job tables in
+// PostgreSQL, the idempotency store, the examples' business tables and,
+// with Redis, the queue. A memory store's records live in the gateway
+// process, so only the gateway's own explainer (gatewayExplainer) has
+// them.
+func newExplainer(ctx context.Context, ext extension.Set, cfg *config.Config, svc *services) (*explain.Explainer, error) {
+	pool, err := svc.postgres(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var store idempotency.Store
+	if cfg.Store != "memory" {
+		if store, err = svc.idempotencyStore(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return explainerOn(ext, cfg, svc, pool, store)
+}
+
+// explainerOn is the explainer on pool (nil: no job tables) and store
+// (nil: no records).
+func explainerOn(ext extension.Set, cfg *config.Config, svc *services, pool *pgxpool.Pool, store idempotency.Store) (*explain.Explainer, error) {
+	x := &explain.Explainer{}
+	if pool != nil {
+		x.DB = pool
+		if len(ext.Effects) > 0 {
+			x.Effects = effectsOf(ext.Effects, pool)
+		}
+	}
+	if store != nil {
+		x.Records = store
+	}
+	switch st := store.(type) {
+	case *pgstore.Store:
+		x.Claims = pgClaims(st)
+	case nil:
+		x.NoClaims = "store memory: the records live inside the gateway process and no claim ledger is kept"
+	default:
+		x.NoClaims = fmt.Sprintf("store %s keeps no claim ledger (only store postgres does)", cfg.Store)
+	}
+	if cfg.RedisURL != "" {
+		inspector, err := svc.queueInspector()
+		if err != nil {
+			return nil, err
+		}
+		x.TaskState = func(_ context.Context, queue, id string) (string, error) {
+			return job.TaskState(inspector, queue, id)
+		}
+	}
+	return x, nil
+}
+
+// pgClaims reads pgstore's claim ledger for explain.
+func pgClaims(st *pgstore.Store) func(context.Context, idempotency.Scope) ([]openapi.StoryClaim, error) {
+	return func(ctx context.Context, scope idempotency.Scope) ([]openapi.StoryClaim, error) {
+		claims, err := st.Claims(ctx, scope)
+		out := make([]openapi.StoryClaim, len(claims))
+		for i, c := range claims {
+			out[i] = openapi.StoryClaim{FencingToken: c.FencingToken, Instance: c.Instance, ClaimedAt: c.ClaimedAt,
+				Outcome: openapi.StoryClaimOutcome(c.Outcome)}
+			if c.Reason != "" {
+				reason := c.Reason
+				out[i].Reason = &reason
+			}
+			if !c.EndedAt.IsZero() {
+				end := c.EndedAt
+				out[i].EndedAt = &end
+			}
+			if c.Status != 0 {
+				st := c.Status
+				out[i].Status = &st
+			}
+		}
+		return out, err
+	}
+}
+
+// effectsOf is explain's view of the effects fs know: those of the first
+// that knows the task's.
+func effectsOf(fs []extension.EffectsFunc, pool *pgxpool.Pool) func(ctx context.Context, task, tenant, key string) ([]openapi.StoryEffect, bool, error) {
+	return func(ctx context.Context, task, tenant, key string) ([]openapi.StoryEffect, bool, error) {
+		for _, f := range fs {
+			rows, known, err := f(ctx, pool, task, tenant, key)
+			if err != nil || !known {
+				if err != nil {
+					return nil, false, err
+				}
+				continue
+			}
+			out := make([]openapi.StoryEffect, len(rows))
+			for i, r := range rows {
+				at := r.WrittenAt
+				out[i] = openapi.StoryEffect{Kind: r.Kind, Ref: r.Ref, WrittenAt: &at}
+			}
+			return out, true, nil
+		}
+		return []openapi.StoryEffect{}, false, nil
+	}
+}

@@ -1,0 +1,64 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/idemgate/idemgate/extension"
+	"github.com/idemgate/idemgate/job"
+)
+
+// runJobs is `idemgate jobs requeue JOB_ID...`: the relay's work, for
+// the jobs an operator names, whatever the age of their records.
+func runJobs(ctx context.Context, ext extension.Set, args []string, getenv func(string) string, stdout, _ io.Writer) error {
+	fs := newConfigFlags("jobs", "jobs requeue JOB_ID... --config FILE", stdout)
+	pos, err := fs.parseArgs(args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) == 0:
+		fs.Usage()
+		return usagef("jobs: want requeue followed by job ids")
+	case pos[0] != "requeue":
+		fs.Usage()
+		return usagef("jobs: unknown operation %q (want requeue)", pos[0])
+	case len(pos) == 1:
+		fs.Usage()
+		return usagef("jobs requeue: name at least one job id")
+	}
+	ids := pos[1:]
+	cfg, err := fs.load(ext, getenv, false)
+	if err != nil {
+		return err
+	}
+	var cl closers
+	defer cl.close()
+	enq, inspector, err := openJobQueue(ctx, cfg, &cl, "jobs")
+	if err != nil {
+		return err
+	}
+	relay := job.NewRelay(enq, inspector, job.RelayOptions{})
+
+	var errs []error
+	for _, id := range ids {
+		rec, sent, err := relay.Requeue(ctx, id)
+		switch {
+		case errors.Is(err, job.ErrNotFound):
+			errs = append(errs, fmt.Errorf("%s: no such job", id))
+		case errors.Is(err, job.ErrFinished) && rec.Status == job.StatusSucceeded:
+			fmt.Fprintf(stdout, "%s: already succeeded, nothing to do\n", id)
+		case errors.Is(err, job.ErrFinished):
+			errs = append(errs, fmt.Errorf("%s: %s, not requeued: use `idemgate dlq replay %s`", id, rec.Status, id))
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", id, err))
+		case sent:
+			fmt.Fprintf(stdout, "%s: requeued (%s, %s on queue %s)\n", id, rec.Status, rec.Task, rec.Queue)
+		default:
+			fmt.Fprintf(stdout, "%s: task present (%s, %s on queue %s)\n", id, rec.Status, rec.Task, rec.Queue)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,168 @@
+package cli
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/extension"
+	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/job"
+	"github.com/idemgate/idemgate/middleware/auth"
+	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/requestid"
+	"github.com/idemgate/idemgate/telemetry"
+	"github.com/idemgate/idemgate/workers"
+	"github.com/idemgate/idemgate/workers/execution"
+)
+
+func runWorker(ctx context.Context, ext extension.Set, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return runProcess(ctx, ext, "worker", "idemgate-worker", args, getenv, stdout, stderr, func(p process) error {
+		w, err := buildWorker(ctx, p.ext, p.cfg, p.logger, p.svc)
+		if err != nil {
+			return err
+		}
+		return runAll(ctx, p.cfg, p.logger, stdout, &p.svc.certs, nil, []server{w.adminServer(p.cfg)}, w.srv.Run, w.relay.Run, w.ledgerJanitor)
+	})
+}
+
+// attemptJanitor deletes the attempt ledger's rows older than the
+// records' retention, as the gateway's janitor deletes expired records.
+type attemptJanitor struct {
+	store     *execution.Store
+	retention time.Duration
+}
+
+func (j attemptJanitor) DeleteExpired(ctx context.Context, limit int) (int, error) {
+	return j.store.DeleteEndedAttempts(ctx, j.retention, limit)
+}
+
+// worker is an asynq server running the declared jobs, the relay that
+// enqueues again the tasks the queue lost, and its admin listener's
+// handler (/metrics, /healthz).
+type worker struct {
+	srv   *workers.Server
+	relay *job.Relay
+	// ledgerJanitor deletes old rows of the attempt ledger.
+	ledgerJanitor func(context.Context) error
+	admin         http.Handler
+}
+
+func (w *worker) adminServer(cfg *config.Config) server {
+	return server{name: "worker-admin", addr: cfg.Worker.AdminListen, handler: w.admin, tls: cfg.Worker.AdminTLS}
+}
+
+// buildWorker opens the worker's services and builds its server: one
+// handler per declared job, delivered over HTTP or run by the Go handler
+// registered for its task by ext.
+func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, logger *slog.Logger, svc *services) (*worker, error) {
+	if cfg.DatabaseURL == "" || cfg.RedisURL == "" {
+		return nil, usagef("worker: database_url and redis_url are required")
+	}
+	pool, err := svc.postgres(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rdb, err := svc.redisClient()
+	if err != nil {
+		return nil, err
+	}
+	opt, err := svc.queueConn()
+	if err != nil {
+		return nil, err
+	}
+	inspector, err := svc.queueInspector()
+	if err != nil {
+		return nil, err
+	}
+	client, err := svc.queueClient()
+	if err != nil {
+		return nil, err
+	}
+	relayOpts := cfg.Worker.RelayOptions()
+	relayOpts.Logger = logger
+	relay := job.NewRelay(job.NewSubmitter(pool, client), inspector, relayOpts)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := telemetry.NewWorkerMetrics(reg)
+	specs := cfg.Jobs()
+	for _, spec := range specs {
+		metrics.InitTasks(spec.Task)
+	}
+	reg.MustRegister(telemetry.NewQueueCollector(inspector, slices.Sorted(maps.Keys(cfg.Worker.Queues)), logger))
+
+	wc := cfg.Worker.ServerConfig()
+	deps := wc.Deps(pool, rdb)
+	deps.Logger = logger
+	deps.Observer = metrics
+	deps.OnStatus = job.NewRecords(pool).Follow
+	handlers := workers.NewHandlers()
+	env := extension.Worker{
+		DB: pool, Redis: rdb, Metrics: reg, Logger: logger,
+		HTTPClient: &http.Client{Transport: telemetry.HTTPTransport(nil)},
+	}
+	for _, h := range ext.Handlers {
+		if err := h.Register(handlers, env); err != nil {
+			return nil, usagef("worker: %v", err)
+		}
+	}
+	mux, err := handlers.Mux(deps, specs, workers.HTTPDelivery{
+		Client: &http.Client{Transport: telemetry.HTTPTransport(nil)},
+	})
+	if err != nil {
+		return nil, usagef("worker: %v", err)
+	}
+	mux.Use(telemetry.TaskTracing(telemetry.WithFailure(workers.IsFailure)))
+	srv, err := workers.NewServer(opt, wc, mux, workers.WithLogger(logger))
+	if err != nil {
+		return nil, usagef("worker: %v", err)
+	}
+
+	admin := http.NewServeMux()
+	admin.Handle("GET /metrics", requireAdminToken(cfg.Worker.AdminTokenSHA256, cfg.ProblemBase,
+		promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	// /healthz stays open: it says only that the process is up, and an
+	// orchestrator's liveness probe should not need a secret.
+	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	})
+	janitor := attemptJanitor{store: execution.New(pool), retention: time.Duration(cfg.Idempotency.Retention)}
+	ledgerJanitor := func(ctx context.Context) error {
+		return idempotency.RunJanitor(ctx, janitor, time.Duration(cfg.Janitor.Interval), cfg.Janitor.Batch, logger)
+	}
+	return &worker{srv: srv, relay: relay, ledgerJanitor: ledgerJanitor, admin: requestid.Middleware(admin)}, nil
+}
+
+// requireAdminToken lets through requests that carry the token whose hex
+// SHA-256 is tokenSHA256 — as a bearer token or, from a browser, as the
+// password of HTTP Basic authentication — as the gateway's admin listener
+// does. An empty tokenSHA256 (checked by config) lets everything through.
+func requireAdminToken(tokenSHA256, problemBase string, next http.Handler) http.Handler {
+	if tokenSHA256 == "" {
+		return next
+	}
+	var want [sha256.Size]byte
+	_, _ = hex.Decode(want[:], []byte(tokenSHA256))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !auth.AdminToken(r, want) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate-admin"`)
+			gateway.WriteProblem(w, r, problemBase, nil,
+				&gateway.Problem{Err: auth.ErrUnauthorized, Detail: "the worker's /metrics needs the admin bearer token"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
