@@ -13,7 +13,8 @@
 //	func main() {
 //		idemgate.Main(extension.WithHandlers([]string{"report.build"},
 //			func(h *workers.Handlers, w extension.Worker) error {
-//				return workers.Add(h, "report.build", reports.Build(w.DB))
+//				workers.Add(h, "report.build", reports.Build(w.DB))
+//				return nil
 //			}))
 //	}
 //

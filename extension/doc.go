@@ -9,12 +9,13 @@
 // name them without importing the command line.
 //
 //	func main() {
-//		idemgate.Main(extension.WithHandlers(func(h *workers.Handlers, w extension.Worker) error {
-//			workers.Add(h, "report.build", func(ctx context.Context, j workers.Job[Report]) (string, error) {
-//				return buildReport(ctx, w.DB, j)
-//			})
-//			return nil
-//		}))
+//		idemgate.Main(extension.WithHandlers([]string{"report.build"},
+//			func(h *workers.Handlers, w extension.Worker) error {
+//				workers.Add(h, "report.build", func(ctx context.Context, j workers.Job[Report]) (string, error) {
+//					return buildReport(ctx, w.DB, j)
+//				})
+//				return nil
+//			}))
 //	}
 //
 // idemgate's own binary is idemgate.Main with no option; the example jobs'

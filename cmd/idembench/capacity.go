@@ -33,7 +33,7 @@ type capacityOptions struct {
 	shedLimit int
 	probes    int
 	nofile    uint64
-	settle    time.Duration
+	pause     time.Duration
 }
 
 // capacityStep is one server holding a number of requests at the slow
@@ -89,7 +89,7 @@ func runCapacity(ctx context.Context, args []string, getenv func(string) string,
 	fs.StringVar(&o.store, "store", "memory", "idemgate store: memory, redis or postgres")
 	fs.IntVar(&o.shedLimit, "shed-limit", 2000, "server.max_in_flight of the shedding run (0: no shedding run)")
 	fs.IntVar(&o.probes, "probes", 50, "probe requests at each step, one after another")
-	fs.DurationVar(&o.settle, "settle", time.Second, "wait after each step is held, before sampling")
+	fs.DurationVar(&o.pause, "pause", time.Second, "wait after each step is held, before sampling")
 	nofile := fs.Uint64("nofile", 65536, "RLIMIT_NOFILE the harness sets for itself and the servers it starts (raised to at most the hard limit unless privileged)")
 	o.harnessFlags(fs, getenv, "bench/out/capacity-TIMESTAMP", ", for -store postgres", "")
 	if err := fs.Parse(args); err != nil {
@@ -327,7 +327,7 @@ func capacityRun(ctx context.Context, o *capacityOptions, up *upstream, t *targe
 				return srv, err
 			}
 		}
-		if err := sleepCtx(ctx, o.settle); err != nil {
+		if err := sleepCtx(ctx, o.pause); err != nil {
 			return srv, err
 		}
 		srv.Steps = append(srv.Steps, sample(n))

@@ -33,7 +33,7 @@ type Row struct {
 	// LostKeys counts keys no client got a final answer for.
 	LostKeys int `json:"lost_keys"`
 	// AcceptedJobs counts jobs answered 202; LostJobs those of them not
-	// succeeded when the scenario settled.
+	// succeeded when the scenario ended.
 	AcceptedJobs *int `json:"accepted_jobs"`
 	LostJobs     *int `json:"lost_accepted_jobs"`
 	// UnavailableMS is the longest stretch of the load with no 2xx

@@ -24,8 +24,8 @@ type scenario struct {
 	faultAt        time.Duration
 	faultAfterLoad bool
 	fault          func(context.Context, *env) error
-	// settle bounds the wait for accepted jobs to succeed.
-	settle time.Duration
+	// finishWithin bounds the wait for accepted jobs to succeed.
+	finishWithin time.Duration
 	// lease is the gateways' idempotency lease; 0 means lease. A gateway
 	// rides out a store outage without a re-run only while its lease
 	// lasts: the restart scenarios, which promise no re-run, give it a
@@ -44,8 +44,8 @@ type env struct {
 // scenarios is the suite, in the order it runs.
 func scenarios() []scenario {
 	return []scenario{
-		{name: "broker-wipe", jobs: true, workers: 1, spread: 4 * time.Second, faultAfterLoad: true, fault: restartRedis, settle: 30 * time.Second},
-		{name: "broker-wipe-submit", jobs: true, workers: 1, spread: 8 * time.Second, faultAt: 3 * time.Second, fault: restartRedis, settle: 30 * time.Second},
+		{name: "broker-wipe", jobs: true, workers: 1, spread: 4 * time.Second, faultAfterLoad: true, fault: restartRedis, finishWithin: 30 * time.Second},
+		{name: "broker-wipe-submit", jobs: true, workers: 1, spread: 8 * time.Second, faultAt: 3 * time.Second, fault: restartRedis, finishWithin: 30 * time.Second},
 		{name: "pg-restart-fast", lease: 10 * time.Second, spread: 10 * time.Second, faultAt: 2 * time.Second, fault: restartPostgres("fast", 3)},
 		{name: "pg-restart-immediate", lease: 10 * time.Second, spread: 10 * time.Second, faultAt: 2 * time.Second, fault: restartPostgres("immediate", 3)},
 		{name: "pg-stop-8s", spread: 16 * time.Second, faultAt: 3 * time.Second, fault: stopPostgres(8 * time.Second)},
@@ -55,7 +55,7 @@ func scenarios() []scenario {
 		{name: "gateway-sigkill", spread: 10 * time.Second, faultAt: 3 * time.Second, fault: killGateway},
 		// asynq gives a dead worker's tasks back once their lease has been
 		// expired for 30s, on a one-minute sweep: up to about 2 minutes.
-		{name: "worker-sigkill", jobs: true, workers: 2, spread: 8 * time.Second, faultAt: 3 * time.Second, fault: killWorker, settle: 150 * time.Second},
+		{name: "worker-sigkill", jobs: true, workers: 2, spread: 8 * time.Second, faultAt: 3 * time.Second, fault: killWorker, finishWithin: 150 * time.Second},
 	}
 }
 

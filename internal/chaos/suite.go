@@ -227,18 +227,18 @@ func (s *suite) run(ctx context.Context, i int, sc scenario, row *Row) error {
 
 	var (
 		succeeded map[string]bool
-		settleErr error
+		finishErr error
 	)
 	if sc.jobs {
-		succeeded, settleErr = settle(ctx, URL(s.pg.Addr(), db), acceptedJobs(res), sc.settle)
+		succeeded, finishErr = awaitFinished(ctx, URL(s.pg.Addr(), db), acceptedJobs(res), sc.finishWithin)
 	}
 	row.measure(res, up.Applied(), faultStart, succeeded)
-	return errors.Join(faultErr, settleErr, cl.exited(), ctx.Err())
+	return errors.Join(faultErr, finishErr, cl.exited(), ctx.Err())
 }
 
-// settle waits up to d for the accepted jobs to succeed, reading the jobs
+// awaitFinished waits up to d for the accepted jobs to succeed, reading the jobs
 // table straight from PostgreSQL, and returns which did.
-func settle(ctx context.Context, dbURL string, ids []string, d time.Duration) (map[string]bool, error) {
+func awaitFinished(ctx context.Context, dbURL string, ids []string, d time.Duration) (map[string]bool, error) {
 	succeeded := map[string]bool{}
 	for _, id := range ids {
 		succeeded[id] = false

@@ -25,10 +25,10 @@ type server struct {
 	// drain, when set, is called as the shutdown begins, and the listener
 	// then serves on for server.drain_delay (gateway.StartDraining).
 	drain func()
-	// settle, when set, is called once the listener has shut down, with
+	// flush, when set, is called once the listener has shut down, with
 	// what is left of server.shutdown_timeout: it waits for the work the
 	// requests left in the background (outcomes still being stored).
-	settle func(context.Context) error
+	flush func(context.Context) error
 }
 
 // runAll serves the listeners and runs each background function until ctx
@@ -142,8 +142,8 @@ func serve(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout 
 	}
 	wg.Wait()
 	for _, s := range servers {
-		if s.addr != "" && s.settle != nil {
-			err = errors.Join(err, s.settle(shutdownCtx))
+		if s.addr != "" && s.flush != nil {
+			err = errors.Join(err, s.flush(shutdownCtx))
 		}
 	}
 	return err

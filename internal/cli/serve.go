@@ -100,11 +100,11 @@ type builtGateway struct {
 	once   sync.Once
 }
 
-// settle closes the gateway once, within ctx: outcomes the store could not
+// flush closes the gateway once, within ctx: outcomes the store could not
 // take yet are stored before the store is closed. The shutdown calls it
 // with what is left of server.shutdown_timeout once the listeners are
 // down; the cleanup path calls it again, which then does nothing.
-func (g *builtGateway) settle(ctx context.Context) error {
+func (g *builtGateway) flush(ctx context.Context) error {
 	var err error
 	g.once.Do(func() {
 		if err = g.Close(ctx); err != nil {
@@ -117,7 +117,7 @@ func (g *builtGateway) settle(ctx context.Context) error {
 
 func (g *builtGateway) servers(cfg *config.Config) []server {
 	return []server{
-		{name: "public", addr: cfg.Listen, handler: telemetry.HTTPHandler(g.Handler()), tls: cfg.TLS, drain: g.StartDraining, settle: g.settle},
+		{name: "public", addr: cfg.Listen, handler: telemetry.HTTPHandler(g.Handler()), tls: cfg.TLS, drain: g.StartDraining, flush: g.flush},
 		{name: "admin", addr: cfg.AdminListen, handler: g.AdminHandler(), tls: cfg.AdminTLS},
 	}
 }
@@ -152,10 +152,10 @@ func buildGateway(ctx context.Context, ext extension.Set, cfg *config.Config, lo
 	bg := &builtGateway{Gateway: g, store: deps.store, logger: logger}
 	cl.push(func() {
 		// When the listeners never served (a start that failed), the
-		// gateway still gets the shutdown timeout to settle.
+		// gateway still gets the shutdown timeout to flush.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Server.ShutdownTimeout))
 		defer cancel()
-		_ = bg.settle(ctx)
+		_ = bg.flush(ctx)
 	})
 	if cfg.RedisURL != "" {
 		opt, err := svc.queueConn()

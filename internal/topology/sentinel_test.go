@@ -130,7 +130,7 @@ func TestSentinelFailover(t *testing.T) {
 		t.Errorf("idemgate dlq list after the failover: %v\n%s", err, out)
 	}
 
-	settled := settleJobs(t, dbURL, acceptedJobs(t, pgJobs), 45*time.Second)
+	finished := awaitJobs(t, dbURL, acceptedJobs(t, pgJobs), 45*time.Second)
 	applied := up.applied()
 
 	// store postgres, proxied: Redis is only the rate limiter's (which
@@ -147,7 +147,7 @@ func TestSentinelFailover(t *testing.T) {
 	// store postgres, enqueued: every accepted job succeeds exactly once
 	// (one succeeded attempt in the ledger); the queue's tasks lost with
 	// the primary are enqueued again by the relay.
-	for id, n := range settled {
+	for id, n := range finished {
 		if n != 1 {
 			t.Errorf("%s: job %s has %d succeeded attempts, want 1", pgJobs.name, id, n)
 		}
@@ -168,7 +168,7 @@ func TestSentinelFailover(t *testing.T) {
 		}
 	}
 	t.Logf("%s: %d jobs accepted; %d deliveries, %d jobs delivered more than once (a re-run after a lost lock carries a higher token)",
-		pgJobs.name, len(settled), deliveries, redelivered)
+		pgJobs.name, len(finished), deliveries, redelivered)
 
 	// store redis: records written to the primary and not yet replicated
 	// are lost with it, and their retries run again. Measured, not
@@ -583,9 +583,9 @@ func acceptedJobs(t *testing.T, tg *failoverTarget) []string {
 	return ids
 }
 
-// settleJobs waits up to d until every job in ids has succeeded, and
+// awaitJobs waits up to d until every job in ids has succeeded, and
 // returns each one's number of succeeded attempts in the attempt ledger.
-func settleJobs(t *testing.T, dbURL string, ids []string, d time.Duration) map[string]int {
+func awaitJobs(t *testing.T, dbURL string, ids []string, d time.Duration) map[string]int {
 	t.Helper()
 	pool, err := pgxpool.New(t.Context(), dbURL)
 	if err != nil {

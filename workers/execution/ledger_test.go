@@ -9,7 +9,7 @@ import (
 )
 
 // TestLedger: every attempt leaves one row with its token and outcome,
-// written by the statements that take and settle the job; an attempt a
+// written by the statements that take and finish the job; an attempt a
 // later one finds unfinished is crashed, a lost one says so, and a busy
 // delivery is recorded without a token.
 func TestLedger(t *testing.T) {
@@ -88,7 +88,7 @@ func TestLedger(t *testing.T) {
 		t.Errorf("tokens do not rise: %d %d %d %d", first.FencingToken, second.FencingToken, third.FencingToken, fourth.FencingToken)
 	}
 
-	// A job taken but never settled shows as running until a later attempt.
+	// A job taken but never finished shows as running until a later attempt.
 	b := a
 	b.Key, b.Resource = "payment:2", "acme/payment:2"
 	if _, err := store.Take(ctx, b); err != nil {

@@ -301,7 +301,7 @@ func (s *Store) MarkSucceeded(ctx context.Context, tenant, key string, token int
 	var n int64
 	err := s.queryRow(ctx, jobOrder(tenant, key), markSucceededSQL, func(row pgx.Row) error { return row.Scan(&n) },
 		tenant, key, token, resultRef, string(OutcomeSucceeded), "")
-	return s.settle(ctx, "succeeded", tenant, key, token, job.StatusSucceeded, n, err)
+	return s.marked(ctx, "succeeded", tenant, key, token, job.StatusSucceeded, n, err)
 }
 
 // MarkRetrying records the transient error an attempt ended with; the
@@ -310,7 +310,7 @@ func (s *Store) MarkSucceeded(ctx context.Context, tenant, key string, token int
 func (s *Store) MarkRetrying(ctx context.Context, tenant, key string, token int64, lastErr string) error {
 	lastErr = clip(lastErr)
 	n, err := s.mark(ctx, markRetryingSQL, tenant, key, token, lastErr, OutcomeTransient, lastErr)
-	return s.settle(ctx, "retrying", tenant, key, token, job.StatusProcessing, n, err)
+	return s.marked(ctx, "retrying", tenant, key, token, job.StatusProcessing, n, err)
 }
 
 // MarkUnavailable records the error of an attempt that found a dependency
@@ -327,7 +327,7 @@ func (s *Store) MarkRetrying(ctx context.Context, tenant, key string, token int6
 func (s *Store) MarkUnavailable(ctx context.Context, tenant, key string, token int64, lastErr string) error {
 	lastErr = clip(lastErr)
 	n, err := s.mark(ctx, markUnavailableSQL, tenant, key, token, lastErr, OutcomeUnavailable, lastErr)
-	return s.settle(ctx, "unavailable", tenant, key, token, job.StatusProcessing, n, err)
+	return s.marked(ctx, "unavailable", tenant, key, token, job.StatusProcessing, n, err)
 }
 
 // MarkFailed records that the job has failed for good: a permanent error,
@@ -343,11 +343,11 @@ func (s *Store) MarkFailed(ctx context.Context, tenant, key string, token int64,
 func (s *Store) MarkExhausted(ctx context.Context, tenant, key string, token int64, outcome Outcome, lastErr string) error {
 	lastErr = clip(lastErr)
 	n, err := s.mark(ctx, markFailedSQL, tenant, key, token, lastErr, outcome, lastErr)
-	return s.settle(ctx, "failed", tenant, key, token, job.StatusFailed, n, err)
+	return s.marked(ctx, "failed", tenant, key, token, job.StatusFailed, n, err)
 }
 
-// settle explains a conditional update that touched no row.
-func (s *Store) settle(ctx context.Context, op, tenant, key string, token int64, want job.Status, n int64, err error) error {
+// marked explains a conditional update that touched no row.
+func (s *Store) marked(ctx context.Context, op, tenant, key string, token int64, want job.Status, n int64, err error) error {
 	if err != nil {
 		return fmt.Errorf("execution: mark %q %s: %w", key, op, err)
 	}
