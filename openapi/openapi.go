@@ -23,7 +23,7 @@ import (
 )
 
 //go:generate go tool oapi-codegen -config codegen-models.yaml -o openapi.gen.go openapi.yaml
-//go:generate go tool oapi-codegen -config codegen-client.yaml -o client/client.gen.go openapi.yaml
+//go:generate go tool oapi-codegen -config codegen-client.yaml -o apiclient/apiclient.gen.go openapi.yaml
 
 // Spec is openapi.yaml: the gateway's own endpoints and the components
 // every enqueue and proxied route refers to, without any enqueue route.

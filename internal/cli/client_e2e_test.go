@@ -17,7 +17,7 @@ import (
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/openapi"
-	apiclient "github.com/idemgate/idemgate/openapi/client"
+	apiclient "github.com/idemgate/idemgate/openapi/apiclient"
 )
 
 // TestGeneratedClientEndToEnd drives a real gateway and a real worker

@@ -1,4 +1,4 @@
-package client_test
+package apiclient_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/idemgate/idemgate/gateway/gatewaytest"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 	"github.com/idemgate/idemgate/openapi"
-	"github.com/idemgate/idemgate/openapi/client"
+	"github.com/idemgate/idemgate/openapi/apiclient"
 )
 
 // Submitting a job twice with one Idempotency-Key, then reading it:
@@ -51,7 +51,7 @@ func ExampleClientWithResponses_GetJobWithResponse() {
 		fmt.Println(resp.StatusCode, job.Id, job.Status, "replayed:", resp.Header.Get("Idempotent-Replayed") == "true")
 	}
 
-	c, err := client.NewClientWithResponses(srv.Public.URL, client.WithHTTPClient(srv.Public.Client()), client.WithRequestEditorFn(auth))
+	c, err := apiclient.NewClientWithResponses(srv.Public.URL, apiclient.WithHTTPClient(srv.Public.Client()), apiclient.WithRequestEditorFn(auth))
 	if err != nil {
 		panic(err)
 	}

@@ -1,4 +1,4 @@
-package client_test
+package apiclient_test
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 	"github.com/idemgate/idemgate/openapi"
-	"github.com/idemgate/idemgate/openapi/client"
+	"github.com/idemgate/idemgate/openapi/apiclient"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -52,10 +52,10 @@ func newTarget(t *testing.T) target {
 	return target{url: srv.Public.URL, apiKey: gatewaytest.APIKey, http: srv.Public.Client(), srv: srv, jobs: jobs}
 }
 
-func newClient(t *testing.T, base string, hc *http.Client, token string) *client.ClientWithResponses {
+func newClient(t *testing.T, base string, hc *http.Client, token string) *apiclient.ClientWithResponses {
 	t.Helper()
-	c, err := client.NewClientWithResponses(base, client.WithHTTPClient(hc),
-		client.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+	c, err := apiclient.NewClientWithResponses(base, apiclient.WithHTTPClient(hc),
+		apiclient.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
 			req.Header.Set("Authorization", "Bearer "+token)
 			return nil
 		}))
@@ -84,7 +84,7 @@ type answer struct {
 // submit posts body to an enqueue route with key. Enqueue routes are
 // configuration, so the generated client has no method for them: a Go
 // client posts the payload and reads the answer into the models.
-func submit(ctx context.Context, c *client.Client, path, key string, body any) (answer, error) {
+func submit(ctx context.Context, c *apiclient.Client, path, key string, body any) (answer, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return answer{}, err
@@ -162,9 +162,9 @@ var routes = []struct {
 }
 
 // rawClient is the plain client beneath c, which submit uses.
-func rawClient(t *testing.T, c *client.ClientWithResponses) *client.Client {
+func rawClient(t *testing.T, c *apiclient.ClientWithResponses) *apiclient.Client {
 	t.Helper()
-	raw, ok := c.ClientInterface.(*client.Client)
+	raw, ok := c.ClientInterface.(*apiclient.Client)
 	if !ok {
 		t.Fatalf("the client is a %T", c.ClientInterface)
 	}
@@ -240,7 +240,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 // waitDone polls the job until it succeeded or failed.
-func waitDone(t *testing.T, c *client.ClientWithResponses, id string) openapi.Job {
+func waitDone(t *testing.T, c *apiclient.ClientWithResponses, id string) openapi.Job {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
