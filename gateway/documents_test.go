@@ -19,7 +19,7 @@ import (
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 )
 
-// fakeJobs is a gateway.Jobs whose answers the test chooses.
+// fakeJobs is a gateway.Submitter whose answers the test chooses.
 type fakeJobs struct {
 	submit func(context.Context, job.Request) (job.Record, error)
 	get    func(ctx context.Context, tenant, id string) (job.Record, error)
@@ -59,7 +59,7 @@ var invoiceSpec = func() *job.Spec {
 
 // testOptions is a gateway with api_key auth for tenant acme, the admin
 // token, a memory store and one enqueue route, /v1/invoices, on jobs.
-func testOptions(jobs Jobs) Options {
+func testOptions(jobs Submitter) Options {
 	return Options{
 		Auth: auth.Config{Mode: auth.ModeAPIKey, Tenants: []auth.TenantKeys{
 			{Name: "acme", APIKeySHA256s: []string{hexSum(testAPIKey)}},

@@ -49,7 +49,7 @@ type Options struct {
 	// AdminTokenSHA256 is the hex SHA-256 of the admin bearer token.
 	AdminTokenSHA256 string
 	// Jobs accepts and shows jobs; required when a route enqueues.
-	Jobs Jobs
+	Jobs Submitter
 	// Explainer tells the story of a job or a key at the admin API's
 	// …/explain endpoints; nil leaves them out (404).
 	Explainer Explainer

@@ -17,8 +17,9 @@ import (
 	"github.com/idemgate/idemgate/telemetry"
 )
 
-// Jobs is what the gateway needs to accept jobs and show them.
-type Jobs interface {
+// Submitter is what the gateway needs to accept jobs and show them: a
+// *job.Submitter is one.
+type Submitter interface {
 	Submit(ctx context.Context, req job.Request) (job.Record, error)
 	Get(ctx context.Context, tenant, id string) (job.Record, error)
 }

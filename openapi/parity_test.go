@@ -54,7 +54,7 @@ func startExample(t *testing.T) (*gatewaytest.Server, *openapi3.T) {
 	t.Cleanup(teapot.Close)
 	up, _ := url.Parse(teapot.URL)
 
-	opts := gatewaytest.Options(gatewaytest.NewJobs(), memstore.New())
+	opts := gatewaytest.Options(gatewaytest.NewQueue(), memstore.New())
 	opts.Routes = nil
 	opts.Pprof = true
 	var (
@@ -135,7 +135,7 @@ func compact(doc json.RawMessage) string {
 // configuration's enqueue routes and serves their description.
 func startDefault(t *testing.T) *gatewaytest.Server {
 	t.Helper()
-	return gatewaytest.Start(t, gatewaytest.Options(gatewaytest.NewJobs(), memstore.New()))
+	return gatewaytest.Start(t, gatewaytest.Options(gatewaytest.NewQueue(), memstore.New()))
 }
 
 // onAdmin reports whether a documented path is served on the admin

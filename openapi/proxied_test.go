@@ -57,7 +57,7 @@ func startProxied(t *testing.T, target string, change func(*gateway.RouteOptions
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := gatewaytest.Options(gatewaytest.NewJobs(), memstore.New())
+	opts := gatewaytest.Options(gatewaytest.NewQueue(), memstore.New())
 	ro := gateway.RouteOptions{Name: "payments", Methods: []string{http.MethodPost}, Path: "/v1/payments", Prefix: true, Upstream: u}
 	if change != nil {
 		change(&ro)

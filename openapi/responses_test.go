@@ -60,7 +60,7 @@ func (downStore) Get(context.Context, idempotency.Scope) (idempotency.Record, er
 func TestEnqueueResponsesMatchSpec(t *testing.T) {
 	t.Parallel()
 	api := describe(t, loadServed(t))
-	jobs := gatewaytest.NewJobs()
+	jobs := gatewaytest.NewQueue()
 	srv := gatewaytest.Start(t, gatewaytest.Options(jobs, memstore.New()))
 
 	var doc openapi.Job
@@ -187,7 +187,7 @@ func TestEnqueueResponsesMatchSpec(t *testing.T) {
 func TestJobResponsesMatchSpec(t *testing.T) {
 	t.Parallel()
 	api := describe(t, loadServed(t))
-	jobs := gatewaytest.NewJobs()
+	jobs := gatewaytest.NewQueue()
 	var getFails atomic.Bool
 	jobs.BeforeGet = func(context.Context, string, string) error {
 		if getFails.Load() {
@@ -266,7 +266,7 @@ func TestRefusalsMatchSpec(t *testing.T) {
 
 	t.Run("409 idempotency-key-in-use", func(t *testing.T) {
 		t.Parallel()
-		jobs := gatewaytest.NewJobs()
+		jobs := gatewaytest.NewQueue()
 		entered, release := make(chan struct{}), make(chan struct{})
 		var once sync.Once
 		jobs.Before = func(ctx context.Context, req job.Request) error {
@@ -302,7 +302,7 @@ func TestRefusalsMatchSpec(t *testing.T) {
 
 	t.Run("413 request-too-large", func(t *testing.T) {
 		t.Parallel()
-		opts := gatewaytest.Options(gatewaytest.NewJobs(), memstore.New())
+		opts := gatewaytest.Options(gatewaytest.NewQueue(), memstore.New())
 		opts.Routes[0].Idempotency.MaxRequestBytes = 64
 		srv := gatewaytest.Start(t, opts)
 		body := `{"order_id":"` + strings.Repeat("o", 60) + `","amount_cents":4200,"currency":"EUR"}`
@@ -330,7 +330,7 @@ func TestRefusalsMatchSpec(t *testing.T) {
 
 	t.Run("503 idempotency-store-unavailable", func(t *testing.T) {
 		t.Parallel()
-		srv := gatewaytest.Start(t, gatewaytest.Options(gatewaytest.NewJobs(), downStore{memstore.New()}))
+		srv := gatewaytest.Start(t, gatewaytest.Options(gatewaytest.NewQueue(), downStore{memstore.New()}))
 		ex := post(t, srv, gatewaytest.APIKey, "down", invoice)
 		p := wantProblem(t, ex, http.StatusServiceUnavailable, "idempotency-store-unavailable")
 		api.check(t, ex)
@@ -344,7 +344,7 @@ func TestRefusalsMatchSpec(t *testing.T) {
 
 	t.Run("503 queue-unavailable", func(t *testing.T) {
 		t.Parallel()
-		jobs := gatewaytest.NewJobs()
+		jobs := gatewaytest.NewQueue()
 		var down atomic.Bool
 		down.Store(true)
 		jobs.Before = func(context.Context, job.Request) error {
@@ -371,7 +371,7 @@ func TestRefusalsMatchSpec(t *testing.T) {
 
 	t.Run("503 not-ready", func(t *testing.T) {
 		t.Parallel()
-		opts := gatewaytest.Options(gatewaytest.NewJobs(), memstore.New())
+		opts := gatewaytest.Options(gatewaytest.NewQueue(), memstore.New())
 		opts.Ready = []gateway.Check{{Name: "postgres", Check: func(context.Context) error { return errDown }}}
 		srv := gatewaytest.Start(t, opts)
 		ex := send(t, srv.Public.Client(), newRequest(t, http.MethodGet, srv.Public.URL+"/readyz", ""))
@@ -409,7 +409,7 @@ func wantChallenge(t *testing.T, ex exchange) {
 func TestUnknownOutcomeAndAdminMatchSpec(t *testing.T) {
 	t.Parallel()
 	api := describe(t, loadServed(t))
-	jobs := gatewaytest.NewJobs()
+	jobs := gatewaytest.NewQueue()
 	var boom atomic.Bool
 	boom.Store(true)
 	jobs.Before = func(context.Context, job.Request) error {

@@ -272,7 +272,7 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	tenant := task.Headers()[job.HeaderTenant]
 	resource = Scope(tenant, resource)
 	log = log.With("tenant", tenant, "job_key", key, "resource", resource)
-	id := jobID{tenant: tenant, key: key, sha: sha, job: task.Headers()[job.HeaderID]}
+	id := execID{tenant: tenant, key: key, sha: sha, job: task.Headers()[job.HeaderID]}
 	if id.job == "" {
 		id.job, _ = asynq.GetTaskID(ctx)
 	}
@@ -354,15 +354,15 @@ func (h *handler[T]) release(ctx context.Context, log *slog.Logger, lease *lock.
 	}
 }
 
-// jobID names a job's execution state: its tenant, its business key and
+// execID names a job's execution state: its tenant, its business key and
 // the hash of its payload.
-type jobID struct {
+type execID struct {
 	tenant, key, sha string
 	job              string // the asynq task id, for the ledger
 }
 
 // attempt is the execution.Attempt of id on resource.
-func (h *handler[T]) attempt(id jobID, resource string) execution.Attempt {
+func (h *handler[T]) attempt(id execID, resource string) execution.Attempt {
 	return execution.Attempt{
 		Tenant: id.tenant, Key: id.key, Task: h.kind, Resource: resource, PayloadSHA256: id.sha,
 		JobID: id.job, Worker: h.worker,
@@ -387,7 +387,7 @@ type run[T any] struct {
 	log      *slog.Logger
 	task     *asynq.Task
 	lease    *lock.Lease
-	id       jobID
+	id       execID
 	resource string
 	payload  T
 	token    int64
@@ -627,7 +627,7 @@ func (h *handler[T]) unprocessable(ctx context.Context, log *slog.Logger, task *
 // conflict archives a job whose business key belongs to another payload:
 // it succeeded, or is running, with different data. The key's own
 // execution state is left alone; only this job fails.
-func (h *handler[T]) conflict(ctx context.Context, log *slog.Logger, task *asynq.Task, id jobID, rec execution.Record) error {
+func (h *handler[T]) conflict(ctx context.Context, log *slog.Logger, task *asynq.Task, id execID, rec execution.Record) error {
 	h.obs.Attempt(h.kind, ClassPermanent)
 	h.obs.JobFinished(h.kind, job.StatusFailed)
 	err := &ConflictError{Task: h.kind, Key: id.key, Status: rec.Status, ResultRef: rec.ResultRef}

@@ -11,7 +11,7 @@
 // It lives beside the gateway, not beside the description: package openapi
 // describes the API and imports nothing of the product.
 //
-//	opts := gatewaytest.Options(gatewaytest.NewJobs(), memstore.New())
+//	opts := gatewaytest.Options(gatewaytest.NewQueue(), memstore.New())
 //	srv := gatewaytest.Start(t, opts)
 //	resp, err := http.Post(srv.Public.URL+"/v1/invoices", …)
 //	v, err := gatewaytest.NewValidator(ctx, nil)

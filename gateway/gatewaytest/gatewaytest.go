@@ -40,7 +40,7 @@ func sum(s string) string {
 // and the description of those routes at /openapi.yaml and /openapi.json.
 // A test that changes the enqueue routes serves what WithJobRoutes makes
 // of its own.
-func Options(jobs gateway.Jobs, store idempotency.Store) gateway.Options {
+func Options(jobs gateway.Submitter, store idempotency.Store) gateway.Options {
 	yamlDoc, jsonDoc := Documents()
 	opts := gateway.Options{
 		Auth: auth.Config{Mode: auth.ModeAPIKey, Tenants: []auth.TenantKeys{

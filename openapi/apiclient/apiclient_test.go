@@ -31,7 +31,7 @@ type target struct {
 	http        *http.Client
 	// In process only.
 	srv  *gatewaytest.Server
-	jobs *gatewaytest.Jobs
+	jobs *gatewaytest.Queue
 }
 
 func (tg target) real() bool { return tg.srv == nil }
@@ -47,7 +47,7 @@ func newTarget(t *testing.T) target {
 		t.Cleanup(c.CloseIdleConnections)
 		return target{url: u, apiKey: key, http: c}
 	}
-	jobs := gatewaytest.NewJobs()
+	jobs := gatewaytest.NewQueue()
 	srv := gatewaytest.Start(t, gatewaytest.Options(jobs, memstore.New()))
 	return target{url: srv.Public.URL, apiKey: gatewaytest.APIKey, http: srv.Public.Client(), srv: srv, jobs: jobs}
 }

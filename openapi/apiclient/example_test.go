@@ -18,7 +18,7 @@ import (
 // are configuration, so the job is posted as plain JSON; the job
 // document and GET /v1/jobs/{id} are the client's.
 func ExampleClientWithResponses_GetJobWithResponse() {
-	srv, err := gatewaytest.New(gatewaytest.Options(gatewaytest.NewJobs(), memstore.New()))
+	srv, err := gatewaytest.New(gatewaytest.Options(gatewaytest.NewQueue(), memstore.New()))
 	if err != nil {
 		panic(err)
 	}

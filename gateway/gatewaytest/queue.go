@@ -10,11 +10,11 @@ import (
 	"github.com/idemgate/idemgate/job"
 )
 
-// Jobs is an in-memory gateway.Jobs. Submit validates the body against
+// Queue is an in-memory gateway.Submitter. Submit validates the body against
 // the job's schema and, like the real job store, returns the existing job
 // for a (tenant, route, key) it has seen. The zero value is not usable;
-// call NewJobs.
-type Jobs struct {
+// call NewQueue.
+type Queue struct {
 	// Before, when set, runs at the start of every Submit; an error it
 	// returns is Submit's (a queue outage). It may block to keep a
 	// request in flight.
@@ -28,15 +28,15 @@ type Jobs struct {
 	jobs map[string]job.Record
 }
 
-var _ gateway.Jobs = (*Jobs)(nil)
+var _ gateway.Submitter = (*Queue)(nil)
 
-// NewJobs returns an empty queue.
-func NewJobs() *Jobs {
-	return &Jobs{Now: time.Now, jobs: map[string]job.Record{}}
+// NewQueue returns an empty queue.
+func NewQueue() *Queue {
+	return &Queue{Now: time.Now, jobs: map[string]job.Record{}}
 }
 
 // Submit records the job of req, or returns the one already recorded.
-func (j *Jobs) Submit(ctx context.Context, req job.Request) (job.Record, error) {
+func (j *Queue) Submit(ctx context.Context, req job.Request) (job.Record, error) {
 	if j.Before != nil {
 		if err := j.Before(ctx, req); err != nil {
 			return job.Record{}, err
@@ -66,7 +66,7 @@ func (j *Jobs) Submit(ctx context.Context, req job.Request) (job.Record, error) 
 }
 
 // Get returns tenant's job with id, or job.ErrNotFound.
-func (j *Jobs) Get(ctx context.Context, tenant, id string) (job.Record, error) {
+func (j *Queue) Get(ctx context.Context, tenant, id string) (job.Record, error) {
 	if j.BeforeGet != nil {
 		if err := j.BeforeGet(ctx, tenant, id); err != nil {
 			return job.Record{}, err
@@ -83,7 +83,7 @@ func (j *Jobs) Get(ctx context.Context, tenant, id string) (job.Record, error) {
 
 // Update changes a recorded job as a worker would (status, attempts,
 // result_ref, error) and reports whether it exists.
-func (j *Jobs) Update(id string, change func(*job.Record)) bool {
+func (j *Queue) Update(id string, change func(*job.Record)) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	rec, ok := j.jobs[id]
