@@ -118,3 +118,40 @@ func TestMigrationsOfTheExamplesAreTheirOwn(t *testing.T) {
 		t.Fatalf("idemgate-examples migrate down: exit %d\n%s", code, out)
 	}
 }
+
+// idemgate's own reconcile check, with no program's: a job unfinished and
+// unchanged for longer than --stuck-after is a violation (exit 1), named
+// with where the queue holds its task.
+func TestReconcileReportsStuckJobs(t *testing.T) {
+	t.Parallel()
+	dbURL := testenv.Postgres(t)
+	db, err := sql.Open("pgx", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	cfg := writeConfig(t, `admin_listen: ""
+store: memory
+auth: {mode: none}
+database_url: `+dbURL+`
+routes:
+  - {name: up, methods: [POST], path: /up, upstream: "http://127.0.0.1:1"}
+`)
+	code, out := command(t, nil, []string{"reconcile", "--config", cfg})
+	if code != 0 || !strings.Contains(out, "reconcile: clean") {
+		t.Fatalf("reconcile of an empty database: exit %d\n%s", code, out)
+	}
+	if _, err := db.Exec(`INSERT INTO jobs (id, tenant, route, idempotency_key, task, queue, business_key, payload, updated_at)
+VALUES ('job_old', 'acme', 'r', 'k', 'report.build', 'default', 'report:1', '{}', now() - interval '2 hours')`); err != nil {
+		t.Fatal(err)
+	}
+	code, out = command(t, nil, []string{"reconcile", "--config", cfg, "--stuck-after", "1h"})
+	if code != 1 || !strings.Contains(out, "violation [stuck_jobs] job_old acme/report:1: report.build job job_old is queued, unchanged for 2h") ||
+		!strings.Contains(out, "its task was not looked up") {
+		t.Errorf("reconcile with a stuck job: exit %d\n%s\nwant 1 and the job named", code, out)
+	}
+	code, out = command(t, nil, []string{"reconcile", "--config", cfg, "--stuck-after", "3h"})
+	if code != 0 {
+		t.Errorf("reconcile with --stuck-after beyond the job's age: exit %d\n%s", code, out)
+	}
+}

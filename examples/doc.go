@@ -29,8 +29,9 @@
 //	err := examples.Register(hs, examples.Business{DB: pool, Redis: rdb, PartnerURL: "http://127.0.0.1:9100"})
 //	mux, err := hs.Mux(deps, specs, workers.HTTPDelivery{}) // specs: the declared jobs
 //
-// Package examples/reconcile checks afterwards, from the tables alone, that
-// each effect happened once. The shipment.book job of
+// Package examples/invariants checks afterwards, from the tables alone, that
+// each effect happened once (`idemgate-examples reconcile`), and
+// examples/demo wires all of it into idemgate-examples. The shipment.book job of
 // deploy/local/idemgate.yaml (its schema in schemas/) has no Go handler: it
 // is delivered over HTTP to a receiver of the user's own, examples/shipments
 // in Go (package receiver) or examples/receiver-node in TypeScript.

@@ -3,7 +3,6 @@ package extension
 import (
 	"context"
 	"flag"
-	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemgate/idemgate/reconcile"
 	"github.com/idemgate/idemgate/workers"
 )
 
@@ -111,28 +111,27 @@ func WithMigrations(m Migrations) Option {
 	return func(s *Set) { s.Migrations = append(s.Migrations, m) }
 }
 
-// ReconcileOptions is what `idemgate reconcile` was asked for.
+// ReconcileOptions is what `idemgate reconcile` was asked for, beyond
+// the run's own options (reconcile.Options: progress, the stuck-job
+// report).
 type ReconcileOptions struct {
 	// Grace leaves effects younger than it out of checks that a job
-	// still running could break for a moment.
+	// still running could break for a moment (--grace).
 	Grace time.Duration
-	// StuckAfter, when > 0, asks for the jobs unfinished and unchanged
-	// for longer than it.
-	StuckAfter time.Duration
-	// TaskState says where the queue holds a job's task ("pending",
-	// "retry", …, "" for none); nil when there is no queue to ask.
-	TaskState func(ctx context.Context, queue, jobID string) (string, error)
 }
 
-// Reconciler checks a program's invariants from its tables.
+// Reconciler adds checks of a program's own tables to `idemgate
+// reconcile`, which runs them with idemgate's own (reconcile.StuckJobs)
+// in one snapshot.
 type Reconciler struct {
 	// Flags adds the reconciler's own flags to `idemgate reconcile`.
 	// Optional.
 	Flags func(fs *flag.FlagSet)
-	// Run checks every invariant, writes each violation and a summary to
-	// w, and returns how many it found. Its error says a check could not
-	// run; violations are not errors.
-	Run func(ctx context.Context, db *pgxpool.Pool, w io.Writer, opts ReconcileOptions) (violations int, err error)
+	// Checks returns the checks to run, in order, once the flags are
+	// parsed. A check named reconcile.CheckStuckJobs among them places
+	// idemgate's own there; otherwise it runs last. An error is a usage
+	// error (a bad flag value).
+	Checks func(opts ReconcileOptions) ([]reconcile.Check, error)
 }
 
 // WithReconcile adds checks to `idemgate reconcile`.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -15,9 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemgate/idemgate/examples"
+	"github.com/idemgate/idemgate/examples/invariants"
 	"github.com/idemgate/idemgate/examples/partnersim"
-	"github.com/idemgate/idemgate/examples/reconcile"
 	"github.com/idemgate/idemgate/extension"
+	"github.com/idemgate/idemgate/reconcile"
 	"github.com/idemgate/idemgate/workers"
 )
 
@@ -131,24 +131,24 @@ func (s *settings) register(h *workers.Handlers, w extension.Worker) error {
 	})
 }
 
-// reconciler is examples/reconcile as `idemgate reconcile`'s checks, with
-// --partner to compare with partnersim's own account.
+// reconciler is the example jobs' invariants (examples/invariants) as
+// `idemgate reconcile`'s checks, with --partner to compare with
+// partnersim's own account.
 func reconciler() extension.Reconciler {
 	var partner string
 	return extension.Reconciler{
 		Flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&partner, "partner", "", "also compare with the partner's own account of applied effects (partnersim: its base URL)")
 		},
-		Run: func(ctx context.Context, db *pgxpool.Pool, w io.Writer, opts extension.ReconcileOptions) (int, error) {
-			ro := reconcile.Options{Grace: opts.Grace, StuckAfter: opts.StuckAfter, TaskState: opts.TaskState}
+		Checks: func(opts extension.ReconcileOptions) ([]reconcile.Check, error) {
+			checks := invariants.Options{Grace: opts.Grace}
 			if partner != "" {
 				if _, err := url.Parse(partner); err != nil {
-					return 0, fmt.Errorf("--partner: %w", err)
+					return nil, fmt.Errorf("--partner: %w", err)
 				}
-				ro.PartnerEffects = func(ctx context.Context) (map[string]int, error) { return partnerEffects(ctx, partner) }
+				checks.PartnerEffects = func(ctx context.Context) (map[string]int, error) { return partnerEffects(ctx, partner) }
 			}
-			report, err := reconcile.Run(ctx, db, w, ro)
-			return len(report.Violations), err
+			return invariants.Checks(checks), nil
 		},
 	}
 }
@@ -176,7 +176,7 @@ func partnerEffects(ctx context.Context, base string) (map[string]int, error) {
 
 // effects are the rows of the business tables a job's business key wrote.
 func effects(ctx context.Context, db *pgxpool.Pool, task, tenant, key string) ([]extension.Effect, bool, error) {
-	rows, known, err := reconcile.Effects(ctx, db, task, tenant, key)
+	rows, known, err := invariants.Effects(ctx, db, task, tenant, key)
 	out := make([]extension.Effect, len(rows))
 	for i, r := range rows {
 		out[i] = extension.Effect{Kind: r.Kind, Ref: r.Ref, WrittenAt: r.WrittenAt}

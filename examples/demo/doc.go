@@ -1,6 +1,6 @@
 // Package demo is the example jobs as one idemgate extension: their Go
 // handlers and declarations (package examples), the migrations of their
-// tables, their reconcile checks (examples/reconcile) and the effects
+// tables, their reconcile checks (examples/invariants) and the effects
 // `explain` shows, the worker.partner_url setting they call the partner
 // at, their notification dedup counter, and partnersim beside the gateway
 // in `dev` mode. examples/cmd/idemgate-examples is idemgate.Main with

@@ -5,18 +5,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/idemgate/idemgate/extension"
 	"github.com/idemgate/idemgate/job"
+	"github.com/idemgate/idemgate/reconcile"
 )
 
 // defaultStuckAfter is --stuck-after's default.
 const defaultStuckAfter = 15 * time.Minute
 
-// runReconcile runs the invariant checks ext adds (idemgate-examples: the
-// example jobs' business invariants and the stuck jobs); any violation
-// exits 1.
+// runReconcile reports the stuck jobs (reconcile.StuckJobs) and runs the
+// checks ext adds (idemgate-examples: the example jobs' business
+// invariants) in one snapshot; any violation exits 1.
 func runReconcile(ctx context.Context, ext extension.Set, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var grace, stuckAfter time.Duration
 	cfg, _, err := loadCommand(ext, "reconcile", args, getenv, stdout, stderr, func(fs *flag.FlagSet) {
@@ -37,9 +39,16 @@ func runReconcile(ctx context.Context, ext extension.Set, args []string, getenv 
 	if cfg.DatabaseURL == "" {
 		return usagef("reconcile: database_url is required")
 	}
-	if len(ext.Reconcilers) == 0 {
-		fmt.Fprintln(stdout, "reconcile: this binary adds no checks (a binary built with extension.WithReconcile does; idemgate-examples checks the example jobs')")
-		return nil
+	var checks []reconcile.Check
+	for _, r := range ext.Reconcilers {
+		cs, err := r.Checks(extension.ReconcileOptions{Grace: grace})
+		if err != nil {
+			return usagef("reconcile: %v", err)
+		}
+		checks = append(checks, cs...)
+	}
+	if !slices.ContainsFunc(checks, func(c reconcile.Check) bool { return c.Name == reconcile.CheckStuckJobs }) {
+		checks = append(checks, reconcile.StuckJobs())
 	}
 	var cl closers
 	defer cl.close()
@@ -48,7 +57,7 @@ func runReconcile(ctx context.Context, ext extension.Set, args []string, getenv 
 	if err != nil {
 		return err
 	}
-	opts := extension.ReconcileOptions{Grace: grace, StuckAfter: stuckAfter}
+	opts := reconcile.Options{StuckAfter: stuckAfter}
 	if stuckAfter > 0 && cfg.RedisURL != "" {
 		inspector, err := svc.queueInspector()
 		if err != nil {
@@ -58,16 +67,12 @@ func runReconcile(ctx context.Context, ext extension.Set, args []string, getenv 
 			return job.TaskState(inspector, queue, id)
 		}
 	}
-	violations := 0
-	for _, r := range ext.Reconcilers {
-		n, err := r.Run(ctx, pool, stdout, opts)
-		if err != nil {
-			return err
-		}
-		violations += n
+	report, err := reconcile.Run(ctx, pool, stdout, opts, checks...)
+	if err != nil {
+		return err
 	}
-	if violations > 0 {
-		return fmt.Errorf("reconcile: %d violation(s)", violations)
+	if !report.Clean() {
+		return fmt.Errorf("reconcile: %d violation(s)", len(report.Violations))
 	}
 	return nil
 }

@@ -69,7 +69,7 @@ func TestIdempotencyMiddlewareNeedsTheStandardLibraryOnly(t *testing.T) {
 func TestLibrariesImportNoProductPackage(t *testing.T) {
 	t.Parallel()
 	product := regexp.MustCompile(`^(gateway|telemetry|cmd|config|examples|migrations|internal)(/|$)`)
-	got := slices.DeleteFunc(matching(deps(t, "middleware/...", "workers/...", "job", "receiver", "client", "extension"), product),
+	got := slices.DeleteFunc(matching(deps(t, "middleware/...", "workers/...", "job", "receiver", "client", "extension", "reconcile"), product),
 		func(p string) bool { return p == "internal/yamljson" })
 	if len(got) > 0 {
 		t.Fatalf("the libraries import product packages: %v", got)
@@ -105,7 +105,7 @@ func TestOpenAPIImportsNothingOfTheProduct(t *testing.T) {
 // only.
 func TestExamplesImportPublicPackagesOnly(t *testing.T) {
 	t.Parallel()
-	public := regexp.MustCompile(`^(middleware|workers|job|receiver|client|extension|examples)(/|$)`)
+	public := regexp.MustCompile(`^(middleware|workers|job|receiver|client|extension|reconcile|examples)(/|$)`)
 	var got []string
 	for _, p := range matching(list(t, `{{join .Imports " "}}`, "examples/..."), regexp.MustCompile(`.`)) {
 		if !public.MatchString(p) {

@@ -1,4 +1,4 @@
-package reconcile
+package invariants
 
 import (
 	"context"
@@ -7,18 +7,19 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemgate/idemgate/reconcile"
 	"github.com/idemgate/idemgate/workers"
 )
 
 // invoices reports every order of a tenant with more than one invoice. The
 // unique (tenant, order_id) makes it impossible while the constraint
 // stands.
-func (r *run) invoices(ctx context.Context) error {
+func (c checks) invoices(ctx context.Context, s *reconcile.Snapshot) error {
 	const query = `
 SELECT tenant, order_id, array_agg(id ORDER BY created_at, id)
   FROM invoices
  GROUP BY tenant, order_id`
-	return r.scan(ctx, CheckInvoices, query, nil, func(rows pgx.Rows) error {
+	return s.Scan(ctx, CheckInvoices, query, nil, func(rows pgx.Rows) error {
 		var (
 			tenant, order string
 			ids           []string
@@ -28,7 +29,7 @@ SELECT tenant, order_id, array_agg(id ORDER BY created_at, id)
 		}
 		order = workers.Scope(tenant, order)
 		if len(ids) > 1 {
-			r.violation(CheckInvoices,
+			s.Violation(CheckInvoices,
 				fmt.Sprintf("order %s has %d invoices (%s), want one", order, len(ids), strings.Join(ids, ", ")),
 				append([]string{order}, ids...)...)
 		}

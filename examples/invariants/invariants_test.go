@@ -1,4 +1,4 @@
-package reconcile_test
+package invariants_test
 
 import (
 	"bytes"
@@ -21,11 +21,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/examples"
+	"github.com/idemgate/idemgate/examples/invariants"
 	"github.com/idemgate/idemgate/examples/partnersim"
-	"github.com/idemgate/idemgate/examples/reconcile"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/migrations"
+	"github.com/idemgate/idemgate/reconcile"
 	"github.com/idemgate/idemgate/workers"
 	"github.com/idemgate/idemgate/workers/execution"
 	"github.com/idemgate/idemgate/workers/lock"
@@ -213,8 +214,8 @@ func TestRunOnCleanData(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	var out bytes.Buffer
-	rep, err := reconcile.Run(t.Context(), w.pool, &out, reconcile.Options{
-		ProgressEvery:  2,
+	rep, err := invariants.Run(t.Context(), w.pool, &out, invariants.Options{
+		Options:        reconcile.Options{ProgressEvery: 2},
 		PartnerEffects: func(context.Context) (map[string]int, error) { return w.sim.Applied(), nil },
 		PartnerApplied: func(context.Context) (int64, error) { return w.sim.Stats().Applied, nil },
 	})
@@ -226,13 +227,13 @@ func TestRunOnCleanData(t *testing.T) {
 	}
 	n := int64(len(tenants))
 	want := map[string]int64{
-		reconcile.CheckInvoices:   2 * n,
-		reconcile.CheckStock:      3 * n,
-		reconcile.CheckPayments:   2 * n,
-		reconcile.CheckJobs:       int64(len(jobs)) * n,
-		reconcile.CheckJobEffects: int64(len(jobs)) * n,
-		reconcile.CheckEffectJobs: int64(len(jobs)) * n,
-		reconcile.CheckPartner:    4 * n,
+		invariants.CheckInvoices:   2 * n,
+		invariants.CheckStock:      3 * n,
+		invariants.CheckPayments:   2 * n,
+		invariants.CheckJobs:       int64(len(jobs)) * n,
+		invariants.CheckJobEffects: int64(len(jobs)) * n,
+		invariants.CheckEffectJobs: int64(len(jobs)) * n,
+		invariants.CheckPartner:    4 * n,
 	}
 	if !maps.Equal(rep.Rows, want) {
 		t.Fatalf("rows checked = %v, want %v", rep.Rows, want)
@@ -259,7 +260,7 @@ func TestRunReportsPlantedViolations(t *testing.T) {
 		// plant breaks the world and returns the violations it must cause.
 		plant func(t *testing.T, w *world) []want
 		// opts adjusts the run; the partner's account is always given.
-		opts func(w *world, o *reconcile.Options)
+		opts func(w *world, o *invariants.Options)
 	}{
 		{
 			name: "a second invoice for an order",
@@ -267,14 +268,14 @@ func TestRunReportsPlantedViolations(t *testing.T) {
 				w.exec(t, `ALTER TABLE invoices DROP CONSTRAINT invoices_tenant_order_id_key`)
 				w.exec(t, `INSERT INTO invoices (id, tenant, order_id, amount_cents, currency, job_key, fencing_token)
 				           VALUES ('inv_planted', 'acme', 'o-1', 1000, 'EUR', 'invoice:o-1', 1)`)
-				return []want{{reconcile.CheckInvoices, []string{"acme/o-1", w.refs["acme/invoice:o-1"], "inv_planted"}}}
+				return []want{{invariants.CheckInvoices, []string{"acme/o-1", w.refs["acme/invoice:o-1"], "inv_planted"}}}
 			},
 		},
 		{
 			name: "stock that drifted from its ledger",
 			plant: func(t *testing.T, w *world) []want {
 				w.exec(t, `UPDATE inventory_items SET stock = stock + 7 WHERE tenant = 'globex' AND sku = 'A'`)
-				return []want{{reconcile.CheckStock, []string{"globex/A"}}}
+				return []want{{invariants.CheckStock, []string{"globex/A"}}}
 			},
 		},
 		{
@@ -284,8 +285,8 @@ func TestRunReportsPlantedViolations(t *testing.T) {
 				w.exec(t, `INSERT INTO inventory_ledger (tenant, adjustment_id, sku, delta, job_key, fencing_token)
 				           VALUES ('acme', 'a-x', 'Z', 5, 'inventory:a-x', 1)`)
 				return []want{
-					{reconcile.CheckStock, []string{"acme/Z", "a-x"}},
-					{reconcile.CheckEffectJobs, []string{"acme/inventory:a-x", "a-x"}},
+					{invariants.CheckStock, []string{"acme/Z", "a-x"}},
+					{invariants.CheckEffectJobs, []string{"acme/inventory:a-x", "a-x"}},
 				}
 			},
 		},
@@ -296,9 +297,9 @@ func TestRunReportsPlantedViolations(t *testing.T) {
 				w.exec(t, `UPDATE payments SET partner_charge_id = NULL WHERE tenant = 'acme' AND payment_id = 'p-1'`)
 				charge := w.refs["acme/payment:p-1"]
 				return []want{
-					{reconcile.CheckPayments, []string{"acme/p-1"}},
-					{reconcile.CheckJobEffects, []string{"acme/payment:p-1", charge}},
-					{reconcile.CheckPartner, []string{charge}},
+					{invariants.CheckPayments, []string{"acme/p-1"}},
+					{invariants.CheckJobEffects, []string{"acme/payment:p-1", charge}},
+					{invariants.CheckPartner, []string{charge}},
 				}
 			},
 		},
@@ -309,35 +310,35 @@ func TestRunReportsPlantedViolations(t *testing.T) {
 				w.exec(t, `UPDATE payments SET partner_charge_id = $1 WHERE tenant = 'globex' AND payment_id = 'p-1'`, w.refs["acme/payment:p-1"])
 				c1, c2 := w.refs["acme/payment:p-1"], w.refs["globex/payment:p-1"]
 				return []want{
-					{reconcile.CheckPayments, []string{c1, "acme/p-1", "globex/p-1"}},
-					{reconcile.CheckJobEffects, []string{"globex/payment:p-1", c2, c1}},
-					{reconcile.CheckPartner, []string{c2}},
+					{invariants.CheckPayments, []string{c1, "acme/p-1", "globex/p-1"}},
+					{invariants.CheckJobEffects, []string{"globex/payment:p-1", c2, c1}},
+					{invariants.CheckPartner, []string{c2}},
 				}
 			},
 		},
 		{
 			name: "a duplicate charge at the partner",
 			plant: func(t *testing.T, w *world) []want {
-				return []want{{reconcile.CheckPartner, []string{w.chargeAgain(t)}}}
+				return []want{{invariants.CheckPartner, []string{w.chargeAgain(t)}}}
 			},
 		},
 		{
 			name: "a duplicate charge at a partner that only counts",
 			plant: func(t *testing.T, w *world) []want {
 				w.chargeAgain(t)
-				return []want{{reconcile.CheckPartner, nil}}
+				return []want{{invariants.CheckPartner, nil}}
 			},
-			opts: func(w *world, o *reconcile.Options) {
+			opts: func(w *world, o *invariants.Options) {
 				o.PartnerEffects = nil
-				o.PartnerApplied = reconcile.StatsApplied(w.partner.Client(), w.partner.URL)
+				o.PartnerApplied = invariants.StatsApplied(w.partner.Client(), w.partner.URL)
 			},
 		},
 		{
 			name: "a charge the partner applied twice",
 			plant: func(t *testing.T, w *world) []want {
-				return []want{{reconcile.CheckPartner, []string{"globex/p-2", w.refs["globex/payment:p-2"]}}}
+				return []want{{invariants.CheckPartner, []string{"globex/p-2", w.refs["globex/payment:p-2"]}}}
 			},
-			opts: func(w *world, o *reconcile.Options) {
+			opts: func(w *world, o *invariants.Options) {
 				o.PartnerApplied = nil
 				o.PartnerEffects = func(context.Context) (map[string]int, error) {
 					applied := w.sim.Applied()
@@ -349,9 +350,9 @@ func TestRunReportsPlantedViolations(t *testing.T) {
 		{
 			name: "a message the partner never sent",
 			plant: func(t *testing.T, w *world) []want {
-				return []want{{reconcile.CheckPartner, []string{notification, w.refs[notification]}}}
+				return []want{{invariants.CheckPartner, []string{notification, w.refs[notification]}}}
 			},
-			opts: func(w *world, o *reconcile.Options) {
+			opts: func(w *world, o *invariants.Options) {
 				o.PartnerApplied = nil
 				o.PartnerEffects = func(context.Context) (map[string]int, error) {
 					applied := w.sim.Applied()
@@ -364,7 +365,7 @@ func TestRunReportsPlantedViolations(t *testing.T) {
 			name: "a succeeded job whose effect is gone",
 			plant: func(t *testing.T, w *world) []want {
 				w.exec(t, `DELETE FROM invoices WHERE tenant = 'acme' AND order_id = 'o-2'`)
-				return []want{{reconcile.CheckJobEffects, []string{"acme/invoice:o-2", w.refs["acme/invoice:o-2"]}}}
+				return []want{{invariants.CheckJobEffects, []string{"acme/invoice:o-2", w.refs["acme/invoice:o-2"]}}}
 			},
 		},
 		{
@@ -373,8 +374,8 @@ func TestRunReportsPlantedViolations(t *testing.T) {
 				w.exec(t, `UPDATE invoices SET tenant = 'initech' WHERE tenant = 'globex' AND order_id = 'o-2'`)
 				ref := w.refs["globex/invoice:o-2"]
 				return []want{
-					{reconcile.CheckJobEffects, []string{"globex/invoice:o-2", ref}},
-					{reconcile.CheckEffectJobs, []string{"initech/invoice:o-2", ref}},
+					{invariants.CheckJobEffects, []string{"globex/invoice:o-2", ref}},
+					{invariants.CheckEffectJobs, []string{"initech/invoice:o-2", ref}},
 				}
 			},
 		},
@@ -383,7 +384,7 @@ func TestRunReportsPlantedViolations(t *testing.T) {
 			plant: func(t *testing.T, w *world) []want {
 				w.exec(t, `INSERT INTO invoices (id, tenant, order_id, amount_cents, currency, job_key, fencing_token)
 				           VALUES ('inv_orphan', 'acme', 'o-9', 1000, 'EUR', 'invoice:o-9', 1)`)
-				return []want{{reconcile.CheckEffectJobs, []string{"acme/invoice:o-9", "inv_orphan"}}}
+				return []want{{invariants.CheckEffectJobs, []string{"acme/invoice:o-9", "inv_orphan"}}}
 			},
 		},
 		{
@@ -393,15 +394,15 @@ func TestRunReportsPlantedViolations(t *testing.T) {
 				           VALUES ('inv_orphan', 'acme', 'o-9', 1000, 'EUR', 'invoice:o-9', 1)`)
 				return nil
 			},
-			opts: func(w *world, o *reconcile.Options) { o.Grace = time.Hour },
+			opts: func(w *world, o *invariants.Options) { o.Grace = time.Hour },
 		},
 		{
 			name: "a succeeded job whose execution is not",
 			plant: func(t *testing.T, w *world) []want {
 				w.exec(t, `UPDATE job_executions SET status = 'processing' WHERE tenant = 'acme' AND key = 'invoice:o-1'`)
 				return []want{
-					{reconcile.CheckJobs, []string{jobID("acme", "invoice:o-1"), "acme/invoice:o-1"}},
-					{reconcile.CheckEffectJobs, []string{"acme/invoice:o-1", w.refs["acme/invoice:o-1"]}},
+					{invariants.CheckJobs, []string{jobID("acme", "invoice:o-1"), "acme/invoice:o-1"}},
+					{invariants.CheckEffectJobs, []string{"acme/invoice:o-1", w.refs["acme/invoice:o-1"]}},
 				}
 			},
 		},
@@ -409,7 +410,7 @@ func TestRunReportsPlantedViolations(t *testing.T) {
 			name: "a job showing another result than its execution",
 			plant: func(t *testing.T, w *world) []want {
 				w.exec(t, `UPDATE jobs SET result_ref = 'inv_other' WHERE tenant = 'globex' AND business_key = 'invoice:o-1'`)
-				return []want{{reconcile.CheckJobs, []string{jobID("globex", "invoice:o-1"), "globex/invoice:o-1", "inv_other", w.refs["globex/invoice:o-1"]}}}
+				return []want{{invariants.CheckJobs, []string{jobID("globex", "invoice:o-1"), "globex/invoice:o-1", "inv_other", w.refs["globex/invoice:o-1"]}}}
 			},
 		},
 	}
@@ -418,7 +419,7 @@ func TestRunReportsPlantedViolations(t *testing.T) {
 			t.Parallel()
 			w := newWorld(t)
 			wants := tt.plant(t, w)
-			opts := reconcile.Options{
+			opts := invariants.Options{
 				PartnerEffects: func(context.Context) (map[string]int, error) { return w.sim.Applied(), nil },
 				PartnerApplied: func(context.Context) (int64, error) { return w.sim.Stats().Applied, nil },
 			}
@@ -426,7 +427,7 @@ func TestRunReportsPlantedViolations(t *testing.T) {
 				tt.opts(w, &opts)
 			}
 			var out bytes.Buffer
-			rep, err := reconcile.Run(t.Context(), w.pool, &out, opts)
+			rep, err := invariants.Run(t.Context(), w.pool, &out, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -438,7 +439,7 @@ func TestRunReportsPlantedViolations(t *testing.T) {
 				}
 				// A violation about a job that ran names its attempts from
 				// the ledger: the one that succeeded, with its token.
-				if v.Check == reconcile.CheckJobs || v.Check == reconcile.CheckJobEffects {
+				if v.Check == invariants.CheckJobs || v.Check == invariants.CheckJobEffects {
 					i := slices.IndexFunc(v.Attempts, func(a execution.Entry) bool {
 						return a.Outcome == execution.OutcomeSucceeded && a.FencingToken > 0
 					})
@@ -490,7 +491,7 @@ func TestStatsApplied(t *testing.T) {
 				_, _ = w.Write([]byte(tt.body))
 			}))
 			t.Cleanup(srv.Close)
-			got, err := reconcile.StatsApplied(srv.Client(), srv.URL+"/")(t.Context())
+			got, err := invariants.StatsApplied(srv.Client(), srv.URL+"/")(t.Context())
 			if got != tt.want || (err != nil) != tt.wantErr {
 				t.Fatalf("StatsApplied = %d, %v; want %d, error %v", got, err, tt.want, tt.wantErr)
 			}
@@ -515,15 +516,15 @@ VALUES ($1, 'acme', 'invoices', $1, 'invoice.create', 'bulk', 'invoice:' || $1, 
 	plant("job_failed", "failed", "3 hours")
 	states := map[string]string{"job_waiting": "retry"}
 	var asked []string
-	opts := reconcile.Options{
+	opts := invariants.Options{Options: reconcile.Options{
 		StuckAfter: 15 * time.Minute,
 		TaskState: func(_ context.Context, queue, id string) (string, error) {
 			asked = append(asked, queue+"/"+id)
 			return states[id], nil
 		},
-	}
+	}}
 	var out bytes.Buffer
-	rep, err := reconcile.Run(t.Context(), w.pool, &out, opts)
+	rep, err := invariants.Run(t.Context(), w.pool, &out, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,11 +550,11 @@ VALUES ($1, 'acme', 'invoices', $1, 'invoice.create', 'bulk', 'invoice:' || $1, 
 	// Without TaskState the report says so; without StuckAfter the check
 	// does not run.
 	out.Reset()
-	rep, err = reconcile.Run(t.Context(), w.pool, &out, reconcile.Options{StuckAfter: time.Hour})
+	rep, err = invariants.Run(t.Context(), w.pool, &out, invariants.Options{Options: reconcile.Options{StuckAfter: time.Hour}})
 	if err != nil || len(rep.Violations) != 1 || !strings.HasSuffix(rep.Violations[0].Detail, "; its task was not looked up") {
 		t.Fatalf("without TaskState: %v %v", rep.Violations, err)
 	}
-	rep, err = reconcile.Run(t.Context(), w.pool, &out, reconcile.Options{})
+	rep, err = invariants.Run(t.Context(), w.pool, &out, invariants.Options{})
 	if _, ran := rep.Rows[reconcile.CheckStuckJobs]; err != nil || !rep.Clean() || ran {
 		t.Fatalf("without StuckAfter: %v %v, rows %v", rep.Violations, err, rep.Rows)
 	}

@@ -1,4 +1,4 @@
-package reconcile
+package invariants
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgate/idemgate/examples"
+	"github.com/idemgate/idemgate/reconcile"
 	"github.com/idemgate/idemgate/workers"
 )
 
@@ -31,13 +32,13 @@ effects (kind, tenant, key, ref, written_at) AS (
 
 // jobs reports every succeeded job (the public record) whose execution by
 // business key has not succeeded, or has another result.
-func (r *run) jobs(ctx context.Context) error {
+func (c checks) jobs(ctx context.Context, s *reconcile.Snapshot) error {
 	const query = `
 SELECT j.id, j.tenant, j.business_key, coalesce(e.status, ''), coalesce(e.result_ref, ''), coalesce(j.result_ref, '')
   FROM jobs j
   LEFT JOIN job_executions e ON e.tenant = j.tenant AND e.key = j.business_key
  WHERE j.status = 'succeeded'`
-	return r.scan(ctx, CheckJobs, query, nil, func(rows pgx.Rows) error {
+	return s.Scan(ctx, CheckJobs, query, nil, func(rows pgx.Rows) error {
 		var id, tenant, key, status, execRef, jobRef string
 		if err := rows.Scan(&id, &tenant, &key, &status, &execRef, &jobRef); err != nil {
 			return err
@@ -46,11 +47,11 @@ SELECT j.id, j.tenant, j.business_key, coalesce(e.status, ''), coalesce(e.result
 		key = workers.Scope(tenant, key)
 		switch {
 		case status == "":
-			r.jobViolation(CheckJobs, tenant, bkey, fmt.Sprintf("job %s succeeded but %s has no execution", id, key), id, key)
+			s.JobViolation(CheckJobs, tenant, bkey, fmt.Sprintf("job %s succeeded but %s has no execution", id, key), id, key)
 		case status != "succeeded":
-			r.jobViolation(CheckJobs, tenant, bkey, fmt.Sprintf("job %s succeeded but the execution of %s is %s", id, key, status), id, key)
+			s.JobViolation(CheckJobs, tenant, bkey, fmt.Sprintf("job %s succeeded but the execution of %s is %s", id, key, status), id, key)
 		case jobRef != "" && jobRef != execRef:
-			r.jobViolation(CheckJobs, tenant, bkey, fmt.Sprintf("job %s shows result %s, the execution of %s records %s", id, jobRef, key, execRef), id, key, jobRef, execRef)
+			s.JobViolation(CheckJobs, tenant, bkey, fmt.Sprintf("job %s shows result %s, the execution of %s records %s", id, jobRef, key, execRef), id, key, jobRef, execRef)
 		}
 		return nil
 	})
@@ -58,7 +59,7 @@ SELECT j.id, j.tenant, j.business_key, coalesce(e.status, ''), coalesce(e.result
 
 // jobEffects reports every succeeded execution without its effect row, or
 // whose result is not that effect.
-func (r *run) jobEffects(ctx context.Context) error {
+func (c checks) jobEffects(ctx context.Context, s *reconcile.Snapshot) error {
 	query := `
 WITH ` + effects + `
 SELECT e.tenant, e.key, e.task, coalesce(e.result_ref, ''),
@@ -67,7 +68,7 @@ SELECT e.tenant, e.key, e.task, coalesce(e.result_ref, ''),
   LEFT JOIN effects f ON f.tenant = e.tenant AND f.key = e.key
  WHERE e.status = 'succeeded' AND e.task = ANY($1)
  GROUP BY e.tenant, e.key`
-	return r.scan(ctx, CheckJobEffects, query, []any{examples.Tasks()}, func(rows pgx.Rows) error {
+	return s.Scan(ctx, CheckJobEffects, query, []any{examples.Tasks()}, func(rows pgx.Rows) error {
 		var (
 			tenant, key, task, ref string
 			refs                   []string
@@ -79,7 +80,7 @@ SELECT e.tenant, e.key, e.task, coalesce(e.result_ref, ''),
 		key = workers.Scope(tenant, key)
 		switch {
 		case len(refs) == 0:
-			r.jobViolation(CheckJobEffects, tenant, bkey, fmt.Sprintf("%s job %s succeeded (result %s) but its effect row is missing", task, key, ref), key, ref)
+			s.JobViolation(CheckJobEffects, tenant, bkey, fmt.Sprintf("%s job %s succeeded (result %s) but its effect row is missing", task, key, ref), key, ref)
 		case !slices.Contains(refs, ref):
 			ids := []string{key, ref}
 			for _, other := range refs {
@@ -87,7 +88,7 @@ SELECT e.tenant, e.key, e.task, coalesce(e.result_ref, ''),
 					ids = append(ids, other)
 				}
 			}
-			r.jobViolation(CheckJobEffects, tenant, bkey, fmt.Sprintf("%s job %s records result %s, its effect row says %q", task, key, ref, strings.Join(refs, ", ")), ids...)
+			s.JobViolation(CheckJobEffects, tenant, bkey, fmt.Sprintf("%s job %s records result %s, its effect row says %q", task, key, ref, strings.Join(refs, ", ")), ids...)
 		}
 		return nil
 	})
@@ -95,14 +96,14 @@ SELECT e.tenant, e.key, e.task, coalesce(e.result_ref, ''),
 
 // effectJobs reports every effect row (older than Grace) whose job has not
 // succeeded: an effect nobody's job accounts for.
-func (r *run) effectJobs(ctx context.Context) error {
+func (c checks) effectJobs(ctx context.Context, s *reconcile.Snapshot) error {
 	query := `
 WITH ` + effects + `
 SELECT f.kind, f.tenant, f.key, f.ref, coalesce(e.status, '')
   FROM effects f
   LEFT JOIN job_executions e ON e.tenant = f.tenant AND e.key = f.key
  WHERE f.written_at <= now() - make_interval(secs => $1)`
-	return r.scan(ctx, CheckEffectJobs, query, []any{r.opts.Grace.Seconds()}, func(rows pgx.Rows) error {
+	return s.Scan(ctx, CheckEffectJobs, query, []any{c.opts.Grace.Seconds()}, func(rows pgx.Rows) error {
 		var kind, tenant, key, ref, status string
 		if err := rows.Scan(&kind, &tenant, &key, &ref, &status); err != nil {
 			return err
@@ -112,9 +113,9 @@ SELECT f.kind, f.tenant, f.key, f.ref, coalesce(e.status, '')
 		switch status {
 		case "succeeded":
 		case "":
-			r.jobViolation(CheckEffectJobs, tenant, bkey, fmt.Sprintf("%s %s exists but job %s has no execution", kind, ref, key), key, ref)
+			s.JobViolation(CheckEffectJobs, tenant, bkey, fmt.Sprintf("%s %s exists but job %s has no execution", kind, ref, key), key, ref)
 		default:
-			r.jobViolation(CheckEffectJobs, tenant, bkey, fmt.Sprintf("%s %s exists but job %s is %s", kind, ref, key, status), key, ref)
+			s.JobViolation(CheckEffectJobs, tenant, bkey, fmt.Sprintf("%s %s exists but job %s is %s", kind, ref, key, status), key, ref)
 		}
 		return nil
 	})

@@ -10,12 +10,19 @@ import (
 	"github.com/idemgate/idemgate/workers"
 )
 
-// stuckJobs reports every job that has not finished and whose record has
-// not changed for longer than StuckAfter, saying whether the queue still
-// holds its task: a job whose task the queue lost never runs, and one
-// whose task waits may only be behind a backlog.
-func (r *run) stuckJobs(ctx context.Context) error {
-	if r.opts.StuckAfter <= 0 {
+// CheckStuckJobs names StuckJobs: no job stays unfinished, its record
+// unchanged, for longer than Options.StuckAfter.
+const CheckStuckJobs = "stuck_jobs"
+
+// StuckJobs reports every job that has not finished and whose record has
+// not changed for longer than Options.StuckAfter, saying whether the queue
+// still holds its task: a job whose task the queue lost never runs, and
+// one whose task waits may only be behind a backlog. With StuckAfter 0 it
+// checks nothing.
+func StuckJobs() Check { return Check{Name: CheckStuckJobs, Run: stuckJobs} }
+
+func stuckJobs(ctx context.Context, s *Snapshot) error {
+	if s.opts.StuckAfter <= 0 {
 		return nil
 	}
 	const query = `
@@ -24,7 +31,7 @@ SELECT id, tenant, business_key, task, queue, status, extract(epoch FROM now() -
  WHERE status IN ('queued', 'processing', 'retrying')
    AND updated_at < now() - make_interval(secs => $1)
  ORDER BY updated_at, id`
-	return r.scan(ctx, CheckStuckJobs, query, []any{r.opts.StuckAfter.Seconds()}, func(rows pgx.Rows) error {
+	return s.Scan(ctx, CheckStuckJobs, query, []any{s.opts.StuckAfter.Seconds()}, func(rows pgx.Rows) error {
 		var (
 			id, tenant, key, task, queue, status string
 			age                                  float64
@@ -33,8 +40,8 @@ SELECT id, tenant, business_key, task, queue, status, extract(epoch FROM now() -
 			return err
 		}
 		where := "its task was not looked up"
-		if r.opts.TaskState != nil {
-			state, err := r.opts.TaskState(ctx, queue, id)
+		if s.opts.TaskState != nil {
+			state, err := s.opts.TaskState(ctx, queue, id)
 			switch {
 			case err != nil:
 				return fmt.Errorf("task of %s: %w", id, err)
@@ -45,7 +52,7 @@ SELECT id, tenant, business_key, task, queue, status, extract(epoch FROM now() -
 			}
 		}
 		unchanged := (time.Duration(age * float64(time.Second))).Round(time.Second)
-		r.jobViolation(CheckStuckJobs, tenant, key, fmt.Sprintf("%s job %s is %s, unchanged for %s; %s", task, id, status, unchanged, where),
+		s.JobViolation(CheckStuckJobs, tenant, key, fmt.Sprintf("%s job %s is %s, unchanged for %s; %s", task, id, status, unchanged, where),
 			id, workers.Scope(tenant, key))
 		return nil
 	})

@@ -1,4 +1,4 @@
-package reconcile
+package invariants
 
 import (
 	"context"
@@ -7,13 +7,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemgate/idemgate/reconcile"
 	"github.com/idemgate/idemgate/workers"
 )
 
 // stock reports every tenant's SKU whose stock is not its initial stock
 // plus its ledger, and ledger rows for a SKU the tenant's inventory_items
 // does not know (which the foreign key forbids while it stands).
-func (r *run) stock(ctx context.Context) error {
+func (c checks) stock(ctx context.Context, s *reconcile.Snapshot) error {
 	const query = `
 SELECT coalesce(i.tenant, l.tenant), coalesce(i.sku, l.sku), i.sku IS NOT NULL,
        coalesce(i.initial_stock, 0), coalesce(i.stock, 0), coalesce(l.total, 0), coalesce(l.n, 0)
@@ -22,7 +23,7 @@ SELECT coalesce(i.tenant, l.tenant), coalesce(i.sku, l.sku), i.sku IS NOT NULL,
                FROM inventory_ledger GROUP BY tenant, sku) l ON l.tenant = i.tenant AND l.sku = i.sku`
 	type item struct{ tenant, sku string }
 	var orphans []item
-	err := r.scan(ctx, CheckStock, query, nil, func(rows pgx.Rows) error {
+	err := s.Scan(ctx, CheckStock, query, nil, func(rows pgx.Rows) error {
 		var (
 			tenant, sku           string
 			known                 bool
@@ -39,12 +40,12 @@ SELECT coalesce(i.tenant, l.tenant), coalesce(i.sku, l.sku), i.sku IS NOT NULL,
 		sku = workers.Scope(tenant, sku)
 		switch {
 		case stock != initial+total:
-			r.violation(CheckStock,
+			s.Violation(CheckStock,
 				fmt.Sprintf("SKU %s has stock %d, want %d = initial %d %+d from %d ledger rows (off by %+d)",
 					sku, stock, initial+total, initial, total, n, stock-initial-total),
 				sku)
 		case stock < 0:
-			r.violation(CheckStock, fmt.Sprintf("SKU %s has negative stock %d", sku, stock), sku)
+			s.Violation(CheckStock, fmt.Sprintf("SKU %s has negative stock %d", sku, stock), sku)
 		}
 		return nil
 	})
@@ -55,13 +56,13 @@ SELECT coalesce(i.tenant, l.tenant), coalesce(i.sku, l.sku), i.sku IS NOT NULL,
 	// transaction runs one query at a time).
 	for _, o := range orphans {
 		var ids []string
-		if err := r.tx.QueryRow(ctx, `
+		if err := s.Tx().QueryRow(ctx, `
 SELECT array_agg(adjustment_id ORDER BY created_at, adjustment_id)
   FROM inventory_ledger WHERE tenant = $1 AND sku = $2`, o.tenant, o.sku).Scan(&ids); err != nil {
 			return err
 		}
 		sku := workers.Scope(o.tenant, o.sku)
-		r.violation(CheckStock,
+		s.Violation(CheckStock,
 			fmt.Sprintf("ledger adjusts SKU %s, which inventory_items does not know (adjustments %s)", sku, strings.Join(ids, ", ")),
 			append([]string{sku}, ids...)...)
 	}

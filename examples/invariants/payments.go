@@ -1,4 +1,4 @@
-package reconcile
+package invariants
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemgate/idemgate/reconcile"
 	"github.com/idemgate/idemgate/workers"
 )
 
@@ -14,12 +15,12 @@ import (
 // payment that holds a charge without having succeeded, and a charge id
 // held by more than one payment (the unique partner_charge_id and a check
 // constraint forbid these while they stand).
-func (r *run) payments(ctx context.Context) error {
+func (c checks) payments(ctx context.Context, s *reconcile.Snapshot) error {
 	const scanQuery = `
 SELECT tenant, payment_id, status, coalesce(partner_charge_id, '')
   FROM payments
  WHERE status = 'succeeded' OR partner_charge_id IS NOT NULL`
-	err := r.scan(ctx, CheckPayments, scanQuery, nil, func(rows pgx.Rows) error {
+	err := s.Scan(ctx, CheckPayments, scanQuery, nil, func(rows pgx.Rows) error {
 		var tenant, id, status, charge string
 		if err := rows.Scan(&tenant, &id, &status, &charge); err != nil {
 			return err
@@ -28,9 +29,9 @@ SELECT tenant, payment_id, status, coalesce(partner_charge_id, '')
 		id = workers.Scope(tenant, id)
 		switch {
 		case status == "succeeded" && charge == "":
-			r.jobViolation(CheckPayments, tenant, bkey, fmt.Sprintf("payment %s succeeded without a partner charge id", id), id)
+			s.JobViolation(CheckPayments, tenant, bkey, fmt.Sprintf("payment %s succeeded without a partner charge id", id), id)
 		case status != "succeeded":
-			r.jobViolation(CheckPayments, tenant, bkey, fmt.Sprintf("payment %s is %s but holds partner charge %s", id, status, charge), id, charge)
+			s.JobViolation(CheckPayments, tenant, bkey, fmt.Sprintf("payment %s is %s but holds partner charge %s", id, status, charge), id, charge)
 		}
 		return nil
 	})
@@ -44,7 +45,7 @@ SELECT partner_charge_id,
  WHERE partner_charge_id IS NOT NULL
  GROUP BY partner_charge_id
 HAVING count(*) > 1`
-	rows, err := r.tx.Query(ctx, dupQuery)
+	rows, err := s.Tx().Query(ctx, dupQuery)
 	if err != nil {
 		return err
 	}
@@ -61,7 +62,7 @@ HAVING count(*) > 1`
 		for i, tenant := range d.Tenants {
 			d.Payments[i] = workers.Scope(tenant, d.Payments[i])
 		}
-		r.violation(CheckPayments,
+		s.Violation(CheckPayments,
 			fmt.Sprintf("partner charge %s is held by %d payments (%s), want one", d.Charge, len(d.Payments), strings.Join(d.Payments, ", ")),
 			append([]string{d.Charge}, d.Payments...)...)
 	}

@@ -1,7 +1,8 @@
-// Package reconcile checks, after the fact, that the effects of the example
-// jobs (package examples) happened exactly once. The worker's guarantees
-// come from constraints, fences and execution state; reconcile does not
-// trust them and reads the tables themselves, in one consistent snapshot,
+// Package invariants checks, after the fact, that the effects of the example
+// jobs (package examples) happened exactly once: they are the example jobs'
+// checks of `idemgate-examples reconcile`, run by package reconcile. The
+// worker's guarantees come from constraints, fences and execution state;
+// the checks do not trust them and reads the tables themselves, in one consistent snapshot,
 // reporting every violation with the ids involved. Every check works
 // within a tenant — an order, a SKU, a payment and a job key are a
 // tenant's — and names a tenant's entity by its scoped name, as
@@ -17,10 +18,8 @@
 //     effect row (invoice, ledger row, succeeded payment, notification) and
 //     records that effect's id as its result, and no effect row lacks a
 //     succeeded execution;
-//   - stuck jobs, when Options.StuckAfter is set: no job stays unfinished
-//     (queued, processing, retrying) with its record unchanged for longer,
-//     each reported with where the queue holds its task, if it does
-//     (Options.TaskState) — a job whose task the queue lost never runs;
+//   - stuck jobs, when Options.StuckAfter is set: idemgate's own check
+//     (reconcile.StuckJobs), run among these;
 //   - partner, when Options gives the partner's own account: every effect
 //     the partner applied was applied once and is recorded by exactly one
 //     succeeded payment or notification, and every recorded one was applied.
@@ -33,7 +32,7 @@
 // partner applied under a second Idempotency-Key, which no row of ours
 // records.
 //
-//	rep, err := reconcile.Run(ctx, pool, os.Stdout, reconcile.Options{})
+//	rep, err := invariants.Run(ctx, pool, os.Stdout, invariants.Options{})
 //	if err != nil {
 //		return err // the checks could not run
 //	}
@@ -44,4 +43,4 @@
 // Run on a quiet system, or set Options.Grace: a job that is running has
 // written its effect a moment before it records its success, and a charge
 // the partner has applied is recorded only when its answer arrives.
-package reconcile
+package invariants

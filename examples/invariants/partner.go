@@ -1,4 +1,4 @@
-package reconcile
+package invariants
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemgate/idemgate/reconcile"
 	"github.com/idemgate/idemgate/workers"
 )
 
@@ -21,13 +22,13 @@ import (
 // notification, and each recorded one must have been applied. This is the
 // check that sees a double charge: a second charge for one payment, made
 // under another Idempotency-Key, is recorded nowhere.
-func (r *run) partner(ctx context.Context) error {
-	if r.opts.PartnerEffects == nil && r.opts.PartnerApplied == nil {
+func (c checks) partner(ctx context.Context, s *reconcile.Snapshot) error {
+	if c.opts.PartnerEffects == nil && c.opts.PartnerApplied == nil {
 		return nil
 	}
 	var applied map[string]int
-	if r.opts.PartnerEffects != nil {
-		m, err := r.opts.PartnerEffects(ctx)
+	if c.opts.PartnerEffects != nil {
+		m, err := c.opts.PartnerEffects(ctx)
 		if err != nil {
 			return fmt.Errorf("partner effects: %w", err)
 		}
@@ -36,7 +37,7 @@ func (r *run) partner(ctx context.Context) error {
 	var appliedCount int64
 	countOnly := applied == nil
 	if countOnly {
-		n, err := r.opts.PartnerApplied(ctx)
+		n, err := c.opts.PartnerApplied(ctx)
 		if err != nil {
 			return fmt.Errorf("partner applied count: %w", err)
 		}
@@ -49,7 +50,7 @@ UNION ALL
 SELECT 'notification', tenant, dedup_key, partner_message_id FROM notifications`
 	var recorded int64
 	seen := map[string]bool{} // effects recorded twice are CheckPayments' to report
-	err := r.scan(ctx, CheckPartner, query, nil, func(rows pgx.Rows) error {
+	err := s.Scan(ctx, CheckPartner, query, nil, func(rows pgx.Rows) error {
 		var kind, tenant, id, effect string
 		if err := rows.Scan(&kind, &tenant, &id, &effect); err != nil {
 			return err
@@ -63,10 +64,10 @@ SELECT 'notification', tenant, dedup_key, partner_message_id FROM notifications`
 		n, ok := applied[effect]
 		switch {
 		case !ok:
-			r.violation(CheckPartner, fmt.Sprintf("%s %s records %s, which the partner never applied", kind, id, effect), id, effect)
+			s.Violation(CheckPartner, fmt.Sprintf("%s %s records %s, which the partner never applied", kind, id, effect), id, effect)
 			return nil
 		case n > 1:
-			r.violation(CheckPartner, fmt.Sprintf("the partner applied %s, recorded by %s %s, %s", effect, kind, id, times(n)), id, effect)
+			s.Violation(CheckPartner, fmt.Sprintf("the partner applied %s, recorded by %s %s, %s", effect, kind, id, times(n)), id, effect)
 		}
 		delete(applied, effect)
 		return nil
@@ -75,12 +76,12 @@ SELECT 'notification', tenant, dedup_key, partner_message_id FROM notifications`
 		return err
 	}
 	for _, effect := range slices.Sorted(maps.Keys(applied)) {
-		r.violation(CheckPartner,
+		s.Violation(CheckPartner,
 			fmt.Sprintf("the partner applied %s (%s), which no succeeded payment or notification records", effect, times(applied[effect])),
 			effect)
 	}
 	if countOnly && appliedCount != recorded {
-		r.violation(CheckPartner,
+		s.Violation(CheckPartner,
 			fmt.Sprintf("the partner applied %d effects, %d are recorded (succeeded payments and notifications)", appliedCount, recorded))
 	}
 	return nil
