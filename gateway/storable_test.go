@@ -32,6 +32,7 @@ func TestUnstorableRequests(t *testing.T) {
 	t.Cleanup(func() { _ = queue.Close() })
 	opts := testOptions(job.NewSubmitter(pool, queue))
 	store := pgstore.New(pool)
+	t.Cleanup(store.Close)
 	opts.Store = store
 	g := newTestGateway(t, opts)
 	run := testenv.Prefix()

@@ -7,16 +7,11 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/examples/schemas"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
-}
 
 type env struct {
 	e         *job.Submitter

@@ -32,9 +32,15 @@
 // registered function, and a declared job with neither is refused at
 // start-up. The payload is validated against the job's schema, and its
 // business key and resource come from the declared templates (or from the
-// payload type's own BusinessKey and Resource methods, see Keyed). Handle
-// builds one handler from key and resource functions, without a
-// declaration.
+// payload type's own BusinessKey and Resource methods, see Keyed).
+//
+// Handlers, Add and Mux are the front door: a job is declared once, in
+// configuration, and the producer, the gateway and the worker all read
+// that declaration. Handle is the layer underneath, kept public for the
+// two users that have no declaration: a program that runs its own asynq
+// mux and derives keys in Go (Handle takes key and resource functions
+// where Mux reads templates; the algorithm is the same), and a test that
+// runs one business function (package workerstest).
 //
 // Business keys and resources are scoped to the tenant that submitted the
 // job (the task's "tenant" header): the same order id from two tenants is

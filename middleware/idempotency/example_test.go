@@ -2,6 +2,8 @@ package idempotency_test
 
 import (
 	"fmt"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,38 +12,49 @@ import (
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 )
 
-// A library user wraps a payment handler. The retry with the same key is
-// answered from the store; the handler runs once.
-func Example() {
-	charges := 0
+// A payment handler behind the middleware, served over HTTP. The client's
+// first request runs the handler; its retry with the same key and body gets
+// the stored response, replayed: the handler ran once.
+func ExampleMiddleware_Wrap() {
 	pay := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		charges++
 		a, _ := idempotency.AttemptFrom(r.Context())
+		fmt.Printf("handler: charging %s under fencing token %d\n", a.Scope.Key, a.FencingToken)
 		w.Header().Set("Location", "/v1/payments/pay_1")
 		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, `{"id":"pay_1","fencing_token":%d}`, a.FencingToken)
+		fmt.Fprint(w, `{"id":"pay_1","status":"charged"}`)
 	})
 	mw, err := idempotency.New(memstore.New(), idempotency.Config{
 		Route:  "payments",
 		Tenant: func(r *http.Request) string { return r.Header.Get("X-Tenant") },
 	})
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
-	h := mw.Wrap(pay)
+	api := httptest.NewServer(mw.Wrap(pay))
+	defer api.Close()
 
-	for range 2 {
-		r := httptest.NewRequest("POST", "/v1/payments", strings.NewReader(`{"amount":100}`))
-		r.Header.Set("Content-Type", "application/json")
-		r.Header.Set("Idempotency-Key", `"order-42"`)
-		r.Header.Set("X-Tenant", "acme")
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		fmt.Println(w.Code, w.Header().Get("Idempotent-Replayed"), w.Body.String())
+	for _, attempt := range []string{"first", "retry"} {
+		req, err := http.NewRequest(http.MethodPost, api.URL+"/v1/payments", strings.NewReader(`{"amount":100}`))
+		if err != nil {
+			log.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", `"order-42"`)
+		req.Header.Set("X-Tenant", "acme")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%s: %d %s replayed=%q %s\n", attempt, resp.StatusCode, resp.Header.Get("Location"),
+			resp.Header.Get("Idempotent-Replayed"), body)
 	}
-	fmt.Println("charges:", charges)
 	// Output:
-	// 201  {"id":"pay_1","fencing_token":1}
-	// 201 true {"id":"pay_1","fencing_token":1}
-	// charges: 1
+	// handler: charging order-42 under fencing token 1
+	// first: 201 /v1/payments/pay_1 replayed="" {"id":"pay_1","status":"charged"}
+	// retry: 201 /v1/payments/pay_1 replayed="true" {"id":"pay_1","status":"charged"}
 }

@@ -2,7 +2,6 @@ package ratelimit_test
 
 import (
 	"context"
-	"errors"
 	"math"
 	"net/http"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
+	"github.com/idemgate/idemgate/middleware/ratelimit/ratelimittest"
 )
 
 // newClock is a test's time, moved by hand.
@@ -42,38 +42,11 @@ func takeOne(t *testing.T, s limiter.Store, key string) taken {
 	return taken{tokens, remaining, time.Unix(0, int64(reset)).UTC(), ok}
 }
 
-// TestLargeBudget: a budget of 1e8 per second is 1e8 per second, every
-// second. go-limiter's memorystore refilled interval/tokens = 10 tokens
-// per second after the first, and refused the rest with
-// RateLimit-Remaining: 0. Real clock: the assertions hold whenever the
-// requests run.
-func TestLargeBudget(t *testing.T) {
+func TestMemoryConformance(t *testing.T) {
 	t.Parallel()
-	var store limiter.Store
-	lim := newLimiter(t, ratelimit.Limits{"acme": {Tokens: 100_000_000, Interval: time.Second}}, func(l ratelimit.Limit) (limiter.Store, error) {
-		s, err := ratelimit.MemoryStore(l)
-		store = s
-		return s, err
-	}, ratelimit.Config{})
-	h := lim.Wrap(&okHandler{})
-	first := takeOne(t, store, "acme")
-	if !first.ok || first.tokens != 100_000_000 || first.remaining != 99_999_999 {
-		t.Fatalf("first take %+v, want 1e8 - 1 left", first)
-	}
-	time.Sleep(time.Until(first.reset) + 10*time.Millisecond) // into a later second
-	for i := range 1000 {
-		w := get(h, "acme")
-		if w.Code != http.StatusOK {
-			t.Fatalf("request %d after the first second: %d (RateLimit-Remaining %s), want 200",
-				i+1, w.Code, w.Header().Get(ratelimit.HeaderRemaining))
-		}
-		if got := headerInt(t, w, ratelimit.HeaderRemaining); got < 100_000_000-1000 || got > 100_000_000-1 {
-			t.Fatalf("request %d: RateLimit-Remaining %d, want the refilled budget less what was taken", i+1, got)
-		}
-		if got := headerInt(t, w, ratelimit.HeaderLimit); got != 100_000_000 {
-			t.Fatalf("request %d: RateLimit-Limit %d, want 100000000", i+1, got)
-		}
-	}
+	ratelimittest.Run(t, func(t *testing.T, tokens uint64, interval time.Duration) limiter.Store {
+		return newMemory(t, ratelimit.MemoryConfig{Tokens: tokens, Interval: interval})
+	}, ratelimittest.MaxTokens(math.MaxUint64))
 }
 
 // TestMemoryWindows checks the arithmetic on a test clock, for budgets
@@ -151,57 +124,18 @@ func TestSmallBudgetIsExact(t *testing.T) {
 	}
 }
 
-func TestMemorySetGetBurstClose(t *testing.T) {
+// TestMemoryBurstCapped: a burst past 2^64 tokens leaves the count at
+// 2^64-1 instead of wrapping around to a few.
+func TestMemoryBurstCapped(t *testing.T) {
 	t.Parallel()
-	clk := newClock()
-	m := newMemory(t, ratelimit.MemoryConfig{Tokens: 2, Interval: time.Minute, Now: clk.Now})
+	m := newMemory(t, ratelimit.MemoryConfig{Tokens: 2, Interval: time.Minute})
 	ctx := t.Context()
-	get := func(key string) [2]uint64 {
-		t.Helper()
-		tokens, remaining, err := m.Get(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return [2]uint64{tokens, remaining}
-	}
-	if got := get("acme"); got != [2]uint64{0, 0} {
-		t.Errorf("Get of an unseen key = %v, want [0 0]", got)
-	}
 	takeOne(t, m, "acme")
-	if got := get("acme"); got != [2]uint64{2, 1} {
-		t.Errorf("Get after a take = %v, want [2 1]", got)
-	}
-	if err := m.Burst(ctx, "acme", 5); err != nil {
+	if err := m.Burst(ctx, "acme", math.MaxUint64); err != nil {
 		t.Fatal(err)
 	}
-	if got := get("acme"); got != [2]uint64{2, 6} {
-		t.Errorf("Get after Burst = %v, want [2 6]", got)
-	}
-	if err := m.Burst(ctx, "acme", math.MaxUint64); err != nil || get("acme") != [2]uint64{2, math.MaxUint64} {
-		t.Errorf("Burst past 2^64: %v, %v; want the count capped", err, get("acme"))
-	}
-	clk.Add(time.Minute)
-	if got := get("acme"); got != [2]uint64{2, 2} {
-		t.Errorf("Get in the next interval = %v, want [2 2] (the burst was for one interval)", got)
-	}
-	if err := m.Set(ctx, "globex", 1_000_000_000, time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	if got := takeOne(t, m, "globex"); !got.ok || got.tokens != 1_000_000_000 || got.remaining != 999_999_999 ||
-		!got.reset.Equal(clk.Now().Add(time.Millisecond)) {
-		t.Errorf("take on a Set limit: %+v", got)
-	}
-	if err := m.Set(ctx, "globex", 1, 0); err == nil {
-		t.Error("Set with a zero interval succeeded")
-	}
-	if err := m.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, _, _, err := m.Take(ctx, "acme"); !errors.Is(err, limiter.ErrStopped) {
-		t.Errorf("Take after Close: %v, want ErrStopped", err)
-	}
-	if _, _, err := m.Get(ctx, "acme"); !errors.Is(err, limiter.ErrStopped) {
-		t.Errorf("Get after Close: %v, want ErrStopped", err)
+	if tokens, remaining, err := m.Get(ctx, "acme"); err != nil || tokens != 2 || remaining != math.MaxUint64 {
+		t.Errorf("Get after a burst past 2^64 = %d, %d, %v; want 2, 2^64-1", tokens, remaining, err)
 	}
 }
 
