@@ -154,8 +154,8 @@ func requireAdminToken(tokenSHA256, problemBase string, next http.Handler) http.
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !auth.AdminToken(r, want) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate-admin"`)
-			gateway.WriteProblem(w, r, problemBase, nil,
-				&gateway.Problem{Err: auth.ErrUnauthorized, Detail: "the worker's /metrics needs the admin bearer token"})
+			gateway.NewProblemWriter(problemBase, nil).Write(w, r,
+				&idempotency.RequestError{Err: auth.ErrUnauthorized, Detail: "the worker's /metrics needs the admin bearer token"})
 			return
 		}
 		next.ServeHTTP(w, r)
