@@ -375,20 +375,32 @@ func (g *Gateway) handleOpenAPI(contentType string, doc []byte) http.HandlerFunc
 	}
 }
 
-// requireAdmin checks the admin bearer token in constant time.
+// AdminChallenge is the WWW-Authenticate of a refused request to an admin
+// endpoint that programs call.
+const AdminChallenge = `Bearer realm="idemgate-admin"`
+
+// requireAdmin lets through the requests that carry the admin token.
 func (g *Gateway) requireAdmin(next http.Handler) http.Handler {
-	return g.requireAdminToken(next, `Bearer realm="idemgate-admin"`)
+	return g.requireAdminToken(next, AdminChallenge)
 }
 
-// requireAdminToken checks the admin token, sent as a bearer token or as
-// the password of HTTP Basic authentication (any user name) so that a
-// browser can reach an admin page; challenge is the WWW-Authenticate of a
-// refusal.
+// requireAdminToken is RequireAdminToken with the gateway's token and
+// problem writer; challenge is the WWW-Authenticate of a refusal.
 func (g *Gateway) requireAdminToken(next http.Handler, challenge string) http.Handler {
+	return RequireAdminToken(next, g.admin, challenge, "the admin API needs the admin bearer token", g.problems)
+}
+
+// RequireAdminToken lets through the requests that carry the admin token
+// whose SHA-256 is want (auth.AdminToken: a bearer token, or the password
+// of HTTP Basic authentication so that a browser can reach an admin page)
+// and answers any other 401, with challenge as WWW-Authenticate and a
+// problem document, written by problems, whose detail is detail. It
+// guards the gateway's admin listener and the worker's.
+func RequireAdminToken(next http.Handler, want [sha256.Size]byte, challenge, detail string, problems idempotency.ProblemWriter) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !auth.AdminToken(r, g.admin) {
+		if !auth.AdminToken(r, want) {
 			w.Header().Set("WWW-Authenticate", challenge)
-			g.problems.Write(w, r, &idempotency.RequestError{Err: auth.ErrUnauthorized, Detail: "the admin API needs the admin bearer token"})
+			problems.Write(w, r, &idempotency.RequestError{Err: auth.ErrUnauthorized, Detail: detail})
 			return
 		}
 		next.ServeHTTP(w, r)
