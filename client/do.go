@@ -17,8 +17,9 @@ import (
 )
 
 // ErrRetriesExhausted is wrapped, together with the last answer's error
-// (a *Problem or a network error), by the error of a call that ran out of
-// attempts or of MaxElapsed while the answers were still retryable.
+// (a *ProblemError or a network error), by the error of a call that ran
+// out of attempts or of MaxElapsed while the answers were still
+// retryable.
 var ErrRetriesExhausted = errors.New("idemgate: retries exhausted")
 
 // Response is the outcome of one logical call: its last attempt's answer.
@@ -56,7 +57,7 @@ type Response struct {
 // 503 and 504. A replayed answer is never retried: it is stored and would
 // come back the same. Any other answer is final: a 1xx–3xx returns the
 // Response and a nil error; a 4xx or 5xx returns the Response and a
-// *Problem.
+// *ProblemError.
 //
 // When the attempts or MaxElapsed run out on a retryable answer, Do
 // returns the last Response and an error wrapping both

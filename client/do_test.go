@@ -149,9 +149,9 @@ func TestFinalAnswersAreNotRetried(t *testing.T) {
 			g := newGateway(t, tc.answer, created(`{}`))
 			clk := newClock()
 			resp, err := testClient(g, clk).Do(t.Context(), "POST", "/v1/payments", []byte(`{}`))
-			var p *Problem
+			var p *ProblemError
 			if !errors.As(err, &p) {
-				t.Fatalf("err = %v, want a *Problem", err)
+				t.Fatalf("err = %v, want a *ProblemError", err)
 			}
 			if resp == nil || resp.Attempts != 1 || len(g.requests()) != 1 || len(clk.recorded()) != 0 {
 				t.Fatalf("resp %+v, %d requests: want the answer returned at once", resp, len(g.requests()))
@@ -221,7 +221,7 @@ func TestProblemMembers(t *testing.T) {
 		"documentation":"https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-idempotency-key-header#section-2.2"}`
 	g := newGateway(t, reply{status: 422, header: map[string]string{"Content-Type": "application/problem+json"}, body: body})
 	_, err := testClient(g, newClock()).Do(t.Context(), "POST", "/v1/payments", []byte(`{}`), WithKey("order-42"))
-	var p *Problem
+	var p *ProblemError
 	if !errors.As(err, &p) || !IsKeyReused(err) {
 		t.Fatalf("err = %v, want idempotency-key-reused", err)
 	}
@@ -250,9 +250,9 @@ func TestNonProblemAnswer(t *testing.T) {
 	t.Parallel()
 	g := newGateway(t, reply{status: 404, header: map[string]string{"Content-Type": "text/plain"}, body: "no such thing\n"})
 	_, err := testClient(g, newClock()).Do(t.Context(), "POST", "/v1/nowhere", nil)
-	var p *Problem
+	var p *ProblemError
 	if !errors.As(err, &p) || p.Type != "about:blank" || p.Title != "Not Found" || p.Detail != "no such thing" {
-		t.Fatalf("err = %#v, want a Problem built from the status", err)
+		t.Fatalf("err = %#v, want a ProblemError built from the status", err)
 	}
 	if got := err.Error(); got != "idemgate: 404 Not Found: no such thing" {
 		t.Errorf("Error() = %q", got)
@@ -266,7 +266,7 @@ func TestInvalidPayloadDecodesErrors(t *testing.T) {
 		"errors":[{"field":"quantity","message":"must be >= 1"},{"field":"parcels[2].weight_g","message":"required"}]}`
 	g := newGateway(t, reply{status: 422, header: map[string]string{"Content-Type": "application/problem+json; charset=utf-8"}, body: body})
 	_, err := testClient(g, newClock()).Do(t.Context(), "POST", "/v1/shipments", map[string]int{"quantity": 0})
-	var p *Problem
+	var p *ProblemError
 	if !IsInvalidPayload(err) || !errors.As(err, &p) {
 		t.Fatalf("err = %v, want invalid-payload", err)
 	}
@@ -299,7 +299,7 @@ func TestContextCancelStopsRetrying(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("err = %v, want context.Canceled", err)
 		}
-		var p *Problem
+		var p *ProblemError
 		if !errors.As(err, &p) || p.Status != 503 {
 			t.Errorf("err = %v, want the last answer wrapped too", err)
 		}
@@ -360,7 +360,7 @@ func TestMaxElapsed(t *testing.T) {
 		if !errors.Is(err, ErrRetriesExhausted) {
 			t.Fatalf("err = %v, want ErrRetriesExhausted", err)
 		}
-		var p *Problem
+		var p *ProblemError
 		if !errors.As(err, &p) || p.Status != 503 || resp.Status != 503 {
 			t.Errorf("err = %v, resp %d: want the last answer", err, resp.Status)
 		}
@@ -377,7 +377,7 @@ func TestMaxElapsed(t *testing.T) {
 		g := newGateway(t, problemReply(503, "idempotency-store-unavailable", "", map[string]string{"Retry-After": "120"}), created(`{}`))
 		clk := newClock()
 		resp, err := testClient(g, clk).Do(t.Context(), "POST", "/v1/payments", nil)
-		var p *Problem
+		var p *ProblemError
 		if !errors.Is(err, ErrRetriesExhausted) || !errors.As(err, &p) || p.Status != 503 {
 			t.Fatalf("err = %v, want exhausted with the 503", err)
 		}
@@ -395,9 +395,9 @@ func TestMaxAttempts(t *testing.T) {
 	if !errors.Is(err, ErrRetriesExhausted) || !strings.Contains(err.Error(), "after 3 attempts") {
 		t.Fatalf("err = %v, want exhausted after 3 attempts", err)
 	}
-	var p *Problem
+	var p *ProblemError
 	if errors.As(err, &p) {
-		t.Errorf("no answer came, yet err holds a Problem: %v", p)
+		t.Errorf("no answer came, yet err holds a ProblemError: %v", p)
 	}
 	if resp.Status != 0 || resp.Key == "" || resp.Attempts != 3 || len(g.requests()) != 3 {
 		t.Errorf("resp %+v, %d requests; want status 0, the key, 3 attempts", resp, len(g.requests()))

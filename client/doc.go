@@ -11,13 +11,14 @@
 // 429, 502, 503, 504 — with exponential backoff and full jitter, never sooner
 // than the gateway's Retry-After, within Retry's MaxAttempts and
 // MaxElapsed and the context. Every other answer is final. A 4xx or 5xx
-// comes back as a *Problem (RFC 9457), matched by its type's last segment
-// with IsKeyReused, IsOutcomeUnknown and IsInvalidPayload. SubmitJob posts
-// to an enqueue route and WaitJob polls the job until it has ended.
+// comes back as a *ProblemError (its RFC 9457 problem document), matched
+// by its type's last segment with IsKeyReused, IsOutcomeUnknown and
+// IsInvalidPayload. SubmitJob posts to an enqueue route and WaitJob polls
+// the job until it has ended.
 //
 //	c := client.New("https://gateway.example.com", client.WithAPIKey(key))
 //	resp, err := c.Do(ctx, "POST", "/v1/payments", payment)
-//	if err != nil { … } // a *Problem, or errors.Is(err, client.ErrRetriesExhausted)
+//	if err != nil { … } // a *ProblemError, or errors.Is(err, client.ErrRetriesExhausted)
 //	fmt.Println(resp.Status, resp.Replayed, resp.Key, resp.Attempts)
 //
 // When a call may outlive the process (a crash between attempts), derive

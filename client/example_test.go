@@ -91,7 +91,7 @@ func ExampleIsKeyReused() {
 	_, _ = c.Do(ctx, "POST", "/v1/payments", map[string]int{"amount_cents": 100}, client.WithKey("k-1"))
 	resp, err := c.Do(ctx, "POST", "/v1/payments", map[string]int{"amount_cents": 999}, client.WithKey("k-1"))
 	fmt.Println(client.IsKeyReused(err), "attempts:", resp.Attempts)
-	var p *client.Problem
+	var p *client.ProblemError
 	if errors.As(err, &p) {
 		fmt.Println(p.Status, p.Slug(), "retryable:", p.Retryable, "key:", p.IdempotencyKey)
 	}

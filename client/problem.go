@@ -16,11 +16,12 @@ import (
 // (parcels[2].weight_g) and what is wrong with it.
 type FieldError = openapi.FieldError
 
-// Problem is a final 4xx or 5xx answer, decoded from its RFC 9457
-// application/problem+json body. An answer that is not problem+json (an
-// upstream's own error page) becomes a Problem too: Type "about:blank",
-// Title the status text, Detail the start of the body.
-type Problem struct {
+// ProblemError is a final 4xx or 5xx answer as an error, decoded from its
+// RFC 9457 application/problem+json body (the gateway's Problem document).
+// An answer that is not problem+json (an upstream's own error page)
+// becomes a ProblemError too: Type "about:blank", Title the status text,
+// Detail the start of the body.
+type ProblemError struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
 	Status int    `json:"status"`
@@ -45,14 +46,14 @@ type Problem struct {
 
 // Slug is the last path segment of Type (idempotency-key-reused), which
 // names the problem whatever problem_base the gateway is configured with.
-func (p *Problem) Slug() string {
+func (p *ProblemError) Slug() string {
 	t := strings.TrimRight(p.Type, "/")
 	return t[strings.LastIndexByte(t, '/')+1:]
 }
 
 // Error says the status, the slug (or the title when the type is
 // about:blank) and the detail.
-func (p *Problem) Error() string {
+func (p *ProblemError) Error() string {
 	name := p.Slug()
 	if p.Type == "" || p.Type == "about:blank" {
 		name = p.Title
@@ -86,21 +87,21 @@ func IsKeyReused(err error) bool { return isSlug(err, slugKeyReused) }
 func IsOutcomeUnknown(err error) bool { return isSlug(err, slugOutcomeUnknown) }
 
 // IsInvalidPayload reports whether err is a 422 invalid-payload; the
-// Problem's Errors say which fields are at fault.
+// ProblemError's Errors say which fields are at fault.
 func IsInvalidPayload(err error) bool { return isSlug(err, slugInvalidPayload) }
 
 func isSlug(err error, slug string) bool {
-	var p *Problem
+	var p *ProblemError
 	return errors.As(err, &p) && p.Slug() == slug
 }
 
 // maxDetail bounds the Detail taken from a body that is not a problem.
 const maxDetail = 200
 
-// problemFrom reads a 4xx or 5xx answer as a Problem.
-func problemFrom(status int, h http.Header, body []byte) *Problem {
+// problemFrom reads a 4xx or 5xx answer as a ProblemError.
+func problemFrom(status int, h http.Header, body []byte) *ProblemError {
 	if mt, _, _ := mime.ParseMediaType(h.Get("Content-Type")); mt == "application/problem+json" {
-		var p Problem
+		var p ProblemError
 		var member struct {
 			Retryable *bool `json:"retryable"`
 		}
@@ -125,7 +126,7 @@ func problemFrom(status int, h http.Header, body []byte) *Problem {
 		}
 		detail = detail[:cut] + "…"
 	}
-	return &Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail,
+	return &ProblemError{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail,
 		Retryable: retryableStatus(status, "")}
 }
 

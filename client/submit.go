@@ -18,9 +18,9 @@ type Job = openapi.Job
 // SubmitJob posts payload to an enqueue route (path, such as
 // /v1/shipments) with Do's retrying, and returns the job document of the
 // 202 answer. A retry, or a later call with the same WithKey, names the
-// same job. An answer other than 202 is an error: a *Problem for a 4xx or
-// 5xx (IsInvalidPayload for a payload the job's schema refuses), a plain
-// error for another status or a body that is not a job document.
+// same job. An answer other than 202 is an error: a *ProblemError for a
+// 4xx or 5xx (IsInvalidPayload for a payload the job's schema refuses), a
+// plain error for another status or a body that is not a job document.
 func (c *Client) SubmitJob(ctx context.Context, path string, payload any, opts ...CallOption) (Job, error) {
 	resp, err := c.Do(ctx, http.MethodPost, path, payload, opts...)
 	if err != nil {

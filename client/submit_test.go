@@ -46,7 +46,7 @@ func TestSubmitJobRefusals(t *testing.T) {
 		check  func(error) bool
 	}{
 		{"invalid payload", problemReply(422, "invalid-payload", "", nil), IsInvalidPayload},
-		{"not an enqueue route", created(`{"id":"pay_1"}`), func(err error) bool { var p *Problem; return err != nil && !errors.As(err, &p) }},
+		{"not an enqueue route", created(`{"id":"pay_1"}`), func(err error) bool { var p *ProblemError; return err != nil && !errors.As(err, &p) }},
 		{"not a job document", reply{status: 202, body: `{"queued":true}`}, func(err error) bool { return err != nil }},
 	}
 	for _, tc := range tests {
@@ -94,7 +94,7 @@ func TestWaitJob(t *testing.T) {
 		t.Parallel()
 		g := newGateway(t, problemReply(404, "not-found", "no such job", nil))
 		_, err := testClient(g, newClock()).WaitJob(t.Context(), "job_x")
-		var p *Problem
+		var p *ProblemError
 		if !errors.As(err, &p) || p.Status != 404 || len(g.requests()) != 1 {
 			t.Fatalf("WaitJob: %v, want the 404 at once", err)
 		}

@@ -38,7 +38,7 @@ func (g *Gateway) adminRoutes() http.Handler {
 		r.HandleFunc(pprofPrefix+"trace", pprof.Trace)
 	}
 	notFound := func(w http.ResponseWriter, r *http.Request) {
-		g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "no admin endpoint " + r.Method + " " + r.URL.Path})
+		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no admin endpoint " + r.Method + " " + r.URL.Path})
 	}
 	r.NotFound(notFound)
 	r.MethodNotAllowed(notFound)
@@ -55,7 +55,7 @@ func (g *Gateway) adminRoutes() http.Handler {
 func (g *Gateway) sameOrigin(next http.Handler) http.Handler {
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		g.problems.write(w, r, &Problem{Err: ErrBadRequest,
+		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest,
 			Detail: "a state-changing request to the admin listener from another origin is refused; send it from the admin listener's own origin, or without a browser"})
 	}))
 	return cop.Handler(next)
@@ -128,11 +128,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (g *Gateway) storeError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound):
-		g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "no idempotency record for this tenant, route and key"})
+		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no idempotency record for this tenant, route and key"})
 	case errors.Is(err, idempotency.ErrNotUnknown):
-		g.problems.write(w, r, &Problem{Err: ErrBadRequest, Detail: "only a record whose outcome is unknown can be resolved; delete it instead"})
+		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest, Detail: "only a record whose outcome is unknown can be resolved; delete it instead"})
 	default:
-		g.problems.write(w, r, &Problem{Err: idempotency.ErrStoreUnavailable, Detail: "the idempotency store is unavailable", RetryAfter: time.Second, Cause: err})
+		g.problems.Write(w, r, &idempotency.RequestError{Err: idempotency.ErrStoreUnavailable, Detail: "the idempotency store is unavailable", RetryAfter: time.Second, Cause: err})
 	}
 }
 

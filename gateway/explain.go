@@ -33,7 +33,7 @@ func (g *Gateway) handleJobExplain() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id, err := url.PathUnescape(chi.URLParam(r, "id"))
 		if err != nil || !storable(id) {
-			g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "no job with this id"})
+			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no job with this id"})
 			return
 		}
 		story, err := g.opts.Explainer.Job(r.Context(), id)
@@ -49,8 +49,8 @@ func (g *Gateway) writeStory(w http.ResponseWriter, r *http.Request, story *expl
 	case err == nil:
 		writeJSON(w, http.StatusOK, story)
 	case errors.Is(err, explain.ErrNotFound):
-		g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: err.Error()})
+		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: err.Error()})
 	default:
-		g.problems.write(w, r, &Problem{Err: idempotency.ErrStoreUnavailable, Detail: "the stores could not be read to tell the story; retry", RetryAfter: time.Second, Cause: err})
+		g.problems.Write(w, r, &idempotency.RequestError{Err: idempotency.ErrStoreUnavailable, Detail: "the stores could not be read to tell the story; retry", RetryAfter: time.Second, Cause: err})
 	}
 }

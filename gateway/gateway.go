@@ -94,7 +94,7 @@ type Check struct {
 // Gateway is the built gateway: its public and admin handlers.
 type Gateway struct {
 	opts     Options
-	problems problemWriter
+	problems idempotency.ProblemWriter
 	auth     *auth.Authenticator
 	limiter  *ratelimit.Limiter
 	table    table
@@ -133,7 +133,7 @@ func New(opts Options) (*Gateway, error) {
 	if opts.Store == nil {
 		return nil, errors.New("gateway: no idempotency store")
 	}
-	g := &Gateway{opts: opts, problems: problemWriter{base: opts.ProblemBase, logger: opts.Logger}}
+	g := &Gateway{opts: opts, problems: NewProblemWriter(opts.ProblemBase, opts.Logger)}
 	if opts.AdminTokenSHA256 != "" {
 		b, err := hex.DecodeString(opts.AdminTokenSHA256)
 		if err != nil || len(b) != sha256.Size {
@@ -148,13 +148,13 @@ func New(opts Options) (*Gateway, error) {
 	if g.auth.Mode() == auth.ModeAPIKey {
 		// In header mode a trusted proxy names the tenant: the client has
 		// no credentials to send, so there is nothing to challenge it for.
-		g.problems.challenge = `Bearer realm="idemgate"`
+		g.problems.Challenge = `Bearer realm="idemgate"`
 	}
 	g.limiter, err = ratelimit.New(opts.RateLimits, opts.RateLimitStore, ratelimit.Config{
 		Key: func(r *http.Request) string { return auth.Tenant(r.Context()) },
 		OnLimited: func(w http.ResponseWriter, r *http.Request, err error) {
 			infoFrom(r.Context()).outcome = "rate_limited"
-			g.problems.write(w, r, err)
+			g.problems.Write(w, r, err)
 		},
 		OnError: func(r *http.Request, err error) {
 			opts.Logger.WarnContext(r.Context(), "rate limit store failed; request let through", "err", err)
@@ -208,7 +208,7 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 	ic := ro.Idempotency
 	ic.Route = ro.Name
 	ic.Tenant = func(r *http.Request) string { return auth.Tenant(r.Context()) }
-	ic.ErrorHandler = g.problems.write
+	ic.ErrorHandler = g.problems.Write
 	ic.ReplayCache = g.opts.ReplayCache
 	ic.Observe = observeIdempotency
 	ic.Logger = g.opts.Logger
@@ -264,7 +264,7 @@ func (g *Gateway) authenticate(next http.Handler) http.Handler {
 		tenant, err := g.auth.Authenticate(r)
 		if err != nil {
 			infoFrom(r.Context()).outcome = "unauthorized"
-			g.problems.write(w, r, err)
+			g.problems.Write(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, authenticated(r, tenant))
@@ -297,12 +297,12 @@ func (g *Gateway) handleTable() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		path, err := routePath(r.URL)
 		if err != nil {
-			g.problems.write(w, r, &Problem{Err: ErrBadRequest, Detail: err.Error()})
+			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest, Detail: err.Error()})
 			return
 		}
 		rt := g.table.match(r.Method, path)
 		if rt == nil {
-			g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "no route matches " + r.Method + " " + r.URL.Path})
+			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no route matches " + r.Method + " " + r.URL.Path})
 			return
 		}
 		rt.handler.ServeHTTP(w, r)
@@ -319,7 +319,7 @@ func (g *Gateway) recoverPanics(next http.Handler) http.Handler {
 			if v == http.ErrAbortHandler {
 				panic(v) // the connection is to be dropped: let net/http do it
 			}
-			g.problems.write(w, r, fmt.Errorf("panic: %v", v))
+			g.problems.Write(w, r, fmt.Errorf("panic: %v", v))
 		}()
 		next.ServeHTTP(w, r)
 	})
@@ -338,7 +338,7 @@ func (g *Gateway) handleReady() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if g.Draining() {
 			// Not a failure: no check runs and nothing is logged.
-			g.problems.write(w, r, &Problem{Err: ErrNotReady, Detail: "draining: the gateway is shutting down", RetryAfter: time.Second})
+			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotReady, Detail: "draining: the gateway is shutting down", RetryAfter: time.Second})
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -351,7 +351,7 @@ func (g *Gateway) handleReady() http.HandlerFunc {
 			}
 		}
 		if len(failed) > 0 {
-			g.problems.write(w, r, &Problem{Err: ErrNotReady, Detail: "unreachable: " + strings.Join(failed, ", "), RetryAfter: time.Second})
+			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotReady, Detail: "unreachable: " + strings.Join(failed, ", "), RetryAfter: time.Second})
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -375,20 +375,32 @@ func (g *Gateway) handleOpenAPI(contentType string, doc []byte) http.HandlerFunc
 	}
 }
 
-// requireAdmin checks the admin bearer token in constant time.
+// AdminChallenge is the WWW-Authenticate of a refused request to an admin
+// endpoint that programs call.
+const AdminChallenge = `Bearer realm="idemgate-admin"`
+
+// requireAdmin lets through the requests that carry the admin token.
 func (g *Gateway) requireAdmin(next http.Handler) http.Handler {
-	return g.requireAdminToken(next, `Bearer realm="idemgate-admin"`)
+	return g.requireAdminToken(next, AdminChallenge)
 }
 
-// requireAdminToken checks the admin token, sent as a bearer token or as
-// the password of HTTP Basic authentication (any user name) so that a
-// browser can reach an admin page; challenge is the WWW-Authenticate of a
-// refusal.
+// requireAdminToken is RequireAdminToken with the gateway's token and
+// problem writer; challenge is the WWW-Authenticate of a refusal.
 func (g *Gateway) requireAdminToken(next http.Handler, challenge string) http.Handler {
+	return RequireAdminToken(next, g.admin, challenge, "the admin API needs the admin bearer token", g.problems)
+}
+
+// RequireAdminToken lets through the requests that carry the admin token
+// whose SHA-256 is want (auth.AdminToken: a bearer token, or the password
+// of HTTP Basic authentication so that a browser can reach an admin page)
+// and answers any other 401, with challenge as WWW-Authenticate and a
+// problem document, written by problems, whose detail is detail. It
+// guards the gateway's admin listener and the worker's.
+func RequireAdminToken(next http.Handler, want [sha256.Size]byte, challenge, detail string, problems idempotency.ProblemWriter) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !auth.AdminToken(r, g.admin) {
+		if !auth.AdminToken(r, want) {
 			w.Header().Set("WWW-Authenticate", challenge)
-			g.problems.write(w, r, &Problem{Err: auth.ErrUnauthorized, Detail: "the admin API needs the admin bearer token"})
+			problems.Write(w, r, &idempotency.RequestError{Err: auth.ErrUnauthorized, Detail: detail})
 			return
 		}
 		next.ServeHTTP(w, r)

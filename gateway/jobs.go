@@ -43,19 +43,19 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions, timeout time.Du
 			// open: a job without a claim is not safe, so refuse as if
 			// failing closed.
 			if r.Header.Get(idempotency.HeaderKey) != "" {
-				g.problems.write(w, r, &Problem{Err: idempotency.ErrStoreUnavailable, Detail: "the idempotency store is unavailable; the job was not queued, retry with the same key", RetryAfter: time.Second})
+				g.problems.Write(w, r, &idempotency.RequestError{Err: idempotency.ErrStoreUnavailable, Detail: "the idempotency store is unavailable; the job was not queued, retry with the same key", RetryAfter: time.Second})
 				return
 			}
-			g.problems.write(w, r, &Problem{Err: idempotency.ErrKeyMissing, Detail: "enqueue routes need an Idempotency-Key"})
+			g.problems.Write(w, r, &idempotency.RequestError{Err: idempotency.ErrKeyMissing, Detail: "enqueue routes need an Idempotency-Key"})
 			return
 		}
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
-			g.problems.write(w, r, &Problem{Err: ErrBadRequest, Detail: "the request body could not be read", Cause: err})
+			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest, Detail: "the request body could not be read", Cause: err})
 			return
 		}
 		if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
-			g.problems.write(w, r, &Problem{Err: ErrBadRequest, Detail: "the body must be application/json"})
+			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest, Detail: "the body must be application/json"})
 			return
 		}
 		req := job.Request{Tenant: a.Scope.Tenant, Route: route, Key: a.Scope.Key, Spec: eo.Spec, Queue: eo.Queue, Body: body}
@@ -103,13 +103,13 @@ func (g *Gateway) jobError(w http.ResponseWriter, r *http.Request, err error) {
 		if errors.Is(err, job.ErrMalformed) {
 			kind = ErrBadRequest
 		}
-		g.problems.write(w, r, &Problem{Err: kind, Detail: pe.Error(), Fields: pe.Fields})
+		g.problems.Write(w, r, &idempotency.RequestError{Err: kind, Detail: pe.Error(), Fields: pe.Faults()})
 	case errors.Is(err, job.ErrNotFound):
-		g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "no such job"})
+		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no such job"})
 	default:
 		// No job was recorded (or none could be read): 503, which
 		// releases the key.
-		g.problems.write(w, r, &Problem{Err: ErrQueueUnavailable, Detail: "the job could not be queued; retry with the same Idempotency-Key", RetryAfter: time.Second, Cause: err})
+		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrQueueUnavailable, Detail: "the job could not be queued; retry with the same Idempotency-Key", RetryAfter: time.Second, Cause: err})
 	}
 }
 
@@ -117,16 +117,16 @@ func (g *Gateway) jobError(w http.ResponseWriter, r *http.Request, err error) {
 // gets 404, as if it did not exist.
 func (g *Gateway) handleJobGet() http.Handler {
 	return g.auth.Middleware(func(w http.ResponseWriter, r *http.Request, err error) {
-		g.problems.write(w, r, err)
+		g.problems.Write(w, r, err)
 	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		telemetry.SetEndpoint(r, "/v1/jobs/{id}")
 		if g.opts.Jobs == nil {
-			g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "this gateway has no enqueue routes"})
+			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "this gateway has no enqueue routes"})
 			return
 		}
 		id := chi.URLParam(r, "id")
 		if !storable(id) {
-			g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "no such job"})
+			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no such job"})
 			return
 		}
 		rec, err := g.opts.Jobs.Get(r.Context(), auth.Tenant(r.Context()), id)

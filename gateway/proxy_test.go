@@ -37,8 +37,8 @@ func TestProxyRefusesAnExpiredLease(t *testing.T) {
 	target, _ := url.Parse(upstream.URL)
 
 	store := renewFails{memstore.New()}
-	pw := problemWriter{base: idempotency.DefaultProblemBase, logger: slog.New(slog.DiscardHandler)}
-	mw, err := idempotency.New(store, idempotency.Config{Route: "payments", Lease: 100 * time.Millisecond, ErrorHandler: pw.write})
+	pw := NewProblemWriter(idempotency.DefaultProblemBase, slog.New(slog.DiscardHandler))
+	mw, err := idempotency.New(store, idempotency.Config{Route: "payments", Lease: 100 * time.Millisecond, ErrorHandler: pw.Write})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,10 @@
 package gateway
 
 import (
-	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
 // shedRetryAfter is the Retry-After of a shed request: long enough for the
@@ -33,7 +34,8 @@ func (g *Gateway) shedOverload(next http.Handler) http.Handler {
 	m := g.opts.Metrics
 	// A shed request is not a failure of the gateway: its 503 is not
 	// logged, which under overload would add a line per refusal.
-	quiet := problemWriter{base: g.problems.base, logger: slog.New(slog.DiscardHandler), challenge: g.problems.challenge}
+	quiet := g.problems
+	quiet.Logger = nil
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
 			next.ServeHTTP(w, r)
@@ -43,7 +45,7 @@ func (g *Gateway) shedOverload(next http.Handler) http.Handler {
 		defer g.inFlight.Add(-1)
 		if limit > 0 && n > limit {
 			m.shed.Inc()
-			quiet.write(w, r, &Problem{Err: ErrNotReady, Detail: "overloaded: the gateway is handling as many requests as it may at once (server.max_in_flight); retry after the delay in Retry-After", RetryAfter: shedRetryAfter})
+			quiet.Write(w, r, &idempotency.RequestError{Err: ErrNotReady, Detail: "overloaded: the gateway is handling as many requests as it may at once (server.max_in_flight); retry after the delay in Retry-After", RetryAfter: shedRetryAfter})
 			return
 		}
 		m.inFlight.Inc()

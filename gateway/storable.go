@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
 // storable reports whether s can be a PostgreSQL text value: UTF-8
@@ -20,7 +22,7 @@ func (g *Gateway) storableScope(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s := scopeOf(r)
 		if !storable(s.Tenant) || !storable(s.Route) || !storable(s.Key) {
-			g.problems.write(w, r, &Problem{Err: ErrNotFound, Detail: "no idempotency record for this tenant, route and key"})
+			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no idempotency record for this tenant, route and key"})
 			return
 		}
 		next.ServeHTTP(w, r)

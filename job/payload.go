@@ -57,6 +57,17 @@ func (e *PayloadError) Error() string {
 
 func (e *PayloadError) Unwrap() error { return e.Kind }
 
+// Faults returns the faults as the error carrier lists them
+// (idempotency.RequestError's Fields), for the answer that refuses the
+// payload.
+func (e *PayloadError) Faults() []idempotency.FieldFault {
+	out := make([]idempotency.FieldFault, len(e.Fields))
+	for i, f := range e.Fields {
+		out[i] = idempotency.FieldFault(f)
+	}
+	return out
+}
+
 // decodeJSON parses exactly one JSON value, keeping numbers as written.
 func decodeJSON(body []byte) (any, error) {
 	if len(bytes.TrimSpace(body)) == 0 {

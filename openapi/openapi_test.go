@@ -4,19 +4,24 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"go.uber.org/goleak"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/gateway/gatewaytest"
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/requestid"
 	"github.com/idemgate/idemgate/openapi"
 )
 
@@ -70,21 +75,60 @@ var problemDocumentation = map[string]string{
 
 func TestProblemTableMatchesMiddleware(t *testing.T) {
 	t.Parallel()
-	for _, err := range []error{
-		idempotency.ErrKeyMissing, idempotency.ErrKeyInvalid, idempotency.ErrKeyReused, idempotency.ErrKeyInUse,
-		idempotency.ErrOutcomeUnknown, idempotency.ErrRequestTooLarge, idempotency.ErrStoreUnavailable,
-	} {
-		p, ok := idempotency.ProblemFor(err)
-		if !ok {
-			t.Errorf("%v: no problem", err)
-			continue
-		}
+	for _, p := range idempotency.Refusals() {
 		if got, ok := problemStatus[p.Slug]; !ok || got != p.Status {
-			t.Errorf("the middleware answers %v with %d %s; the description says %d", err, p.Status, p.Slug, got)
+			t.Errorf("the middleware answers %v with %d %s; the description says %d", p.Err, p.Status, p.Slug, got)
 		}
 		if p.Retryable() != problemRetryable[p.Slug] || p.Documentation() != problemDocumentation[p.Slug] {
 			t.Errorf("the middleware says %s is retryable=%v, documented at %q; the description says %v, %q",
 				p.Slug, p.Retryable(), p.Documentation(), problemRetryable[p.Slug], problemDocumentation[p.Slug])
+		}
+	}
+}
+
+// TestProblemWriterWritesTheProblemSchema: the one renderer of problem
+// documents, as the library's DefaultErrorHandler and as the gateway's
+// writer, writes documents that decode strictly into Problem, and the
+// gateway's are byte for byte what Problem encodes to: its members, in its
+// order.
+func TestProblemWriterWritesTheProblemSchema(t *testing.T) {
+	t.Parallel()
+	gw := gateway.NewProblemWriter(idempotency.DefaultProblemBase, slog.New(slog.DiscardHandler))
+	errs := []error{
+		&idempotency.RequestError{Err: gateway.ErrInvalidPayload, Detail: "invalid payload: amount_cents: must be at least 1",
+			Fields: []idempotency.FieldFault{{Field: "amount_cents", Message: "must be at least 1"}}},
+		&idempotency.RequestError{Err: gateway.ErrUpstreamUnavailable, Detail: "refused", Cause: errors.New("dial tcp: refused")},
+		errors.New("not one of ours"),
+	}
+	for _, p := range idempotency.Refusals() {
+		errs = append(errs, &idempotency.RequestError{Err: p.Err, Detail: "refused", Key: "order-42", RetryAfter: time.Second})
+	}
+	for _, err := range errs {
+		for _, w := range []struct {
+			name  string
+			write func(http.ResponseWriter, *http.Request, error)
+		}{{"DefaultErrorHandler", idempotency.DefaultErrorHandler}, {"gateway", gw.Write}} {
+			rec := httptest.NewRecorder()
+			requestid.Middleware(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+				w.write(rw, r, err)
+			})).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/payments", nil))
+			var p openapi.Problem
+			dec := json.NewDecoder(bytes.NewReader(rec.Body.Bytes()))
+			dec.DisallowUnknownFields()
+			if derr := dec.Decode(&p); derr != nil {
+				t.Errorf("%s, %v: %s does not decode into Problem: %v", w.name, err, rec.Body, derr)
+				continue
+			}
+			if p.Status != rec.Code || p.Type == "" || p.Title == "" || p.Detail == "" || p.Instance == "" {
+				t.Errorf("%s, %v: %s lacks a member Problem requires", w.name, err, rec.Body)
+			}
+			if w.name != "gateway" {
+				continue // no request_id: it has no request id to name
+			}
+			again, _ := json.Marshal(p)
+			if !bytes.Equal(append(again, '\n'), rec.Body.Bytes()) {
+				t.Errorf("%v: the gateway wrote\n%s\nProblem encodes it as\n%s", err, rec.Body, again)
+			}
 		}
 	}
 }

@@ -231,7 +231,7 @@ func TestSDKRetries(t *testing.T) {
 		log := newAttemptLog(t)
 		other := map[string]any{"order_id": "o-" + run, "amount_cents": 9999, "currency": "EUR"}
 		resp, err := log.client(g.public, retry).Do(t.Context(), "POST", "/v1/sdk/slow", other, sdk.WithKey(flowKey))
-		var p *sdk.Problem
+		var p *sdk.ProblemError
 		if !sdk.IsKeyReused(err) || !errors.As(err, &p) || resp.Attempts != 1 || resp.Status != 422 {
 			t.Fatalf("Do: %v, %+v; want 422 idempotency-key-reused at once", err, resp)
 		}
@@ -264,7 +264,7 @@ func TestSDKRetries(t *testing.T) {
 		r := sdk.Retry{MaxAttempts: 1000, MinBackoff: 100 * time.Millisecond, MaxBackoff: 400 * time.Millisecond, MaxElapsed: 2 * time.Second}
 		start := time.Now()
 		resp, err := log.client(g.public, r).Do(t.Context(), "POST", "/v1/dead", flowBody, sdk.WithKey("sdk-"+run+"-elapsed"))
-		var p *sdk.Problem
+		var p *sdk.ProblemError
 		if !errors.Is(err, sdk.ErrRetriesExhausted) || !errors.As(err, &p) || p.Slug() != "upstream-unavailable" || resp.Status != 502 {
 			t.Fatalf("Do: %v, %+v; want retries exhausted on 502 upstream-unavailable", err, resp)
 		}
@@ -349,7 +349,7 @@ func TestSDKJobs(t *testing.T) {
 	t.Run("an invalid payload", func(t *testing.T) {
 		before := len(log.all())
 		_, err := c.SubmitJob(ctx, "/v1/shipments", map[string]any{"order_id": "sdk-bad-" + run, "quantity": 0})
-		var p *sdk.Problem
+		var p *sdk.ProblemError
 		if !sdk.IsInvalidPayload(err) || !errors.As(err, &p) || p.Status != 422 {
 			t.Fatalf("SubmitJob: %v, want 422 invalid-payload", err)
 		}

@@ -19,7 +19,6 @@ import (
 	"github.com/idemgate/idemgate/extension"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/job"
-	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/requestid"
 	"github.com/idemgate/idemgate/telemetry"
@@ -146,23 +145,15 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 	return &worker{srv: srv, relay: relay, ledgerJanitor: ledgerJanitor, admin: requestid.Middleware(admin)}, nil
 }
 
-// requireAdminToken lets through requests that carry the token whose hex
-// SHA-256 is tokenSHA256 — as a bearer token or, from a browser, as the
-// password of HTTP Basic authentication — as the gateway's admin listener
-// does. An empty tokenSHA256 (checked by config) lets everything through.
+// requireAdminToken puts next behind the token whose hex SHA-256 is
+// tokenSHA256, as the gateway's admin listener does. An empty tokenSHA256
+// (checked by config) lets everything through.
 func requireAdminToken(tokenSHA256, problemBase string, next http.Handler) http.Handler {
 	if tokenSHA256 == "" {
 		return next
 	}
 	var want [sha256.Size]byte
 	_, _ = hex.Decode(want[:], []byte(tokenSHA256))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !auth.AdminToken(r, want) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate-admin"`)
-			gateway.WriteProblem(w, r, problemBase, nil,
-				&gateway.Problem{Err: auth.ErrUnauthorized, Detail: "the worker's /metrics needs the admin bearer token"})
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	return gateway.RequireAdminToken(next, want, gateway.AdminChallenge,
+		"the worker's /metrics needs the admin bearer token", gateway.NewProblemWriter(problemBase, nil))
 }

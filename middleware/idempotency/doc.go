@@ -11,8 +11,11 @@
 //
 // The wrapped handler reads its claim with AttemptFrom and, when it proxies,
 // marks a transport failure NotProcessed (the key is released) or Ambiguous
-// (OnAmbiguous decides). Errors are sentinels and a *RequestError; an
-// ErrorHandler renders them (DefaultErrorHandler writes problem+json).
+// (OnAmbiguous decides). Errors are sentinels carried by a *RequestError,
+// the public detail apart from the logged cause; an ErrorHandler renders
+// them. A ProblemWriter writes problem+json from a ProblemTable (the
+// middleware's Refusals and an application's own rows);
+// DefaultErrorHandler is the zero one.
 //
 // The store decides correctness: pgstore (PostgreSQL) is the source of
 // truth, redisstore is faster and as durable as Redis, memstore is for tests

@@ -33,7 +33,7 @@ func TestProblemRows(t *testing.T) {
 		{idempotency.ErrStoreUnavailable, 503, true, ""},
 	}
 	for _, tc := range tests {
-		p, ok := idempotency.ProblemFor(&idempotency.RequestError{Err: tc.err})
+		p, ok := idempotency.Refusals().Lookup(&idempotency.RequestError{Err: tc.err})
 		if !ok || p.Status != tc.status {
 			t.Errorf("%v: %+v, want status %d", tc.err, p, tc.status)
 			continue

@@ -6,8 +6,9 @@
 // not limited. Every response to a limited tenant carries RateLimit-Limit,
 // RateLimit-Remaining and RateLimit-Reset (whole seconds until the budget
 // refills); a refused request also gets Retry-After and goes to
-// Config.OnLimited with a *LimitedError, so the application renders its own
-// 429 problem.
+// Config.OnLimited as an *idempotency.RequestError (the error carrier the
+// application's problem writer reads) whose Cause is a *LimitedError, so
+// the application renders its own 429 problem.
 //
 // Budgets are kept in stores behind go-limiter's interface (limiter.Store
 // from github.com/sethvargo/go-limiter). A store holds one limit for all

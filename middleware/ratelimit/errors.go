@@ -6,28 +6,31 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
 // ErrLimited is the reason a request was refused: its tenant has used its
 // budget for the current interval.
 var ErrLimited = errors.New("rate limited")
 
-// LimitedError is what the middleware passes to Config.OnLimited. It wraps
-// ErrLimited.
+// LimitedError is the cause of a refusal: the budget the tenant used up.
+// The middleware passes Config.OnLimited an *idempotency.RequestError
+// that wraps ErrLimited and holds it as its Cause, with the public Detail
+// and RetryAfter, the time until the budget refills (in whole seconds and
+// at least one: the value of the Retry-After header already set).
 type LimitedError struct {
 	Tenant string
 	Limit  Limit
-	// RetryAfter is the time until the budget refills, in whole seconds and
-	// at least one: the value of the Retry-After header already set.
-	RetryAfter time.Duration
 }
 
 func (e *LimitedError) Error() string {
-	return fmt.Sprintf("%v: tenant %q used its %d requests per %s; retry after %s",
-		ErrLimited, e.Tenant, e.Limit.Tokens, e.Limit.Interval, e.RetryAfter)
+	return fmt.Sprintf("tenant %q used its %d requests per %s", e.Tenant, e.Limit.Tokens, e.Limit.Interval)
 }
 
-func (e *LimitedError) Unwrap() error { return ErrLimited }
+// limitedDetail is the detail of every refusal: the numbers are in the
+// RateLimit-* headers.
+const limitedDetail = "too many requests for this tenant; retry after the delay in Retry-After"
 
 // ProblemSlug ends the problem type of a refusal (RFC 9457), after the
 // application's problem base.
@@ -45,9 +48,10 @@ func DefaultOnLimited(w http.ResponseWriter, r *http.Request, err error) {
 		"status":   http.StatusTooManyRequests,
 		"instance": r.URL.Path,
 	}
-	if le, ok := errors.AsType[*LimitedError](err); ok {
+	re, refused := errors.AsType[*idempotency.RequestError](err)
+	if le, ok := errors.AsType[*LimitedError](err); ok && refused {
 		body["detail"] = fmt.Sprintf("The rate limit of %d requests per %s is used up; retry in %d seconds.",
-			le.Limit.Tokens, le.Limit.Interval, int64(le.RetryAfter/time.Second))
+			le.Limit.Tokens, le.Limit.Interval, int64(re.RetryAfter/time.Second))
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(http.StatusTooManyRequests)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/sethvargo/go-limiter"
+
+	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
 // The headers the middleware sets on every request of a limited tenant.
@@ -53,9 +55,10 @@ type Config struct {
 	// authenticated tenant: a key taken from a header or the client's
 	// address lets a client pick its own budget.
 	Key func(*http.Request) string
-	// OnLimited writes the response to a refused request. err wraps
-	// ErrLimited and is a *LimitedError; the RateLimit-* and Retry-After
-	// headers are already set. Default DefaultOnLimited.
+	// OnLimited writes the response to a refused request. err is an
+	// *idempotency.RequestError: it wraps ErrLimited, its Cause is a
+	// *LimitedError; the RateLimit-* and Retry-After headers are already
+	// set. Default DefaultOnLimited.
 	OnLimited func(w http.ResponseWriter, r *http.Request, err error)
 	// OnError is told when the store fails; the request is then let
 	// through without RateLimit-* headers. err wraps the store's error
@@ -190,10 +193,11 @@ func (l *Limiter) Wrap(next http.Handler) http.Handler {
 			return
 		}
 		h.Set(HeaderRetryAfter, strconv.FormatInt(untilReset, 10))
-		l.cfg.OnLimited(w, r, &LimitedError{
-			Tenant:     tenant,
-			Limit:      b.limit,
+		l.cfg.OnLimited(w, r, &idempotency.RequestError{
+			Err:        ErrLimited,
+			Detail:     limitedDetail,
 			RetryAfter: time.Duration(untilReset) * time.Second,
+			Cause:      &LimitedError{Tenant: tenant, Limit: b.limit},
 		})
 	})
 }

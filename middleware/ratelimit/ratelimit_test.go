@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
 )
 
@@ -143,11 +144,18 @@ func TestAllowedAndDenied(t *testing.T) {
 	if !errors.Is(err, ratelimit.ErrLimited) {
 		t.Errorf("OnLimited error %v does not wrap ErrLimited", err)
 	}
+	re, ok := errors.AsType[*idempotency.RequestError](err)
+	if !ok {
+		t.Fatalf("OnLimited error %T is not a *idempotency.RequestError", err)
+	}
+	if re.RetryAfter != time.Duration(retry)*time.Second || re.Detail == "" {
+		t.Errorf("RequestError RetryAfter %v, Detail %q; want %ds and a detail", re.RetryAfter, re.Detail, retry)
+	}
 	le, ok := errors.AsType[*ratelimit.LimitedError](err)
 	if !ok {
-		t.Fatalf("OnLimited error %T is not a *LimitedError", err)
+		t.Fatalf("OnLimited error %v has no *LimitedError cause", err)
 	}
-	want := ratelimit.LimitedError{Tenant: "acme", Limit: ratelimit.Limit{Tokens: 3, Interval: time.Hour}, RetryAfter: time.Duration(retry) * time.Second}
+	want := ratelimit.LimitedError{Tenant: "acme", Limit: ratelimit.Limit{Tokens: 3, Interval: time.Hour}}
 	if *le != want {
 		t.Errorf("LimitedError %+v, want %+v", *le, want)
 	}
@@ -406,9 +414,9 @@ func TestHeaderSeconds(t *testing.T) {
 				if retry != tt.want {
 					t.Errorf("Retry-After %q, want %q", retry, tt.want)
 				}
-				le, ok := errors.AsType[*ratelimit.LimitedError](gotErr)
-				if !ok || strconv.FormatInt(int64(le.RetryAfter/time.Second), 10) != tt.want || le.RetryAfter%time.Second != 0 {
-					t.Errorf("OnLimited got %v, want a LimitedError with RetryAfter %ss", gotErr, tt.want)
+				re, ok := errors.AsType[*idempotency.RequestError](gotErr)
+				if !ok || strconv.FormatInt(int64(re.RetryAfter/time.Second), 10) != tt.want || re.RetryAfter%time.Second != 0 {
+					t.Errorf("OnLimited got %v, want a RequestError with RetryAfter %ss", gotErr, tt.want)
 				}
 			})
 		}
