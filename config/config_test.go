@@ -29,11 +29,11 @@ admin_listen: ""
 auth: {mode: none}
 `
 
-func problems(t *testing.T, err error) []Problem {
+func problems(t *testing.T, err error) []Error {
 	t.Helper()
-	var ps *Problems
+	var ps *Errors
 	if !errors.As(err, &ps) {
-		t.Fatalf("error %v (%T) is not a *Problems", err, err)
+		t.Fatalf("error %v (%T) is not a *Errors", err, err)
 	}
 	return ps.List
 }

@@ -8,7 +8,7 @@
 // declared under jobs. Settings a library owns take that library's
 // defaults and are checked by its own Validate: a route's idempotency
 // block is an idempotency.Config, the worker section a workers.Config. A
-// bad file yields a *Problems error listing every mistake at once, one per
+// bad file yields a *Errors error listing every mistake at once, one per
 // line as FILE:LINE: KEY: MESSAGE, so that `idemgate config check` prints
 // them all and a user fixes them in one pass.
 //

@@ -154,9 +154,9 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse(data, "testdata/fuzz.yaml", getenv, defaults)
 		if err != nil {
-			var ps *Problems
+			var ps *Errors
 			if !errors.As(err, &ps) || len(ps.List) == 0 {
-				t.Fatalf("error %v is not a non-empty *Problems", err)
+				t.Fatalf("error %v is not a non-empty *Errors", err)
 			}
 			for _, p := range ps.List {
 				if strings.ContainsAny(p.Message, "\r\n") || strings.ContainsAny(p.Key, "\r\n") {

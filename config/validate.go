@@ -23,11 +23,11 @@ const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 type badFunc func(key, format string, args ...any)
 
 // validate checks the defaulted configuration and returns every problem,
-// each a Problem with Key and Message, joined.
+// each an Error with Key and Message, joined.
 func (c *Config) validate(o *options) error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, Problem{Key: key, Message: fmt.Sprintf(format, args...)})
+		errs = append(errs, Error{Key: key, Message: fmt.Sprintf(format, args...)})
 	}
 
 	c.validateListeners(bad)

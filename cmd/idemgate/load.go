@@ -88,9 +88,9 @@ func loadConfig(path string, getenv func(string) string, runsJobs bool) (*config
 	}
 	cfg, err := config.Load(path, getenv, opts...)
 	if err != nil {
-		var probs *config.Problems
-		if errors.As(err, &probs) {
-			return nil, usagef("invalid configuration:\n%s", probs.Error())
+		var errs *config.Errors
+		if errors.As(err, &errs) {
+			return nil, usagef("invalid configuration:\n%s", errs.Error())
 		}
 		return nil, usagef("%v", err)
 	}

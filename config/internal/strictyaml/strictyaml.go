@@ -5,8 +5,8 @@
 // that problems found later, by validation, can be placed on their line.
 //
 //	doc := strictyaml.Decode(data, &cfg)
-//	for _, p := range doc.Problems {
-//		fmt.Printf("%d: %s: %s\n", p.Line, p.Key, p.Message)
+//	for _, e := range doc.Errors {
+//		fmt.Println(e) // LINE: KEY: MESSAGE
 //	}
 //	line := doc.Line("routes[1].idempotency.lease")
 //
@@ -28,21 +28,34 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Problem is one mistake found while reading a document.
-type Problem struct {
+// Error is one mistake found while reading a document, at its line.
+type Error struct {
 	// Line is 1-based; 0 when unknown.
 	Line int
 	// Key is the key path, like routes[1].idempotency.lease; "" when the
-	// problem is with the document as a whole.
+	// mistake is with the document as a whole.
 	Key string
 	// Message says what is wrong, in one line.
 	Message string
 }
 
+// Error formats e as LINE: KEY: MESSAGE, leaving out the parts that are
+// unknown.
+func (e Error) Error() string {
+	s := e.Message
+	if e.Key != "" {
+		s = e.Key + ": " + s
+	}
+	if e.Line > 0 {
+		s = strconv.Itoa(e.Line) + ": " + s
+	}
+	return s
+}
+
 // Document is what Decode learned of a document.
 type Document struct {
-	// Problems are the mistakes found, in the order found.
-	Problems []Problem
+	// Errors are the mistakes found, in the order found.
+	Errors []Error
 
 	usable  bool
 	unread  map[string]bool // key paths with a problem, or that the decoder left out
@@ -187,7 +200,7 @@ func Describe(n *yaml.Node) string {
 func ErrorText(err error) string { return oneLine(strings.TrimPrefix(err.Error(), "yaml: ")) }
 
 func (d *Document) fail(line int, key, format string, args ...any) {
-	d.Problems = append(d.Problems, Problem{Line: line, Key: key, Message: fmt.Sprintf(format, args...)})
+	d.Errors = append(d.Errors, Error{Line: line, Key: key, Message: fmt.Sprintf(format, args...)})
 	d.onLine[line] = true
 	if key != "" {
 		d.unread[key] = true

@@ -43,13 +43,13 @@ type backend struct {
 // lines formats the problems as LINE: KEY: MESSAGE.
 func lines(d *Document) []string {
 	var out []string
-	for _, p := range d.Problems {
+	for _, p := range d.Errors {
 		out = append(out, fmt.Sprintf("%d: %s: %s", p.Line, p.Key, p.Message))
 	}
 	return out
 }
 
-func TestDecodeProblems(t *testing.T) {
+func TestDecodeErrors(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name, yaml string
@@ -157,8 +157,8 @@ func TestDecodeFills(t *testing.T) {
 	t.Parallel()
 	var s server
 	d := Decode([]byte("name: a\nport: 80\ntimeout: 2s\nbackends: [{url: u}]\nextra: {k: v}\n"), &s)
-	if len(d.Problems) != 0 || !d.Usable() {
-		t.Fatalf("problems %v, usable %v", d.Problems, d.Usable())
+	if len(d.Errors) != 0 || !d.Usable() {
+		t.Fatalf("problems %v, usable %v", d.Errors, d.Usable())
 	}
 	if s.Name != "a" || s.Port != 80 || s.Timeout != seconds(2*time.Second) || len(s.Backends) != 1 || s.Backends[0].URL != "u" || s.Extra.Kind != yaml.MappingNode {
 		t.Errorf("decoded %+v", s)
@@ -258,7 +258,7 @@ func TestAliasesEnd(t *testing.T) {
 	for _, data := range []string{"tags: &t [*t]\n", bomb.String()} {
 		var s server
 		d := Decode([]byte(data), &s)
-		if len(d.Problems) == 0 {
+		if len(d.Errors) == 0 {
 			t.Errorf("%.40q: no problem reported", data)
 		}
 	}
