@@ -70,6 +70,7 @@ func Parse(data []byte, name string, getenv func(string) string, opts ...Option)
 		}
 	}
 	cfg.withDefaults()
+	cfg.inheritIdempotency(doc)
 	cfg.jobDefaults(o)
 	if err := cfg.validate(o); err != nil {
 		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {

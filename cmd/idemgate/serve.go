@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/hibiken/asynqmon"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -152,7 +151,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, logger *slog.Logger, 
 	cl.push(func() {
 		// When the listeners never served (a start that failed), the
 		// gateway still gets the shutdown timeout to settle.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Server.ShutdownTimeout))
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
 		defer cancel()
 		_ = bg.settle(ctx)
 	})
