@@ -10,7 +10,7 @@ import (
 func TestErrors(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		p    Error
+		e    Error
 		want string
 	}{
 		{Error{File: "f.yaml", Line: 3, Key: "a.b", Message: "bad"}, "f.yaml:3: a.b: bad"},
@@ -18,8 +18,8 @@ func TestErrors(t *testing.T) {
 		{Error{File: "f.yaml", Line: 3, Message: "bad"}, "f.yaml:3: bad"},
 		{Error{Key: "a", Message: "bad"}, "a: bad"},
 	} {
-		if got := tc.p.Error(); got != tc.want {
-			t.Errorf("%+v.Error() = %q, want %q", tc.p, got, tc.want)
+		if got := tc.e.Error(); got != tc.want {
+			t.Errorf("%+v.Error() = %q, want %q", tc.e, got, tc.want)
 		}
 	}
 

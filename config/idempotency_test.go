@@ -27,6 +27,18 @@ routes:
       max_request_bytes: 10
       fingerprint: {json_fields: [/id]}
       on_ambiguous: hold
+  - name: nulls
+    path: /n
+    upstream: http://127.0.0.1:1
+    idempotency: {methods: ~, retention: ~, fingerprint: ~, lease: " 2s "}
+  - name: merged
+    path: /m
+    upstream: http://127.0.0.1:1
+    idempotency: &hold {<<: {on_ambiguous: hold, lease: 3s}, lease: 4s}
+  - name: aliased
+    path: /a
+    upstream: http://127.0.0.1:1
+    idempotency: *hold
 `), "overrides.yaml", nil)
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
@@ -46,6 +58,19 @@ routes:
 	got.Fingerprint.Headers[0] = "X-Other"
 	if top := cfg.Idempotency; top.Methods[0] != "POST" || top.Fingerprint.Headers[0] != "X-Account" {
 		t.Error("changing a route's settings changed those it inherits from")
+	}
+	// A key written null is not written; merge keys and aliases are read
+	// as the decoder reads them.
+	nulls, _ := cfg.Route("nulls")
+	if d := nulls.Idempotency; !slices.Equal(d.Methods, []string{"POST"}) || d.Retention != 24*time.Hour ||
+		!slices.Equal(d.Fingerprint.Headers, []string{"X-Account"}) || d.Lease != 2*time.Second || d.Route != "nulls" {
+		t.Errorf("nulls: %+v", d)
+	}
+	for _, name := range []string{"merged", "aliased"} {
+		r, _ := cfg.Route(name)
+		if d := r.Idempotency; d.OnAmbiguous != "hold" || d.Lease != 4*time.Second || d.Retention != 24*time.Hour {
+			t.Errorf("%s: %+v", name, d)
+		}
 	}
 	wantWarnings := []string{
 		`auth.mode none: every request is tenant "anonymous"; unsafe for multi-tenant use`,
@@ -68,44 +93,5 @@ routes:
 	}
 	if w := cfg.Warnings(); !slices.Equal(w[1:3], wantClashes) {
 		t.Errorf("Warnings() = %q, want %q after the auth warning", w, wantClashes)
-	}
-}
-
-// A route's block is read over the top-level settings: a key written null
-// is not written, and merge keys and aliases are read as the decoder reads
-// them.
-func TestRouteInheritsWhatItDoesNotWrite(t *testing.T) {
-	t.Parallel()
-	cfg, err := Parse([]byte(minimal+`idempotency:
-  methods: [PUT]
-  retention: 1h
-  fingerprint: {headers: [X-A]}
-routes:
-  - name: nulls
-    path: /n
-    upstream: http://127.0.0.1:1
-    idempotency: {methods: ~, retention: ~, fingerprint: ~, lease: " 2s "}
-  - name: merged
-    path: /m
-    upstream: http://127.0.0.1:1
-    idempotency: &hold {<<: {on_ambiguous: hold, lease: 3s}, lease: 4s}
-  - name: aliased
-    path: /a
-    upstream: http://127.0.0.1:1
-    idempotency: *hold
-`), "inherit.yaml", nil)
-	if err != nil {
-		t.Fatalf("Parse: %v", err)
-	}
-	nulls, _ := cfg.Route("nulls")
-	if d := nulls.Idempotency; !slices.Equal(d.Methods, []string{"PUT"}) || d.Retention != time.Hour ||
-		!slices.Equal(d.Fingerprint.Headers, []string{"X-A"}) || d.Lease != 2*time.Second || d.Route != "nulls" {
-		t.Errorf("nulls: %+v", d)
-	}
-	for _, name := range []string{"merged", "aliased"} {
-		r, _ := cfg.Route(name)
-		if d := r.Idempotency; d.OnAmbiguous != "hold" || d.Lease != 4*time.Second || d.Retention != time.Hour {
-			t.Errorf("%s: %+v", name, d)
-		}
 	}
 }
