@@ -13,8 +13,9 @@ import (
 // Config is the whole configuration of idemgate: the gateway (serve), the
 // worker and dev mode read the same file. The yaml tags are the public key
 // names. Every field documents its default; a zero value means that default
-// unless the field says otherwise. Where a library owns a setting (the
-// idempotency middleware, the workers, auth), its default is the library's.
+// unless the field says otherwise. Where a library owns settings, the file
+// decodes into the library's own Config (idempotency.Config,
+// workers.Config), whose fields carry their defaults and rules.
 type Config struct {
 	// Listen is the address of the public API. Default ":8080".
 	Listen string `yaml:"listen"`
@@ -65,9 +66,10 @@ type Config struct {
 	// each gateway instance has its own budget) or "redis" (one budget
 	// shared by every instance; needs redis_url).
 	RateLimitStore string `yaml:"rate_limit_store"`
-	// Idempotency holds the defaults of every route; a route overrides any
-	// of them in its own idempotency block.
-	Idempotency Idempotency `yaml:"idempotency"`
+	// Idempotency holds the settings of every route, the middleware's
+	// defaults filled in; a route overrides any of them in its own
+	// idempotency block. Its Route is "".
+	Idempotency idempotency.Config `yaml:"idempotency"`
 	// ReplayCache answers replays of recently completed records from the
 	// gateway's memory, without a store round trip.
 	ReplayCache ReplayCache `yaml:"replay_cache"`
@@ -128,7 +130,7 @@ type RateLimit struct {
 	// Tokens > 0 is the budget of a window, refilled in full every Interval.
 	Tokens int `yaml:"tokens"`
 	// Interval > 0.
-	Interval Duration `yaml:"interval"`
+	Interval time.Duration `yaml:"interval"`
 }
 
 // ReplayCache is the process-local cache of completed records. Only
@@ -140,13 +142,13 @@ type ReplayCache struct {
 	// Entries is the most records kept. Default 10000.
 	Entries int `yaml:"entries"`
 	// TTL is the longest a record is answered from memory. Default 2s.
-	TTL Duration `yaml:"ttl"`
+	TTL time.Duration `yaml:"ttl"`
 }
 
 // Janitor deletes expired idempotency records in bounded batches.
 type Janitor struct {
 	// Interval between runs. Default 1m.
-	Interval Duration `yaml:"interval"`
+	Interval time.Duration `yaml:"interval"`
 	// Batch is the most rows deleted per statement. Default 1000.
 	Batch int `yaml:"batch"`
 }
@@ -154,12 +156,12 @@ type Janitor struct {
 // Proxy configures the transport to upstreams.
 type Proxy struct {
 	// DialTimeout bounds connecting to an upstream. Default 5s.
-	DialTimeout Duration `yaml:"dial_timeout"`
+	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// ResponseHeaderTimeout bounds the wait for an upstream's response
 	// headers once the request is sent. Default 30s.
-	ResponseHeaderTimeout Duration `yaml:"response_header_timeout"`
+	ResponseHeaderTimeout time.Duration `yaml:"response_header_timeout"`
 	// IdleConnTimeout closes idle upstream connections. Default 90s.
-	IdleConnTimeout Duration `yaml:"idle_conn_timeout"`
+	IdleConnTimeout time.Duration `yaml:"idle_conn_timeout"`
 	// MaxIdleConnsPerHost. Default 256.
 	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host"`
 }
@@ -167,25 +169,25 @@ type Proxy struct {
 // Server configures the gateway's http.Servers.
 type Server struct {
 	// ReadHeaderTimeout. Default 10s.
-	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
 	// ReadTimeout. Default 60s.
-	ReadTimeout Duration `yaml:"read_timeout"`
+	ReadTimeout time.Duration `yaml:"read_timeout"`
 	// WriteTimeout. Default 120s.
-	WriteTimeout Duration `yaml:"write_timeout"`
+	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// IdleTimeout. Default 120s.
-	IdleTimeout Duration `yaml:"idle_timeout"`
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// MaxHeaderBytes. Default 65536.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
 	// ShutdownTimeout bounds the graceful shutdown on SIGTERM or SIGINT,
 	// DrainDelay included: in-flight requests get what is left of it.
 	// Default 30s.
-	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// DrainDelay is how long the gateway keeps serving once asked to stop,
 	// with /readyz answering 503 and every response closing its
 	// connection, so that a load balancer takes it out of rotation before
 	// its listeners close. Shorter than ShutdownTimeout. Default 0: the
 	// listeners close at once, as suits a gateway no balancer polls.
-	DrainDelay Duration `yaml:"drain_delay"`
+	DrainDelay time.Duration `yaml:"drain_delay"`
 	// MaxInFlight is the most requests the public listener handles at
 	// once, /healthz and /readyz aside; beyond it a request is answered at
 	// once with 503 not-ready and Retry-After, before it claims a key, so
@@ -199,10 +201,12 @@ type Server struct {
 	MaxInFlight int `yaml:"max_in_flight"`
 }
 
-// Worker configures the asynq workers. Every setting it shares with
-// workers.Config has that library's rule and default; ServerConfig returns
-// it in that form.
+// Worker configures the asynq workers: the workers' own settings, with
+// their defaults and rules, and those of the process around them.
 type Worker struct {
+	// Config holds concurrency, queues, lock_ttl, max_attempts and
+	// shutdown_timeout, the workers' defaults filled in.
+	workers.Config `yaml:",inline"`
 	// AdminListen serves the worker's /metrics and /healthz. Default
 	// "127.0.0.1:9091" when the key is absent; "" turns it off.
 	AdminListen string `yaml:"admin_listen"`
@@ -213,50 +217,24 @@ type Worker struct {
 	AdminTokenSHA256 string `yaml:"admin_token_sha256"`
 	// AdminTLS is TLS for the worker's admin listener. Default none.
 	AdminTLS *TLSFiles `yaml:"admin_tls"`
-	// Concurrency is the number of jobs run at once. Default
-	// workers.DefaultConcurrency, 10.
-	Concurrency int `yaml:"concurrency"`
-	// Queues maps each queue to its priority (> 0). Default
-	// {default: 1}, workers.DefaultQueue.
-	Queues map[string]int `yaml:"queues"`
-	// LockTTL of a resource lock, renewed every LockTTL/3; at least 10ms in
-	// whole milliseconds. Default workers.DefaultLockTTL, 30s.
-	LockTTL Duration `yaml:"lock_ttl"`
-	// MaxAttempts counts real attempts (lock contention is not one).
-	// Default workers.DefaultMaxAttempts, 10.
-	MaxAttempts int `yaml:"max_attempts"`
 	// PartnerURL is where payment.charge and notification.send go; dev
 	// mode runs partnersim there. Default "http://127.0.0.1:9100".
 	PartnerURL string `yaml:"partner_url"`
-	// ShutdownTimeout bounds the wait for running jobs on shutdown.
-	// Default workers.DefaultShutdownTimeout, 25s.
-	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
 	// RequeueAfter is the relay's grace period: a job that has not
 	// finished and whose record has not changed for this long has its
 	// task looked up in the queue, and enqueued again when the queue has
 	// lost it. Positive; an explicit 0 is refused. Default
 	// job.DefaultRequeueAfter, 1m.
-	RequeueAfter Duration `yaml:"requeue_after"`
+	RequeueAfter time.Duration `yaml:"requeue_after"`
 	// RequeueInterval is the time between two passes of the relay.
 	// Positive; an explicit 0 is refused. Default
 	// job.DefaultRequeueInterval, 15s.
-	RequeueInterval Duration `yaml:"requeue_interval"`
+	RequeueInterval time.Duration `yaml:"requeue_interval"`
 }
 
 // RelayOptions returns the settings of the worker's relay.
 func (w Worker) RelayOptions() job.RelayOptions {
-	return job.RelayOptions{After: time.Duration(w.RequeueAfter), Interval: time.Duration(w.RequeueInterval)}
-}
-
-// ServerConfig returns the settings of the workers' server.
-func (w Worker) ServerConfig() workers.Config {
-	return workers.Config{
-		Concurrency:     w.Concurrency,
-		Queues:          w.Queues,
-		LockTTL:         time.Duration(w.LockTTL),
-		MaxAttempts:     w.MaxAttempts,
-		ShutdownTimeout: time.Duration(w.ShutdownTimeout),
-	}
+	return job.RelayOptions{After: w.RequeueAfter, Interval: w.RequeueInterval}
 }
 
 // Route maps matching requests to an upstream or to a queued job.
@@ -282,15 +260,16 @@ type Route struct {
 	UpstreamTLS *UpstreamTLS `yaml:"upstream_tls"`
 	// Timeout, when > 0, bounds the whole upstream exchange of this route.
 	// Upstream routes only. Default none beyond the proxy timeouts.
-	Timeout Duration `yaml:"timeout"`
-	// IdempotencyOverride is the route's idempotency block; read the
-	// effective settings with Idempotency.
-	IdempotencyOverride IdempotencyOverride `yaml:"idempotency"`
+	Timeout time.Duration `yaml:"timeout"`
+	// Idempotency is the route's settings: its idempotency block read
+	// over Config.Idempotency, so that the route inherits every setting it
+	// does not write. Route is the route's name. Set by Load and Parse; in
+	// a Route built in code, zero settings are the middleware's defaults.
+	Idempotency idempotency.Config `yaml:"idempotency"`
 
-	// inherited are the defaults the override applies to, set when the
-	// route comes from Load or Parse.
-	inherited  Idempotency
-	inheritSet bool
+	// overrides are the keys of the idempotency block, as written: the
+	// settings the route does not inherit.
+	overrides map[string]bool
 }
 
 // Enqueue names the job a request becomes; the request body is its payload.
@@ -334,8 +313,8 @@ func defaultWorker() Worker {
 	return Worker{
 		AdminListen:      defaultWorkerAdminListen,
 		AdminTokenSHA256: inheritAdminToken,
-		RequeueAfter:     Duration(job.DefaultRequeueAfter),
-		RequeueInterval:  Duration(job.DefaultRequeueInterval),
+		RequeueAfter:     job.DefaultRequeueAfter,
+		RequeueInterval:  job.DefaultRequeueInterval,
 	}
 }
 
@@ -360,40 +339,33 @@ func (c *Config) withDefaults() {
 			c.Tenants[i].APIKeySHA256[k] = strings.ToLower(h)
 		}
 	}
-	c.Idempotency = c.Idempotency.withDefaults()
+	c.Idempotency = c.Idempotency.WithDefaults()
 
 	setDefault(&c.ReplayCache.Entries, 10000)
-	setDefault(&c.ReplayCache.TTL, Duration(2*time.Second))
-	setDefault(&c.Janitor.Interval, Duration(time.Minute))
+	setDefault(&c.ReplayCache.TTL, 2*time.Second)
+	setDefault(&c.Janitor.Interval, time.Minute)
 	setDefault(&c.Janitor.Batch, 1000)
 
-	setDefault(&c.Proxy.DialTimeout, Duration(5*time.Second))
-	setDefault(&c.Proxy.ResponseHeaderTimeout, Duration(30*time.Second))
-	setDefault(&c.Proxy.IdleConnTimeout, Duration(90*time.Second))
+	setDefault(&c.Proxy.DialTimeout, 5*time.Second)
+	setDefault(&c.Proxy.ResponseHeaderTimeout, 30*time.Second)
+	setDefault(&c.Proxy.IdleConnTimeout, 90*time.Second)
 	setDefault(&c.Proxy.MaxIdleConnsPerHost, 256)
 
-	setDefault(&c.Server.ReadHeaderTimeout, Duration(10*time.Second))
-	setDefault(&c.Server.ReadTimeout, Duration(60*time.Second))
-	setDefault(&c.Server.WriteTimeout, Duration(120*time.Second))
-	setDefault(&c.Server.IdleTimeout, Duration(120*time.Second))
+	setDefault(&c.Server.ReadHeaderTimeout, 10*time.Second)
+	setDefault(&c.Server.ReadTimeout, 60*time.Second)
+	setDefault(&c.Server.WriteTimeout, 120*time.Second)
+	setDefault(&c.Server.IdleTimeout, 120*time.Second)
 	setDefault(&c.Server.MaxHeaderBytes, 65536)
-	setDefault(&c.Server.ShutdownTimeout, Duration(30*time.Second))
+	setDefault(&c.Server.ShutdownTimeout, 30*time.Second)
 	setDefault(&c.Server.MaxInFlight, 2048)
 
-	setDefault(&c.Worker.Concurrency, workers.DefaultConcurrency)
-	if c.Worker.Queues == nil {
-		c.Worker.Queues = map[string]int{workers.DefaultQueue: 1}
-	}
-	setDefault(&c.Worker.LockTTL, Duration(workers.DefaultLockTTL))
-	setDefault(&c.Worker.MaxAttempts, workers.DefaultMaxAttempts)
+	c.Worker.Config = c.Worker.WithDefaults()
 	setDefault(&c.Worker.PartnerURL, "http://127.0.0.1:9100")
-	setDefault(&c.Worker.ShutdownTimeout, Duration(workers.DefaultShutdownTimeout))
 
 	for i := range c.Routes {
 		r := &c.Routes[i]
 		r.Methods = upper(r.Methods)
 		// jobDefaults gives an enqueue route its job's queue.
-		r.inherited, r.inheritSet = c.Idempotency, true
 	}
 }
 

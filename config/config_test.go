@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/workers"
 )
 
@@ -29,11 +30,11 @@ admin_listen: ""
 auth: {mode: none}
 `
 
-func problems(t *testing.T, err error) []Problem {
+func problems(t *testing.T, err error) []Error {
 	t.Helper()
-	var ps *Problems
+	var ps *Errors
 	if !errors.As(err, &ps) {
-		t.Fatalf("error %v (%T) is not a *Problems", err, err)
+		t.Fatalf("error %v (%T) is not a *Errors", err, err)
 	}
 	return ps.List
 }
@@ -47,7 +48,7 @@ func TestLoadValid(t *testing.T) {
 	if w := cfg.Warnings(); len(w) != 0 {
 		t.Errorf("Warnings() = %q, want none", w)
 	}
-	sec := func(n int) Duration { return Duration(time.Duration(n) * time.Second) }
+	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
 	for _, tc := range []struct {
 		name      string
 		got, want any
@@ -62,7 +63,7 @@ func TestLoadValid(t *testing.T) {
 		{"default janitor", cfg.Janitor, Janitor{Interval: sec(60), Batch: 1000}},
 		{"default proxy", cfg.Proxy, Proxy{DialTimeout: sec(5), ResponseHeaderTimeout: sec(30), IdleConnTimeout: sec(90), MaxIdleConnsPerHost: 256}},
 		{"default server", cfg.Server, Server{ReadHeaderTimeout: sec(10), ReadTimeout: sec(60), WriteTimeout: sec(120), IdleTimeout: sec(120), MaxHeaderBytes: 65536, ShutdownTimeout: sec(30), MaxInFlight: 2048}},
-		{"default worker.shutdown_timeout", cfg.Worker.ShutdownTimeout, Duration(workers.DefaultShutdownTimeout)},
+		{"default worker.shutdown_timeout", cfg.Worker.ShutdownTimeout, workers.DefaultShutdownTimeout},
 		{"worker.queues", len(cfg.Worker.Queues) == 1 && cfg.Worker.Queues["default"] == 1, true},
 		{"tenants", len(cfg.Tenants), 2},
 		{"acme's rate limit", *cfg.Tenants[0].RateLimit, RateLimit{Tokens: 100, Interval: sec(1)}},
@@ -99,42 +100,43 @@ func TestLoadValid(t *testing.T) {
 		t.Error(`Route("nope") found a route`)
 	}
 
-	defaults := Idempotency{
+	defaults := idempotency.Config{
 		Methods: []string{"POST", "PATCH"}, KeySyntax: "compat", MaxKeyLength: 255,
 		Retention: sec(24 * 3600), Lease: sec(30), StoreTimeout: sec(2), WaitInFlight: 0,
 		MaxRequestBytes: 1 << 20, MaxStoredResponseBytes: 1 << 20,
-		Fingerprint:  Fingerprint{Headers: []string{}, JSONFields: []string{}},
-		OnStoreError: "fail_closed", OnAmbiguous: "release",
+		Fingerprint:  idempotency.FingerprintConfig{Headers: []string{}, JSONFields: []string{}},
+		OnStoreError: "fail_closed", OnAmbiguous: "release", ForwardKey: "tenant_scoped",
 	}
 	for _, tc := range []struct {
 		route  string
-		change func(*Idempotency)
+		change func(*idempotency.Config)
 	}{
-		{"invoices", func(*Idempotency) {}},
-		{"payments", func(d *Idempotency) { d.WaitInFlight = sec(2) }},
-		{"notifications", func(d *Idempotency) { d.Retention = sec(72 * 3600) }},
-		{"inventory-adjustments", func(d *Idempotency) {
+		{"invoices", func(*idempotency.Config) {}},
+		{"payments", func(d *idempotency.Config) { d.WaitInFlight = sec(2) }},
+		{"notifications", func(d *idempotency.Config) { d.Retention = sec(72 * 3600) }},
+		{"inventory-adjustments", func(d *idempotency.Config) {
 			d.Fingerprint.JSONFields = []string{"/adjustment_id", "/sku", "/delta"}
 		}},
 	} {
 		want := defaults
+		want.Route = tc.route
 		want.Methods = slices.Clone(defaults.Methods)
 		tc.change(&want)
 		r, _ := cfg.Route(tc.route)
-		if got := r.Idempotency(); !equalIdempotency(got, want) {
-			t.Errorf("Route(%q).Idempotency() =\n %+v\nwant\n %+v", tc.route, got, want)
+		if got := r.Idempotency; !equalIdempotency(got, want) {
+			t.Errorf("Route(%q).Idempotency =\n %+v\nwant\n %+v", tc.route, got, want)
 		}
 	}
 }
 
-func equalIdempotency(a, b Idempotency) bool {
-	return slices.Equal(a.Methods, b.Methods) &&
+func equalIdempotency(a, b idempotency.Config) bool {
+	return a.Route == b.Route && slices.Equal(a.Methods, b.Methods) &&
 		slices.Equal(a.Fingerprint.Headers, b.Fingerprint.Headers) &&
 		slices.Equal(a.Fingerprint.JSONFields, b.Fingerprint.JSONFields) &&
 		a.KeySyntax == b.KeySyntax && a.MaxKeyLength == b.MaxKeyLength &&
 		a.Retention == b.Retention && a.Lease == b.Lease && a.StoreTimeout == b.StoreTimeout && a.WaitInFlight == b.WaitInFlight &&
 		a.MaxRequestBytes == b.MaxRequestBytes && a.MaxStoredResponseBytes == b.MaxStoredResponseBytes &&
-		a.OnStoreError == b.OnStoreError && a.OnAmbiguous == b.OnAmbiguous
+		a.OnStoreError == b.OnStoreError && a.OnAmbiguous == b.OnAmbiguous && a.ForwardKey == b.ForwardKey
 }
 
 func TestDefaultsOfAnEmptyFile(t *testing.T) {
@@ -150,11 +152,11 @@ func TestDefaultsOfAnEmptyFile(t *testing.T) {
 		t.Errorf(`admin_listen: "" gave %q, want the admin listener off`, cfg.AdminListen)
 	}
 	if cfg.Worker.AdminListen != "127.0.0.1:9091" || cfg.Worker.Concurrency != 10 || cfg.Worker.MaxAttempts != 10 ||
-		cfg.Worker.LockTTL != Duration(30*time.Second) || cfg.Worker.PartnerURL != "http://127.0.0.1:9100" {
+		cfg.Worker.LockTTL != 30*time.Second || cfg.Worker.PartnerURL != "http://127.0.0.1:9100" {
 		t.Errorf("worker defaults: %+v", cfg.Worker)
 	}
 	d := cfg.Idempotency
-	if !slices.Equal(d.Methods, []string{"POST", "PATCH"}) || d.Lease != Duration(30*time.Second) || d.Retention != Duration(24*time.Hour) {
+	if !slices.Equal(d.Methods, []string{"POST", "PATCH"}) || d.Lease != 30*time.Second || d.Retention != 24*time.Hour {
 		t.Errorf("idempotency defaults: %+v", d)
 	}
 

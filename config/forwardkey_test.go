@@ -21,7 +21,7 @@ func TestForwardKey(t *testing.T) {
 	}
 	for name, want := range map[string]idempotency.ForwardKeyPolicy{"scoped": idempotency.ForwardTenantScoped, "partner": idempotency.ForwardAsSent} {
 		r, _ := cfg.Route(name)
-		if got := r.Idempotency().MiddlewareConfig(name).ForwardKey; got != want {
+		if got := r.Idempotency.ForwardKey; got != want {
 			t.Errorf("route %s: forward_key %q, want %q", name, got, want)
 		}
 	}
@@ -34,11 +34,11 @@ routes:
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	if r, _ := cfg.Route("inherits"); r.Idempotency().ForwardKey != "as_sent" {
-		t.Errorf("inherits: forward_key %q, want the default as_sent", r.Idempotency().ForwardKey)
+	if r, _ := cfg.Route("inherits"); r.Idempotency.ForwardKey != "as_sent" {
+		t.Errorf("inherits: forward_key %q, want the default as_sent", r.Idempotency.ForwardKey)
 	}
-	if r, _ := cfg.Route("back"); r.Idempotency().ForwardKey != "tenant_scoped" {
-		t.Errorf("back: forward_key %q, want its own tenant_scoped", r.Idempotency().ForwardKey)
+	if r, _ := cfg.Route("back"); r.Idempotency.ForwardKey != "tenant_scoped" {
+		t.Errorf("back: forward_key %q, want its own tenant_scoped", r.Idempotency.ForwardKey)
 	}
 
 	_, err = Parse([]byte(minimal+`idempotency: {forward_key: raw}

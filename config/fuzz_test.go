@@ -59,9 +59,9 @@ func FuzzParseRateLimit(f *testing.F) {
 			"tenants:\n  - name: acme\n    rate_limit: {tokens: " + tokens + ", interval: " + interval + "}\n"
 		cfg, err := Parse([]byte(doc), "fuzz.yaml", getenv)
 		if err != nil {
-			var ps *Problems
+			var ps *Errors
 			if !errors.As(err, &ps) || len(ps.List) == 0 {
-				t.Fatalf("error %v is not a non-empty *Problems", err)
+				t.Fatalf("error %v is not a non-empty *Errors", err)
 			}
 			return
 		}

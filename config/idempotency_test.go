@@ -27,25 +27,50 @@ routes:
       max_request_bytes: 10
       fingerprint: {json_fields: [/id]}
       on_ambiguous: hold
+  - name: nulls
+    path: /n
+    upstream: http://127.0.0.1:1
+    idempotency: {methods: ~, retention: ~, fingerprint: ~, lease: " 2s "}
+  - name: merged
+    path: /m
+    upstream: http://127.0.0.1:1
+    idempotency: &hold {<<: {on_ambiguous: hold, lease: 3s}, lease: 4s}
+  - name: aliased
+    path: /a
+    upstream: http://127.0.0.1:1
+    idempotency: *hold
 `), "overrides.yaml", nil)
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
 	open, _ := cfg.Route("open")
-	if got := open.Idempotency(); len(got.Methods) != 0 || got.OnStoreError != "fail_open" || got.Lease != Duration(10*time.Second) {
+	if got := open.Idempotency; len(got.Methods) != 0 || got.OnStoreError != "fail_open" || got.Lease != 10*time.Second {
 		t.Errorf("open: %+v; want no methods, fail_open and the default lease 10s", got)
 	}
 	strict, _ := cfg.Route("strict")
-	got := strict.Idempotency()
-	if !slices.Equal(got.Methods, []string{"POST"}) || got.KeySyntax != "strict" || got.WaitInFlight != Duration(time.Second) ||
+	got := strict.Idempotency
+	if !slices.Equal(got.Methods, []string{"POST"}) || got.KeySyntax != "strict" || got.WaitInFlight != time.Second ||
 		got.MaxRequestBytes != 10 || got.OnAmbiguous != "hold" || got.MaxKeyLength != 255 ||
 		!slices.Equal(got.Fingerprint.Headers, []string{"X-Account"}) || !slices.Equal(got.Fingerprint.JSONFields, []string{"/id"}) {
 		t.Errorf("strict: %+v", got)
 	}
 	got.Methods[0] = "DELETE"
 	got.Fingerprint.Headers[0] = "X-Other"
-	if again := strict.Idempotency(); again.Methods[0] != "POST" || again.Fingerprint.Headers[0] != "X-Account" {
-		t.Error("changing the returned settings changed the configuration")
+	if top := cfg.Idempotency; top.Methods[0] != "POST" || top.Fingerprint.Headers[0] != "X-Account" {
+		t.Error("changing a route's settings changed those it inherits from")
+	}
+	// A key written null is not written; merge keys and aliases are read
+	// as the decoder reads them.
+	nulls, _ := cfg.Route("nulls")
+	if d := nulls.Idempotency; !slices.Equal(d.Methods, []string{"POST"}) || d.Retention != 24*time.Hour ||
+		!slices.Equal(d.Fingerprint.Headers, []string{"X-Account"}) || d.Lease != 2*time.Second || d.Route != "nulls" {
+		t.Errorf("nulls: %+v", d)
+	}
+	for _, name := range []string{"merged", "aliased"} {
+		r, _ := cfg.Route(name)
+		if d := r.Idempotency; d.OnAmbiguous != "hold" || d.Lease != 4*time.Second || d.Retention != 24*time.Hour {
+			t.Errorf("%s: %+v", name, d)
+		}
 	}
 	wantWarnings := []string{
 		`auth.mode none: every request is tenant "anonymous"; unsafe for multi-tenant use`,
@@ -68,11 +93,5 @@ routes:
 	}
 	if w := cfg.Warnings(); !slices.Equal(w[1:3], wantClashes) {
 		t.Errorf("Warnings() = %q, want %q after the auth warning", w, wantClashes)
-	}
-
-	// A route built in code, not loaded, inherits the built-in defaults.
-	r := &Route{Name: "code", IdempotencyOverride: IdempotencyOverride{Lease: new(Duration(5 * time.Second))}}
-	if d := r.Idempotency(); d.Lease != Duration(5*time.Second) || d.Retention != Duration(24*time.Hour) || !slices.Equal(d.Methods, []string{"POST", "PATCH"}) {
-		t.Errorf("Route{}.Idempotency() = %+v", d)
 	}
 }

@@ -70,7 +70,7 @@ type DeliverHTTP struct {
 	// spaces while one rotates: each signs every delivery. Required.
 	Secret string `yaml:"secret"`
 	// Timeout bounds one attempt. Default 30s.
-	Timeout *Duration `yaml:"timeout"`
+	Timeout *time.Duration `yaml:"timeout"`
 	// Headers are added to every delivery. They may not replace the
 	// headers the delivery sets itself (Content-Type, webhook-*,
 	// Idempotency-*, Idemgate-*, traceparent).
@@ -188,7 +188,7 @@ func (j *Job) withDefaults(maxAttempts int) {
 	setDefault(&j.Queue, workers.DefaultQueue)
 	setDefault(&j.MaxAttempts, maxAttempts)
 	if j.Deliver != nil && j.Deliver.HTTP != nil && j.Deliver.HTTP.Timeout == nil {
-		j.Deliver.HTTP.Timeout = new(Duration(job.DefaultTimeout))
+		j.Deliver.HTTP.Timeout = new(job.DefaultTimeout)
 	}
 }
 
@@ -468,7 +468,7 @@ func deliverHTTP(h *DeliverHTTP, at string, bad badFunc) *job.HTTP {
 		if *h.Timeout <= 0 {
 			bad(at+".timeout", "must be positive, not %s", *h.Timeout)
 		}
-		out.Timeout = time.Duration(*h.Timeout)
+		out.Timeout = *h.Timeout
 	}
 	names := map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(h.Headers)) {

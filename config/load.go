@@ -10,7 +10,7 @@ import (
 )
 
 // Load reads the configuration file at path; see Parse. A file that
-// cannot be read is reported as the wrapped os error, not as Problems.
+// cannot be read is reported as the wrapped os error, not as Errors.
 func Load(path string, getenv func(string) string, opts ...Option) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -25,7 +25,7 @@ func Load(path string, getenv func(string) string, opts ...Option) (*Config, err
 // replace the file's values, fills the defaults and validates the result,
 // compiling every job's schema. name labels problems, and a
 // jobs[].schema_file is read relative to its directory. The error, if any,
-// is a *Problems listing every mistake.
+// is a *Errors listing every mistake.
 //
 // Expansion is textual, before the YAML is read, so a reference can stand
 // for a number (tokens: ${BURST}); references in comments are left alone,
@@ -42,12 +42,12 @@ func Parse(data []byte, name string, getenv func(string) string, opts ...Option)
 	cfg := &Config{AdminListen: defaultAdminListen, Worker: defaultWorker()}
 	doc := strictyaml.Decode(expanded, cfg, "listen", "store", "routes")
 	r := &report{file: name, doc: doc, unread: map[string]bool{}, fromEnv: map[string]string{}}
-	for _, p := range doc.Problems {
-		r.add(Problem{Line: p.Line, Key: p.Key, Message: p.Message})
+	for _, p := range doc.Errors {
+		r.add(Error{Line: p.Line, Key: p.Key, Message: p.Message})
 	}
 	for _, ref := range refs {
 		key := doc.KeyAt(ref.line, ref.col)
-		r.add(Problem{Line: ref.line, Key: key, Message: ref.msg})
+		r.add(Error{Line: ref.line, Key: key, Message: ref.msg})
 		if key != "" {
 			r.unread[key] = true
 		}
@@ -70,10 +70,11 @@ func Parse(data []byte, name string, getenv func(string) string, opts ...Option)
 		}
 	}
 	cfg.withDefaults()
+	cfg.inheritIdempotency(doc)
 	cfg.jobDefaults(o)
 	if err := cfg.validate(o); err != nil {
 		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-			var pr Problem
+			var pr Error
 			if errors.As(e, &pr) {
 				r.validation(pr)
 			}
@@ -89,19 +90,19 @@ func Parse(data []byte, name string, getenv func(string) string, opts ...Option)
 type report struct {
 	file    string
 	doc     *strictyaml.Document
-	list    []Problem
+	list    []Error
 	unread  map[string]bool   // key paths whose ${VAR} could not be expanded
 	fromEnv map[string]string // key path → the variable that replaced it
 }
 
-func (r *report) add(p Problem) {
+func (r *report) add(p Error) {
 	p.File = r.file
 	r.list = append(r.list, p)
 }
 
 // validation files a problem found by validate, placed at its key's line
 // (or its nearest parent's) unless an earlier problem explains it.
-func (r *report) validation(p Problem) {
+func (r *report) validation(p Error) {
 	if r.doc.Unread(p.Key) {
 		return
 	}
@@ -119,10 +120,10 @@ func (r *report) validation(p Problem) {
 }
 
 // result is every problem in file order, those without a line last.
-func (r *report) result() *Problems {
+func (r *report) result() *Errors {
 	sort.SliceStable(r.list, func(i, j int) bool {
 		a, b := r.list[i].Line, r.list[j].Line
 		return a != 0 && (b == 0 || a < b)
 	})
-	return &Problems{List: r.list}
+	return &Errors{List: r.list}
 }

@@ -40,7 +40,7 @@ func TestEnv(t *testing.T) {
 			yaml: minimal + `tenants: [{name: "t-${ENV}", rate_limit: {tokens: ${BURST}, interval: "${EVERY:-2s}"}}]` + "\n",
 			env:  map[string]string{"ENV": "prod", "BURST": "7"},
 			want: func(c *Config) bool {
-				return c.Tenants[0].Name == "t-prod" && *c.Tenants[0].RateLimit == RateLimit{Tokens: 7, Interval: Duration(2 * time.Second)}
+				return c.Tenants[0].Name == "t-prod" && *c.Tenants[0].RateLimit == RateLimit{Tokens: 7, Interval: 2 * time.Second}
 			},
 		},
 		{
@@ -154,9 +154,9 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse(data, "testdata/fuzz.yaml", getenv, defaults)
 		if err != nil {
-			var ps *Problems
+			var ps *Errors
 			if !errors.As(err, &ps) || len(ps.List) == 0 {
-				t.Fatalf("error %v is not a non-empty *Problems", err)
+				t.Fatalf("error %v is not a non-empty *Errors", err)
 			}
 			for _, p := range ps.List {
 				if strings.ContainsAny(p.Message, "\r\n") || strings.ContainsAny(p.Key, "\r\n") {
@@ -175,7 +175,7 @@ func FuzzParse(f *testing.F) {
 					t.Fatalf("route %d: accepted task %q without a job", i, e.Task)
 				}
 			}
-			d := cfg.Routes[i].Idempotency()
+			d := cfg.Routes[i].Idempotency
 			if d.Lease <= 0 || d.Lease > d.Retention || d.MaxKeyLength < 1 || d.MaxRequestBytes <= 0 {
 				t.Fatalf("route %d: accepted settings %+v", i, d)
 			}

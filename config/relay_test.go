@@ -18,10 +18,10 @@ func TestRelayKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := cfg.Worker.RelayOptions(); got.After != job.DefaultRequeueAfter || got.Interval != job.DefaultRequeueInterval {
-		t.Errorf("defaults: requeue_after %s, requeue_interval %s; want enqueue's, %s and %s", got.After, got.Interval, job.DefaultRequeueAfter, job.DefaultRequeueInterval)
+		t.Errorf("defaults: requeue_after %s, requeue_interval %s; want the relay's, %s and %s", got.After, got.Interval, job.DefaultRequeueAfter, job.DefaultRequeueInterval)
 	}
 	if d := (Worker{}).RelayOptions(); d.After != 0 || d.Interval != 0 {
-		t.Errorf("a Worker not from a file passes %+v, want zeros for enqueue's own defaults", d)
+		t.Errorf("a Worker not from a file passes %+v, want zeros for the relay's own defaults", d)
 	}
 
 	cfg, err = Parse([]byte(minimal+"worker: {requeue_after: 30s, requeue_interval: 2s}\n"), "r.yaml", nil)

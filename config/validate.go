@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/net/http/httpguts"
@@ -23,11 +24,11 @@ const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 type badFunc func(key, format string, args ...any)
 
 // validate checks the defaulted configuration and returns every problem,
-// each a Problem with Key and Message, joined.
+// each an Error with Key and Message, joined.
 func (c *Config) validate(o *options) error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, Problem{Key: key, Message: fmt.Sprintf(format, args...)})
+		errs = append(errs, Error{Key: key, Message: fmt.Sprintf(format, args...)})
 	}
 
 	c.validateListeners(bad)
@@ -113,7 +114,7 @@ func (c *Config) validate(o *options) error {
 	}
 	c.validateTenants(bad)
 
-	validateIdempotency("idempotency", "", c.Idempotency, func(string) bool { return true }, bad)
+	validateIdempotency("idempotency", c.Idempotency, func(string) bool { return true }, bad)
 
 	nonNegative(bad, "janitor.interval", c.Janitor.Interval)
 	nonNegative(bad, "janitor.batch", c.Janitor.Batch)
@@ -146,7 +147,7 @@ func (c *Config) validate(o *options) error {
 }
 
 // nonNegative reports a negative number; zero was replaced by the default.
-func nonNegative[T int | int64 | Duration](bad badFunc, key string, v T) {
+func nonNegative[T int | time.Duration](bad badFunc, key string, v T) {
 	if v < 0 {
 		bad(key, "must be positive, not %v", v)
 	}
@@ -243,7 +244,7 @@ func (c *Config) validateTenants(bad badFunc) {
 // validateWorker checks the worker's settings with the workers' own rule,
 // then those only the configuration has.
 func (c *Config) validateWorker(bad badFunc) {
-	fields, others := split[*workers.FieldError](c.Worker.ServerConfig().Validate())
+	fields, others := split[*workers.FieldError](c.Worker.Validate())
 	for _, e := range fields {
 		key := "worker." + e.Field
 		if e.Queue != "" {
@@ -281,7 +282,7 @@ func distinct(bad badFunc, first map[string]int, list string, i int, field, valu
 }
 
 // positive reports a number that is not above zero.
-func positive(bad badFunc, key string, v Duration) {
+func positive(bad badFunc, key string, v time.Duration) {
 	if v <= 0 {
 		bad(key, "must be positive, not %v", v)
 	}
@@ -360,7 +361,7 @@ func (c *Config) validateRoutes(bad badFunc) {
 			seen[m] = append(seen[m], i)
 		}
 
-		d := r.Idempotency()
+		d := r.Idempotency
 		switch {
 		case r.Upstream == "" && r.Enqueue == nil:
 			bad(p, "needs upstream or enqueue")
@@ -405,7 +406,7 @@ func (c *Config) validateRoutes(bad badFunc) {
 		if r.Timeout < 0 {
 			bad(p+".timeout", "must be positive, not %s", r.Timeout)
 		}
-		validateIdempotency(p+".idempotency", r.Name, d, r.IdempotencyOverride.set, bad)
+		validateIdempotency(p+".idempotency", d, func(key string) bool { return r.overrides[key] }, bad)
 	}
 }
 

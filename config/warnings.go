@@ -24,9 +24,9 @@ func (c *Config) Warnings() []string {
 	}
 	for i := range c.Routes {
 		r := &c.Routes[i]
-		d := r.Idempotency()
+		d := r.Idempotency
 		at := fmt.Sprintf("routes[%d] (%s)", i, r.Name)
-		if d.OnStoreError == string(idempotency.FailOpen) {
+		if d.OnStoreError == idempotency.FailOpen {
 			w = append(w, at+": on_store_error fail_open: while the store is unavailable requests run without idempotency protection")
 		}
 		if len(d.Methods) == 0 {

@@ -12,8 +12,9 @@ import (
 	"github.com/idemgate/idemgate/workers/lock"
 )
 
-// Config is the worker section of the configuration file (`worker:`). Zero
-// fields take the defaults written next to them.
+// Config is the worker section of the configuration file (`worker:`),
+// whose keys are the yaml tags. Zero fields take the defaults written next
+// to them.
 type Config struct {
 	// Concurrency is how many tasks run at once. Default DefaultConcurrency,
 	// 10.
@@ -35,8 +36,9 @@ type Config struct {
 	// the queue. Default DefaultShutdownTimeout, 25s (inside Kubernetes'
 	// default 30s grace period).
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
-	// Retry shapes the retry delays. Defaults: see Backoff.
-	Retry Backoff `yaml:"retry"`
+	// Retry shapes the retry delays. Defaults: see Backoff. Set in code:
+	// the configuration file has no key for it.
+	Retry Backoff `yaml:"-"`
 }
 
 // Defaults for Config.
@@ -51,7 +53,9 @@ const (
 // minLockTTL is the shortest LockTTL, the lock package's own minimum.
 const minLockTTL = 10 * time.Millisecond
 
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with every field left zero replaced by its
+// default, as NewServer and Validate read it.
+func (c Config) WithDefaults() Config {
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
@@ -167,13 +171,13 @@ func unjoin(err error) []error {
 
 // Validate reports every problem of c, after defaults, at once, each a
 // *FieldError.
-func (c Config) Validate() error { return c.withDefaults().validate() }
+func (c Config) Validate() error { return c.WithDefaults().validate() }
 
 // Deps returns the handler dependencies this config implies: locks with
 // LockTTL on rdb (a client of the locks' own, not asynq's) and MaxAttempts.
 // Set Logger, Observer and OnStatus on the result as needed.
 func (c Config) Deps(db DB, rdb lock.Client) Deps {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	return Deps{
 		DB:          db,
 		Redis:       rdb,

@@ -14,7 +14,7 @@ import (
 
 func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
-	c := Config{}.withDefaults()
+	c := Config{}.WithDefaults()
 	if c.Concurrency != 10 || c.LockTTL != 30*time.Second || c.MaxAttempts != 10 || c.ShutdownTimeout != 25*time.Second {
 		t.Fatalf("defaults = %+v", c)
 	}
@@ -24,7 +24,7 @@ func TestConfigDefaults(t *testing.T) {
 	if c.Retry.Base != time.Second || c.Retry.Max != 10*time.Minute || c.Retry.Busy != 2*time.Second || c.Retry.Rand == nil {
 		t.Fatalf("default retry = %+v", c.Retry)
 	}
-	set := Config{Concurrency: 3, Queues: map[string]int{"critical": 6}, LockTTL: time.Minute, MaxAttempts: 4}.withDefaults()
+	set := Config{Concurrency: 3, Queues: map[string]int{"critical": 6}, LockTTL: time.Minute, MaxAttempts: 4}.WithDefaults()
 	if set.Concurrency != 3 || set.Queues["critical"] != 6 || len(set.Queues) != 1 || set.LockTTL != time.Minute || set.MaxAttempts != 4 {
 		t.Fatalf("explicit values overridden: %+v", set)
 	}

@@ -51,7 +51,7 @@ func NewServer(redisOpt asynq.RedisConnOpt, cfg Config, handler asynq.Handler, o
 	if handler == nil {
 		errs = append(errs, errors.New("workers: nil handler"))
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -118,7 +118,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout 
 	defer stopJanitor()
 	if j, ok := store.(idempotency.Janitor); ok {
 		wg.Go(func() {
-			_ = idempotency.RunJanitor(janitorCtx, j, time.Duration(cfg.Janitor.Interval), cfg.Janitor.Batch, logger)
+			_ = idempotency.RunJanitor(janitorCtx, j, cfg.Janitor.Interval, cfg.Janitor.Batch, logger)
 		})
 	}
 
@@ -129,10 +129,10 @@ func serve(ctx context.Context, cfg *config.Config, logger *slog.Logger, stdout 
 	}
 	stopJanitor()
 	logger.Info("shutting down", "timeout", cfg.Server.ShutdownTimeout.String())
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Server.ShutdownTimeout))
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
 	defer cancel()
 	if err == nil {
-		err = drain(servers, time.Duration(cfg.Server.DrainDelay), logger, errc)
+		err = drain(servers, cfg.Server.DrainDelay, logger, errc)
 	}
 	for _, srv := range srvs {
 		if e := srv.Shutdown(shutdownCtx); e != nil {

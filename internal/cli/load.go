@@ -91,9 +91,9 @@ func loadConfig(ext extension.Set, path string, getenv func(string) string, runs
 	}
 	cfg, err := config.Load(path, getenv, opts...)
 	if err != nil {
-		var probs *config.Problems
-		if errors.As(err, &probs) {
-			return nil, usagef("invalid configuration:\n%s", probs.Error())
+		var errs *config.Errors
+		if errors.As(err, &errs) {
+			return nil, usagef("invalid configuration:\n%s", errs.Error())
 		}
 		return nil, usagef("%v", err)
 	}

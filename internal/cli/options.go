@@ -26,8 +26,11 @@ import (
 	"github.com/idemgate/idemgate/telemetry"
 )
 
-// This file is where the configuration becomes each library's options;
-// nowhere else copies a configuration value into a library.
+// This file is where the configuration becomes the product's objects: the
+// gateway's options, its servers and transport, the example jobs' options.
+// The settings a library owns are not copied: the configuration holds the
+// library's own Config (each route's Idempotency, Worker.Config), which
+// goes to the library as it is.
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	var level slog.Level
@@ -217,10 +220,10 @@ func redisNodes(redisURL string) []string {
 func httpServer(c config.Server, handler http.Handler, logger *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           handler,
-		ReadHeaderTimeout: time.Duration(c.ReadHeaderTimeout),
-		ReadTimeout:       time.Duration(c.ReadTimeout),
-		WriteTimeout:      time.Duration(c.WriteTimeout),
-		IdleTimeout:       time.Duration(c.IdleTimeout),
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		ReadTimeout:       c.ReadTimeout,
+		WriteTimeout:      c.WriteTimeout,
+		IdleTimeout:       c.IdleTimeout,
 		MaxHeaderBytes:    c.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
@@ -245,7 +248,7 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 	for _, t := range cfg.Tenants {
 		opts.Auth.Tenants = append(opts.Auth.Tenants, auth.TenantKeys{Name: t.Name, APIKeySHA256s: t.APIKeySHA256})
 		if t.RateLimit != nil {
-			opts.RateLimits[t.Name] = ratelimit.Limit{Tokens: uint64(t.RateLimit.Tokens), Interval: time.Duration(t.RateLimit.Interval)}
+			opts.RateLimits[t.Name] = ratelimit.Limit{Tokens: uint64(t.RateLimit.Tokens), Interval: t.RateLimit.Interval}
 		}
 	}
 	if cfg.RateLimitStore == "redis" {
@@ -271,8 +274,8 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 			Name:        r.Name,
 			Methods:     r.Methods,
 			Path:        r.Path,
-			Timeout:     time.Duration(r.Timeout),
-			Idempotency: r.Idempotency().MiddlewareConfig(r.Name),
+			Timeout:     r.Timeout,
+			Idempotency: r.Idempotency,
 		}
 		if r.PathPrefix != "" {
 			ro.Path, ro.Prefix = r.PathPrefix, true
@@ -305,9 +308,9 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 
 func transportConfig(p config.Proxy) gateway.TransportConfig {
 	return gateway.TransportConfig{
-		DialTimeout:           time.Duration(p.DialTimeout),
-		ResponseHeaderTimeout: time.Duration(p.ResponseHeaderTimeout),
-		IdleConnTimeout:       time.Duration(p.IdleConnTimeout),
+		DialTimeout:           p.DialTimeout,
+		ResponseHeaderTimeout: p.ResponseHeaderTimeout,
+		IdleConnTimeout:       p.IdleConnTimeout,
 		MaxIdleConnsPerHost:   p.MaxIdleConnsPerHost,
 	}
 }
@@ -317,5 +320,5 @@ func replayCache(c config.ReplayCache) *idempotency.ReplayCache {
 	if c.Off {
 		return nil
 	}
-	return idempotency.NewReplayCache(c.Entries, time.Duration(c.TTL))
+	return idempotency.NewReplayCache(c.Entries, c.TTL)
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/hibiken/asynqmon"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -153,7 +152,7 @@ func buildGateway(ctx context.Context, ext extension.Set, cfg *config.Config, lo
 	cl.push(func() {
 		// When the listeners never served (a start that failed), the
 		// gateway still gets the shutdown timeout to flush.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Server.ShutdownTimeout))
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
 		defer cancel()
 		_ = bg.flush(ctx)
 	})

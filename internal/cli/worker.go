@@ -102,8 +102,7 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 	}
 	reg.MustRegister(telemetry.NewQueueCollector(inspector, slices.Sorted(maps.Keys(cfg.Worker.Queues)), logger))
 
-	wc := cfg.Worker.ServerConfig()
-	deps := wc.Deps(pool, rdb)
+	deps := cfg.Worker.Deps(pool, rdb)
 	deps.Logger = logger
 	deps.Observer = metrics
 	deps.OnStatus = job.NewRecords(pool).Follow
@@ -124,7 +123,7 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 		return nil, usagef("worker: %v", err)
 	}
 	mux.Use(telemetry.TaskTracing(telemetry.WithFailure(workers.IsFailure)))
-	srv, err := workers.NewServer(opt, wc, mux, workers.WithLogger(logger))
+	srv, err := workers.NewServer(opt, cfg.Worker.Config, mux, workers.WithLogger(logger))
 	if err != nil {
 		return nil, usagef("worker: %v", err)
 	}
@@ -138,9 +137,9 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
-	janitor := attemptJanitor{store: execution.New(pool), retention: time.Duration(cfg.Idempotency.Retention)}
+	janitor := attemptJanitor{store: execution.New(pool), retention: cfg.Idempotency.Retention}
 	ledgerJanitor := func(ctx context.Context) error {
-		return idempotency.RunJanitor(ctx, janitor, time.Duration(cfg.Janitor.Interval), cfg.Janitor.Batch, logger)
+		return idempotency.RunJanitor(ctx, janitor, cfg.Janitor.Interval, cfg.Janitor.Batch, logger)
 	}
 	return &worker{srv: srv, relay: relay, ledgerJanitor: ledgerJanitor, admin: requestid.Middleware(admin)}, nil
 }

@@ -60,75 +60,85 @@ func (p ForwardKeyPolicy) Key(s Scope) string {
 }
 
 // Config configures the middleware for one route. The zero value of every
-// field but Route means its default.
+// field but Route means its default. The yaml tags name the settings as a
+// configuration file writes them (idemgate's idempotency blocks decode
+// into a Config); the fields without one are set in code.
 type Config struct {
 	// Route names the route in every scope; required.
-	Route string
+	Route string `yaml:"-"`
 	// Methods that require a key, each an HTTP method token. Default (nil)
 	// DefaultMethods, POST and PATCH; an empty, non-nil list means none.
 	// Other standard methods (GET, HEAD, OPTIONS, TRACE, PUT, DELETE,
 	// CONNECT) pass through untouched; a method that is not one of the
 	// standard ones (RFC 9110 methods are case-sensitive, so "post" is
 	// not POST) needs a key too unless Methods is an empty, non-nil list.
-	Methods []string
+	Methods []string `yaml:"methods"`
 	// KeySyntax: KeyCompat or KeyStrict. Default DefaultKeySyntax, compat.
-	KeySyntax KeySyntax
+	KeySyntax KeySyntax `yaml:"key_syntax"`
 	// MaxKeyLength after parsing, 1..4096. Default DefaultMaxKeyLength, 255.
-	MaxKeyLength int
+	MaxKeyLength int `yaml:"max_key_length"`
 	// Retention of a completed record. Default DefaultRetention, 24h.
-	Retention time.Duration
+	Retention time.Duration `yaml:"retention"`
 	// Lease of a claim, at least 100ms and at most Retention; renewed
 	// every Lease/3 while the handler runs. Default DefaultLease, 30s.
-	Lease time.Duration
+	Lease time.Duration `yaml:"lease"`
 	// StoreTimeout bounds each store call: a claim, a renewal, storing an
 	// outcome. A claim that cannot be made in time is answered 503 with
 	// Retry-After instead of waiting as long as the network does; an
 	// outcome that cannot be stored in time is retried in the background
 	// (see Middleware.Drain). Keep it well below Lease. Default
 	// DefaultStoreTimeout, 2s.
-	StoreTimeout time.Duration
+	StoreTimeout time.Duration `yaml:"store_timeout"`
 	// WaitInFlight > 0 holds a duplicate of a request in flight for up to
 	// this long and replays the original's response instead of 409.
 	// Default 0 (answer 409 at once).
-	WaitInFlight time.Duration
+	WaitInFlight time.Duration `yaml:"wait_in_flight"`
 	// MaxRequestBytes bounds the body read for the fingerprint. Default
 	// DefaultMaxRequestBytes, 1 MiB.
-	MaxRequestBytes int64
+	MaxRequestBytes int64 `yaml:"max_request_bytes"`
 	// MaxStoredResponseBytes bounds a stored body; a larger response is
 	// delivered to the first caller and stored without its body. Default
 	// DefaultMaxStoredResponseBytes, 1 MiB.
-	MaxStoredResponseBytes int64
-	// FingerprintHeaders are request headers included in the fingerprint,
-	// each a header name token.
-	FingerprintHeaders []string
-	// FingerprintJSONFields, when set, restrict a JSON body's fingerprint to
-	// these JSON Pointers.
-	FingerprintJSONFields []string
+	MaxStoredResponseBytes int64 `yaml:"max_stored_response_bytes"`
+	// Fingerprint chooses what, besides method, route, path, query and
+	// Content-Type, identifies a request. Default: the whole body.
+	Fingerprint FingerprintConfig `yaml:"fingerprint"`
 	// OnStoreError: FailClosed or FailOpen. Default DefaultOnStoreError,
 	// fail_closed.
-	OnStoreError StoreErrorPolicy
+	OnStoreError StoreErrorPolicy `yaml:"on_store_error"`
 	// OnAmbiguous: AmbiguousRelease or AmbiguousHold. Default
 	// DefaultOnAmbiguous, release.
-	OnAmbiguous AmbiguousPolicy
+	OnAmbiguous AmbiguousPolicy `yaml:"on_ambiguous"`
 	// ForwardKey: ForwardTenantScoped or ForwardAsSent, the key a handler
 	// forwarding the request sends upstream (ForwardKeyPolicy.Key).
 	// Default DefaultForwardKey, tenant_scoped.
-	ForwardKey ForwardKeyPolicy
+	ForwardKey ForwardKeyPolicy `yaml:"forward_key"`
 	// ReplayCache, when set, answers replays of recently completed records
 	// from process memory. Routes may share one.
-	ReplayCache *ReplayCache
+	ReplayCache *ReplayCache `yaml:"-"`
 
 	// Tenant returns the tenant of a request. Default: "anonymous" for
 	// every request, which is unsafe for multi-tenant use.
-	Tenant func(*http.Request) string
+	Tenant func(*http.Request) string `yaml:"-"`
 	// ErrorHandler writes refusals. Default DefaultErrorHandler.
-	ErrorHandler func(http.ResponseWriter, *http.Request, error)
+	ErrorHandler func(http.ResponseWriter, *http.Request, error) `yaml:"-"`
 	// Observe, when set, is called once per request that needs a key, with
 	// the decision taken, and again with the stored outcome of an executed
 	// request (Event.Stored set).
-	Observe func(*http.Request, Event)
+	Observe func(*http.Request, Event) `yaml:"-"`
 	// Logger receives store failures. Default slog.Default().
-	Logger *slog.Logger
+	Logger *slog.Logger `yaml:"-"`
+}
+
+// FingerprintConfig chooses what a request's fingerprint covers besides
+// its method, route, path, canonical query and Content-Type.
+type FingerprintConfig struct {
+	// Headers are request headers included, each a header name token.
+	// Default none.
+	Headers []string `yaml:"headers"`
+	// JSONFields, when set, restrict a JSON body's part to these JSON
+	// Pointers ("/order_id"). Default none: the whole body, canonical.
+	JSONFields []string `yaml:"json_fields"`
 }
 
 // Defaults for Config.
@@ -158,7 +168,12 @@ func DefaultMethods() []string { return []string{http.MethodPost, http.MethodPat
 // AnonymousTenant is the tenant of every request when Config.Tenant is nil.
 const AnonymousTenant = "anonymous"
 
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with every setting left zero replaced by its
+// default, as New and Validate read it; the functions (Tenant,
+// ErrorHandler, Logger) are New's to fill. A configuration file's
+// settings are read over these, so that a key written as zero means zero
+// (see ValidateResolved).
+func (c Config) WithDefaults() Config {
 	if c.Methods == nil {
 		c.Methods = DefaultMethods()
 	}
@@ -192,6 +207,16 @@ func (c Config) withDefaults() Config {
 	if c.ForwardKey == "" {
 		c.ForwardKey = DefaultForwardKey
 	}
+	c.Methods = slices.Clone(c.Methods)
+	for i, m := range c.Methods {
+		c.Methods[i] = strings.ToUpper(m)
+	}
+	return c
+}
+
+// withDefaults is WithDefaults with the functions' defaults too.
+func (c Config) withDefaults() Config {
+	c = c.WithDefaults()
 	if c.Tenant == nil {
 		c.Tenant = func(*http.Request) string { return AnonymousTenant }
 	}
@@ -201,18 +226,14 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	c.Methods = slices.Clone(c.Methods)
-	for i, m := range c.Methods {
-		c.Methods[i] = strings.ToUpper(m)
-	}
 	return c
 }
 
 // FieldError is one problem with one field of a Config. Validate and
 // ValidateResolved return every one they find, joined with errors.Join.
 type FieldError struct {
-	// Field names the field as a configuration file spells it, with the
-	// entry of a list: "lease", "methods[1]", "fingerprint_json_fields[0]".
+	// Field names the field by its yaml key, with the entry of a list:
+	// "lease", "methods[1]", "fingerprint.json_fields[0]".
 	Field string
 	// With names the other field of a conflict between two, as for a
 	// lease longer than the retention; "" otherwise.
@@ -225,7 +246,7 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
 
 // Validate reports every problem with c at once, each a *FieldError. A zero
 // field stands for its default and is checked as that default.
-func (c Config) Validate() error { return c.withDefaults().ValidateResolved() }
+func (c Config) Validate() error { return c.WithDefaults().ValidateResolved() }
 
 // ValidateResolved is Validate for settings whose defaults are already
 // filled in, such as those read from a configuration file, where a key
@@ -278,14 +299,14 @@ func (c Config) ValidateResolved() error {
 	if c.MaxStoredResponseBytes <= 0 {
 		bad("max_stored_response_bytes", "must be positive, not %d", c.MaxStoredResponseBytes)
 	}
-	for i, h := range c.FingerprintHeaders {
+	for i, h := range c.Fingerprint.Headers {
 		if !isToken(h) {
-			bad(fmt.Sprintf("fingerprint_headers[%d]", i), "%q is not a header name", h)
+			bad(fmt.Sprintf("fingerprint.headers[%d]", i), "%q is not a header name", h)
 		}
 	}
-	for i, p := range c.FingerprintJSONFields {
+	for i, p := range c.Fingerprint.JSONFields {
 		if _, err := parsePointer(p); err != nil {
-			bad(fmt.Sprintf("fingerprint_json_fields[%d]", i), "%s", strings.TrimPrefix(err.Error(), "json_fields: "))
+			bad(fmt.Sprintf("fingerprint.json_fields[%d]", i), "%s", strings.TrimPrefix(err.Error(), "json_fields: "))
 		}
 	}
 	switch c.OnStoreError {

@@ -56,8 +56,8 @@ func TestConfigFieldErrors(t *testing.T) {
 			name: "each problem names its field and list entry",
 			cfg: idempotency.Config{
 				Methods: []string{"POST", "GE T"}, MaxKeyLength: -1, Retention: -time.Second, Lease: 50 * time.Millisecond,
-				WaitInFlight: -1, MaxRequestBytes: -1, FingerprintHeaders: []string{"X-Ok", "X:Bad"},
-				FingerprintJSONFields: []string{"/a", "b"},
+				WaitInFlight: -1, MaxRequestBytes: -1,
+				Fingerprint: idempotency.FingerprintConfig{Headers: []string{"X-Ok", "X:Bad"}, JSONFields: []string{"/a", "b"}},
 			},
 			validate: idempotency.Config.Validate,
 			want: []string{
@@ -68,8 +68,8 @@ func TestConfigFieldErrors(t *testing.T) {
 				"lease: 50ms is shorter than the minimum 100ms",
 				"wait_in_flight: must not be negative, not -1ns",
 				"max_request_bytes: must be positive, not -1",
-				`fingerprint_headers[1]: "X:Bad" is not a header name`,
-				`fingerprint_json_fields[1]: "b" is not a JSON Pointer (it must start with /)`,
+				`fingerprint.headers[1]: "X:Bad" is not a header name`,
+				`fingerprint.json_fields[1]: "b" is not a JSON Pointer (it must start with /)`,
 			},
 		},
 		{
@@ -104,5 +104,32 @@ func TestDefaultMethods(t *testing.T) {
 	m[0] = "DELETE"
 	if got := idempotency.DefaultMethods(); !slices.Equal(got, []string{"POST", "PATCH"}) {
 		t.Errorf("DefaultMethods() = %v after a caller changed its copy", got)
+	}
+}
+
+func TestConfigWithDefaults(t *testing.T) {
+	t.Parallel()
+	d := idempotency.Config{Route: "r"}.WithDefaults()
+	if err := d.ValidateResolved(); err != nil {
+		t.Errorf("the defaults are refused: %v", err)
+	}
+	if !slices.Equal(d.Methods, idempotency.DefaultMethods()) || d.KeySyntax != idempotency.DefaultKeySyntax ||
+		d.Lease != idempotency.DefaultLease || d.Retention != idempotency.DefaultRetention || d.ForwardKey != idempotency.DefaultForwardKey {
+		t.Errorf("WithDefaults() = %+v", d)
+	}
+	if d.Tenant != nil || d.ErrorHandler != nil || d.Logger != nil {
+		t.Error("WithDefaults set the functions, which are New's to fill")
+	}
+
+	methods := []string{"post"}
+	set := idempotency.Config{Methods: methods, Lease: time.Second, WaitInFlight: time.Second}.WithDefaults()
+	if !slices.Equal(set.Methods, []string{"POST"}) || set.Lease != time.Second || set.WaitInFlight != time.Second {
+		t.Errorf("WithDefaults replaced settings that were set: %+v", set)
+	}
+	if methods[0] != "post" {
+		t.Error("WithDefaults changed the caller's methods")
+	}
+	if none := (idempotency.Config{Methods: []string{}}).WithDefaults(); none.Methods == nil || len(none.Methods) != 0 {
+		t.Errorf("an empty list of methods became %v", none.Methods)
 	}
 }

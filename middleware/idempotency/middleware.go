@@ -51,7 +51,7 @@ func New(store Store, cfg Config) (*Middleware, error) {
 		return nil, fmt.Errorf("idempotency: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	fp, err := NewFingerprinter(cfg.FingerprintHeaders, cfg.FingerprintJSONFields)
+	fp, err := NewFingerprinter(cfg.Fingerprint.Headers, cfg.Fingerprint.JSONFields)
 	if err != nil {
 		return nil, err
 	}

@@ -545,7 +545,7 @@ func TestStoreErrorPolicy(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	err := idempotency.Config{KeySyntax: "loose", OnAmbiguous: "maybe", Lease: time.Millisecond,
-		FingerprintJSONFields: []string{"amount"}}.Validate()
+		Fingerprint: idempotency.FingerprintConfig{JSONFields: []string{"amount"}}}.Validate()
 	testenv.WantError(t, "Validate", err, []string{"route", "key_syntax", "on_ambiguous", "lease", "json_fields"})
 }
 

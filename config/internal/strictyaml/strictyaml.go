@@ -1,14 +1,19 @@
 // Package strictyaml decodes a YAML document into a Go struct and reports
 // every mistake in it at once, each with its line and key path: unknown
 // keys (with the known key they were probably meant to be), keys written
-// twice, values of the wrong kind. It remembers where every key is, so
-// that problems found later, by validation, can be placed on their line.
+// twice, values of the wrong kind. A time.Duration is a Go duration string
+// ("30s"), so a struct of a library's own settings decodes as it is. It
+// remembers where every key is, so that problems found later, by
+// validation, can be placed on their line, and it decodes a value again
+// over defaults (DecodeOver), for a block that overrides another.
 //
 //	doc := strictyaml.Decode(data, &cfg)
-//	for _, p := range doc.Problems {
-//		fmt.Printf("%d: %s: %s\n", p.Line, p.Key, p.Message)
+//	for _, e := range doc.Errors {
+//		fmt.Println(e) // LINE: KEY: MESSAGE
 //	}
 //	line := doc.Line("routes[1].idempotency.lease")
+//	route := defaults // a block of the same type written elsewhere
+//	written := doc.DecodeOver("routes[1].idempotency", &route)
 //
 // A key path joins mapping keys with "." and list entries with "[i]";
 // Join quotes a key that is not a plain name.
@@ -24,33 +29,48 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// Problem is one mistake found while reading a document.
-type Problem struct {
+// Error is one mistake found while reading a document, at its line.
+type Error struct {
 	// Line is 1-based; 0 when unknown.
 	Line int
 	// Key is the key path, like routes[1].idempotency.lease; "" when the
-	// problem is with the document as a whole.
+	// mistake is with the document as a whole.
 	Key string
 	// Message says what is wrong, in one line.
 	Message string
 }
 
+// Error formats e as LINE: KEY: MESSAGE, leaving out the parts that are
+// unknown.
+func (e Error) Error() string {
+	s := e.Message
+	if e.Key != "" {
+		s = e.Key + ": " + s
+	}
+	if e.Line > 0 {
+		s = strconv.Itoa(e.Line) + ": " + s
+	}
+	return s
+}
+
 // Document is what Decode learned of a document.
 type Document struct {
-	// Problems are the mistakes found, in the order found.
-	Problems []Problem
+	// Errors are the mistakes found, in the order found.
+	Errors []Error
 
 	usable  bool
 	unread  map[string]bool // key paths with a problem, or that the decoder left out
 	lines   map[string]int  // key path → line
 	marks   map[int][]mark  // line → the keys and list items that start on it
-	onLine  map[int]bool    // lines with a problem
+	onLine  map[int]bool    // lines the walk has read for the decoder: a problem, a duration
 	visited map[visit]bool  // nodes walked, each once even when aliased
 	budget  int             // nodes left to walk
+	root    *yaml.Node      // the document's top mapping
 }
 
 type visit struct {
@@ -69,9 +89,13 @@ const maxNodes = 100_000
 
 // Decode reads the single YAML document in data into v, a pointer to a
 // struct, refusing keys that v's type does not have. Keys are matched
-// with the yaml tags of the struct fields; a field of type yaml.Node takes
-// any value unchecked, and a type that implements yaml.Unmarshaler is
-// checked by its own UnmarshalYAML. An empty document leaves v as it is.
+// with the yaml tags of the struct fields, an embedded struct tagged
+// ",inline" adding its keys to its parent's; a field of type yaml.Node
+// takes any value unchecked, a time.Duration takes a Go duration string
+// (surrounding white space ignored; a bare number is refused rather than
+// guessed at: "30" could mean seconds or nanoseconds), and a type that
+// implements yaml.Unmarshaler is checked by its own UnmarshalYAML. An
+// empty document leaves v as it is.
 // examples are keys the document is meant to hold, named in the problem
 // when it is not a mapping.
 func Decode(data []byte, v any, examples ...string) *Document {
@@ -187,7 +211,7 @@ func Describe(n *yaml.Node) string {
 func ErrorText(err error) string { return oneLine(strings.TrimPrefix(err.Error(), "yaml: ")) }
 
 func (d *Document) fail(line int, key, format string, args ...any) {
-	d.Problems = append(d.Problems, Problem{Line: line, Key: key, Message: fmt.Sprintf(format, args...)})
+	d.Errors = append(d.Errors, Error{Line: line, Key: key, Message: fmt.Sprintf(format, args...)})
 	d.onLine[line] = true
 	if key != "" {
 		d.unread[key] = true
@@ -233,14 +257,17 @@ func (d *Document) decode(data []byte, v any, examples []string) bool {
 		d.fail(doc.Line, "", "the file must be a mapping of keys%s, not %s", keys, Describe(doc))
 		return false
 	}
-	d.walk(doc, reflect.TypeOf(v).Elem(), "")
+	d.root = doc
+	t := reflect.TypeOf(v).Elem()
+	d.walk(doc, t, "")
 
 	// The walk above names the key path of every unknown key and bad
-	// value; this decoder fills v, refusing unknown keys on its own too.
-	// Its reports are kept only for lines the walk found nothing on.
+	// value; this decoder refuses unknown keys on its own too, also past
+	// the walk's budget. Its reports are kept only for lines the walk
+	// found nothing on.
 	dec = yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	err := dec.Decode(v)
+	err := dec.Decode(reflect.New(t).Interface())
 	var te *yaml.TypeError
 	switch {
 	case err == nil:
@@ -251,7 +278,138 @@ func (d *Document) decode(data []byte, v any, examples []string) bool {
 	default:
 		d.decoderError(strings.TrimPrefix(err.Error(), "yaml: "))
 	}
+	// v is filled from the nodes the walk read, each duration as it read
+	// it; what this cannot decode was reported above.
+	_ = root.Decode(v)
 	return true
+}
+
+// DecodeOver decodes the value written at key over v, a pointer to the
+// type walked there: v keeps every setting the value leaves out or writes
+// as null, and takes those it writes. It returns the key paths, relative
+// to key, of the settings written (a nested key as "fingerprint.headers",
+// its parent "fingerprint" too), merge keys' included. A value that had a
+// problem, or one under a key that had one, is not decoded: what the
+// document says there is unknown.
+func (d *Document) DecodeOver(key string, v any) map[string]bool {
+	if d.root == nil || d.Unread(key) {
+		return nil
+	}
+	n := valueAt(d.root, key, maxDepth)
+	if n == nil {
+		return nil
+	}
+	n = withoutNulls(n, maxDepth)
+	_ = n.Decode(v) // its mistakes were reported by Decode
+	var written map[string]any
+	_ = n.Decode(&written)
+	keys := map[string]bool{}
+	writtenKeys(keys, "", written)
+	return keys
+}
+
+// maxDepth bounds the functions below, which follow aliases: a cycle of
+// them was reported by Decode.
+const maxDepth = 64
+
+// resolve follows aliases to the node they name.
+func resolve(n *yaml.Node, depth int) (*yaml.Node, int) {
+	for n.Kind == yaml.AliasNode && n.Alias != nil && depth > 0 {
+		n, depth = n.Alias, depth-1
+	}
+	return n, depth
+}
+
+func isMergeKey(k *yaml.Node) bool { return k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" }
+
+// valueAt returns the node written at key below n, nil when none is, as
+// the decoder reads it: a key written in a mapping before one a merge key
+// brings, an earlier merge key's before a later one's.
+func valueAt(n *yaml.Node, key string, depth int) *yaml.Node {
+	n, depth = resolve(n, depth)
+	if key == "" || depth <= 0 {
+		return n
+	}
+	switch n.Kind {
+	case yaml.SequenceNode:
+		num, rest, ok := strings.Cut(strings.TrimPrefix(key, "["), "]")
+		i, err := strconv.Atoi(num)
+		if !ok || err != nil || key[0] != '[' || i < 0 || i >= len(n.Content) {
+			return nil
+		}
+		return valueAt(n.Content[i], rest, depth-1)
+	case yaml.MappingNode:
+		key = strings.TrimPrefix(key, ".")
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if isMergeKey(k) || k.Kind != yaml.ScalarNode {
+				continue
+			}
+			name := Join("", k.Value)
+			if rest, ok := strings.CutPrefix(key, name); ok && (rest == "" || rest[0] == '.' || rest[0] == '[') {
+				return valueAt(n.Content[i+1], rest, depth-1)
+			}
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if !isMergeKey(n.Content[i]) {
+				continue
+			}
+			merged, md := resolve(n.Content[i+1], depth-1)
+			sources := []*yaml.Node{merged}
+			if merged.Kind == yaml.SequenceNode {
+				sources = merged.Content
+			}
+			for _, m := range sources {
+				if v := valueAt(m, key, md-1); v != nil {
+					return v
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// withoutNulls is n without the mapping entries whose value is null, at
+// every depth, aliases and merge keys followed: decoded over a value, it
+// leaves what a null would have cleared.
+func withoutNulls(n *yaml.Node, depth int) *yaml.Node {
+	n, depth = resolve(n, depth)
+	if n.Kind != yaml.MappingNode || depth <= 0 {
+		return n
+	}
+	c := *n
+	c.Content = nil
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		r, _ := resolve(v, depth)
+		switch {
+		case isNull(r):
+			continue
+		case isMergeKey(k) && r.Kind == yaml.SequenceNode:
+			list := *r
+			list.Content = nil
+			for _, m := range r.Content {
+				list.Content = append(list.Content, withoutNulls(m, depth-1))
+			}
+			v = &list
+		case r.Kind == yaml.MappingNode:
+			v = withoutNulls(r, depth-1)
+		}
+		c.Content = append(c.Content, k, v)
+	}
+	return &c
+}
+
+// writtenKeys adds to keys the path of every entry of m, nested mappings
+// included, under prefix.
+func writtenKeys(keys map[string]bool, prefix string, m map[string]any) {
+	for k, v := range m {
+		path := Join(prefix, k)
+		keys[path] = true
+		if sub, ok := v.(map[string]any); ok {
+			writtenKeys(keys, path, sub)
+		}
+	}
 }
 
 func (d *Document) yamlError(err error) {
@@ -316,6 +474,10 @@ func (d *Document) walk(n *yaml.Node, t reflect.Type, path string) {
 	d.visited[visit{n, t}] = true
 	if t == reflect.TypeFor[yaml.Node]() {
 		return // any YAML at all, read by whoever holds it
+	}
+	if t == reflect.TypeFor[time.Duration]() {
+		d.duration(n, path)
+		return
 	}
 	if reflect.PointerTo(t).Implements(reflect.TypeFor[yaml.Unmarshaler]()) {
 		if err := reflect.New(t).Interface().(yaml.Unmarshaler).UnmarshalYAML(n); err != nil {
@@ -460,10 +622,15 @@ func kindName(t reflect.Type) string {
 	return "a " + t.Kind().String()
 }
 
-// yamlFields maps each yaml key of struct type t to its field's type.
+// yamlFields maps each yaml key of struct type t to its field's type; an
+// inline struct's keys are t's own.
 func yamlFields(t reflect.Type) map[string]reflect.Type {
 	fields := map[string]reflect.Type{}
 	for f := range t.Fields() {
+		if _, opts, _ := strings.Cut(f.Tag.Get("yaml"), ","); opts == "inline" && f.Type.Kind() == reflect.Struct {
+			maps.Copy(fields, yamlFields(f.Type))
+			continue
+		}
 		if name, ok := yamlName(f); ok {
 			fields[name] = f.Type
 		}
@@ -521,4 +688,51 @@ func distance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// duration checks a time.Duration written at path. A value written with
+// white space around it is read without, for the decoder too, which would
+// refuse it.
+func (d *Document) duration(n *yaml.Node, path string) {
+	if n.Kind != yaml.ScalarNode {
+		d.fail(n.Line, path, "must be a duration such as 30s, not %s", Describe(n))
+		return
+	}
+	s := strings.TrimSpace(n.Value)
+	if _, err := time.ParseDuration(s); err != nil {
+		d.fail(n.Line, path, "%q is not a duration (use %s)", n.Value, durationHint(s))
+		return
+	}
+	if s != n.Value {
+		n.Value, n.Tag, n.Style = s, "!!str", 0
+		d.onLine[n.Line] = true
+	}
+}
+
+func durationHint(s string) string {
+	if isDecimal(s) {
+		return s + "s"
+	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.Atoi(days); err == nil && n > 0 && n <= 10000 {
+			return fmt.Sprintf("%dh", 24*n)
+		}
+	}
+	return "a Go duration such as 30s, 5m or 1h30m"
+}
+
+func isDecimal(s string) bool {
+	s = strings.TrimPrefix(s, "-")
+	digits, dots := 0, 0
+	for _, c := range s {
+		switch {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '.':
+			dots++
+		default:
+			return false
+		}
+	}
+	return digits > 0 && dots <= 1
 }

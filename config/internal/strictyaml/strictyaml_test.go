@@ -2,6 +2,7 @@ package strictyaml
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -11,8 +12,8 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// seconds checks itself, as config.Duration does: Decode must report its
-// message at the value's key and line.
+// seconds checks itself: Decode must report its message at the value's
+// key and line.
 type seconds time.Duration
 
 func (s *seconds) UnmarshalYAML(n *yaml.Node) error {
@@ -25,6 +26,7 @@ func (s *seconds) UnmarshalYAML(n *yaml.Node) error {
 }
 
 type server struct {
+	owner    `yaml:",inline"`
 	Name     string         `yaml:"name"`
 	Port     int            `yaml:"port"`
 	Timeout  seconds        `yaml:"timeout"`
@@ -33,6 +35,12 @@ type server struct {
 	Backends []backend      `yaml:"backends"`
 	Extra    yaml.Node      `yaml:"extra"`
 	Internal string         `yaml:"-"`
+	Grace    time.Duration  `yaml:"grace"`
+}
+
+// owner is embedded inline: its keys are server's.
+type owner struct {
+	Owner string `yaml:"owner"`
 }
 
 type backend struct {
@@ -43,13 +51,13 @@ type backend struct {
 // lines formats the problems as LINE: KEY: MESSAGE.
 func lines(d *Document) []string {
 	var out []string
-	for _, p := range d.Problems {
+	for _, p := range d.Errors {
 		out = append(out, fmt.Sprintf("%d: %s: %s", p.Line, p.Key, p.Message))
 	}
 	return out
 }
 
-func TestDecodeProblems(t *testing.T) {
+func TestDecodeErrors(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name, yaml string
@@ -89,6 +97,30 @@ func TestDecodeProblems(t *testing.T) {
 			name:   "a type's own UnmarshalYAML",
 			yaml:   "timeout: soon\n",
 			want:   []string{`1: timeout: "soon" is not a duration`},
+			usable: true,
+		},
+		{
+			name:   "a time.Duration, with a hint",
+			yaml:   "grace: 30\nbackends: [{url: u}]\n",
+			want:   []string{`1: grace: "30" is not a duration (use 30s)`},
+			usable: true,
+		},
+		{
+			name:   "days are not a Go duration",
+			yaml:   "grace: 2d\n",
+			want:   []string{`1: grace: "2d" is not a duration (use 48h)`},
+			usable: true,
+		},
+		{
+			name:   "a time.Duration is a scalar",
+			yaml:   "grace: [1s]\n",
+			want:   []string{"1: grace: must be a duration such as 30s, not a list"},
+			usable: true,
+		},
+		{
+			name:   "an inline struct's keys are its parent's",
+			yaml:   "owner: a\nownr: b\n",
+			want:   []string{`2: ownr: unknown key; did you mean "owner"?`},
 			usable: true,
 		},
 		{
@@ -156,12 +188,75 @@ func TestDecodeProblems(t *testing.T) {
 func TestDecodeFills(t *testing.T) {
 	t.Parallel()
 	var s server
-	d := Decode([]byte("name: a\nport: 80\ntimeout: 2s\nbackends: [{url: u}]\nextra: {k: v}\n"), &s)
-	if len(d.Problems) != 0 || !d.Usable() {
-		t.Fatalf("problems %v, usable %v", d.Problems, d.Usable())
+	d := Decode([]byte("name: a\nport: 80\ntimeout: 2s\nbackends: [{url: u}]\nextra: {k: v}\nowner: o\ngrace: \" 1m \"\n"), &s)
+	if len(d.Errors) != 0 || !d.Usable() {
+		t.Fatalf("problems %v, usable %v", d.Errors, d.Usable())
 	}
-	if s.Name != "a" || s.Port != 80 || s.Timeout != seconds(2*time.Second) || len(s.Backends) != 1 || s.Backends[0].URL != "u" || s.Extra.Kind != yaml.MappingNode {
+	if s.Name != "a" || s.Port != 80 || s.Timeout != seconds(2*time.Second) || len(s.Backends) != 1 || s.Backends[0].URL != "u" || s.Extra.Kind != yaml.MappingNode ||
+		s.Owner != "o" || s.Grace != time.Minute {
 		t.Errorf("decoded %+v", s)
+	}
+}
+
+// block is a set of settings that items override.
+type block struct {
+	Grace time.Duration `yaml:"grace"`
+	Tags  []string      `yaml:"tags"`
+	Inner struct {
+		A []string `yaml:"a"`
+		B int      `yaml:"b"`
+	} `yaml:"inner"`
+}
+
+func TestDecodeOver(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Base  block `yaml:"base"`
+		Items []struct {
+			Over block `yaml:"over"`
+		} `yaml:"items"`
+	}
+	d := Decode([]byte(`base: &b {grace: 1s, tags: [x], inner: {a: [p], b: 2}}
+items:
+  - over: {grace: 5s, tags: ~, inner: {b: 0}}
+  - over: {<<: *b, grace: 3s}
+  - over: ~
+  - over: {grace: " 4s "}
+  - over: {grace: 30, tags: [y]}
+  - over: 7
+  - {<<: {over: {tags: [m]}}}
+  - over: *b
+`), &doc)
+	if got, want := lines(d), []string{`7: items[4].over.grace: "30" is not a duration (use 30s)`, `8: items[5].over: must be a mapping, not "7"`}; !slices.Equal(got, want) {
+		t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for i, tc := range []struct {
+		grace   time.Duration
+		tags    []string
+		a       []string
+		b       int
+		written []string
+	}{
+		{5 * time.Second, []string{"x"}, []string{"p"}, 0, []string{"grace", "inner", "inner.b"}},
+		{3 * time.Second, []string{"x"}, []string{"p"}, 2, []string{"grace", "inner", "inner.a", "inner.b", "tags"}},
+		{time.Second, []string{"x"}, []string{"p"}, 2, nil},
+		{4 * time.Second, []string{"x"}, []string{"p"}, 2, []string{"grace"}},
+		{time.Second, []string{"y"}, []string{"p"}, 2, []string{"grace", "tags"}}, // the bad grace is not read
+		{time.Second, []string{"x"}, []string{"p"}, 2, nil},
+		{time.Second, []string{"m"}, []string{"p"}, 2, []string{"tags"}},
+		{time.Second, []string{"x"}, []string{"p"}, 2, []string{"grace", "inner", "inner.a", "inner.b", "tags"}},
+	} {
+		got := doc.Base
+		written := d.DecodeOver(fmt.Sprintf("items[%d].over", i), &got)
+		if got.Grace != tc.grace || !slices.Equal(got.Tags, tc.tags) || !slices.Equal(got.Inner.A, tc.a) || got.Inner.B != tc.b {
+			t.Errorf("items[%d]: decoded %+v", i, got)
+		}
+		if keys := slices.Sorted(maps.Keys(written)); !slices.Equal(keys, tc.written) {
+			t.Errorf("items[%d]: written %q, want %q", i, keys, tc.written)
+		}
+	}
+	if doc.Base.Grace != time.Second || !slices.Equal(doc.Base.Tags, []string{"x"}) {
+		t.Errorf("the base changed: %+v", doc.Base)
 	}
 }
 
@@ -258,7 +353,7 @@ func TestAliasesEnd(t *testing.T) {
 	for _, data := range []string{"tags: &t [*t]\n", bomb.String()} {
 		var s server
 		d := Decode([]byte(data), &s)
-		if len(d.Problems) == 0 {
+		if len(d.Errors) == 0 {
 			t.Errorf("%.40q: no problem reported", data)
 		}
 	}

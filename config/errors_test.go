@@ -7,19 +7,19 @@ import (
 	"testing"
 )
 
-func TestProblems(t *testing.T) {
+func TestErrors(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		p    Problem
+		e    Error
 		want string
 	}{
-		{Problem{File: "f.yaml", Line: 3, Key: "a.b", Message: "bad"}, "f.yaml:3: a.b: bad"},
-		{Problem{File: "f.yaml", Key: "a.b", Message: "bad"}, "f.yaml: a.b: bad"},
-		{Problem{File: "f.yaml", Line: 3, Message: "bad"}, "f.yaml:3: bad"},
-		{Problem{Key: "a", Message: "bad"}, "a: bad"},
+		{Error{File: "f.yaml", Line: 3, Key: "a.b", Message: "bad"}, "f.yaml:3: a.b: bad"},
+		{Error{File: "f.yaml", Key: "a.b", Message: "bad"}, "f.yaml: a.b: bad"},
+		{Error{File: "f.yaml", Line: 3, Message: "bad"}, "f.yaml:3: bad"},
+		{Error{Key: "a", Message: "bad"}, "a: bad"},
 	} {
-		if got := tc.p.Error(); got != tc.want {
-			t.Errorf("%+v.Error() = %q, want %q", tc.p, got, tc.want)
+		if got := tc.e.Error(); got != tc.want {
+			t.Errorf("%+v.Error() = %q, want %q", tc.e, got, tc.want)
 		}
 	}
 
@@ -28,9 +28,9 @@ func TestProblems(t *testing.T) {
 	if len(list) < 2 {
 		t.Fatalf("problems = %v, want at least store and listen", list)
 	}
-	var first Problem
+	var first Error
 	if !errors.As(err, &first) || first != list[0] {
-		t.Errorf("errors.As(err, *Problem) = %+v, want the first problem %+v", first, list[0])
+		t.Errorf("errors.As(err, *Error) = %+v, want the first problem %+v", first, list[0])
 	}
 	if list[0].Key != "store" || list[0].Line != 1 || list[1].Key != "listen" || list[1].Line != 2 {
 		t.Errorf("problems out of file order: %v", list)
