@@ -56,6 +56,33 @@ routes:
 	}
 }
 
+// worker.partner_url is the examples' setting: idemgate-examples reads
+// and checks it, idemgate refuses it and says whose it is.
+func TestPartnerURLIsTheExamplesSetting(t *testing.T) {
+	t.Parallel()
+	cfg := func(url string) string {
+		return writeConfig(t, `admin_listen: ""
+store: memory
+auth: {mode: none}
+worker: {partner_url: "`+url+`"}
+routes:
+  - {name: up, methods: [POST], path: /up, upstream: "http://127.0.0.1:1"}
+`)
+	}
+	code, out := command(t, nil, []string{"config", "check", "--config", cfg("http://partner:9100")})
+	if code != 2 || !strings.Contains(out, "worker.partner_url: the example jobs' setting") || !strings.Contains(out, "idemgate-examples") {
+		t.Errorf("idemgate config check: exit %d\n%s\nwant 2, naming idemgate-examples", code, out)
+	}
+	code, out = command(t, nil, []string{"config", "check", "--config", cfg("http://partner:9100")}, demo.Options()...)
+	if code != 0 {
+		t.Errorf("idemgate-examples config check: exit %d\n%s", code, out)
+	}
+	code, out = command(t, nil, []string{"config", "check", "--config", cfg("partner:9100")}, demo.Options()...)
+	if code != 2 || !strings.Contains(out, `worker.partner_url: "partner:9100" is not an http:// or https:// URL with a host`) {
+		t.Errorf("idemgate-examples config check of a bad URL: exit %d\n%s", code, out)
+	}
+}
+
 // `migrate up` of the product creates none of the example tables; the
 // examples' binary creates them in a version table of their own; and the
 // product's migrate up and down afterwards leave them alone.

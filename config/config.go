@@ -91,7 +91,13 @@ type Config struct {
 	// Load or Parse; defaulted are the WithDefaultJobs jobs routes name.
 	specs     []*job.Spec
 	defaulted []defaultJob
+	// claimedListeners are the loopback addresses the program's own
+	// settings name (WithSettings), for the dev-mode port warnings.
+	claimedListeners []claimedListener
 }
+
+// claimedListener is an address a claimed setting names.
+type claimedListener struct{ key, addr string }
 
 // Log configures the process logger.
 type Log struct {
@@ -217,9 +223,6 @@ type Worker struct {
 	AdminTokenSHA256 string `yaml:"admin_token_sha256"`
 	// AdminTLS is TLS for the worker's admin listener. Default none.
 	AdminTLS *TLSFiles `yaml:"admin_tls"`
-	// PartnerURL is where payment.charge and notification.send go; dev
-	// mode runs partnersim there. Default "http://127.0.0.1:9100".
-	PartnerURL string `yaml:"partner_url"`
 	// RequeueAfter is the relay's grace period: a job that has not
 	// finished and whose record has not changed for this long has its
 	// task looked up in the queue, and enqueued again when the queue has
@@ -360,7 +363,6 @@ func (c *Config) withDefaults() {
 	setDefault(&c.Server.MaxInFlight, 2048)
 
 	c.Worker.Config = c.Worker.WithDefaults()
-	setDefault(&c.Worker.PartnerURL, "http://127.0.0.1:9100")
 
 	for i := range c.Routes {
 		r := &c.Routes[i]

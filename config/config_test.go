@@ -41,12 +41,16 @@ func problems(t *testing.T, err error) []Error {
 
 func TestLoadValid(t *testing.T) {
 	t.Parallel()
-	cfg, err := Load("testdata/valid.yaml", env(runEnv), WithDefaultJobs(exampleJobs(t)))
+	var partner string
+	cfg, err := Load("testdata/valid.yaml", env(runEnv), WithDefaultJobs(exampleJobs(t)), WithSettings(partnerSetting(&partner)))
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
 	if w := cfg.Warnings(); len(w) != 0 {
 		t.Errorf("Warnings() = %q, want none", w)
+	}
+	if partner != "http://127.0.0.1:9100" {
+		t.Errorf("worker.partner_url reached its setting as %q", partner)
 	}
 	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
 	for _, tc := range []struct {
@@ -152,7 +156,7 @@ func TestDefaultsOfAnEmptyFile(t *testing.T) {
 		t.Errorf(`admin_listen: "" gave %q, want the admin listener off`, cfg.AdminListen)
 	}
 	if cfg.Worker.AdminListen != "127.0.0.1:9091" || cfg.Worker.Concurrency != 10 || cfg.Worker.MaxAttempts != 10 ||
-		cfg.Worker.LockTTL != 30*time.Second || cfg.Worker.PartnerURL != "http://127.0.0.1:9100" {
+		cfg.Worker.LockTTL != 30*time.Second {
 		t.Errorf("worker defaults: %+v", cfg.Worker)
 	}
 	d := cfg.Idempotency

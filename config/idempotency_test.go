@@ -83,7 +83,7 @@ routes:
 	}
 
 	// Listeners that only clash when dev runs everything in one process.
-	cfg, err = Parse([]byte(minimal+"listen: \":9100\"\nworker: {admin_listen: \"127.0.0.1:9100\"}\n"), "dev.yaml", nil)
+	cfg, err = Parse([]byte(minimal+"listen: \":9100\"\nworker: {admin_listen: \"127.0.0.1:9100\"}\n"), "dev.yaml", nil, WithSettings(partnerSetting(new(string))))
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}

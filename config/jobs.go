@@ -20,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idemgate/idemgate/config/internal/strictyaml"
+	"github.com/idemgate/idemgate/extension"
 	"github.com/idemgate/idemgate/internal/yamljson"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers"
@@ -89,6 +90,17 @@ type options struct {
 	handlers map[string]bool
 	// defaultsErr says why defaults could not be read.
 	defaultsErr error
+	// settings are the keys the program claims (WithSettings).
+	settings []extension.Setting
+}
+
+// WithSettings lets the file hold the configuration keys a program built
+// on idemgate claims (extension.WithSetting): each is read as a string,
+// given to its Set (or its default, when the file has none), and what Set
+// finds wrong is reported at the key's line like any other mistake. A
+// claimed key is none of idemgate's own.
+func WithSettings(settings ...extension.Setting) Option {
+	return func(o *options) { o.settings = append(o.settings, settings...) }
 }
 
 // WithDefaultJobs supplies jobs for the routes that name a task the

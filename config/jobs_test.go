@@ -34,7 +34,7 @@ const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 func TestJobsOfValid(t *testing.T) {
 	t.Parallel()
 	// The options of idemgate worker: the example tasks have Go handlers.
-	cfg, err := Load("testdata/valid.yaml", env(runEnv), WithDefaultJobs(exampleJobs(t)), WithHandlers(exampleTasks...))
+	cfg, err := Load("testdata/valid.yaml", env(runEnv), WithDefaultJobs(exampleJobs(t)), WithHandlers(exampleTasks...), WithSettings(partnerSetting(new(string))))
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}

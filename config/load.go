@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 
 	"github.com/idemgate/idemgate/config/internal/strictyaml"
+	"github.com/idemgate/idemgate/extension"
 )
 
 // Load reads the configuration file at path; see Parse. A file that
@@ -42,7 +44,18 @@ func Parse(data []byte, name string, getenv func(string) string, opts ...Option)
 	cfg := &Config{AdminListen: defaultAdminListen, Worker: defaultWorker()}
 	doc := strictyaml.Decode(expanded, cfg, "listen", "store", "routes")
 	r := &report{file: name, doc: doc, unread: map[string]bool{}, fromEnv: map[string]string{}}
+	claimed := map[string]bool{}
+	for _, s := range o.settings {
+		claimed[s.Key] = true
+	}
 	for _, p := range doc.Errors {
+		unknown := strings.HasPrefix(p.Message, "unknown key")
+		if unknown && claimed[p.Key] {
+			continue // the program's own key, read below
+		}
+		if hint, ok := examplesKey(p.Key); ok && unknown {
+			p.Message = hint
+		}
 		r.add(Error{Line: p.Line, Key: p.Key, Message: p.Message})
 	}
 	for _, ref := range refs {
@@ -70,6 +83,7 @@ func Parse(data []byte, name string, getenv func(string) string, opts ...Option)
 		}
 	}
 	cfg.withDefaults()
+	cfg.readSettings(o.settings, doc, r)
 	cfg.inheritIdempotency(doc)
 	cfg.jobDefaults(o)
 	if err := cfg.validate(o); err != nil {
@@ -84,6 +98,43 @@ func Parse(data []byte, name string, getenv func(string) string, opts ...Option)
 		return nil, r.result()
 	}
 	return cfg, nil
+}
+
+// examplesKey says where a key of idemgate-examples' own settings
+// belongs, so that a binary that does not claim it (idemgate itself) says
+// more than that it is unknown.
+func examplesKey(key string) (string, bool) {
+	if key == "worker.partner_url" {
+		return "the example jobs' setting (their partner's URL), which only idemgate-examples reads " +
+			"(examples/cmd/idemgate-examples); this binary has no example jobs: remove the key, or run idemgate-examples", true
+	}
+	return "", false
+}
+
+// readSettings gives each claimed key its value (the file's, else its
+// default) and files what its Set finds wrong at the key's line. A claimed
+// listener address joins the addresses `dev` warns about.
+func (c *Config) readSettings(settings []extension.Setting, doc *strictyaml.Document, r *report) {
+	for _, s := range settings {
+		value, line, ok := doc.Scalar(s.Key)
+		switch {
+		case ok:
+		case doc.Written(s.Key):
+			r.add(Error{Line: doc.Line(s.Key), Key: s.Key, Message: "must be a string"})
+			continue
+		default:
+			value = s.Default
+		}
+		if msg := s.Set(value); msg != "" {
+			r.add(Error{Line: line, Key: s.Key, Message: msg})
+			continue
+		}
+		if s.Listener != nil {
+			if addr, ok := s.Listener(value); ok {
+				c.claimedListeners = append(c.claimedListeners, claimedListener{key: s.Key, addr: addr})
+			}
+		}
+	}
 }
 
 // report collects the problems of one Parse, placing each on its line.

@@ -261,9 +261,6 @@ func (c *Config) validateWorker(bad badFunc) {
 			bad("worker.admin_token_sha256", "%s", msg)
 		}
 	}
-	if msg := httpURLProblem(c.Worker.PartnerURL); msg != "" {
-		bad("worker.partner_url", "%s", msg)
-	}
 	// Zero is refused, not defaulted: the relay is what delivers a job
 	// whose task the queue lost, and it cannot be turned off.
 	positive(bad, "worker.requeue_after", c.Worker.RequeueAfter)

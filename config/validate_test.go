@@ -160,7 +160,7 @@ func TestValidate(t *testing.T) {
 		{
 			name: "listeners and worker numbers",
 			yaml: "store: memory\nauth: {mode: none}\nlisten: \"0.0.0.0:9090\"\nadmin_listen: 127.0.0.1:9090\nadmin_token_sha256: " + key + "\n" +
-				"worker: {admin_listen: \"localhost:http\", concurrency: -2, max_attempts: -1, lock_ttl: -1s, queues: {}, partner_url: \"127.0.0.1:9100\"}\n",
+				"worker: {admin_listen: \"localhost:http\", concurrency: -2, max_attempts: -1, lock_ttl: -1s, queues: {}}\n",
 			want: []string{
 				`x.yaml:4: admin_listen: "127.0.0.1:9090" uses the same port as listen "0.0.0.0:9090"`,
 				`x.yaml:6: worker.admin_listen: "localhost:http": port "http" is not a number in 0..65535`,
@@ -168,7 +168,6 @@ func TestValidate(t *testing.T) {
 				"x.yaml:6: worker.lock_ttl: must be positive, not -1s",
 				"x.yaml:6: worker.max_attempts: must be positive, not -1",
 				"x.yaml:6: worker.queues: needs at least one queue (default: {default: 1})",
-				`x.yaml:6: worker.partner_url: "127.0.0.1:9100" is not an http:// or https:// URL with a host`,
 			},
 		},
 		{

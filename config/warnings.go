@@ -2,8 +2,6 @@ package config
 
 import (
 	"fmt"
-	"net"
-	"net/url"
 
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
@@ -40,23 +38,18 @@ func (c *Config) Warnings() []string {
 }
 
 // devClashes lists listeners that `idemgate dev`, which runs the gateway,
-// the worker and partnersim in one process, could not all open. Separate
+// the worker and the program's own servers (idemgate-examples: partnersim
+// on worker.partner_url) in one process, could not all open. Separate
 // processes may share a port on different hosts, so these only warn.
 func (c *Config) devClashes() []string {
-	type listener struct{ key, addr string }
+	type listener = claimedListener
 	var ls []listener
 	for _, l := range []listener{{"listen", c.Listen}, {"admin_listen", c.AdminListen}, {"worker.admin_listen", c.Worker.AdminListen}} {
 		if l.addr != "" && listenProblem(l.addr) == "" {
 			ls = append(ls, l)
 		}
 	}
-	if u, err := url.Parse(c.Worker.PartnerURL); err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopback(u.Hostname()) {
-		port := u.Port()
-		if port == "" {
-			port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
-		}
-		ls = append(ls, listener{"worker.partner_url", net.JoinHostPort(u.Hostname(), port)})
-	}
+	ls = append(ls, c.claimedListeners...)
 	var w []string
 	for i := range ls {
 		for j := range i {
@@ -67,12 +60,4 @@ func (c *Config) devClashes() []string {
 		}
 	}
 	return w
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -82,7 +82,7 @@ func loadConfig(ext extension.Set, path string, getenv func(string) string, runs
 	if path == "" {
 		return nil, usagef("--config FILE is required")
 	}
-	var opts []config.Option
+	opts := []config.Option{config.WithSettings(ext.Settings...)}
 	for _, doc := range ext.Jobs {
 		opts = append(opts, config.WithDefaultJobs(doc))
 	}

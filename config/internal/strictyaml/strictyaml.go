@@ -157,6 +157,26 @@ func (d *Document) KeyAt(line, col int) string {
 	return key
 }
 
+// Written reports whether key itself is written in the document.
+func (d *Document) Written(key string) bool {
+	_, ok := d.lines[key]
+	return ok
+}
+
+// Scalar returns the value written at key when it is a scalar (a string,
+// a number: its text), and the line it is on; ok is false when key is not
+// written, or holds a mapping or a list.
+func (d *Document) Scalar(key string) (value string, line int, ok bool) {
+	if d.root == nil {
+		return "", 0, false
+	}
+	n := valueAt(d.root, key, maxDepth)
+	if n == nil || n.Kind != yaml.ScalarNode {
+		return "", 0, false
+	}
+	return n.Value, n.Line, true
+}
+
 // Parent drops the last element of a key path: a.b[2].c → a.b[2] → a.b.
 func Parent(key string) string {
 	if i := strings.LastIndexAny(key, ".["); i >= 0 {
