@@ -64,7 +64,7 @@ test-short: ## unit tests only, no services needed
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	@for t in middleware/idempotency:FuzzParseKey middleware/idempotency:FuzzFingerprint \
-	  middleware/idempotency:FuzzCanonicalFast middleware/idempotency:FuzzCheckIJSON \
+	  ijson:FuzzAppendCanonical ijson:FuzzCheck \
 	  middleware/idempotency:FuzzCanonicalInjective config:FuzzParse config:FuzzExpand \
 	  config:FuzzParseRateLimit job:FuzzParseTemplate receiver:FuzzParse; do \
 	  $(GO) test ./$${t%%:*} -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $${FUZZTIME:-30s} || exit 1; \

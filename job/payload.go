@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/idemgate/idemgate/ijson"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
@@ -95,11 +96,11 @@ func Canonical(body []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
-	if err := idempotency.CheckIJSON(body); err != nil {
+	if err := ijson.Check(body); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	var buf bytes.Buffer
 	buf.Grow(len(body))
-	idempotency.WriteCanonicalJSON(&buf, v)
+	ijson.WriteCanonical(&buf, v)
 	return buf.Bytes(), nil
 }

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/ijson"
 )
 
 // The bounds of PostgreSQL's numeric, which holds every number of a
@@ -32,8 +32,8 @@ const maxFaults = 20
 // write that PostgreSQL refuses would otherwise look like an outage, and
 // the client would retry it forever.
 func unstorable(body []byte, data any) []FieldError {
-	if err := idempotency.CheckIJSON(body); err != nil {
-		var je *idempotency.JSONError
+	if err := ijson.Check(body); err != nil {
+		var je *ijson.Error
 		if !errors.As(err, &je) {
 			return []FieldError{{Field: "", Message: err.Error()}}
 		}

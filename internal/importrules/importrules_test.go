@@ -56,11 +56,14 @@ func matching(paths []string, re *regexp.Regexp) []string {
 	return out
 }
 
+// The idempotency middleware needs the standard library and the I-JSON
+// leaf (itself standard library only), so a service takes nothing else
+// with it.
 func TestIdempotencyMiddlewareNeedsTheStandardLibraryOnly(t *testing.T) {
 	t.Parallel()
 	got := nonStandard(deps(t, "middleware/idempotency"))
-	if want := []string{module + "/middleware/idempotency"}; !slices.Equal(got, want) {
-		t.Fatalf("middleware/idempotency needs %v, want the standard library only", got)
+	if want := []string{module + "/ijson", module + "/middleware/idempotency"}; !slices.Equal(got, want) {
+		t.Fatalf("middleware/idempotency needs %v, want the standard library and ijson only", got)
 	}
 }
 
@@ -69,7 +72,7 @@ func TestIdempotencyMiddlewareNeedsTheStandardLibraryOnly(t *testing.T) {
 func TestLibrariesImportNoProductPackage(t *testing.T) {
 	t.Parallel()
 	product := regexp.MustCompile(`^(gateway|telemetry|cmd|config|examples|migrations|internal)(/|$)`)
-	got := slices.DeleteFunc(matching(deps(t, "middleware/...", "workers/...", "job", "receiver", "client", "extension", "reconcile"), product),
+	got := slices.DeleteFunc(matching(deps(t, "middleware/...", "workers/...", "job", "receiver", "client", "extension", "reconcile", "ijson"), product),
 		func(p string) bool { return p == "internal/yamljson" })
 	if len(got) > 0 {
 		t.Fatalf("the libraries import product packages: %v", got)
@@ -105,7 +108,7 @@ func TestOpenAPIImportsNothingOfTheProduct(t *testing.T) {
 // only.
 func TestExamplesImportPublicPackagesOnly(t *testing.T) {
 	t.Parallel()
-	public := regexp.MustCompile(`^(middleware|workers|job|receiver|client|extension|reconcile|examples)(/|$)`)
+	public := regexp.MustCompile(`^(middleware|workers|job|receiver|client|extension|reconcile|ijson|examples)(/|$)`)
 	var got []string
 	for _, p := range matching(list(t, `{{join .Imports " "}}`, "examples/..."), regexp.MustCompile(`.`)) {
 		if !public.MatchString(p) {

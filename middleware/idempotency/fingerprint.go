@@ -11,10 +11,11 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/idemgate/idemgate/ijson"
 )
 
 // FingerprintInput is what a request's fingerprint covers.
@@ -38,7 +39,7 @@ type FingerprintInput struct {
 // Canonicalising must never make two different documents one: a body sent
 // as JSON that is JSON but not I-JSON (RFC 7493) — invalid UTF-8, an
 // unpaired surrogate escape, a duplicate member name — has no single
-// meaning to canonicalise, and is refused (ErrNotIJSON). A body sent as
+// meaning to canonicalise, and is refused (ijson.ErrNotIJSON). A body sent as
 // JSON that is not JSON at all is fingerprinted by its bytes.
 type Fingerprinter struct {
 	headers []string
@@ -66,7 +67,7 @@ func NewFingerprinter(headers, jsonFields []string) (*Fingerprinter, error) {
 }
 
 // Fingerprint returns the hex SHA-256 fingerprint of in. The error is a
-// *JSONError wrapping ErrNotIJSON when in has a JSON media type and a body
+// *ijson.Error wrapping ijson.ErrNotIJSON when in has a JSON media type and a body
 // that is JSON but not I-JSON: such a request must be refused, since its
 // fingerprint could not tell it from another request.
 func (f *Fingerprinter) Fingerprint(in FingerprintInput) (string, error) {
@@ -104,7 +105,7 @@ func (f *Fingerprinter) Fingerprint(in FingerprintInput) (string, error) {
 // the canonical body.
 type fingerprintScratch struct {
 	pre, body []byte
-	canon     canonScratch
+	canon     ijson.Scratch
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(fingerprintScratch) }}
@@ -113,10 +114,10 @@ var scratchPool = sync.Pool{New: func() any { return new(fingerprintScratch) }}
 const maxPooledScratch = 256 << 10
 
 func (sc *fingerprintScratch) release() {
-	if cap(sc.pre) > maxPooledScratch || cap(sc.body) > maxPooledScratch || cap(sc.canon.tmp) > maxPooledScratch {
+	if cap(sc.pre) > maxPooledScratch || cap(sc.body) > maxPooledScratch || sc.canon.Cap() > maxPooledScratch {
 		return
 	}
-	sc.canon.members = sc.canon.members[:0]
+	sc.canon.Reset()
 	scratchPool.Put(sc)
 }
 
@@ -131,7 +132,7 @@ func (f *Fingerprinter) body(b, body []byte, isJSON bool, sc *fingerprintScratch
 		// The fast path covers the common documents; it gives up, without
 		// a verdict, on anything unusual. What it takes is I-JSON: ASCII
 		// strings without escapes, no duplicate names.
-		if canon, ok := appendCanonicalFast(sc.body[:0], body, &sc.canon); ok {
+		if canon, ok := ijson.AppendCanonical(sc.body[:0], body, &sc.canon); ok {
 			sc.body = canon
 			b = appendField(b, "json")
 			return appendFieldBytes(b, canon), nil
@@ -145,13 +146,13 @@ func (f *Fingerprinter) body(b, body []byte, isJSON bool, sc *fingerprintScratch
 	// encoding/json keeps the last of two members of one name and turns
 	// bad bytes and lone surrogates into U+FFFD: different bodies would
 	// decode, and fingerprint, alike.
-	if err := CheckIJSON(body); err != nil {
+	if err := ijson.Check(body); err != nil {
 		return b, err
 	}
 	var buf bytes.Buffer
 	if len(f.fields) == 0 {
 		b = appendField(b, "json")
-		writeCanonical(&buf, doc)
+		ijson.WriteCanonical(&buf, doc)
 		return appendFieldBytes(b, buf.Bytes()), nil
 	}
 	b = appendField(b, "json-fields")
@@ -163,7 +164,7 @@ func (f *Fingerprinter) body(b, body []byte, isJSON bool, sc *fingerprintScratch
 			continue
 		}
 		buf.Reset()
-		writeCanonical(&buf, v)
+		ijson.WriteCanonical(&buf, v)
 		b = appendFieldBytes(b, buf.Bytes())
 	}
 	return b, nil
@@ -260,56 +261,6 @@ func decodeJSON(body []byte) (any, bool) {
 		return nil, false // trailing data: not one JSON document
 	}
 	return doc, true
-}
-
-// WriteCanonicalJSON writes v, a JSON value decoded with UseNumber, with
-// sorted object keys, no white space and numbers as written: the form the
-// fingerprint hashes. Other packages that compare JSON documents (a job's
-// payloads) use it so that "the same body" means one thing everywhere.
-func WriteCanonicalJSON(buf *bytes.Buffer, v any) { writeCanonical(buf, v) }
-
-// writeCanonical writes v with sorted object keys and no white space.
-func writeCanonical(buf *bytes.Buffer, v any) {
-	switch t := v.(type) {
-	case map[string]any:
-		keys := make([]string, 0, len(t))
-		for k := range t {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		buf.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			writeString(buf, k)
-			buf.WriteByte(':')
-			writeCanonical(buf, t[k])
-		}
-		buf.WriteByte('}')
-	case []any:
-		buf.WriteByte('[')
-		for i, e := range t {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			writeCanonical(buf, e)
-		}
-		buf.WriteByte(']')
-	case string:
-		writeString(buf, t)
-	case json.Number:
-		buf.WriteString(t.String())
-	case bool:
-		buf.WriteString(strconv.FormatBool(t))
-	case nil:
-		buf.WriteString("null")
-	}
-}
-
-func writeString(buf *bytes.Buffer, s string) {
-	b, _ := json.Marshal(s) // a Go string always marshals
-	buf.Write(b)
 }
 
 // parsePointer splits an RFC 6901 JSON Pointer into unescaped tokens.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/idemgate/idemgate/ijson"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
@@ -164,8 +165,8 @@ func FuzzFingerprint(f *testing.F) {
 			t.Fatal("fingerprint is not deterministic")
 		}
 		if errA != nil {
-			if !errors.Is(errA, idempotency.ErrNotIJSON) || idempotency.CheckIJSON(body) == nil {
-				t.Fatalf("refused %q with %v, which CheckIJSON accepts", body, errA)
+			if !errors.Is(errA, ijson.ErrNotIJSON) || ijson.Check(body) == nil {
+				t.Fatalf("refused %q with %v, which ijson.Check accepts", body, errA)
 			}
 			return
 		}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/idemgate/idemgate/ijson"
 )
 
 // ProblemType is one row of a ProblemTable: the error it answers, the
@@ -76,7 +78,7 @@ var refusals = ProblemTable{
 	{ErrOutcomeUnknown, http.StatusConflict, "idempotency-outcome-unknown", "The outcome of the original request is unknown"},
 	{ErrRequestTooLarge, http.StatusRequestEntityTooLarge, "request-too-large", "Request body too large"},
 	{ErrStoreUnavailable, http.StatusServiceUnavailable, "idempotency-store-unavailable", "Idempotency store unavailable"},
-	{ErrNotIJSON, http.StatusBadRequest, "bad-request", "Bad request"},
+	{ijson.ErrNotIJSON, http.StatusBadRequest, "bad-request", "Bad request"},
 }
 
 // internalError answers an error no row matches.

@@ -1,20 +1,22 @@
-package idempotency
+package ijson
 
 import (
 	"bytes"
 	"slices"
 )
 
-// appendCanonicalFast appends the canonical form of the JSON document body
-// to dst without building a tree: object members are sorted in place by
+// AppendCanonical appends the canonical form of the JSON document body to
+// dst without building a tree (the fast path of a fingerprint): object members are sorted in place by
 // their raw key bytes, which is the decoded order for the keys it accepts.
 // It handles the common case only — strings of printable ASCII without
 // escapes or the characters encoding/json escapes (<, >, &), no duplicate
 // keys, nesting up to maxCanonicalDepth — and reports false for anything
 // else, leaving the decision (canonical form or not JSON at all) to the
-// general path, decodeJSON and writeCanonical. On true, the bytes appended
-// are exactly what writeCanonical writes for the decoded document.
-func appendCanonicalFast(dst, body []byte, sc *canonScratch) ([]byte, bool) {
+// general path: decode with UseNumber, Check, WriteCanonical. On true, the
+// bytes appended are exactly what WriteCanonical writes for the decoded
+// document, and the document is I-JSON. sc may be reused between calls, by
+// one goroutine at a time.
+func AppendCanonical(dst, body []byte, sc *Scratch) ([]byte, bool) {
 	p := canonParser{in: body, out: dst, sc: sc}
 	p.space()
 	if !p.value(0) {
@@ -29,12 +31,19 @@ func appendCanonicalFast(dst, body []byte, sc *canonScratch) ([]byte, bool) {
 
 const maxCanonicalDepth = 32
 
-// canonScratch is reused between calls to hold object members while they
-// are sorted.
-type canonScratch struct {
+// Scratch is AppendCanonical's memory, reused between calls to hold object
+// members while they are sorted. The zero value is ready.
+type Scratch struct {
 	members []member
 	tmp     []byte
 }
+
+// Reset forgets the members held, keeping the memory.
+func (s *Scratch) Reset() { s.members = s.members[:0] }
+
+// Cap is the bytes the scratch holds on to, for a pool that drops large
+// ones.
+func (s *Scratch) Cap() int { return cap(s.tmp) }
 
 // member is one object member already written to out: out[start:end] is
 // `"key":value`, key is the raw key between the quotes.
@@ -47,7 +56,7 @@ type canonParser struct {
 	in  []byte
 	pos int
 	out []byte
-	sc  *canonScratch
+	sc  *Scratch
 }
 
 func (p *canonParser) space() {

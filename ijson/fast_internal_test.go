@@ -1,7 +1,9 @@
-package idempotency
+package ijson
 
 import (
 	"bytes"
+	"encoding/json"
+	"io"
 	"testing"
 )
 
@@ -20,39 +22,39 @@ var canonicalSeeds = []string{
 // checkCanonical asserts that whenever the fast path gives an answer, it
 // is byte for byte the general path's.
 func checkCanonical(t *testing.T, body []byte) {
-	var sc canonScratch
-	fast, ok := appendCanonicalFast(nil, body, &sc)
+	var sc Scratch
+	fast, ok := AppendCanonical(nil, body, &sc)
 	if !ok {
 		return
 	}
-	doc, valid := decodeJSON(body)
+	doc, valid := decode(body)
 	if !valid {
 		t.Fatalf("fast path accepted %q, which is not one JSON document", body)
 	}
 	var slow bytes.Buffer
-	writeCanonical(&slow, doc)
+	WriteCanonical(&slow, doc)
 	if !bytes.Equal(fast, slow.Bytes()) {
 		t.Fatalf("canonical form of %q: fast %q, general %q", body, fast, slow.Bytes())
 	}
 }
 
-func TestCanonicalFastMatchesGeneral(t *testing.T) {
+func TestAppendCanonicalMatchesWriteCanonical(t *testing.T) {
 	t.Parallel()
 	took := 0
 	for _, s := range canonicalSeeds {
 		checkCanonical(t, []byte(s))
-		if _, ok := appendCanonicalFast(nil, []byte(s), &canonScratch{}); ok {
+		if _, ok := AppendCanonical(nil, []byte(s), &Scratch{}); ok {
 			took++
 		}
 	}
 	// The fast path must actually carry the common documents.
 	for _, s := range []string{canonicalSeeds[0], canonicalSeeds[1], canonicalSeeds[2]} {
-		if _, ok := appendCanonicalFast(nil, []byte(s), &canonScratch{}); !ok {
+		if _, ok := AppendCanonical(nil, []byte(s), &Scratch{}); !ok {
 			t.Errorf("fast path refused the plain document %s", s)
 		}
 	}
 	for _, s := range []string{`{"a":1,"a":2}`, `{"note":"caf\u00e9"}`, `{"html":"<b>&"}`, `01`, `{"a":1} x`} {
-		if _, ok := appendCanonicalFast(nil, []byte(s), &canonScratch{}); ok {
+		if _, ok := AppendCanonical(nil, []byte(s), &Scratch{}); ok {
 			t.Errorf("fast path took %s, which only the general path canonicalises right", s)
 		}
 	}
@@ -61,10 +63,24 @@ func TestCanonicalFastMatchesGeneral(t *testing.T) {
 	}
 }
 
-// FuzzCanonicalFast compares the fast canonicaliser with the general one.
-func FuzzCanonicalFast(f *testing.F) {
+// FuzzAppendCanonical compares the fast canonicaliser with the general one.
+func FuzzAppendCanonical(f *testing.F) {
 	for _, s := range canonicalSeeds {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) { checkCanonical(t, body) })
+}
+
+// decode is the general path's decoder: one JSON value, numbers as written.
+func decode(body []byte) (any, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, false
+	}
+	return doc, true
 }

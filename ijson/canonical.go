@@ -1,0 +1,56 @@
+package ijson
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strconv"
+)
+
+// WriteCanonical writes v, a JSON value decoded with UseNumber, with
+// sorted object keys, no white space and numbers as written: the form the
+// idempotency middleware's fingerprint hashes, and the form in which a
+// job's payloads are compared, so that "the same body" means one thing
+// everywhere. Only an I-JSON document (Check) has one canonical form.
+func WriteCanonical(buf *bytes.Buffer, v any) {
+	switch t := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		buf.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			writeString(buf, k)
+			buf.WriteByte(':')
+			WriteCanonical(buf, t[k])
+		}
+		buf.WriteByte('}')
+	case []any:
+		buf.WriteByte('[')
+		for i, e := range t {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			WriteCanonical(buf, e)
+		}
+		buf.WriteByte(']')
+	case string:
+		writeString(buf, t)
+	case json.Number:
+		buf.WriteString(t.String())
+	case bool:
+		buf.WriteString(strconv.FormatBool(t))
+	case nil:
+		buf.WriteString("null")
+	}
+}
+
+func writeString(buf *bytes.Buffer, s string) {
+	b, _ := json.Marshal(s) // a Go string always marshals
+	buf.Write(b)
+}
