@@ -3,9 +3,32 @@ package ijson
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"slices"
 	"strconv"
+	"strings"
 )
+
+// Decode parses exactly one JSON value, keeping numbers as written
+// (json.Number): the document WriteCanonical writes. Its errors say, for
+// people, why the body is not one JSON value.
+func Decode(body []byte) (any, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, errors.New("the body is empty; it must be one JSON value")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("the body is not valid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("the body must hold one JSON value, and nothing after it")
+	}
+	return v, nil
+}
 
 // WriteCanonical writes v, a JSON value decoded with UseNumber, with
 // sorted object keys, no white space and numbers as written: the form the

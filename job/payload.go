@@ -2,10 +2,8 @@ package job
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/idemgate/idemgate/ijson"
@@ -69,30 +67,13 @@ func (e *PayloadError) Faults() []idempotency.FieldFault {
 	return out
 }
 
-// decodeJSON parses exactly one JSON value, keeping numbers as written.
-func decodeJSON(body []byte) (any, error) {
-	if len(bytes.TrimSpace(body)) == 0 {
-		return nil, errors.New("the body is empty; it must be one JSON value")
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("the body is not valid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("the body must hold one JSON value, and nothing after it")
-	}
-	return v, nil
-}
-
 // Canonical returns the canonical form of a JSON document: object keys
 // sorted, no insignificant white space, numbers as written (10.50 stays
 // 10.50). Two payloads of one business key are the same request when
 // their canonical forms are equal. The error wraps ErrMalformed; a
 // document that is not I-JSON has no one canonical form and is refused.
 func Canonical(body []byte) ([]byte, error) {
-	v, err := decodeJSON(body)
+	v, err := ijson.Decode(body)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemgate/idemgate/ijson"
 )
 
 // Spec is one declared job: what the gateway validates and the worker
@@ -78,7 +80,7 @@ const DefaultTimeout = 30 * time.Second
 // or cannot form the business key or resource (422), with one FieldError
 // per fault.
 func (s *Spec) Decode(body []byte) (Payload, error) {
-	data, err := decodeJSON(body)
+	data, err := ijson.Decode(body)
 	if err != nil {
 		return Payload{}, &PayloadError{Kind: ErrMalformed, Fields: []FieldError{{Field: "", Message: err.Error()}}}
 	}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/idemgate/idemgate/ijson"
 )
 
 func TestParseTemplate(t *testing.T) {
@@ -145,7 +147,7 @@ func FuzzParseTemplate(f *testing.F) {
 
 func mustJSON(t testing.TB, s string) any {
 	t.Helper()
-	v, err := decodeJSON([]byte(s))
+	v, err := ijson.Decode([]byte(s))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -138,8 +136,8 @@ func (f *Fingerprinter) body(b, body []byte, isJSON bool, sc *fingerprintScratch
 			return appendFieldBytes(b, canon), nil
 		}
 	}
-	doc, ok := decodeJSON(body)
-	if !ok {
+	doc, err := ijson.Decode(body)
+	if err != nil {
 		b = appendField(b, "raw")
 		return appendFieldBytes(b, body), nil
 	}
@@ -247,20 +245,6 @@ func plainMediaType(ct string) bool {
 		}
 	}
 	return true
-}
-
-// decodeJSON parses one JSON value, keeping numbers as written.
-func decodeJSON(body []byte) (any, bool) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var doc any
-	if err := dec.Decode(&doc); err != nil {
-		return nil, false
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, false // trailing data: not one JSON document
-	}
-	return doc, true
 }
 
 // parsePointer splits an RFC 6901 JSON Pointer into unescaped tokens.
