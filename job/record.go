@@ -16,23 +16,26 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Record is the public job document (GET /v1/jobs/{id}).
+// Record is a job as the jobs table holds it: the source of truth for
+// its status, and what the gateway shows as the job document (GET
+// /v1/jobs/{id}, openapi.Job) and `idemgate dlq` lists.
 type Record struct {
-	ID        string    `json:"id"`
-	Task      string    `json:"task"`
-	Status    Status    `json:"status"`
-	Attempts  int       `json:"attempts"`
-	ResultRef *string   `json:"result_ref"`
-	Error     *string   `json:"error"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	ID        string
+	Task      string
+	Status    Status
+	Attempts  int
+	ResultRef *string
+	Error     *string
+	CreatedAt time.Time
+	UpdatedAt time.Time
 
-	Tenant         string          `json:"-"`
-	Route          string          `json:"-"`
-	IdempotencyKey string          `json:"-"`
-	Queue          string          `json:"-"`
-	BusinessKey    string          `json:"-"`
-	Payload        json.RawMessage `json:"-"`
+	// Tenant, Route and IdempotencyKey are the request's idempotency
+	// scope, from which ID derives.
+	Tenant, Route, IdempotencyKey string
+	Queue                         string
+	BusinessKey                   string
+	// Payload is the request body as sent.
+	Payload json.RawMessage
 }
 
 // ErrNotFound: no such job (for this tenant).

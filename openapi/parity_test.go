@@ -15,6 +15,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/examples/demo"
+	"github.com/idemgate/idemgate/extension"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/gateway/gatewaytest"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
@@ -44,7 +46,9 @@ var samples = strings.NewReplacer(
 // one with the configuration's enqueue routes.
 func startExample(t *testing.T) (*gatewaytest.Server, *openapi3.T) {
 	t.Helper()
-	cfg, err := config.Load(exampleConfig, func(string) string { return "" })
+	// The examples' own setting (worker.partner_url) is claimed as
+	// idemgate-examples claims it.
+	cfg, err := config.Load(exampleConfig, func(string) string { return "" }, config.WithSettings(extension.Apply(demo.Options()...).Settings...))
 	if err != nil {
 		t.Fatalf("%s: %v", exampleConfig, err)
 	}
