@@ -63,11 +63,15 @@ type command struct {
 
 // commands is every subcommand, in the order the usage text lists them:
 // adding a command here is all it takes to run it and to show it.
-func commands() []command {
+func commands(ext extension.Set) []command {
+	dev := "gateway + worker"
+	for _, d := range ext.DevServers {
+		dev += " + " + d.Name
+	}
 	return []command{
 		{"serve", "--config FILE", "run the gateway", runServe},
 		{"worker", "--config FILE", "run the job workers", runWorker},
-		{"dev", "--config FILE", "gateway + worker in one process", runDev},
+		{"dev", "--config FILE", dev + " in one process", runDev},
 		{"migrate", "up|down|status --config FILE", "", runMigrate},
 		{"keys", "get|delete|resolve TENANT ROUTE KEY --config FILE", "", runKeys},
 		{"config", "check --config FILE", "validate a config, printing every problem", runConfig},
@@ -83,10 +87,10 @@ func commands() []command {
 const summaryColumn = 40
 
 // usage is the text --help prints, a line per command.
-func usage() string {
+func usage(ext extension.Set) string {
 	var b strings.Builder
 	b.WriteString("idemgate — an HTTP gateway that makes retries safe\n\nUsage:\n")
-	for _, c := range commands() {
+	for _, c := range commands(ext) {
 		// Names shorter than eight characters are padded to line the
 		// arguments up.
 		line := fmt.Sprintf("  idemgate %-7s %s", c.name, c.args)
@@ -107,20 +111,20 @@ func usage() string {
 // the process to it.
 func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, ext extension.Set) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage())
+		fmt.Fprint(stderr, usage(ext))
 		return usagef("no command given")
 	}
 	name, rest := args[0], args[1:]
 	switch name {
 	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage())
+		fmt.Fprint(stdout, usage(ext))
 		return nil
 	}
-	for _, c := range commands() {
+	for _, c := range commands(ext) {
 		if c.name == name {
 			return c.run(ctx, ext, rest, getenv, stdout, stderr)
 		}
 	}
-	fmt.Fprint(stderr, usage())
+	fmt.Fprint(stderr, usage(ext))
 	return usagef("unknown command %q", name)
 }
