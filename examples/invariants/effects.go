@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgate/idemgate/examples"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/reconcile"
 	"github.com/idemgate/idemgate/workers"
 )
@@ -39,7 +40,8 @@ SELECT j.id, j.tenant, j.business_key, coalesce(e.status, ''), coalesce(e.result
   LEFT JOIN job_executions e ON e.tenant = j.tenant AND e.key = j.business_key
  WHERE j.status = 'succeeded'`
 	return s.Scan(ctx, CheckJobs, query, nil, func(rows pgx.Rows) error {
-		var id, tenant, key, status, execRef, jobRef string
+		var id, tenant, key, execRef, jobRef string
+		var status job.Status
 		if err := rows.Scan(&id, &tenant, &key, &status, &execRef, &jobRef); err != nil {
 			return err
 		}
@@ -48,7 +50,7 @@ SELECT j.id, j.tenant, j.business_key, coalesce(e.status, ''), coalesce(e.result
 		switch {
 		case status == "":
 			s.JobViolation(CheckJobs, tenant, bkey, fmt.Sprintf("job %s succeeded but %s has no execution", id, key), id, key)
-		case status != "succeeded":
+		case status != job.StatusSucceeded:
 			s.JobViolation(CheckJobs, tenant, bkey, fmt.Sprintf("job %s succeeded but the execution of %s is %s", id, key, status), id, key)
 		case jobRef != "" && jobRef != execRef:
 			s.JobViolation(CheckJobs, tenant, bkey, fmt.Sprintf("job %s shows result %s, the execution of %s records %s", id, jobRef, key, execRef), id, key, jobRef, execRef)
@@ -104,14 +106,15 @@ SELECT f.kind, f.tenant, f.key, f.ref, coalesce(e.status, '')
   LEFT JOIN job_executions e ON e.tenant = f.tenant AND e.key = f.key
  WHERE f.written_at <= now() - make_interval(secs => $1)`
 	return s.Scan(ctx, CheckEffectJobs, query, []any{c.opts.Grace.Seconds()}, func(rows pgx.Rows) error {
-		var kind, tenant, key, ref, status string
+		var kind, tenant, key, ref string
+		var status job.Status
 		if err := rows.Scan(&kind, &tenant, &key, &ref, &status); err != nil {
 			return err
 		}
 		bkey := key
 		key = workers.Scope(tenant, key)
 		switch status {
-		case "succeeded":
+		case job.StatusSucceeded:
 		case "":
 			s.JobViolation(CheckEffectJobs, tenant, bkey, fmt.Sprintf("%s %s exists but job %s has no execution", kind, ref, key), key, ref)
 		default:
