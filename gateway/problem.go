@@ -20,6 +20,7 @@ var (
 	ErrUpstreamTimeout     = errors.New("upstream timeout")
 	ErrNotReady            = errors.New("not ready")
 	ErrBadRequest          = errors.New("bad request")
+	ErrForbidden           = errors.New("forbidden")
 	ErrInvalidPayload      = errors.New("invalid payload")
 	ErrQueueUnavailable    = errors.New("queue unavailable")
 )
@@ -30,6 +31,7 @@ var (
 var problemTypes = append(idempotency.Refusals(), idempotency.ProblemTable{
 	{Err: auth.ErrUnauthorized, Status: http.StatusUnauthorized, Slug: "unauthorized", Title: "Missing or invalid credentials"},
 	{Err: ratelimit.ErrLimited, Status: http.StatusTooManyRequests, Slug: ratelimit.ProblemSlug, Title: "Rate limit exceeded"},
+	{Err: ErrForbidden, Status: http.StatusForbidden, Slug: "forbidden", Title: "Forbidden"},
 	{Err: ErrNotFound, Status: http.StatusNotFound, Slug: "not-found", Title: "Not found"},
 	{Err: ErrUpstreamUnavailable, Status: http.StatusBadGateway, Slug: "upstream-unavailable", Title: "Upstream unavailable"},
 	{Err: ErrUpstreamTimeout, Status: http.StatusGatewayTimeout, Slug: "upstream-timeout", Title: "Upstream timed out"},

@@ -42,6 +42,7 @@ func TestProblemTable(t *testing.T) {
 		{"idempotency-key-invalid", &idempotency.RequestError{Err: idempotency.ErrKeyInvalid, Detail: "a list"}, 400, false, "#section-2.1", ""},
 		{"bad-request", &idempotency.RequestError{Err: ErrBadRequest, Detail: "not JSON"}, 400, false, "", ""},
 		{"unauthorized", auth.ErrUnauthorized, 401, false, "", ""},
+		{"forbidden", &idempotency.RequestError{Err: ErrForbidden, Detail: "another origin"}, 403, false, "", ""},
 		{"not-found", &idempotency.RequestError{Err: ErrNotFound, Detail: "no such job"}, 404, false, "", ""},
 		{"idempotency-key-in-use", refused(idempotency.ErrKeyInUse), 409, true, "#section-2.6", "order-42"},
 		{"idempotency-outcome-unknown", refused(idempotency.ErrOutcomeUnknown), 409, false, "#section-2.6", "order-42"},
