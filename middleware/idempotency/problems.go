@@ -125,7 +125,7 @@ type problemDocument struct {
 	Instance       string       `json:"instance"`
 	RequestID      *string      `json:"request_id,omitempty"`
 	Retryable      bool         `json:"retryable"`
-	IdempotencyKey string       `json:"idempotency_key,omitempty"`
+	IdempotencyKey *string      `json:"idempotency_key,omitempty"`
 	Documentation  string       `json:"documentation,omitempty"`
 	Errors         []FieldFault `json:"errors,omitempty"`
 }
@@ -147,10 +147,13 @@ func (pw ProblemWriter) Write(w http.ResponseWriter, r *http.Request, err error)
 	}
 	var retryAfter time.Duration
 	if re, ok := errors.AsType[*RequestError](err); ok {
-		doc.Detail, doc.IdempotencyKey, doc.Errors, retryAfter = re.Detail, re.Key, re.Fields, re.RetryAfter
+		doc.Detail, doc.Errors, retryAfter = re.Detail, re.Fields, re.RetryAfter
+		if re.Key != "" || errors.Is(err, errKeyEmpty) {
+			doc.IdempotencyKey = &re.Key
+		}
 	}
-	if a, ok := AttemptFrom(r.Context()); ok && doc.IdempotencyKey == "" {
-		doc.IdempotencyKey = a.Scope.Key // an error of the request running under its claim
+	if a, ok := AttemptFrom(r.Context()); ok && doc.IdempotencyKey == nil {
+		doc.IdempotencyKey = &a.Scope.Key // an error of the request running under its claim
 	}
 	id := ""
 	if pw.Occurrence != nil {
