@@ -33,6 +33,7 @@ var problemStatus = map[string]int{
 	"idempotency-key-missing":       400,
 	"idempotency-key-invalid":       400,
 	"bad-request":                   400,
+	"method-override-refused":       400,
 	"unauthorized":                  401,
 	"not-found":                     404,
 	"idempotency-key-in-use":        409,
