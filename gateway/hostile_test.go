@@ -1,7 +1,11 @@
 package gateway
 
 import (
+	"bytes"
+	"compress/gzip"
+	"compress/zlib"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -116,6 +120,118 @@ func TestMethodOverride(t *testing.T) {
 		r, _ = serve(t, g.Handler(), http.MethodGet, "/v1/orders", "", append(bearer, "X-HTTP-Method-Override", "POST", "X-Method-Override", "GET")...)
 		if r.StatusCode != http.StatusBadRequest {
 			t.Fatalf("two overrides that differ: %d, want 400", r.StatusCode)
+		}
+	})
+}
+
+// encodingGateway proxies POST /v1/orders to an upstream that records the
+// body and Content-Encoding it receives; decode is the route's
+// decode_content_encodings.
+func encodingGateway(t *testing.T, decode ...string) (*Gateway, func() []string) {
+	t.Helper()
+	var mu sync.Mutex
+	var got []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, r.Header.Get("Content-Encoding")+"|"+string(b))
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	opts := testOptions(fakeJobs{})
+	opts.Routes = []RouteOptions{{Name: "orders", Path: "/v1/orders", Upstream: u,
+		Idempotency: idempotency.Config{DecodeContentEncodings: decode}}}
+	return newTestGateway(t, opts), func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+}
+
+func gzipped(t *testing.T, b []byte) string {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	_, _ = zw.Write(b)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String()
+}
+
+func deflated(t *testing.T, b []byte) string {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zlib.NewWriter(&buf)
+	_, _ = zw.Write(b)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String()
+}
+
+// Finding 5: a compressed body is refused unless the route decodes it; a
+// route that does limits the decoded size, fingerprints and forwards the
+// decoded body.
+func TestContentEncoding(t *testing.T) {
+	t.Parallel()
+	post := func(g *Gateway, key, encoding, body string) (*http.Response, openapi.Problem) {
+		r, b := serve(t, g.Handler(), http.MethodPost, "/v1/orders", body,
+			"Authorization", "Bearer "+testAPIKey, "Idempotency-Key", key, "Content-Type", "application/json", "Content-Encoding", encoding)
+		var p openapi.Problem
+		if r.Header.Get("Content-Type") == "application/problem+json" {
+			p = decodeBody(t, b)
+		}
+		return r, p
+	}
+	bomb := gzipped(t, bytes.Repeat([]byte(" "), 8<<20))
+	if len(bomb) > 16<<10 {
+		t.Fatalf("the bomb is %d bytes", len(bomb))
+	}
+	t.Run("refused by default", func(t *testing.T) {
+		t.Parallel()
+		g, got := encodingGateway(t)
+		for _, body := range []string{bomb, gzipped(t, []byte(`{"n":1}`))} {
+			r, p := post(g, "k", "gzip", body)
+			if r.StatusCode != http.StatusUnsupportedMediaType || p.Type != idempotency.DefaultProblemBase+"unsupported-content-encoding" {
+				t.Fatalf("gzip body: %d %s, want 415 unsupported-content-encoding", r.StatusCode, p.Type)
+			}
+			if ae := r.Header.Get("Accept-Encoding"); ae != "identity" {
+				t.Errorf("Accept-Encoding %q, want identity", ae)
+			}
+		}
+		if r, _ := post(g, "k2", "identity", `{"n":1}`); r.StatusCode != http.StatusCreated {
+			t.Fatalf("identity: %d", r.StatusCode)
+		}
+		if n := len(got()); n != 1 {
+			t.Fatalf("the upstream received %d requests, want the identity one", n)
+		}
+	})
+	t.Run("decoded", func(t *testing.T) {
+		t.Parallel()
+		g, got := encodingGateway(t, "gzip", "deflate")
+		if r, p := post(g, "bomb", "gzip", bomb); r.StatusCode != http.StatusRequestEntityTooLarge || p.Type != idempotency.DefaultProblemBase+"request-too-large" {
+			t.Fatalf("8 KB inflating to 8 MiB: %d %s, want 413 request-too-large", r.StatusCode, p.Type)
+		}
+		doc := []byte(`{"order":"o-1","amount":5}`)
+		if r, _ := post(g, "o-1", "gzip", gzipped(t, doc)); r.StatusCode != http.StatusCreated {
+			t.Fatalf("gzip: %d", r.StatusCode)
+		}
+		// The same document, deflated: one fingerprint, so a replay.
+		r, p := post(g, "o-1", "deflate", deflated(t, doc))
+		if r.StatusCode != http.StatusCreated || r.Header.Get(idempotency.HeaderReplayed) != "true" {
+			t.Fatalf("deflate, same key: %d %s replayed=%q, want the replay", r.StatusCode, p.Type, r.Header.Get(idempotency.HeaderReplayed))
+		}
+		if r, _ := post(g, "o-1", "", string(doc)); r.Header.Get(idempotency.HeaderReplayed) != "true" {
+			t.Fatalf("identity, same key: %d, want the replay", r.StatusCode)
+		}
+		if g := got(); len(g) != 1 || g[0] != "|"+string(doc) {
+			t.Fatalf("the upstream received %q, want the decoded document once, without Content-Encoding", g)
+		}
+		if r, p := post(g, "br", "br", "x"); r.StatusCode != http.StatusUnsupportedMediaType || r.Header.Get("Accept-Encoding") != "identity, gzip, deflate" {
+			t.Fatalf("br: %d %s Accept-Encoding %q", r.StatusCode, p.Type, r.Header.Get("Accept-Encoding"))
 		}
 	})
 }

@@ -47,6 +47,7 @@ func TestProblemTable(t *testing.T) {
 		{"idempotency-key-in-use", refused(idempotency.ErrKeyInUse), 409, true, "#section-2.6", "order-42"},
 		{"idempotency-outcome-unknown", refused(idempotency.ErrOutcomeUnknown), 409, false, "#section-2.6", "order-42"},
 		{"request-too-large", refused(idempotency.ErrRequestTooLarge), 413, false, "", "order-42"},
+		{"unsupported-content-encoding", refused(idempotency.ErrEncodingRefused), 415, false, "", "order-42"},
 		{"idempotency-key-reused", refused(idempotency.ErrKeyReused), 422, false, "#section-2.2", "order-42"},
 		{"invalid-payload", &idempotency.RequestError{Err: ErrInvalidPayload, Detail: "amount_cents"}, 422, false, "", ""},
 		{"rate-limited", &idempotency.RequestError{Err: ratelimit.ErrLimited, RetryAfter: time.Second}, 429, true, "", ""},

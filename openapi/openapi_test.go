@@ -39,6 +39,7 @@ var problemStatus = map[string]int{
 	"idempotency-key-in-use":        409,
 	"idempotency-outcome-unknown":   409,
 	"request-too-large":             413,
+	"unsupported-content-encoding":  415,
 	"idempotency-key-reused":        422,
 	"invalid-payload":               422,
 	"rate-limited":                  429,
