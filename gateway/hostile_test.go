@@ -150,10 +150,11 @@ func encodingGateway(t *testing.T, decode ...string) (*Gateway, func() []string)
 	}
 }
 
-func gzipped(t *testing.T, b []byte) string {
+// encoded is b written through the compressor w makes.
+func encoded[W io.WriteCloser](t *testing.T, w func(io.Writer) W, b []byte) string {
 	t.Helper()
 	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
+	zw := w(&buf)
 	_, _ = zw.Write(b)
 	if err := zw.Close(); err != nil {
 		t.Fatal(err)
@@ -161,16 +162,8 @@ func gzipped(t *testing.T, b []byte) string {
 	return buf.String()
 }
 
-func deflated(t *testing.T, b []byte) string {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := zlib.NewWriter(&buf)
-	_, _ = zw.Write(b)
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.String()
-}
+func gzipped(t *testing.T, b []byte) string  { return encoded(t, gzip.NewWriter, b) }
+func deflated(t *testing.T, b []byte) string { return encoded(t, zlib.NewWriter, b) }
 
 // Finding 5: a compressed body is refused unless the route decodes it; a
 // route that does limits the decoded size, fingerprints and forwards the
