@@ -264,6 +264,14 @@ type Route struct {
 	// Timeout, when > 0, bounds the whole upstream exchange of this route.
 	// Upstream routes only. Default none beyond the proxy timeouts.
 	Timeout time.Duration `yaml:"timeout"`
+	// MethodOverride is what the route does with a request that names
+	// another method in X-HTTP-Method-Override, X-HTTP-Method or
+	// X-Method-Override, headers many frameworks obey: MethodOverrideRefuse
+	// (the default, "" too) answers 400 method-override-refused, so an
+	// upstream never runs a method the gateway did not protect;
+	// MethodOverrideHonour serves it as the method it names (claimed,
+	// limited and fingerprinted as that method) and forwards the header.
+	MethodOverride string `yaml:"method_override"`
 	// Idempotency is the route's settings: its idempotency block read
 	// over Config.Idempotency, so that the route inherits every setting it
 	// does not write. Route is the route's name. Set by Load and Parse; in
@@ -274,6 +282,12 @@ type Route struct {
 	// settings the route does not inherit.
 	overrides map[string]bool
 }
+
+// The values of Route.MethodOverride.
+const (
+	MethodOverrideRefuse = "refuse"
+	MethodOverrideHonour = "honour"
+)
 
 // Enqueue names the job a request becomes; the request body is its payload.
 type Enqueue struct {

@@ -403,6 +403,11 @@ func (c *Config) validateRoutes(bad badFunc) {
 		if r.Timeout < 0 {
 			bad(p+".timeout", "must be positive, not %s", r.Timeout)
 		}
+		switch r.MethodOverride {
+		case "", MethodOverrideRefuse, MethodOverrideHonour:
+		default:
+			bad(p+".method_override", "%q is neither %s nor %s", r.MethodOverride, MethodOverrideRefuse, MethodOverrideHonour)
+		}
 		validateIdempotency(p+".idempotency", d, func(key string) bool { return r.overrides[key] }, bad)
 	}
 }

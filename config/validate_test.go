@@ -95,6 +95,16 @@ func TestValidate(t *testing.T) {
 			want: []string{"x.yaml:5: routes[0].idempotency.retention: 10s is shorter than lease 30s"},
 		},
 		{
+			name: "method override",
+			yaml: minimal + "routes:\n  - {name: r, path: /r, upstream: http://u, method_override: honour}\n  - {name: s, path: /s, upstream: http://u, method_override: allow}\n",
+			want: []string{`x.yaml:6: routes[1].method_override: "allow" is neither refuse nor honour`},
+		},
+		{
+			name: "decoded content encodings",
+			yaml: minimal + "routes:\n  - {name: r, path: /r, upstream: http://u, idempotency: {decode_content_encodings: [gzip, br]}}\n",
+			want: []string{`x.yaml:5: routes[0].idempotency.decode_content_encodings[1]: "br" is not gzip or deflate`},
+		},
+		{
 			name: "store timeout",
 			yaml: minimal + "idempotency: {store_timeout: -2s}\nroutes:\n  - {name: r, path: /r, upstream: http://u, idempotency: {store_timeout: -1s}}\n",
 			want: []string{

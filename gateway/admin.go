@@ -55,7 +55,7 @@ func (g *Gateway) adminRoutes() http.Handler {
 func (g *Gateway) sameOrigin(next http.Handler) http.Handler {
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest,
+		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrForbidden,
 			Detail: "a state-changing request to the admin listener from another origin is refused; send it from the admin listener's own origin, or without a browser"})
 	}))
 	return cop.Handler(next)

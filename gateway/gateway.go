@@ -83,6 +83,12 @@ type RouteOptions struct {
 	// Handler serves a route that is neither proxied nor enqueued.
 	Handler     http.Handler
 	Idempotency idempotency.Config
+	// HonourMethodOverride serves a request that names another method in
+	// X-HTTP-Method-Override, X-HTTP-Method or X-Method-Override as that
+	// method, and forwards the header. Default false: such a request is
+	// refused with 400 method-override-refused, so it never reaches an
+	// upstream that would run the named method unprotected.
+	HonourMethodOverride bool
 }
 
 // Check is one dependency /readyz verifies.
@@ -198,7 +204,7 @@ func (g *Gateway) Handler() http.Handler { return g.public }
 func (g *Gateway) AdminHandler() http.Handler { return g.private }
 
 func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, error) {
-	rt := &route{name: ro.Name, path: ro.Path, prefix: ro.Prefix}
+	rt := &route{name: ro.Name, path: ro.Path, prefix: ro.Prefix, honourOverride: ro.HonourMethodOverride}
 	if len(ro.Methods) > 0 {
 		rt.methods = map[string]bool{}
 		for _, m := range ro.Methods {
@@ -298,6 +304,10 @@ func (g *Gateway) handleTable() http.HandlerFunc {
 		path, err := routePath(r.URL)
 		if err != nil {
 			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest, Detail: err.Error()})
+			return
+		}
+		if method, ok := methodOverride(r.Header); ok {
+			g.routeOverridden(w, r, path, method)
 			return
 		}
 		rt := g.table.match(r.Method, path)

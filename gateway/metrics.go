@@ -27,7 +27,7 @@ func NewMetrics() *Metrics {
 		Registry: reg,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemgate_requests_total",
-			Help: "Requests by route and idempotency outcome (new, replay, conflict, mismatch, missing_key, invalid_key, invalid_body, too_large, store_error, rate_limited, unauthorized, passthrough, not_found).",
+			Help: "Requests by route and idempotency outcome (new, replay, conflict, mismatch, missing_key, invalid_key, invalid_body, too_large, encoding_refused, store_error, rate_limited, unauthorized, passthrough, not_found).",
 		}, []string{"route", "outcome"}),
 		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idemgate_request_duration_seconds",

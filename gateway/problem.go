@@ -20,8 +20,12 @@ var (
 	ErrUpstreamTimeout     = errors.New("upstream timeout")
 	ErrNotReady            = errors.New("not ready")
 	ErrBadRequest          = errors.New("bad request")
-	ErrInvalidPayload      = errors.New("invalid payload")
-	ErrQueueUnavailable    = errors.New("queue unavailable")
+	ErrForbidden           = errors.New("forbidden")
+	// ErrMethodOverrideRefused refuses a request whose method override
+	// header its route does not honour.
+	ErrMethodOverrideRefused = errors.New("method override refused")
+	ErrInvalidPayload        = errors.New("invalid payload")
+	ErrQueueUnavailable      = errors.New("queue unavailable")
 )
 
 // problemTypes is the gateway's whole error contract: the middleware's
@@ -30,6 +34,8 @@ var (
 var problemTypes = append(idempotency.Refusals(), idempotency.ProblemTable{
 	{Err: auth.ErrUnauthorized, Status: http.StatusUnauthorized, Slug: "unauthorized", Title: "Missing or invalid credentials"},
 	{Err: ratelimit.ErrLimited, Status: http.StatusTooManyRequests, Slug: ratelimit.ProblemSlug, Title: "Rate limit exceeded"},
+	{Err: ErrMethodOverrideRefused, Status: http.StatusBadRequest, Slug: "method-override-refused", Title: "Method override refused"},
+	{Err: ErrForbidden, Status: http.StatusForbidden, Slug: "forbidden", Title: "Forbidden"},
 	{Err: ErrNotFound, Status: http.StatusNotFound, Slug: "not-found", Title: "Not found"},
 	{Err: ErrUpstreamUnavailable, Status: http.StatusBadGateway, Slug: "upstream-unavailable", Title: "Upstream unavailable"},
 	{Err: ErrUpstreamTimeout, Status: http.StatusGatewayTimeout, Slug: "upstream-timeout", Title: "Upstream timed out"},

@@ -21,6 +21,8 @@ type route struct {
 	prefix  bool
 	kind    EndpointKind
 	handler http.Handler
+	// honourOverride: RouteOptions.HonourMethodOverride.
+	honourOverride bool
 }
 
 func (rt *route) matches(method, path string) bool {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/openapi"
 )
 
 // partner is an upstream that, like most partner APIs, scopes keys to the
@@ -457,7 +459,7 @@ func TestAdminRefusesCrossOrigin(t *testing.T) {
 	t.Cleanup(srv.Close)
 	host := strings.TrimPrefix(srv.URL, "http://")
 	basic := func(r *http.Request) { r.SetBasicAuth("admin", testAdminToken) }
-	do := func(method, path string, header ...string) *http.Response {
+	doProblem := func(method, path string, header ...string) (*http.Response, openapi.Problem) {
 		req, _ := http.NewRequestWithContext(t.Context(), method, srv.URL+path, strings.NewReader("x=1"))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		basic(req)
@@ -468,8 +470,16 @@ func TestAdminRefusesCrossOrigin(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = resp.Body.Close()
-		return resp
+		defer func() { _ = resp.Body.Close() }()
+		var p openapi.Problem
+		if resp.Header.Get("Content-Type") == "application/problem+json" {
+			_ = json.NewDecoder(resp.Body).Decode(&p)
+		}
+		return resp, p
+	}
+	do := func(method, path string, header ...string) *http.Response {
+		r, _ := doProblem(method, path, header...)
+		return r
 	}
 	const pause = "/admin/queues/api/queues/default:pause"
 	for _, tc := range []struct {
@@ -480,8 +490,9 @@ func TestAdminRefusesCrossOrigin(t *testing.T) {
 		{"cross-site fetch", []string{"Sec-Fetch-Site", "cross-site"}},
 		{"same-site fetch", []string{"Sec-Fetch-Site", "same-site", "Origin", "http://other." + host}},
 	} {
-		if r := do(http.MethodPost, pause, tc.header...); r.StatusCode != 400 || r.Header.Get("Content-Type") != "application/problem+json" {
-			t.Errorf("%s: POST %s: %d, want 400 problem+json", tc.name, pause, r.StatusCode)
+		r, p := doProblem(http.MethodPost, pause, tc.header...)
+		if r.StatusCode != 403 || p.Type != idempotency.DefaultProblemBase+"forbidden" {
+			t.Errorf("%s: POST %s: %d %s, want 403 forbidden", tc.name, pause, r.StatusCode, p.Type)
 		}
 	}
 	if n := paused.Load(); n != 0 {
@@ -489,8 +500,8 @@ func TestAdminRefusesCrossOrigin(t *testing.T) {
 	}
 	// The admin API itself: the record stays.
 	serve(t, g.Handler(), http.MethodPost, "/v1/echo", "", "Authorization", "Bearer "+testAPIKey, "Idempotency-Key", "keep")
-	if r := do(http.MethodDelete, "/admin/keys/acme/echo/keep", "Origin", "http://evil.example"); r.StatusCode != 400 {
-		t.Errorf("cross-origin DELETE of a key: %d, want 400", r.StatusCode)
+	if r, p := doProblem(http.MethodDelete, "/admin/keys/acme/echo/keep", "Origin", "http://evil.example"); r.StatusCode != 403 || p.Type != idempotency.DefaultProblemBase+"forbidden" {
+		t.Errorf("cross-origin DELETE of a key: %d %s, want 403 forbidden", r.StatusCode, p.Type)
 	}
 	if _, err := g.opts.Store.Get(t.Context(), idempotency.Scope{Tenant: "acme", Route: "echo", Key: "keep"}); err != nil {
 		t.Fatalf("a cross-origin DELETE removed the record: %v", err)

@@ -305,9 +305,10 @@ type Problem struct {
 	Retryable bool `json:"retryable"`
 
 	// IdempotencyKey The request's `Idempotency-Key` as parsed (without the quotes
-	// of an sf-string). Absent when the request had none, its key is
-	// invalid, or the problem arose before the key was read
-	// (`unauthorized`, `rate-limited`).
+	// of an sf-string); the empty string when the key was sent empty
+	// (`idempotency-key-invalid`). Absent when the request had none,
+	// its key is otherwise invalid, or the problem arose before the
+	// key was read (`unauthorized`, `rate-limited`).
 	IdempotencyKey *string `json:"idempotency_key,omitempty"`
 
 	// Documentation The section of the IETF Idempotency-Key draft the problem is

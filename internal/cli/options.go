@@ -276,6 +276,8 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 			Path:        r.Path,
 			Timeout:     r.Timeout,
 			Idempotency: r.Idempotency,
+
+			HonourMethodOverride: r.MethodOverride == config.MethodOverrideHonour,
 		}
 		if r.PathPrefix != "" {
 			ro.Path, ro.Prefix = r.PathPrefix, true

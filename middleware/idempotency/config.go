@@ -96,6 +96,15 @@ type Config struct {
 	// MaxRequestBytes bounds the body read for the fingerprint. Default
 	// DefaultMaxRequestBytes, 1 MiB.
 	MaxRequestBytes int64 `yaml:"max_request_bytes"`
+	// DecodeContentEncodings are the content codings (ContentEncodingGzip,
+	// ContentEncodingDeflate) of a request body the middleware decodes:
+	// MaxRequestBytes bounds the decoded size, the fingerprint covers the
+	// decoded body, and the handler receives it decoded, without
+	// Content-Encoding. Default none: a body in any coding but identity
+	// is refused with 415 and Accept-Encoding, since a limit or a
+	// fingerprint of the encoded bytes would let 8 KB inflate to 8 MiB
+	// and give one document as many fingerprints as it has encodings.
+	DecodeContentEncodings []string `yaml:"decode_content_encodings"`
 	// MaxStoredResponseBytes bounds a stored body; a larger response is
 	// delivered to the first caller and stored without its body. Default
 	// DefaultMaxStoredResponseBytes, 1 MiB.
@@ -298,6 +307,11 @@ func (c Config) ValidateResolved() error {
 	}
 	if c.MaxStoredResponseBytes <= 0 {
 		bad("max_stored_response_bytes", "must be positive, not %d", c.MaxStoredResponseBytes)
+	}
+	for i, e := range c.DecodeContentEncodings {
+		if e != ContentEncodingGzip && e != ContentEncodingDeflate {
+			bad(fmt.Sprintf("decode_content_encodings[%d]", i), "%q is not %s or %s", e, ContentEncodingGzip, ContentEncodingDeflate)
+		}
 	}
 	for i, h := range c.Fingerprint.Headers {
 		if !isToken(h) {

@@ -14,6 +14,7 @@ var (
 	ErrKeyInUse         = errors.New("idempotency key in use by a request in flight")
 	ErrOutcomeUnknown   = errors.New("outcome of the original request is unknown")
 	ErrRequestTooLarge  = errors.New("request body too large")
+	ErrEncodingRefused  = errors.New("request content encoding not accepted")
 	ErrStoreUnavailable = errors.New("idempotency store unavailable")
 )
 
@@ -31,6 +32,10 @@ type RequestError struct {
 	// Key is the parsed Idempotency-Key of the refused request; empty
 	// when it had none or it could not be parsed.
 	Key string
+	// AcceptEncoding, on a refusal of a request body's Content-Encoding,
+	// lists the codings that are accepted (the answer's Accept-Encoding,
+	// RFC 9110, section 12.5.3).
+	AcceptEncoding string
 	// Fields names what is wrong with a request body, field by field
 	// (a job payload that breaks its schema).
 	Fields []FieldFault

@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -35,7 +36,7 @@ func ParseKey(values []string, syntax KeySyntax, maxLen int) (string, error) {
 	}
 	v := strings.Trim(values[0], " \t")
 	if v == "" {
-		return "", invalidKey("the Idempotency-Key header is empty")
+		return "", emptyKey("the Idempotency-Key header is empty")
 	}
 	var key string
 	if v[0] == '"' {
@@ -70,7 +71,7 @@ func ParseKey(values []string, syntax KeySyntax, maxLen int) (string, error) {
 		key = v
 	}
 	if len(key) == 0 {
-		return "", invalidKey("the Idempotency-Key is empty")
+		return "", emptyKey("the Idempotency-Key is empty")
 	}
 	if len(key) > maxLen {
 		return "", invalidKey("the Idempotency-Key is %d characters long; at most %d are allowed", len(key), maxLen)
@@ -104,4 +105,13 @@ func parseSFString(v string) (string, string, error) {
 
 func invalidKey(format string, args ...any) error {
 	return &RequestError{Err: ErrKeyInvalid, Detail: fmt.Sprintf(format, args...)}
+}
+
+// errKeyEmpty marks an invalid key that was sent empty: its problem
+// names the key as sent, the empty string, as the other key problems
+// name theirs.
+var errKeyEmpty = errors.New("the key is empty")
+
+func emptyKey(detail string) error {
+	return &RequestError{Err: ErrKeyInvalid, Detail: detail, Cause: errKeyEmpty}
 }

@@ -90,7 +90,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 	body, err := m.readBody(r)
 	if err != nil {
-		m.refuse(w, r, Event{Outcome: OutcomeTooLarge, Scope: scope}, err)
+		outcome := OutcomeTooLarge
+		if errors.Is(err, ErrEncodingRefused) {
+			outcome = OutcomeEncodingRefused
+		}
+		m.refuse(w, r, Event{Outcome: outcome, Scope: scope}, err)
 		return
 	}
 	fingerprint, err := m.fp.Fingerprint(FingerprintInput{
@@ -141,13 +145,38 @@ func (m *Middleware) readBody(r *http.Request) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)
 	}
-	body, err := readAtMost(r.Body, r.ContentLength, limit+1)
-	_ = r.Body.Close()
+	src, declared := io.Reader(r.Body), r.ContentLength
+	coding, err := m.decoding(r.Header)
 	if err != nil {
+		return nil, err
+	}
+	if coding != nil {
+		// The encoded bytes are bounded as the body is, and what they
+		// inflate to is read no further than the limit.
+		src, err = coding(&bounded{r: r.Body, n: limit})
+		if err == nil {
+			src, declared = &bounded{r: src, n: limit}, -1
+		}
+	}
+	var body []byte
+	if err == nil {
+		body, err = readAtMost(src, declared, limit+1)
+	}
+	_ = r.Body.Close()
+	switch {
+	case errors.Is(err, errOverLimit):
+		return nil, tooLarge(limit)
+	case err != nil && coding != nil:
+		return nil, badEncoding(err)
+	case err != nil:
 		return nil, &RequestError{Err: ErrRequestTooLarge, Detail: "the request body could not be read", Cause: err}
 	}
 	if int64(len(body)) > limit {
 		return nil, tooLarge(limit)
+	}
+	if coding != nil {
+		r.Header.Del("Content-Encoding")
+		r.Header.Del("Content-Length")
 	}
 	rb := &readBody{}
 	rb.Reset(body)

@@ -17,7 +17,10 @@ const (
 	OutcomeMissingKey Outcome = "missing_key" // 400
 	OutcomeInvalidKey Outcome = "invalid_key" // 400
 	OutcomeTooLarge   Outcome = "too_large"   // 413
-	OutcomeStoreError Outcome = "store_error" // 503, or passed through when failing open
+	// OutcomeEncodingRefused: 415, a body in a Content-Encoding the
+	// route does not decode, or that does not decode.
+	OutcomeEncodingRefused Outcome = "encoding_refused"
+	OutcomeStoreError      Outcome = "store_error" // 503, or passed through when failing open
 )
 
 // Stored names what became of an executed request's claim.

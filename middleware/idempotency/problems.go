@@ -77,6 +77,7 @@ var refusals = ProblemTable{
 	{ErrKeyInUse, http.StatusConflict, "idempotency-key-in-use", "A request with this Idempotency-Key is in progress"},
 	{ErrOutcomeUnknown, http.StatusConflict, "idempotency-outcome-unknown", "The outcome of the original request is unknown"},
 	{ErrRequestTooLarge, http.StatusRequestEntityTooLarge, "request-too-large", "Request body too large"},
+	{ErrEncodingRefused, http.StatusUnsupportedMediaType, "unsupported-content-encoding", "Content-Encoding not accepted"},
 	{ErrStoreUnavailable, http.StatusServiceUnavailable, "idempotency-store-unavailable", "Idempotency store unavailable"},
 	{ijson.ErrNotIJSON, http.StatusBadRequest, "bad-request", "Bad request"},
 }
@@ -125,7 +126,7 @@ type problemDocument struct {
 	Instance       string       `json:"instance"`
 	RequestID      *string      `json:"request_id,omitempty"`
 	Retryable      bool         `json:"retryable"`
-	IdempotencyKey string       `json:"idempotency_key,omitempty"`
+	IdempotencyKey *string      `json:"idempotency_key,omitempty"`
 	Documentation  string       `json:"documentation,omitempty"`
 	Errors         []FieldFault `json:"errors,omitempty"`
 }
@@ -146,11 +147,15 @@ func (pw ProblemWriter) Write(w http.ResponseWriter, r *http.Request, err error)
 		doc.Type = DefaultProblemBase + p.Slug
 	}
 	var retryAfter time.Duration
+	acceptEncoding := ""
 	if re, ok := errors.AsType[*RequestError](err); ok {
-		doc.Detail, doc.IdempotencyKey, doc.Errors, retryAfter = re.Detail, re.Key, re.Fields, re.RetryAfter
+		doc.Detail, doc.Errors, retryAfter, acceptEncoding = re.Detail, re.Fields, re.RetryAfter, re.AcceptEncoding
+		if re.Key != "" || errors.Is(err, errKeyEmpty) {
+			doc.IdempotencyKey = &re.Key
+		}
 	}
-	if a, ok := AttemptFrom(r.Context()); ok && doc.IdempotencyKey == "" {
-		doc.IdempotencyKey = a.Scope.Key // an error of the request running under its claim
+	if a, ok := AttemptFrom(r.Context()); ok && doc.IdempotencyKey == nil {
+		doc.IdempotencyKey = &a.Scope.Key // an error of the request running under its claim
 	}
 	id := ""
 	if pw.Occurrence != nil {
@@ -177,6 +182,9 @@ func (pw ProblemWriter) Write(w http.ResponseWriter, r *http.Request, err error)
 	b, _ := json.Marshal(doc)
 	h := w.Header()
 	SetRetryAfter(h, retryAfter)
+	if acceptEncoding != "" {
+		h.Set("Accept-Encoding", acceptEncoding)
+	}
 	if p.Status == http.StatusUnauthorized && pw.Challenge != "" && h.Get("WWW-Authenticate") == "" {
 		h.Set("WWW-Authenticate", pw.Challenge)
 	}
