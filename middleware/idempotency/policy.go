@@ -18,6 +18,7 @@ const (
 	OutcomeInvalidKey Outcome = "invalid_key" // 400
 	OutcomeTooLarge   Outcome = "too_large"   // 413
 	OutcomeStoreError Outcome = "store_error" // 503, or passed through when failing open
+	OutcomeStoreFull  Outcome = "store_full"  // 503: a new key, and the store is full
 )
 
 // Stored names what became of an executed request's claim.

@@ -78,6 +78,7 @@ var refusals = ProblemTable{
 	{ErrOutcomeUnknown, http.StatusConflict, "idempotency-outcome-unknown", "The outcome of the original request is unknown"},
 	{ErrRequestTooLarge, http.StatusRequestEntityTooLarge, "request-too-large", "Request body too large"},
 	{ErrStoreUnavailable, http.StatusServiceUnavailable, "idempotency-store-unavailable", "Idempotency store unavailable"},
+	{ErrStoreFull, http.StatusServiceUnavailable, "idempotency-store-full", "Idempotency store full"},
 	{ijson.ErrNotIJSON, http.StatusBadRequest, "bad-request", "Bad request"},
 }
 
