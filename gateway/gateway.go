@@ -164,6 +164,7 @@ func New(opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	opts.Metrics.memoryStore.watch(opts.Store)
 	store := newTimedStore(opts.Store, opts.StoreName, opts.Metrics.store)
 	var routes []*route
 	for _, ro := range opts.Routes {
