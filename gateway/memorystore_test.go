@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -24,23 +22,15 @@ import (
 func TestMemoryStoreFull(t *testing.T) {
 	t.Parallel()
 	ran := 0
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	store := memstore.New(memstore.WithMaxBytes(8<<10), memstore.WithClock(func() time.Time { return now }))
+	opts := testOptions(nil)
+	opts.Store = store
+	g, public := servePayments(t, opts, func(w http.ResponseWriter, r *http.Request) {
 		ran++
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprint(w, strings.Repeat("x", 1000))
-	}))
-	t.Cleanup(up.Close)
-	upURL, _ := url.Parse(up.URL)
-	now := time.Now()
-	clock := func() time.Time { return now }
-	store := memstore.New(memstore.WithMaxBytes(8<<10), memstore.WithClock(clock))
-	opts := testOptions(nil)
-	opts.Store = store
-	opts.Routes = []RouteOptions{{Name: "payments", Methods: []string{http.MethodPost}, Path: "/v1/payments", Upstream: upURL,
-		Idempotency: idempotency.Config{Retention: time.Hour}}}
-	g := newTestGateway(t, opts)
-	public := httptest.NewServer(g.Handler())
-	t.Cleanup(public.Close)
+	})
 	post := func(key string) (*http.Response, string) {
 		return fetch(t, public, http.MethodPost, "/v1/payments", "Authorization", "Bearer "+testAPIKey, "Idempotency-Key", key)
 	}
@@ -104,7 +94,7 @@ idemgate_memory_store_refusals_total 1
 		t.Errorf(`idemgate_requests_total{outcome="store_full"} = %v, want 1`, n)
 	}
 
-	now = now.Add(2 * time.Hour)
+	now = now.Add(idempotency.DefaultRetention + time.Hour)
 	if n, err := store.DeleteExpired(t.Context(), 1000); err != nil || n != stored || store.Bytes() != 0 {
 		t.Fatalf("janitor: deleted %d of %d (%v), %d bytes left", n, stored, err, store.Bytes())
 	}

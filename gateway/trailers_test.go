@@ -3,8 +3,6 @@ package gateway
 import (
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"testing"
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
@@ -19,29 +17,21 @@ import (
 func TestCookiesAndTrailersAreNotReplayed(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ flush, undeclared bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
-		flush := tc.flush
-		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, public := servePayments(t, testOptions(nil), func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Trailer", "X-Checksum")
 			w.Header().Set("Set-Cookie", "session=one")
 			w.Header().Set("Set-Cookie2", "legacy=one")
 			w.Header().Set("X-Kept", "yes")
 			w.WriteHeader(http.StatusCreated)
 			io.WriteString(w, `{"id":"pay_1"}`)
-			if flush {
+			if tc.flush {
 				http.NewResponseController(w).Flush()
 			}
 			w.Header().Set("X-Checksum", "abc")
 			if tc.undeclared {
 				w.Header().Set(http.TrailerPrefix+"X-Late", "late")
 			}
-		}))
-		t.Cleanup(up.Close)
-		upURL, _ := url.Parse(up.URL)
-		opts := testOptions(nil)
-		opts.Routes = []RouteOptions{{Name: "payments", Methods: []string{http.MethodPost}, Path: "/v1/payments", Upstream: upURL}}
-		g := newTestGateway(t, opts)
-		public := httptest.NewServer(g.Handler())
-		t.Cleanup(public.Close)
+		})
 
 		first, _ := fetch(t, public, http.MethodPost, "/v1/payments", "Authorization", "Bearer "+testAPIKey, "Idempotency-Key", "k")
 		replay, _ := fetch(t, public, http.MethodPost, "/v1/payments", "Authorization", "Bearer "+testAPIKey, "Idempotency-Key", "k")
