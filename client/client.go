@@ -81,11 +81,13 @@ func WithAPIKey(key string) Option {
 
 // WithHTTPClient sends the attempts through hc. The default is an
 // http.Client with http.DefaultTransport and a one-minute timeout per
-// attempt; a timed-out attempt is retried with the same key.
+// attempt; a timed-out attempt is retried with the same key. Whatever
+// hc's CheckRedirect says, redirects are not followed (see RedirectError):
+// the client uses a copy of hc that returns them.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *Client) {
 		if hc != nil {
-			c.hc = hc
+			c.hc = withoutRedirects(hc)
 		}
 	}
 }
@@ -100,7 +102,7 @@ func WithRetry(r Retry) Option {
 func New(baseURL string, opts ...Option) *Client {
 	c := &Client{
 		base:  strings.TrimRight(baseURL, "/"),
-		hc:    &http.Client{Timeout: time.Minute},
+		hc:    &http.Client{Timeout: time.Minute, CheckRedirect: noRedirects},
 		retry: Retry{}.withDefaults(),
 		now:   time.Now,
 		sleep: sleepContext,

@@ -55,9 +55,11 @@ type Response struct {
 // certificate), and a problem whose retryable member is true — or, in a
 // document without one, 408, 409 idempotency-key-in-use, 425, 429, 502,
 // 503 and 504. A replayed answer is never retried: it is stored and would
-// come back the same. Any other answer is final: a 1xx–3xx returns the
-// Response and a nil error; a 4xx or 5xx returns the Response and a
-// *ProblemError.
+// come back the same. Any other answer is final: a 3xx with a Location
+// returns the Response and a *RedirectError (redirects are never
+// followed, so the key, the body and the credentials go nowhere but the
+// base URL); another 1xx–3xx returns the Response and a nil error; a 4xx
+// or 5xx returns the Response and a *ProblemError.
 //
 // When the attempts or MaxElapsed run out on a retryable answer, Do
 // returns the last Response and an error wrapping both
@@ -126,6 +128,9 @@ func (c *Client) Do(ctx context.Context, method, path string, body any, opts ...
 		} else {
 			resp.Status, resp.Header, resp.Body = res.status, res.header, res.body
 			resp.Replayed = res.header.Get("Idempotent-Replayed") == "true"
+			if isRedirect(res.status, res.header) {
+				return resp, &RedirectError{Status: res.status, Location: res.header.Get("Location")}
+			}
 			if res.status < 400 {
 				return resp, nil
 			}

@@ -13,7 +13,10 @@
 // MaxElapsed and the context. Every other answer is final. A 4xx or 5xx
 // comes back as a *ProblemError (its RFC 9457 problem document), matched
 // by its type's last segment with IsKeyReused, IsOutcomeUnknown and
-// IsInvalidPayload. SubmitJob posts to an enqueue route and WaitJob polls
+// IsInvalidPayload. Redirects are never followed, on any method: a 3xx
+// with a Location is a final *RedirectError naming it, and nothing is sent
+// there, so the API key, the body and the Idempotency-Key reach no host
+// but the base URL's. SubmitJob posts to an enqueue route and WaitJob polls
 // the job until it has ended.
 //
 //	c := client.New("https://gateway.example.com", client.WithAPIKey(key))

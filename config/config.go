@@ -68,8 +68,9 @@ type Config struct {
 	RateLimitStore string `yaml:"rate_limit_store"`
 	// Idempotency holds the settings of every route, the middleware's
 	// defaults filled in; a route overrides any of them in its own
-	// idempotency block. Its Route is "".
-	Idempotency idempotency.Config `yaml:"idempotency"`
+	// idempotency block. Its Route is "". Its memory block bounds store
+	// memory and is no route's to override.
+	Idempotency Idempotency `yaml:"idempotency"`
 	// ReplayCache answers replays of recently completed records from the
 	// gateway's memory, without a store round trip.
 	ReplayCache ReplayCache `yaml:"replay_cache"`
@@ -356,7 +357,10 @@ func (c *Config) withDefaults() {
 			c.Tenants[i].APIKeySHA256[k] = strings.ToLower(h)
 		}
 	}
-	c.Idempotency = c.Idempotency.WithDefaults()
+	c.Idempotency.Config = c.Idempotency.WithDefaults()
+	if c.Idempotency.Memory.MaxBytes == 0 {
+		c.Idempotency.Memory.MaxBytes = DefaultMemoryMaxBytes
+	}
 
 	setDefault(&c.ReplayCache.Entries, 10000)
 	setDefault(&c.ReplayCache.TTL, 2*time.Second)

@@ -18,7 +18,7 @@ import (
 func (c *Config) inheritIdempotency(doc *strictyaml.Document) {
 	for i := range c.Routes {
 		r := &c.Routes[i]
-		d := c.Idempotency
+		d := c.Idempotency.Config
 		d.Methods = slices.Clone(d.Methods)
 		d.Fingerprint.Headers = slices.Clone(d.Fingerprint.Headers)
 		d.Fingerprint.JSONFields = slices.Clone(d.Fingerprint.JSONFields)

@@ -114,7 +114,10 @@ func (c *Config) validate(o *options) error {
 	}
 	c.validateTenants(bad)
 
-	validateIdempotency("idempotency", c.Idempotency, func(string) bool { return true }, bad)
+	validateIdempotency("idempotency", c.Idempotency.Config, func(string) bool { return true }, bad)
+	if c.Idempotency.Memory.MaxBytes < 0 {
+		bad("idempotency.memory.max_bytes", "must be positive, not %d", c.Idempotency.Memory.MaxBytes)
+	}
 
 	nonNegative(bad, "janitor.interval", c.Janitor.Interval)
 	nonNegative(bad, "janitor.batch", c.Janitor.Batch)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +75,21 @@ func testOptions(jobs Submitter) Options {
 			Enqueue: &EnqueueOptions{Spec: invoiceSpec, Queue: "default"},
 		}},
 	}
+}
+
+// servePayments serves a gateway built from opts whose one route,
+// payments, proxies POST /v1/payments to upstream, and returns the
+// gateway and its public server.
+func servePayments(t *testing.T, opts Options, upstream http.HandlerFunc) (*Gateway, *httptest.Server) {
+	t.Helper()
+	up := httptest.NewServer(upstream)
+	t.Cleanup(up.Close)
+	upURL, _ := url.Parse(up.URL)
+	opts.Routes = []RouteOptions{{Name: "payments", Methods: []string{http.MethodPost}, Path: "/v1/payments", Upstream: upURL}}
+	g := newTestGateway(t, opts)
+	public := httptest.NewServer(g.Handler())
+	t.Cleanup(public.Close)
+	return g, public
 }
 
 func newTestGateway(t *testing.T, opts Options) *Gateway {

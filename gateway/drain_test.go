@@ -3,8 +3,6 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,17 +17,10 @@ import (
 func TestDrainingGatewayServesButIsNotReady(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	g, public := servePayments(t, testOptions(nil), func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
 		w.WriteHeader(http.StatusCreated)
-	}))
-	t.Cleanup(up.Close)
-	upURL, _ := url.Parse(up.URL)
-	opts := testOptions(nil)
-	opts.Routes = []RouteOptions{{Name: "payments", Methods: []string{http.MethodPost}, Path: "/v1/payments", Upstream: upURL}}
-	g := newTestGateway(t, opts)
-	public := httptest.NewServer(g.Handler())
-	t.Cleanup(public.Close)
+	})
 	post := func(key string) *http.Response {
 		t.Helper()
 		resp, _ := fetch(t, public, http.MethodPost, "/v1/payments", "Authorization", "Bearer "+testAPIKey, "Idempotency-Key", key)

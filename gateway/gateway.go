@@ -170,6 +170,7 @@ func New(opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	opts.Metrics.memoryStore.watch(opts.Store)
 	store := newTimedStore(opts.Store, opts.StoreName, opts.Metrics.store)
 	var routes []*route
 	for _, ro := range opts.Routes {

@@ -17,6 +17,7 @@ type Metrics struct {
 	store           *prometheus.HistogramVec
 	inFlight        prometheus.Gauge
 	shed            prometheus.Counter
+	memoryStore     *memoryStoreCollector
 }
 
 // NewMetrics registers the gateway's series (and the Go and process
@@ -27,7 +28,7 @@ func NewMetrics() *Metrics {
 		Registry: reg,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemgate_requests_total",
-			Help: "Requests by route and idempotency outcome (new, replay, conflict, mismatch, missing_key, invalid_key, invalid_body, too_large, encoding_refused, store_error, rate_limited, unauthorized, passthrough, not_found).",
+			Help: "Requests by route and idempotency outcome (new, replay, conflict, mismatch, missing_key, invalid_key, invalid_body, too_large, encoding_refused, store_error, store_full, rate_limited, unauthorized, passthrough, not_found).",
 		}, []string{"route", "outcome"}),
 		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idemgate_request_duration_seconds",
@@ -52,8 +53,9 @@ func NewMetrics() *Metrics {
 			Name: "idemgate_requests_shed_total",
 			Help: "Requests answered 503 at once because server.max_in_flight requests were in hand.",
 		}),
+		memoryStore: newMemoryStoreCollector(),
 	}
-	reg.MustRegister(m.requests, m.requestDuration, m.upstream, m.store, m.inFlight, m.shed,
+	reg.MustRegister(m.requests, m.requestDuration, m.upstream, m.store, m.inFlight, m.shed, m.memoryStore,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -3,8 +3,6 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -25,22 +23,17 @@ func TestShedBeyondMaxInFlight(t *testing.T) {
 	arrived := make(chan string, limit+2)
 	release := make(chan struct{})
 	releaseAll := sync.OnceFunc(func() { close(release) })
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	upstream := func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("Idempotency-Key")
 		arrived <- key
 		if !strings.HasSuffix(key, ":shed") {
 			<-release // a shed request that got here fails the test, not hangs it
 		}
 		w.WriteHeader(http.StatusCreated)
-	}))
-	t.Cleanup(up.Close)
-	upURL, _ := url.Parse(up.URL)
+	}
 	opts := testOptions(nil)
 	opts.MaxInFlight = limit
-	opts.Routes = []RouteOptions{{Name: "payments", Methods: []string{http.MethodPost}, Path: "/v1/payments", Upstream: upURL}}
-	g := newTestGateway(t, opts)
-	public := httptest.NewServer(g.Handler())
-	t.Cleanup(public.Close)
+	g, public := servePayments(t, opts, upstream)
 	t.Cleanup(releaseAll) // before public.Close, which waits for the held requests
 	post := func(key string) (*http.Response, string) {
 		return fetch(t, public, http.MethodPost, "/v1/payments", "Authorization", "Bearer "+testAPIKey, "Idempotency-Key", key)

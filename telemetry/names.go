@@ -20,6 +20,10 @@ const (
 	MetricRequestDuration        = "idemgate_request_duration_seconds"
 	MetricUpstreamDuration       = "idemgate_upstream_duration_seconds"
 	MetricStoreOperationDuration = "idemgate_store_operation_duration_seconds"
+	// The memory store's fill, exported with store: memory only.
+	MetricMemoryStoreBytes    = "idemgate_memory_store_bytes"
+	MetricMemoryStoreMaxBytes = "idemgate_memory_store_max_bytes"
+	MetricMemoryStoreRefusals = "idemgate_memory_store_refusals_total"
 )
 
 // MetricNames returns every series name idemgate exposes, gateway and
@@ -29,6 +33,7 @@ const (
 func MetricNames() []string {
 	names := []string{
 		MetricRequests,
+		MetricMemoryStoreBytes, MetricMemoryStoreMaxBytes, MetricMemoryStoreRefusals,
 		MetricLockAcquire, MetricLockRenewals, MetricLockLost, MetricFencingRejections,
 		MetricJobs, MetricJobAttempts, MetricJobReplays,
 		MetricDLQTasks, MetricQueueDepth,

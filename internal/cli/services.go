@@ -166,7 +166,7 @@ func (s *services) idempotencyStore(ctx context.Context) (idempotency.Store, err
 		s.closers.push(func() { _ = st.Close() })
 		s.store = st
 	default:
-		s.store = memstore.New()
+		s.store = memstore.New(memstore.WithMaxBytes(s.cfg.Idempotency.Memory.MaxBytes))
 	}
 	return s.store, nil
 }

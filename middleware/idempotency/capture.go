@@ -113,7 +113,11 @@ func (r *recorder) send() error {
 		r.status = http.StatusOK
 	}
 	h := r.rw.Header()
+	trailers := namedIn(r.header, "Trailer")
 	for k, vs := range r.header {
+		if k == "Trailer" || trailers[k] || strings.HasPrefix(k, http.TrailerPrefix) {
+			continue // see storableHeader
+		}
 		h[k] = vs
 	}
 	r.rw.WriteHeader(r.status)
@@ -159,20 +163,20 @@ func (r *recorder) response() Response {
 }
 
 // storableHeader drops what must not be replayed: hop-by-hop headers (and
-// those Connection names), Set-Cookie, and Content-Length, which the replay
-// recomputes.
+// those Connection names), Set-Cookie and Set-Cookie2 (a session meant for
+// the first client must not reach whoever retries with its key), and
+// Content-Length, which the replay recomputes. Trailers (announced in
+// Trailer, or set with http.TrailerPrefix) are neither stored nor sent on
+// the first answer: a replay could only send them as headers, and the
+// first answer and its replays must carry the same fields.
 func storableHeader(h http.Header) http.Header {
 	out := make(http.Header, len(h))
-	var drop map[string]bool
-	for _, v := range h.Values("Connection") {
-		for _, name := range strings.Split(v, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				if drop == nil {
-					drop = map[string]bool{}
-				}
-				drop[http.CanonicalHeaderKey(name)] = true
-			}
+	drop := namedIn(h, "Connection")
+	for k := range namedIn(h, "Trailer") {
+		if drop == nil {
+			drop = map[string]bool{}
 		}
+		drop[k] = true
 	}
 	// The stored values share one backing array, each header's slice
 	// capped so that an append to one cannot reach the next.
@@ -182,7 +186,7 @@ func storableHeader(h http.Header) http.Header {
 	}
 	all := make([]string, 0, n)
 	for k, vs := range h {
-		if drop[k] || notStored(k) {
+		if drop[k] || notStored(k) || strings.HasPrefix(k, http.TrailerPrefix) {
 			continue
 		}
 		if len(vs) == 0 {
@@ -196,12 +200,29 @@ func storableHeader(h http.Header) http.Header {
 	return out
 }
 
+// namedIn returns the header names listed in h's field (Connection,
+// Trailer), canonical; nil when it lists none.
+func namedIn(h http.Header, field string) map[string]bool {
+	var names map[string]bool
+	for _, v := range h[field] {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				if names == nil {
+					names = map[string]bool{}
+				}
+				names[http.CanonicalHeaderKey(name)] = true
+			}
+		}
+	}
+	return names
+}
+
 // notStored reports whether a header is never stored for replay.
 func notStored(canonical string) bool {
 	switch canonical {
 	case "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
 		"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-		"Set-Cookie", "Content-Length", HeaderReplayed, HeaderReplayedX:
+		"Set-Cookie", "Set-Cookie2", "Content-Length", HeaderReplayed, HeaderReplayedX:
 		return true
 	}
 	return false

@@ -16,6 +16,10 @@ var (
 	ErrRequestTooLarge  = errors.New("request body too large")
 	ErrEncodingRefused  = errors.New("request content encoding not accepted")
 	ErrStoreUnavailable = errors.New("idempotency store unavailable")
+	// ErrStoreFull: the store holds as much as it may and takes no new
+	// key until records expire. A store returns it (wrapped) from Claim,
+	// only for a key it has no live record of.
+	ErrStoreFull = errors.New("idempotency store full")
 )
 
 // RequestError is the one error carrier from a refusal to its answer: what

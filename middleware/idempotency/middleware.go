@@ -318,6 +318,14 @@ func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, next ht
 	if r.Context().Err() != nil {
 		return // the client went away; there is nobody to answer
 	}
+	if errors.Is(err, ErrStoreFull) {
+		// Not a failure of the store, and never passed through: running
+		// the request unrecorded is what the bound is there to prevent.
+		m.refuse(w, r, Event{Outcome: OutcomeStoreFull, Scope: scope}, &RequestError{Err: ErrStoreFull,
+			Detail:     "the idempotency store is full; the request was not processed, retry with the same key later",
+			RetryAfter: StoreFullRetryAfter, Cause: err})
+		return
+	}
 	m.cfg.Logger.ErrorContext(r.Context(), "idempotency store failed",
 		"route", scope.Route, "tenant", scope.Tenant, "idempotency_key", scope.Key,
 		"policy", string(m.cfg.OnStoreError), "err", err)
@@ -330,6 +338,11 @@ func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, next ht
 	m.refuse(w, r, ev, &RequestError{Err: ErrStoreUnavailable,
 		Detail: "the idempotency store is unavailable; the request was not processed, retry with the same key", RetryAfter: time.Second, Cause: err})
 }
+
+// StoreFullRetryAfter is the Retry-After of a refusal for a full store:
+// room comes back only as records expire, so an immediate retry is
+// pointless.
+const StoreFullRetryAfter = 5 * time.Second
 
 // waitInFlight polls (and listens, when the store can notify) until the
 // original finishes, then claims again: the result is a replay, a release

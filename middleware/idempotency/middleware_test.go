@@ -55,6 +55,7 @@ func (c *counter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", "/v1/payments/"+strconv.FormatInt(n, 10))
 	w.Header().Set("ETag", `"v`+strconv.FormatInt(n, 10)+`"`)
 	w.Header().Set("Set-Cookie", "session=secret")
+	w.Header().Set("Set-Cookie2", "legacy=secret")
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"call": n, "token": token, "echo": string(body)})
@@ -144,8 +145,10 @@ func TestReplayFidelity(t *testing.T) {
 				t.Fatalf("replay %s = %q, want %q", name, again.Header().Get(name), first.Header().Get(name))
 			}
 		}
-		if again.Header().Get("Set-Cookie") != "" {
-			t.Fatal("Set-Cookie was replayed")
+		for _, name := range []string{"Set-Cookie", "Set-Cookie2"} {
+			if again.Header().Get(name) != "" {
+				t.Fatalf("%s was replayed", name)
+			}
 		}
 	}
 	if n := h.calls.Load(); n != 1 {

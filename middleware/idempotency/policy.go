@@ -21,6 +21,7 @@ const (
 	// route does not decode, or that does not decode.
 	OutcomeEncodingRefused Outcome = "encoding_refused"
 	OutcomeStoreError      Outcome = "store_error" // 503, or passed through when failing open
+	OutcomeStoreFull       Outcome = "store_full"  // 503: a new key, and the store is full
 )
 
 // Stored names what became of an executed request's claim.

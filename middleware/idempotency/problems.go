@@ -79,6 +79,7 @@ var refusals = ProblemTable{
 	{ErrRequestTooLarge, http.StatusRequestEntityTooLarge, "request-too-large", "Request body too large"},
 	{ErrEncodingRefused, http.StatusUnsupportedMediaType, "unsupported-content-encoding", "Content-Encoding not accepted"},
 	{ErrStoreUnavailable, http.StatusServiceUnavailable, "idempotency-store-unavailable", "Idempotency store unavailable"},
+	{ErrStoreFull, http.StatusServiceUnavailable, "idempotency-store-full", "Idempotency store full"},
 	{ijson.ErrNotIJSON, http.StatusBadRequest, "bad-request", "Bad request"},
 }
 

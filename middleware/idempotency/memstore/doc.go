@@ -2,7 +2,9 @@
 // library users with a single process. Records live in a map guarded by a
 // mutex; nothing survives a restart, and two processes never see each
 // other's records, so it is no protection across gateway instances.
+// WithMaxBytes bounds what it holds: past the bound a new key is refused
+// (idempotency.ErrStoreFull) and no live record is ever evicted.
 //
-//	store := memstore.New()
+//	store := memstore.New(memstore.WithMaxBytes(128 << 20))
 //	mw, err := idempotency.New(store, idempotency.Config{Route: "payments"})
 package memstore

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -20,11 +21,14 @@ var (
 
 // Store keeps records in memory. The zero value is not usable; call New.
 type Store struct {
-	now func() time.Time
+	now      func() time.Time
+	maxBytes int64 // 0: no bound
 
 	mu       sync.Mutex
 	records  map[idempotency.Scope]*record
 	watchers map[idempotency.Scope]map[chan struct{}]struct{}
+	bytes    int64 // the sum of the records' sizes
+	refused  int64 // claims refused with ErrStoreFull
 }
 
 // record is a stored record. A completed one keeps its response headers
@@ -37,6 +41,33 @@ type record struct {
 	omitted            bool
 	completed          bool   // a response is stored
 	response           []byte // encodeResponse: headers, then the body
+	size               int64  // what the record counts against the bound
+}
+
+// recordOverhead is what a record costs beyond its strings and stored
+// response: the struct, its map entry and its pointers, rounded up.
+const recordOverhead = 256
+
+// sizeOf is what r holds: its key, fingerprint and owner, the stored
+// headers and body, and the fixed overhead.
+func sizeOf(r *record) int64 {
+	return recordOverhead + int64(len(r.Scope.Tenant)+len(r.Scope.Route)+len(r.Scope.Key)+
+		len(r.Fingerprint)+len(r.Owner)+len(r.response))
+}
+
+// resize counts r's size again after a change. Callers hold mu.
+func (s *Store) resize(r *record) {
+	n := sizeOf(r)
+	s.bytes += n - r.size
+	r.size = n
+}
+
+// remove deletes the record of scope and its bytes. Callers hold mu.
+func (s *Store) remove(scope idempotency.Scope) {
+	if r := s.records[scope]; r != nil {
+		s.bytes -= r.size
+		delete(s.records, scope)
+	}
 }
 
 // Option configures a Store.
@@ -44,6 +75,19 @@ type Option func(*Store)
 
 // WithClock replaces time.Now, for tests that move time by hand.
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// WithMaxBytes bounds what the records hold (keys, fingerprints, stored
+// headers and bodies, and a fixed overhead each) to about n bytes: a
+// claim of a key with no live record that would pass n is refused with
+// idempotency.ErrStoreFull, which the middleware answers 503
+// idempotency-store-full. No live record is ever evicted to make room —
+// a retry would find no record and run again — and a claimed request's
+// response is always stored, even past n: its request already ran, and
+// the answer is what makes its retries safe. So the store can pass n by
+// what the requests in flight store, at most one
+// max_stored_response_bytes each. Room comes back as records expire and
+// the janitor deletes them. n ≤ 0: no bound (the default).
+func WithMaxBytes(n int64) Option { return func(s *Store) { s.maxBytes = max(n, 0) } }
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
@@ -93,6 +137,11 @@ func (s *Store) Claim(_ context.Context, req idempotency.ClaimRequest) (idempote
 			token = old.FencingToken + 1
 		}
 		r = &record{Record: idempotency.Record{Scope: req.Scope, CreatedAt: now, FencingToken: token}}
+		r.Fingerprint, r.Owner = req.Fingerprint, req.Owner
+		if err := s.room(old, sizeOf(r)); err != nil {
+			return idempotency.ClaimResult{}, err
+		}
+		s.remove(req.Scope)
 		s.records[req.Scope] = r
 		s.take(r, req, now)
 		return idempotency.ClaimResult{Claimed: true, Record: copyRecord(r)}, nil
@@ -106,6 +155,24 @@ func (s *Store) Claim(_ context.Context, req idempotency.ClaimRequest) (idempote
 	}
 }
 
+// room refuses a new record of size n when the store would pass its
+// bound; old, the expired record it replaces, gives its bytes back.
+// Callers hold mu.
+func (s *Store) room(old *record, n int64) error {
+	if s.maxBytes == 0 {
+		return nil
+	}
+	held := s.bytes
+	if old != nil {
+		held -= old.size
+	}
+	if held+n <= s.maxBytes {
+		return nil
+	}
+	s.refused++
+	return fmt.Errorf("memstore: %d of %d bytes held: %w", s.bytes, s.maxBytes, idempotency.ErrStoreFull)
+}
+
 func (s *Store) take(r *record, req idempotency.ClaimRequest, now time.Time) {
 	r.Fingerprint = req.Fingerprint
 	r.State = idempotency.StateInFlight
@@ -114,6 +181,7 @@ func (s *Store) take(r *record, req idempotency.ClaimRequest, now time.Time) {
 	r.completed, r.response = false, nil
 	r.UpdatedAt = now
 	r.ExpiresAt = now.Add(max(req.Retention, req.Lease))
+	s.resize(r)
 }
 
 // owned returns the in-flight record held by owner. Callers hold mu.
@@ -177,12 +245,14 @@ func (s *Store) endOwned(scope idempotency.Scope, owner string, state idempotenc
 	return nil
 }
 
-// end moves a record out of flight and wakes its watchers. Callers hold mu.
+// end moves a record out of flight, counts its size again and wakes its
+// watchers. Callers hold mu.
 func (s *Store) end(r *record, state idempotency.State, now time.Time) {
 	r.State = state
 	r.Owner = ""
 	r.LeaseUntil = time.Time{}
 	r.UpdatedAt = now
+	s.resize(r)
 	for ch := range s.watchers[r.Scope] {
 		select {
 		case ch <- struct{}{}:
@@ -206,7 +276,7 @@ func (s *Store) Get(_ context.Context, scope idempotency.Scope) (idempotency.Rec
 func (s *Store) Delete(_ context.Context, scope idempotency.Scope) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.records, scope)
+	s.remove(scope)
 	return nil
 }
 
@@ -260,7 +330,7 @@ func (s *Store) DeleteExpired(_ context.Context, limit int) (int, error) {
 			break
 		}
 		if expired(r, now) {
-			delete(s.records, scope)
+			s.remove(scope)
 			n++
 		}
 	}
@@ -272,6 +342,24 @@ func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.records)
+}
+
+// Bytes reports what the records hold against the bound, expired ones
+// included until the janitor deletes them.
+func (s *Store) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
+}
+
+// MaxBytes reports the bound set with WithMaxBytes; 0 is none.
+func (s *Store) MaxBytes() int64 { return s.maxBytes }
+
+// Refused reports how many claims of new keys the bound has refused.
+func (s *Store) Refused() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refused
 }
 
 // copyRecord returns r as a Record of its own, response decoded.

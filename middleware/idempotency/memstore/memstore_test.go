@@ -16,3 +16,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestConformance(t *testing.T) {
 	idempotencytest.Run(t, func(*testing.T) idempotency.Store { return memstore.New() }, idempotencytest.TokensFromOne())
 }
+
+// A bound large enough for the suite changes nothing it checks.
+func TestConformanceBounded(t *testing.T) {
+	idempotencytest.Run(t, func(*testing.T) idempotency.Store { return memstore.New(memstore.WithMaxBytes(1 << 30)) }, idempotencytest.TokensFromOne())
+}

@@ -1,4 +1,4 @@
-import { IdemgateError, IdemgateProblem, IdemgateTimeoutError } from "./errors.js";
+import { IdemgateError, IdemgateProblem, IdemgateRedirectError, IdemgateTimeoutError } from "./errors.js";
 import { encodeIdempotencyKey, newIdempotencyKey } from "./key.js";
 import { backoff, parseRetryAfter, resolveRetry, safeMethods, sleep } from "./retry.js";
 import type {
@@ -56,9 +56,11 @@ export class Idemgate {
    * Uint8Array is sent as it is) and the same bytes go out on every
    * attempt. Retried: network errors, 408, 425, 429, 502, 503, 504 and 409
    * `idempotency-key-in-use`, waiting at least `Retry-After` when there is
-   * one. Resolves for a status below 400; rejects with an IdemgateProblem
-   * for any other, with an IdemgateError when the last attempt found no
-   * answer, and with `signal.reason` when the signal aborts.
+   * one. Resolves for a status below 400 other than a redirect; rejects
+   * with an IdemgateRedirectError for a 3xx naming a Location (never
+   * followed, never retried), with an IdemgateProblem for a 4xx or 5xx,
+   * with an IdemgateError when the last attempt found no answer, and with
+   * `signal.reason` when the signal aborts.
    */
   async request<T = unknown>(
     method: string,
@@ -100,11 +102,16 @@ export class Idemgate {
       const limit = attemptTimeoutMs === undefined ? undefined : withTimeout(signal, attemptTimeoutMs);
       try {
         const attemptSignal = limit?.signal ?? signal;
-        const init: RequestInit = { method, headers };
+        // Never follow a redirect: it would carry the key, the body and the credentials elsewhere.
+        const init: RequestInit = { method, headers, redirect: "manual" };
         if (payload !== undefined) init.body = payload;
         if (attemptSignal !== undefined) init.signal = attemptSignal;
         const fetchFn = this.fetchFn;
         const res = await fetchFn(url, init);
+        if (res.type === "opaqueredirect" || (res.status >= 300 && res.status < 400 && res.headers.has("Location"))) {
+          await res.body?.cancel();
+          throw new IdemgateRedirectError(res.status, res.headers.get("Location") ?? "", { idempotencyKey, attempts: attempt });
+        }
         const parsed = await readBody(res, method);
         const replayed = res.headers.get("Idempotent-Replayed")?.toLowerCase() === "true";
         if (res.status < 400) {
@@ -120,7 +127,7 @@ export class Idemgate {
         status = res.status;
         last = problem;
       } catch (err) {
-        if (err instanceof IdemgateProblem) throw err;
+        if (err instanceof IdemgateProblem || err instanceof IdemgateRedirectError) throw err;
         if (signal?.aborted) throw signal.reason;
         last = new IdemgateError(
           `${method} ${url}: no answer after ${attempt} attempt${attempt === 1 ? "" : "s"}: ${describe(err)}`,

@@ -34,6 +34,28 @@ export class IdemgateTimeoutError extends IdemgateError {
   }
 }
 
+/**
+ * A 3xx answer naming another location. The client never follows a
+ * redirect (fetch is called with `redirect: "manual"`): following would
+ * send the API key, the body and the Idempotency-Key wherever `Location`
+ * points, and that host's answer would come back as the gateway's. It is
+ * final, not retried.
+ */
+export class IdemgateRedirectError extends IdemgateError {
+  /** The redirect's status; 0 where fetch hides it (a browser's opaque redirect). */
+  readonly status: number;
+  /** The `Location` header as sent; empty where fetch hides it. */
+  readonly location: string;
+
+  constructor(status: number, location: string, details: ErrorDetails = {}) {
+    const where = location === "" ? "elsewhere" : `to ${location}`;
+    super(`${status === 0 ? "a" : status} redirect ${where} not followed: fix the base URL`, details);
+    this.name = "IdemgateRedirectError";
+    this.status = status;
+    this.location = location;
+  }
+}
+
 /** An answered response the client does not retry (or no longer retries). */
 export interface ProblemResponse {
   status: number;

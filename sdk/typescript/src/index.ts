@@ -1,5 +1,5 @@
 export { Idemgate } from "./client.js";
-export { IdemgateError, IdemgateProblem, IdemgateTimeoutError, problemSlug } from "./errors.js";
+export { IdemgateError, IdemgateProblem, IdemgateRedirectError, IdemgateTimeoutError, problemSlug } from "./errors.js";
 export { encodeIdempotencyKey, newIdempotencyKey } from "./key.js";
 export { defaultRetry, parseRetryAfter } from "./retry.js";
 export type {

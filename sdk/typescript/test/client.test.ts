@@ -6,6 +6,7 @@ import {
   Idemgate,
   IdemgateError,
   IdemgateProblem,
+  IdemgateRedirectError,
   IdemgateTimeoutError,
   encodeIdempotencyKey,
   parseRetryAfter,
@@ -547,5 +548,56 @@ describe("helpers", () => {
     assert.throws(() => new Idemgate({ baseUrl: "not a url" }), TypeError);
     assert.throws(() => new Idemgate({ baseUrl: "http://x", retry: { maxAttempts: 0 } }), RangeError);
     assert.throws(() => new Idemgate({ baseUrl: "http://x", retry: { maxElapsedMs: -1 } }), RangeError);
+  });
+});
+
+describe("redirects", () => {
+  for (const status of [301, 302, 303, 307, 308]) {
+    test(`a ${status} to another origin is an error, and nothing reaches that origin`, async () => {
+      await withServer(
+        (_req, res) => json(res, 201, { id: "elsewhere" }),
+        async (elsewhere) => {
+          await withServer(
+            (_req, res) => {
+              res.writeHead(status, { Location: `${elsewhere.url}/v1/payments` });
+              res.end();
+            },
+            async (s) => {
+              const time = fakeTime();
+              await assert.rejects(
+                client(s.url, time).request("POST", "/v1/payments", payment, { idempotencyKey: "order-42" }),
+                (err: unknown) => {
+                  assert.ok(err instanceof IdemgateRedirectError, `got ${String(err)}`);
+                  assert.equal(err.status, status);
+                  assert.equal(err.location, `${elsewhere.url}/v1/payments`);
+                  assert.equal(err.idempotencyKey, "order-42");
+                  assert.equal(err.attempts, 1);
+                  return true;
+                },
+              );
+              assert.equal(s.seen.length, 1, "a redirect is not retried");
+              assert.deepEqual(
+                elsewhere.seen.map((r) => [r.method, r.headers["authorization"], r.headers["idempotency-key"], r.body.toString()]),
+                [],
+              );
+              assert.equal(time.sleeps.length, 0);
+            },
+          );
+        },
+      );
+    });
+  }
+
+  test("fetch is asked not to follow redirects", async () => {
+    let seen: RequestInit | undefined;
+    const gw = new Idemgate({
+      baseUrl: "http://gateway.invalid",
+      fetch: async (_input, init) => {
+        seen = init;
+        return new Response('{"id":"pay_1"}', { status: 201, headers: { "Content-Type": "application/json" } });
+      },
+    });
+    await gw.request("POST", "/v1/payments", payment);
+    assert.equal(seen?.redirect, "manual");
   });
 });

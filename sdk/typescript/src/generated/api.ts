@@ -827,6 +827,9 @@ export interface components {
          *     `not-ready`: the gateway already had `server.max_in_flight`
          *     requests in hand and shed this one before reading its key
          *     (`detail` says overloaded); nothing was claimed.
+         *     `idempotency-store-full`: a new key while the memory store holds
+         *     `idempotency.memory.max_bytes`; nothing was claimed or run, and
+         *     keys it already holds are still answered.
          *     Retry with the same key after `Retry-After` seconds.
          */
         ServiceUnavailable: {

@@ -1,0 +1,106 @@
+package memstore_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
+)
+
+// TestMaxBytes: past the bound a new key is refused, a key the store
+// holds is still answered, a claimed request's answer is stored even past
+// the bound, and expired records deleted by the janitor give room back.
+func TestMaxBytes(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 4, 8, 0, 0, 0, time.UTC)
+	s := memstore.New(memstore.WithMaxBytes(4<<10), memstore.WithClock(func() time.Time { return now }))
+	ctx := t.Context()
+	body := bytes.Repeat([]byte("x"), 1000)
+	claim := func(key string) (idempotency.ClaimResult, error) {
+		return s.Claim(ctx, idempotency.ClaimRequest{Scope: idempotency.Scope{Tenant: "t", Route: "r", Key: key},
+			Fingerprint: "fp-" + key, Owner: "owner-" + key, Lease: time.Minute, Retention: time.Hour})
+	}
+	complete := func(key string) {
+		t.Helper()
+		err := s.Complete(ctx, idempotency.Scope{Tenant: "t", Route: "r", Key: key}, "owner-"+key,
+			idempotency.Response{Status: 201, Body: body}, time.Hour)
+		if err != nil {
+			t.Fatalf("Complete %s: %v", key, err)
+		}
+	}
+
+	var stored []string
+	for i := 0; ; i++ {
+		key := fmt.Sprintf("k%d", i)
+		res, err := claim(key)
+		if errors.Is(err, idempotency.ErrStoreFull) {
+			break
+		}
+		if err != nil || !res.Claimed {
+			t.Fatalf("claim %s: %+v, %v", key, res, err)
+		}
+		complete(key)
+		stored = append(stored, key)
+		if i > 10 {
+			t.Fatalf("%d records of 1000 bytes fit in 4 KiB", len(stored))
+		}
+	}
+	if len(stored) < 2 || s.Refused() != 1 {
+		t.Fatalf("stored %d records before the first refusal, refused %d", len(stored), s.Refused())
+	}
+	if s.Bytes() > 4<<10+1500 || s.Bytes() < int64(len(stored))*1000 {
+		t.Errorf("Bytes() = %d for %d records of 1000 bytes", s.Bytes(), len(stored))
+	}
+	res, err := claim(stored[0])
+	if err != nil || res.Claimed || res.Record.Response == nil || res.Record.Response.Status != 201 {
+		t.Fatalf("claim of a stored key while full = %+v, %v; want its stored 201", res, err)
+	}
+	if s.Refused() != 1 {
+		t.Errorf("a stored key's claim was counted as refused")
+	}
+
+	// Expired records stay counted until the janitor deletes them.
+	now = now.Add(2 * time.Hour)
+	if _, err := claim("late"); !errors.Is(err, idempotency.ErrStoreFull) {
+		t.Fatalf("claim before the janitor ran: %v, want ErrStoreFull", err)
+	}
+	if n, err := s.DeleteExpired(ctx, 100); err != nil || n != len(stored) {
+		t.Fatalf("DeleteExpired = %d, %v; want %d", n, err, len(stored))
+	}
+	if s.Bytes() != 0 {
+		t.Errorf("Bytes() = %d after every record expired and was deleted, want 0", s.Bytes())
+	}
+	if res, err := claim("late"); err != nil || !res.Claimed {
+		t.Fatalf("claim after the janitor freed room: %+v, %v", res, err)
+	}
+}
+
+// TestMaxBytesCompletionPastTheBound: a request claimed while there was
+// room has run; its answer is stored even when it passes the bound, so
+// its retries replay it instead of running it again.
+func TestMaxBytesCompletionPastTheBound(t *testing.T) {
+	t.Parallel()
+	s := memstore.New(memstore.WithMaxBytes(2 << 10))
+	ctx := t.Context()
+	scope := idempotency.Scope{Tenant: "t", Route: "r", Key: "big"}
+	if res, err := s.Claim(ctx, idempotency.ClaimRequest{Scope: scope, Fingerprint: "fp", Owner: "o", Lease: time.Minute, Retention: time.Hour}); err != nil || !res.Claimed {
+		t.Fatalf("claim: %+v, %v", res, err)
+	}
+	if err := s.Complete(ctx, scope, "o", idempotency.Response{Status: 201, Body: make([]byte, 8<<10)}, time.Hour); err != nil {
+		t.Fatalf("Complete past the bound: %v", err)
+	}
+	rec, err := s.Get(ctx, scope)
+	if err != nil || rec.Response == nil || len(rec.Response.Body) != 8<<10 {
+		t.Fatalf("Get = %+v, %v; want the stored 8 KiB answer", rec, err)
+	}
+	if s.Bytes() <= 8<<10 {
+		t.Errorf("Bytes() = %d, want the 8 KiB body counted", s.Bytes())
+	}
+	if err := s.Delete(ctx, scope); err != nil || s.Bytes() != 0 {
+		t.Errorf("after Delete: Bytes() = %d, %v; want 0", s.Bytes(), err)
+	}
+}
