@@ -336,9 +336,10 @@ export interface components {
             retryable: boolean;
             /**
              * @description The request's `Idempotency-Key` as parsed (without the quotes
-             *     of an sf-string). Absent when the request had none, its key is
-             *     invalid, or the problem arose before the key was read
-             *     (`unauthorized`, `rate-limited`).
+             *     of an sf-string); the empty string when the key was sent empty
+             *     (`idempotency-key-invalid`). Absent when the request had none,
+             *     its key is otherwise invalid, or the problem arose before the
+             *     key was read (`unauthorized`, `rate-limited`).
              * @example order-42
              */
             idempotency_key?: string;
