@@ -320,11 +320,7 @@ func TestHTTPDeliveryErrorTenantsRead(t *testing.T) {
 	cfg := deliverConfig(t, dbURL, redisURL, url, "err"+randomID())
 	g := startGateway(t, cfg)
 	startWorker(t, cfg)
-	r := send(t, g.public, req{path: "/v1/shipments", key: "err-1", apiKey: "acme-key", body: `{"order_id": "o-err", "quantity": 1}`})
-	if r.status != http.StatusAccepted {
-		t.Fatalf("submit: %d %s", r.status, r.body)
-	}
-	id := decodeJob(t, r).ID
+	id := submitShipment(t, g, "err-1", `{"order_id": "o-err", "quantity": 1}`)
 	var raw string
 	waitFor(t, "the job's first attempt failed", time.Minute, func() bool {
 		res := getJob(t, g.public, id, "acme-key")
@@ -340,14 +336,7 @@ func TestHTTPDeliveryErrorTenantsRead(t *testing.T) {
 		}
 	}
 
-	code, out, errOut := cli(t, nil, "explain", "--config", cfg, "--job", id, "--json")
-	if code != 0 {
-		t.Fatalf("explain --json: exit %d\n%s%s", code, out, errOut)
-	}
-	var doc explainDoc
-	if err := json.Unmarshal([]byte(out), &doc); err != nil {
-		t.Fatalf("explain --json is not JSON: %v\n%s", err, out)
-	}
+	doc, out := explainJSON(t, cfg, "--job", id)
 	if len(doc.Attempts) == 0 {
 		t.Fatalf("explain shows no attempt:\n%s", out)
 	}
@@ -358,6 +347,17 @@ func TestHTTPDeliveryErrorTenantsRead(t *testing.T) {
 	if strings.Contains(out, "tok-s3cret") || strings.Contains(out, "pw-hunter2") {
 		t.Errorf("explain shows a credential of the delivery URL:\n%s", out)
 	}
+}
+
+// submitShipment submits body for acme under the Idempotency-Key key and
+// returns the job's id.
+func submitShipment(t *testing.T, g *gatewayProc, key, body string) string {
+	t.Helper()
+	r := send(t, g.public, req{path: "/v1/shipments", key: key, apiKey: "acme-key", body: body})
+	if r.status != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", r.status, r.body)
+	}
+	return decodeJob(t, r).ID
 }
 
 // TestHTTPDeliveryHeaders checks one delivery byte for byte: the envelope
@@ -380,11 +380,7 @@ func TestHTTPDeliveryHeaders(t *testing.T) {
 	cfg := deliverConfig(t, dbURL, redisURL, srv.URL+"/hooks/shipments", "hdr"+randomID())
 	g := startGateway(t, cfg)
 	startWorker(t, cfg)
-	r := send(t, g.public, req{path: "/v1/shipments", key: "hdr-1", apiKey: "acme-key", body: `{"order_id": "o-9", "quantity": 3}`})
-	if r.status != http.StatusAccepted {
-		t.Fatalf("submit: %d %s", r.status, r.body)
-	}
-	id := decodeJob(t, r).ID
+	id := submitShipment(t, g, "hdr-1", `{"order_id": "o-9", "quantity": 3}`)
 	var h *http.Request
 	select {
 	case h = <-got:
