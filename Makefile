@@ -66,7 +66,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	@for t in middleware/idempotency:FuzzParseKey middleware/idempotency:FuzzFingerprint \
 	  ijson:FuzzAppendCanonical ijson:FuzzCheck \
 	  middleware/idempotency:FuzzCanonicalInjective config:FuzzParse config:FuzzExpand \
-	  config:FuzzParseRateLimit job:FuzzParseTemplate receiver:FuzzParse; do \
+	  config:FuzzParseRateLimit job:FuzzParseTemplate job:FuzzRenderInjective receiver:FuzzParse receiver:FuzzVerify; do \
 	  $(GO) test ./$${t%%:*} -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $${FUZZTIME:-30s} || exit 1; \
 	done
 

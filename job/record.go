@@ -131,9 +131,11 @@ func (s *Records) ByID(ctx context.Context, id string) (Record, error) {
 
 // SetStatus records what the worker reports of job id. A succeeded job
 // stays succeeded: a late
-// report from a stale attempt cannot move it back. resultRef and lastErr
-// come from receivers' answers: what PostgreSQL's text cannot hold in
-// them (U+0000, bytes that are not UTF-8) is stored as U+FFFD.
+// report from a stale attempt cannot move it back. lastErr is shown to the
+// job's tenant, so it is the worker's public reason, not an error's full
+// text (see workers.StatusFunc); an empty one keeps the last. resultRef
+// comes from a receiver's answer: what PostgreSQL's text cannot hold in
+// either (U+0000, bytes that are not UTF-8) is stored as U+FFFD.
 func (s *Records) SetStatus(ctx context.Context, id string, status Status, attempts int, resultRef, lastErr string) error {
 	const q = `
 UPDATE jobs SET status = $2, attempts = GREATEST(attempts, $3),

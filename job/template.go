@@ -14,6 +14,10 @@ import (
 type Template struct {
 	text  string
 	parts []part
+	// escape holds the bytes Render percent-encodes in a value: '%' and
+	// every byte of a literal between two fields; empty when the template
+	// has no such literal.
+	escape string
 }
 
 // part is a literal run of text, or a field when path is set.
@@ -25,7 +29,9 @@ type part struct {
 // ParseTemplate reads a template. A field name is [A-Za-z0-9_-]+; dots
 // step into nested objects. Braces must pair up, a placeholder must name a
 // field, and the template must hold at least one: a key without a field
-// would give every job of the task the same identity.
+// would give every job of the task the same identity. Two fields need a
+// literal between them, and that literal may not hold '%' (Render's escape
+// character): otherwise two different payloads could render one key.
 func ParseTemplate(s string) (Template, error) {
 	t := Template{text: s}
 	rest := s
@@ -57,7 +63,37 @@ func ParseTemplate(s string) (Template, error) {
 	if len(t.Fields()) == 0 {
 		return Template{}, fmt.Errorf("template %q names no {field}: every job of the task would get the same identity", s)
 	}
+	if err := t.separate(); err != nil {
+		return Template{}, fmt.Errorf("template %q: %w", s, err)
+	}
 	return t, nil
+}
+
+// separate fills t.escape from the literals between two fields, refusing a
+// template where no literal separates two fields or where one holds '%'.
+func (t *Template) separate() error {
+	last := -1 // index in t.parts of the last field seen
+	for i, p := range t.parts {
+		if p.path == nil {
+			continue
+		}
+		if last >= 0 {
+			if last == i-1 {
+				return fmt.Errorf("{%s}{%s}: two fields need a literal between them, or two payloads could give one key",
+					strings.Join(t.parts[last].path, "."), strings.Join(p.path, "."))
+			}
+			sep := t.parts[i-1].literal
+			if strings.Contains(sep, "%") {
+				return fmt.Errorf("%q between two fields holds '%%', the character field values are escaped with", sep)
+			}
+			if t.escape == "" {
+				t.escape = "%"
+			}
+			t.escape += sep
+		}
+		last = i
+	}
+	return nil
 }
 
 func parseField(name string) ([]string, error) {
@@ -108,6 +144,13 @@ func (t Template) Fields() []string {
 // it was written with (10.50 stays 10.50, so the key does not depend on a
 // float's formatting) and a boolean as true or false. A field that is
 // missing or null, or holds an object or an array, is an error naming it.
+//
+// Where the template joins two fields with a literal, each value has '%'
+// and every byte of those literals percent-encoded ("%3A" for ':'), so
+// distinct values always give distinct keys: "pair:{a}:{b}" renders
+// a="x:y", b="z" as "pair:x%3Ay:z" and a="x", b="y:z" as "pair:x:y%3Az".
+// Other bytes, and every value of a template with one field, render as
+// they are.
 func (t Template) Render(data any) (string, error) {
 	var b strings.Builder
 	for _, p := range t.parts {
@@ -119,9 +162,27 @@ func (t Template) Render(data any) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		b.WriteString(s)
+		t.writeValue(&b, s)
 	}
 	return b.String(), nil
+}
+
+func (t Template) writeValue(b *strings.Builder, s string) {
+	if t.escape == "" {
+		b.WriteString(s)
+		return
+	}
+	const hex = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if strings.IndexByte(t.escape, c) >= 0 {
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+			continue
+		}
+		b.WriteByte(c)
+	}
 }
 
 func renderField(data any, path []string) (string, error) {

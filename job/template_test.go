@@ -31,6 +31,10 @@ func TestParseTemplate(t *testing.T) {
 		{in: "{.a}", err: "a field name is empty"},
 		{in: "{order id}", err: "may only contain"},
 		{in: "{ü}", err: "may only contain"},
+		{in: "{a}{b}", err: "{a}{b}: two fields need a literal between them"},
+		{in: "x:{a}{b.c}:y", err: "{a}{b.c}: two fields need a literal between them"},
+		{in: "{a}%{b}", err: `"%" between two fields holds '%'`},
+		{in: "%{a}%", fields: []string{"a"}},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
 			t.Parallel()
@@ -72,6 +76,8 @@ func TestRender(t *testing.T) {
 		{tpl: "{customer.id}/{order_id}", want: "c-9/o-1"},
 		{tpl: "price:{amount}", want: "price:10.50"},
 		{tpl: "{n}-{big}-{ok}", want: "7-12345678901234567890-true"},
+		{tpl: "{customer.id}.{order_id}", want: "c-9.o-1"},
+		{tpl: "{customer.id}-{order_id}", want: "c%2D9-o%2D1"},
 		{tpl: "x:{missing}", err: "missing: is required"},
 		{tpl: "x:{customer.missing}", err: "customer.missing: is required"},
 		{tpl: "x:{customer.none}", err: "customer.none: is required (it is null)"},
@@ -97,6 +103,72 @@ func TestRender(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRenderEscapes: values that hold a template's separator or the
+// escape character give distinct keys, and plain values render as before.
+func TestRenderEscapes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		tpl        string
+		a, b, want string
+	}{
+		{"pair:{a}:{b}", "x:y", "z", "pair:x%3Ay:z"},
+		{"pair:{a}:{b}", "x", "y:z", "pair:x:y%3Az"},
+		{"pair:{a}:{b}", "%3A", "z", "pair:%253A:z"},
+		{"pair:{a}:{b}", "Order-1_a.B", "9", "pair:Order-1_a.B:9"},
+		{"pair:{a}:{b}", "a/b c", "é", "pair:a/b c:é"},
+		{"{a}/{b}", "x/y", "z", "x%2Fy/z"},
+		{"{a} & {b}", "x & y", "z", "x%20%26%20y & z"},
+		{"one:{a}", "x:y%z", "", "one:x:y%z"},
+	} {
+		t.Run(tc.tpl+" "+tc.a+" "+tc.b, func(t *testing.T) {
+			t.Parallel()
+			tpl, err := ParseTemplate(tc.tpl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := tpl.Render(map[string]any{"a": tc.a, "b": tc.b})
+			if err != nil || got != tc.want {
+				t.Errorf("Render = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzRenderInjective: two payloads whose values differ never render one
+// key, whatever the template.
+func FuzzRenderInjective(f *testing.F) {
+	f.Add("pair:{a}:{b}", "x:y", "z", "x", "y:z")
+	f.Add("{a}-{b}", "x-y", "z", "x", "y-z")
+	f.Add("{a}.{b}.", "1.2", "3", "1", "2.3")
+	f.Add("k:{a}:{b}", "%3A", "", ":", "")
+	f.Add("{a}x{b}", "%78", "", "x", "")
+	f.Fuzz(func(t *testing.T, s, a1, b1, a2, b2 string) {
+		tpl, err := ParseTemplate(s)
+		if err != nil {
+			return
+		}
+		for _, f := range tpl.Fields() {
+			if f != "a" && f != "b" {
+				return
+			}
+		}
+		k1, err1 := tpl.Render(map[string]any{"a": a1, "b": b1})
+		k2, err2 := tpl.Render(map[string]any{"a": a2, "b": b2})
+		if err1 != nil || err2 != nil {
+			t.Fatalf("Render: %v, %v", err1, err2)
+		}
+		same := true
+		for _, f := range tpl.Fields() {
+			if f == "a" && a1 != a2 || f == "b" && b1 != b2 {
+				same = false
+			}
+		}
+		if (k1 == k2) != same {
+			t.Fatalf("%q renders a=%q b=%q as %q and a=%q b=%q as %q", s, a1, b1, k1, a2, b2, k2)
+		}
+	})
 }
 
 func FuzzParseTemplate(f *testing.F) {
@@ -138,7 +210,7 @@ func FuzzParseTemplate(f *testing.F) {
 			obj[path[len(path)-1]] = json.Number(strings.Repeat("1", i+1))
 		}
 		if _, err := tpl.Render(data); err != nil && !strings.Contains(err.Error(), "must be a JSON object") && !strings.Contains(err.Error(), "must be a string") {
-			// Only a field that is both a leaf and a parent ({a}{a.b})
+			// Only a field that is both a leaf and a parent ({a}:{a.b})
 			// may fail to render.
 			t.Fatalf("Render(%q): %v", s, err)
 		}

@@ -110,10 +110,8 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 	if tolerance <= 0 {
 		tolerance = DefaultTolerance
 	}
-	// Compare in seconds: a timestamp far in the past or future would
-	// overflow a time.Duration.
-	if d := now().Unix() - sec; d > int64(tolerance/time.Second) || -d > int64(tolerance/time.Second) {
-		return fmt.Errorf("%w: %d is %ds from now, tolerance %s", ErrTimestamp, sec, d, tolerance)
+	if !within(sec, now().Unix(), int64(tolerance/time.Second)) {
+		return fmt.Errorf("%w: %d is more than %s from now", ErrTimestamp, sec, tolerance)
 	}
 
 	var want [][]byte
@@ -136,6 +134,17 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 		}
 	}
 	return ErrSignature
+}
+
+// within reports whether sec is at most tol seconds from now. It compares
+// in seconds, as a timestamp far in the past or future would overflow a
+// time.Duration, and checks the range before it subtracts: now - sec wraps
+// for a sec near either end of int64 (now + MinInt64 would pass as 0).
+func within(sec, now, tol int64) bool {
+	if sec < now {
+		return now-sec >= 0 && now-sec <= tol
+	}
+	return sec-now >= 0 && sec-now <= tol
 }
 
 // sign is the Standard Webhooks v1 signature: HMAC-SHA256 of

@@ -1,8 +1,11 @@
 package receiver
 
 import (
+	"bytes"
 	"errors"
+	"math"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,6 +81,9 @@ func TestVerify(t *testing.T) {
 		{name: "shorter tolerance", tolerance: time.Minute,
 			h: headers(testenv.WebhookSignature(t, testSecret, id, ts-61, body), ts-61), want: ErrTimestamp},
 		{name: "far past does not overflow", h: headers(testenv.WebhookSignature(t, testSecret, id, -1<<62, body), -1<<62), want: ErrTimestamp},
+		{name: "now + MinInt64 does not wrap to now", h: headers(testenv.WebhookSignature(t, testSecret, id, ts+math.MinInt64, body), ts+math.MinInt64), want: ErrTimestamp},
+		{name: "MaxInt64 does not wrap", h: headers(testenv.WebhookSignature(t, testSecret, id, math.MaxInt64, body), math.MaxInt64), want: ErrTimestamp},
+		{name: "MinInt64 does not wrap", h: headers(testenv.WebhookSignature(t, testSecret, id, math.MinInt64, body), math.MinInt64), want: ErrTimestamp},
 		{name: "timestamp not a number", h: func() http.Header { h := headers(good, ts); h.Set("webhook-timestamp", "soon"); return h }(), want: ErrTimestamp},
 		{name: "no signature", h: func() http.Header { h := headers(good, ts); h.Del("webhook-signature"); return h }(), want: ErrMissingHeaders},
 		{name: "no id", h: func() http.Header { h := headers(good, ts); h.Del("webhook-id"); return h }(), want: ErrMissingHeaders},
@@ -131,4 +137,49 @@ func TestVerifyUsesWallClockByDefault(t *testing.T) {
 	if err := v.Verify(h, body); !errors.Is(err, ErrTimestamp) {
 		t.Fatalf("Verify of an hour-old timestamp = %v, want ErrTimestamp", err)
 	}
+}
+
+// FuzzVerify: whatever the timestamp, signature list and fencing-token
+// header, Read accepts a delivery only when one of the signatures is the
+// right one for a timestamp within the tolerance, and every refusal
+// matches exactly one of the documented errors.
+func FuzzVerify(f *testing.F) {
+	body := []byte(`{"type":"a","job_id":"job_1","tenant":"acme","business_key":"k","fencing_token":"7","data":{}}`)
+	f.Add(now.Unix(), "", "7")
+	f.Add(now.Unix()+math.MinInt64, "", "7")
+	f.Add(int64(math.MaxInt64), "v1,AAAA v1a,xyz", "")
+	f.Add(now.Unix()-301, "v2,abc", "-1")
+	f.Fuzz(func(t *testing.T, ts int64, extra, token string) {
+		v := testVerifier(t)
+		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+		r.Header.Set("webhook-id", "job_1")
+		r.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+		r.Header.Set("webhook-signature", extra+" "+testenv.WebhookSignature(t, testSecret, "job_1", ts, body))
+		r.Header.Set("Idempotency-Key", "k")
+		r.Header.Set("Idemgate-Tenant", "acme")
+		r.Header.Set("Idempotency-Fencing-Token", token)
+		d, err := Read(r, v, 0)
+		inTolerance := ts >= now.Unix()-300 && ts <= now.Unix()+300
+		if err == nil {
+			if !inTolerance {
+				t.Fatalf("Read accepted timestamp %d, %ds from now", ts, ts-now.Unix())
+			}
+			if n, perr := strconv.ParseInt(token, 10, 64); perr != nil || n != 7 || d.FencingToken != 7 {
+				t.Fatalf("Read accepted fencing-token header %q for token %d", token, d.FencingToken)
+			}
+			return
+		}
+		if inTolerance && errors.Is(err, ErrTimestamp) {
+			t.Fatalf("Read refused timestamp %d within the tolerance: %v", ts, err)
+		}
+		n := 0
+		for _, e := range []error{ErrMissingHeaders, ErrTimestamp, ErrSignature, ErrEnvelope} {
+			if errors.Is(err, e) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("Read error %v matches %d of the documented errors, want 1", err, n)
+		}
+	})
 }

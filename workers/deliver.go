@@ -119,6 +119,11 @@ const maxErrorBody = 256
 //   - 3xx (never followed) and any other 4xx: Permanent, with the status
 //     and the start of the body.
 //
+// The errors name the URL with its password, query and fragment hidden,
+// and quote the start of the answer's body: they are for the attempt
+// ledger and the log. The job's tenant reads only the status, "receiver
+// unreachable" or "receiver timed out" (see StatusFunc).
+//
 // Deliver panics if d.URL is not an absolute http(s) URL, a secret is
 // empty or a static header is malformed: those are configuration mistakes,
 // found at start-up.
@@ -131,7 +136,7 @@ func Deliver(d HTTPDelivery) Func[json.RawMessage] {
 // copied, so a caller that changes its maps or slices later changes nothing.
 type deliverer struct {
 	url           string
-	shownURL      string // for errors: without a password
+	shownURL      string // for errors: without a password or query
 	secrets       [][]byte
 	timeout       time.Duration
 	headers       http.Header
@@ -144,11 +149,11 @@ type deliverer struct {
 func newDeliverer(d HTTPDelivery) *deliverer {
 	u, err := url.Parse(d.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		panic(fmt.Sprintf("workers: Deliver: URL %q is not an absolute http(s) URL", redactedURL(d.URL)))
+		panic(fmt.Sprintf("workers: Deliver: URL %q is not an absolute http(s) URL", redactURL(d.URL)))
 	}
 	dl := &deliverer{
 		url:           d.URL,
-		shownURL:      u.Redacted(),
+		shownURL:      redactURL(d.URL),
 		timeout:       d.Timeout,
 		headers:       http.Header{},
 		maxBytes:      d.MaxResponseBytes,
@@ -189,13 +194,23 @@ func newDeliverer(d HTTPDelivery) *deliverer {
 	return dl
 }
 
-// redactedURL hides the password of a URL that may not parse, for the
-// panic message.
-func redactedURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Redacted()
+// redactURL is a delivery URL as errors, the attempt ledger and logs show
+// it: the password hidden as url.URL.Redacted hides it, and the query and
+// fragment replaced by "REDACTED", as they often carry a credential too
+// (?token=…). The host stays: operators need to know where a delivery
+// went, and tenants never see these texts (see publicReason).
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable)"
 	}
-	return "(unparsable)"
+	if u.RawQuery != "" || u.ForceQuery {
+		u.RawQuery, u.ForceQuery = "REDACTED", false
+	}
+	if u.Fragment != "" {
+		u.Fragment, u.RawFragment = "REDACTED", ""
+	}
+	return u.Redacted()
 }
 
 // protocolHeader reports whether a static header would replace one the
@@ -320,13 +335,16 @@ func (dl *deliverer) callError(ctx, actx context.Context, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		if cause := context.Cause(ctx); cause != ctx.Err() {
-			return fmt.Errorf("deliver to %s: %w: %w", dl.shownURL, ctx.Err(), cause)
+			err = fmt.Errorf("deliver to %s: %w: %w", dl.shownURL, ctx.Err(), cause)
+		} else {
+			err = fmt.Errorf("deliver to %s: %w", dl.shownURL, ctx.Err())
 		}
-		return fmt.Errorf("deliver to %s: %w", dl.shownURL, ctx.Err())
+		return &reasoned{reason: "attempt interrupted", err: err}
 	case errors.Is(actx.Err(), context.DeadlineExceeded):
-		return Unavailable(fmt.Errorf("deliver to %s: no answer within %s: %w", dl.shownURL, dl.timeout, context.DeadlineExceeded))
+		err = fmt.Errorf("deliver to %s: no answer within %s: %w", dl.shownURL, dl.timeout, context.DeadlineExceeded)
+		return &reasoned{reason: "receiver timed out", err: Unavailable(err)}
 	default:
-		return Unavailable(fmt.Errorf("deliver to %s: %w", dl.shownURL, err))
+		return &reasoned{reason: "receiver unreachable", err: Unavailable(fmt.Errorf("deliver to %s: %w", dl.shownURL, err))}
 	}
 }
 
@@ -413,6 +431,19 @@ func (e *statusError) Error() string {
 		return fmt.Sprintf("%s answered %d", e.url, e.status)
 	}
 	return fmt.Sprintf("%s answered %d: %s", e.url, e.status, e.body)
+}
+
+// publicReason is the answer's status without the URL or the body.
+func (e *statusError) publicReason() string {
+	switch {
+	case unavailableStatus(e.status):
+		return fmt.Sprintf("receiver unavailable (answered %d)", e.status)
+	case e.status >= 300 && e.status < 400:
+		return fmt.Sprintf("receiver answered %d (redirects are not followed)", e.status)
+	case e.status >= 400 && e.status < 500:
+		return fmt.Sprintf("receiver refused the job (answered %d)", e.status)
+	}
+	return fmt.Sprintf("receiver answered %d", e.status)
 }
 
 // clip keeps the start of an answer's body for an error message: at most

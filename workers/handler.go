@@ -31,7 +31,11 @@ type DB interface {
 
 // StatusFunc is told each time a job's status changes (job.StatusProcessing,
 // job.StatusRetrying, job.StatusSucceeded, job.StatusFailed), with the attempts so far,
-// the result reference once succeeded and the last error. It also runs for
+// the result reference once succeeded and the last error as the job's tenant
+// may read it: a stable reason ("receiver answered 500", "receiver timed
+// out", "the attempt failed"), never the error's own text, which may name
+// internal hosts or credentials and is kept for operators in the attempt
+// ledger and the log. It is empty when nothing failed. It also runs for
 // a replayed delivery of a succeeded job, so a record kept from it catches
 // up after a crash. It runs on the handler's goroutine: keep it short. An
 // error it returns is logged, and changes nothing of the job: the execution
@@ -423,12 +427,14 @@ func (r *run[T]) do(ctx context.Context) error {
 		defer cancel()
 		cause := rec.LastError
 		if cause == "" {
-			cause = "no attempt reached a verdict"
+			cause = reasonNoVerdict
 		}
-		return r.deadLetter(ctx, fctx, errors.New(cause), false)
+		return r.deadLetter(ctx, fctx, &reasoned{reason: reasonNoVerdict, err: errors.New(cause)}, false)
 	}
 	r.log.InfoContext(ctx, "attempt started", "lock_event", "held")
-	h.status(ctx, r.task, r.id.key, job.StatusProcessing, rec.Attempts, "", rec.LastError)
+	// rec.LastError is the full text, not for the job document, which
+	// keeps the reason it was last given.
+	h.status(ctx, r.task, r.id.key, job.StatusProcessing, rec.Attempts, "", "")
 	if h.crashAt(stageTaken) {
 		return errCrashed
 	}
@@ -530,7 +536,7 @@ func (r *run[T]) failed(ctx, fctx context.Context, err error) error {
 		r.log.WarnContext(ctx, "recording the retry failed", "error", merr)
 	}
 	h.obs.Attempt(h.kind, ClassTransient)
-	h.status(fctx, r.task, r.id.key, job.StatusRetrying, r.attempts, "", err.Error())
+	h.status(fctx, r.task, r.id.key, job.StatusRetrying, r.attempts, "", publicReason(err))
 	r.log.WarnContext(ctx, "attempt failed: will retry", "error", err)
 	return fmt.Errorf("workers: %s %s attempt %d: %w", h.kind, r.id.key, r.attempts, err)
 }
@@ -557,7 +563,7 @@ func (r *run[T]) unavailable(ctx, fctx context.Context, err error) error {
 		attempts--
 	}
 	h.obs.Attempt(h.kind, ClassUnavailable)
-	h.status(fctx, r.task, r.id.key, job.StatusRetrying, attempts, "", err.Error())
+	h.status(fctx, r.task, r.id.key, job.StatusRetrying, attempts, "", publicReason(err))
 	r.log.WarnContext(ctx, "dependency unavailable: will retry, the attempt not counted", "error", err)
 	return fmt.Errorf("workers: %s %s: %w", h.kind, r.id.key, err)
 }
@@ -566,19 +572,20 @@ func (r *run[T]) unavailable(ctx, fctx context.Context, err error) error {
 // archive its task.
 func (r *run[T]) deadLetter(ctx, fctx context.Context, err error, permanent bool) error {
 	h := r.h
-	class, reason := ClassPermanent, err.Error()
+	class, prefix := ClassPermanent, ""
 	if !permanent {
 		class = ClassTransient
 		if IsUnavailable(err) {
 			class = ClassUnavailable
 		}
 		if r.attempts >= h.maxAttempts {
-			reason = fmt.Sprintf("attempts exhausted (%d of %d): %s", min(r.attempts, h.maxAttempts), h.maxAttempts, reason)
+			prefix = fmt.Sprintf("attempts exhausted (%d of %d): ", min(r.attempts, h.maxAttempts), h.maxAttempts)
 		} else {
 			// Only a task enqueued without job.MaxRetry gets here.
-			reason = fmt.Sprintf("asynq retry budget spent after %d of %d attempts: %s", r.attempts, h.maxAttempts, reason)
+			prefix = fmt.Sprintf("asynq retry budget spent after %d of %d attempts: ", r.attempts, h.maxAttempts)
 		}
 	}
+	reason, public := prefix+err.Error(), prefix+publicReason(err)
 	var merr error
 	switch class {
 	case ClassPermanent:
@@ -599,7 +606,7 @@ func (r *run[T]) deadLetter(ctx, fctx context.Context, err error, permanent bool
 	}
 	h.obs.Attempt(h.kind, class)
 	h.obs.JobFinished(h.kind, job.StatusFailed)
-	h.status(fctx, r.task, r.id.key, job.StatusFailed, r.attempts, "", reason)
+	h.status(fctx, r.task, r.id.key, job.StatusFailed, r.attempts, "", public)
 	r.log.ErrorContext(ctx, "job failed: archiving", "error", reason)
 	return fmt.Errorf("workers: %s %s failed: %w (%w)", h.kind, r.id.key, err, asynq.SkipRetry)
 }
@@ -618,7 +625,13 @@ func (h *handler[T]) replay(ctx context.Context, log *slog.Logger, task *asynq.T
 func (h *handler[T]) unprocessable(ctx context.Context, log *slog.Logger, task *asynq.Task, err error) error {
 	h.obs.Attempt(h.kind, ClassPermanent)
 	h.obs.JobFinished(h.kind, job.StatusFailed)
-	reason := "unprocessable payload: " + err.Error()
+	// A payload's faults name the tenant's own fields, as the gateway's
+	// answer to an invalid submission does; anything else (a Go type that
+	// cannot hold the payload) stays in the log.
+	reason := "unprocessable payload"
+	if pe, ok := errors.AsType[*job.PayloadError](err); ok {
+		reason += ": " + pe.Error()
+	}
 	h.status(ctx, task, "", job.StatusFailed, 0, "", reason)
 	log.ErrorContext(ctx, "unprocessable task: archiving", "error", err)
 	return fmt.Errorf("workers: %s: %w (%w)", h.kind, Permanent(err), asynq.SkipRetry)

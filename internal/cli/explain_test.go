@@ -123,14 +123,7 @@ func TestExplainJob(t *testing.T) {
 		return count(t, pool, `SELECT count(*) FROM jobs WHERE id = $1 AND status = 'succeeded'`, id) == 1
 	})
 
-	code, out, errOut := cli(t, nil, "explain", "--config", cfg, "--job", id, "--json")
-	if code != 0 {
-		t.Fatalf("explain --json: exit %d\n%s%s", code, out, errOut)
-	}
-	var doc explainDoc
-	if err := json.Unmarshal([]byte(out), &doc); err != nil {
-		t.Fatalf("explain --json is not JSON: %v\n%s", err, out)
-	}
+	doc, out := explainJSON(t, cfg, "--job", id)
 	if doc.Record == nil || doc.Record.State != "completed" || doc.Record.Status == nil || *doc.Record.Status != 202 {
 		t.Errorf("record: %+v, want completed with 202", doc.Record)
 	}
@@ -242,14 +235,7 @@ func TestExplainKeyTakeOver(t *testing.T) {
 	key := "killed-" + randomID()
 	g, _ := killMidRequest(t, cfg, up, key)
 
-	code, out, errOut := cli(t, nil, "explain", "--config", cfg, "--key", "acme", "slow", key, "--json")
-	if code != 0 {
-		t.Fatalf("explain --key: exit %d\n%s%s", code, out, errOut)
-	}
-	var doc explainDoc
-	if err := json.Unmarshal([]byte(out), &doc); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	doc, _ := explainJSON(t, cfg, "--key", "acme", "slow", key)
 	if doc.Record == nil || doc.Record.State != "completed" || doc.Record.FencingToken != 2 || doc.Job != nil {
 		t.Errorf("record %+v job %+v, want completed at token 2 and no job", doc.Record, doc.Job)
 	}
@@ -263,7 +249,7 @@ func TestExplainKeyTakeOver(t *testing.T) {
 		t.Errorf("verdict %q", doc.Verdict)
 	}
 	sameStory(t, g, "/admin/keys/acme/slow/"+key+"/explain", doc)
-	code, text, _ := cli(t, nil, "explain", "--config", cfg, "--key", "acme", "slow", key)
+	code, text, errOut := cli(t, nil, "explain", "--config", cfg, "--key", "acme", "slow", key)
 	if code != 0 || !strings.Contains(text, "taken_over") || !strings.Contains(text, "completed (201)") {
 		t.Errorf("explain --key text: exit %d\n%s", code, text)
 	}
@@ -279,6 +265,21 @@ func TestExplainKeyTakeOver(t *testing.T) {
 	if code != 0 || !strings.Contains(text, "store redis keeps no claim ledger") || !strings.Contains(text, "completed once with token") {
 		t.Errorf("explain with store redis: exit %d\n%s%s", code, text, errOut)
 	}
+}
+
+// explainJSON runs `idemgate explain` with args and --json, and returns
+// the story and the output it was decoded from.
+func explainJSON(t *testing.T, cfg string, args ...string) (explainDoc, string) {
+	t.Helper()
+	code, out, errOut := cli(t, nil, append(append([]string{"explain", "--config", cfg}, args...), "--json")...)
+	if code != 0 {
+		t.Fatalf("explain %s --json: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	var doc explainDoc
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("explain --json is not JSON: %v\n%s", err, out)
+	}
+	return doc, out
 }
 
 // sameStory: the admin API at path tells the story `explain --json` told.

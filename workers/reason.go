@@ -1,0 +1,52 @@
+package workers
+
+import "errors"
+
+// A job's tenant reads its error in the job document (GET /v1/jobs/{id});
+// operators read the attempt ledger (idemgate explain, the admin API) and
+// the worker log. The two are kept apart: an error's full text may name an
+// internal host, a credential in a URL or the start of a receiver's answer,
+// so the status report (StatusFunc's lastErr) carries only publicReason's
+// stable, class-level text, and the full text goes to the execution state,
+// the ledger and the log.
+
+// Public reasons of a Go handler's errors. Its own text may hold anything
+// (a partner's answer, a connection string), so a tenant reads only the
+// class the framework acts on.
+const (
+	reasonFailed      = "the attempt failed"
+	reasonPermanent   = "the job was refused (permanent error)"
+	reasonUnavailable = "a service the job needs was unavailable"
+	reasonNoVerdict   = "no attempt reached a verdict"
+)
+
+// publicError is an error that says what a tenant may read of it.
+type publicError interface {
+	error
+	publicReason() string
+}
+
+// reasoned is err with the reason a tenant reads instead of its text.
+type reasoned struct {
+	reason string
+	err    error
+}
+
+func (e *reasoned) Error() string        { return e.err.Error() }
+func (e *reasoned) Unwrap() error        { return e.err }
+func (e *reasoned) publicReason() string { return e.reason }
+
+// publicReason is what a job's tenant reads of err: the reason of the
+// outermost error that gives one, else the class of err.
+func publicReason(err error) string {
+	if pe, ok := errors.AsType[publicError](err); ok {
+		return pe.publicReason()
+	}
+	switch {
+	case IsPermanent(err):
+		return reasonPermanent
+	case IsUnavailable(err):
+		return reasonUnavailable
+	}
+	return reasonFailed
+}
