@@ -91,15 +91,10 @@ func parseBenchFlags(name string, args []string, getenv func(string) string, std
 			errs = append(errs, fmt.Errorf("-scenarios: %q is not one of %s", s, strings.Join(allScenarios, ", ")))
 		}
 	}
-	if o.rounds < 1 || o.rounds > 20 {
-		errs = append(errs, fmt.Errorf("-rounds %d: want 1..20", o.rounds))
-	}
-	if o.duration < time.Second || o.duration > 5*time.Minute {
-		errs = append(errs, fmt.Errorf("-duration %s: want 1s..5m", o.duration))
-	}
-	if o.concurrency < 1 || o.concurrency > 1024 {
-		errs = append(errs, fmt.Errorf("-c %d: want 1..1024", o.concurrency))
-	}
+	errs = append(errs,
+		outside("-rounds", o.rounds, 1, 20, "1..20"),
+		outside("-duration", o.duration, time.Second, 5*time.Minute, "1s..5m"),
+		outside("-c", o.concurrency, 1, 1024, "1..1024"))
 	if o.profileSeconds == 0 {
 		o.profileSeconds = max(int(o.duration.Seconds()), 1)
 	}
@@ -671,4 +666,13 @@ func checkExpectations(rep *benchReport) []string {
 		}
 	}
 	return probs
+}
+
+// outside is the error of a flag whose value v is not within lo..hi (want
+// says the range as the flag is written), or nil. errors.Join drops nils.
+func outside[T int | time.Duration](flag string, v, lo, hi T, want string) error {
+	if v < lo || v > hi {
+		return fmt.Errorf("%s %v: want %s", flag, v, want)
+	}
+	return nil
 }

@@ -23,6 +23,8 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/idemgate/idemgate/internal/proc"
 )
 
 // capacityOptions are the flags of `idembench capacity`.
@@ -323,12 +325,12 @@ func capacityRun(ctx context.Context, o *capacityOptions, up *upstream, t *targe
 		}
 		deadline := time.Now().Add(30 * time.Second)
 		for up.held.Load()-heldAtStart+shed.Load()+failed.Load() < int64(n) && time.Now().Before(deadline) {
-			if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
-				return srv, err
+			if !proc.Sleep(ctx, 50*time.Millisecond) {
+				return srv, ctx.Err()
 			}
 		}
-		if err := sleepCtx(ctx, o.pause); err != nil {
-			return srv, err
+		if !proc.Sleep(ctx, o.pause) {
+			return srv, ctx.Err()
 		}
 		srv.Steps = append(srv.Steps, sample(n))
 	}
@@ -395,15 +397,6 @@ func openFDs(pid int) int {
 		return -1
 	}
 	return len(ents)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
 }
 
 // perHeld is what one held request added to v since the idle sample.

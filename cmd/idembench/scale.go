@@ -89,15 +89,10 @@ func parseScaleFlags(args []string, getenv func(string) string, stdout io.Writer
 	if o.expired < 0 || o.expired > 0.9 {
 		errs = append(errs, fmt.Errorf("-expired %v: want 0..0.9", o.expired))
 	}
-	if o.rounds < 1 || o.rounds > 10 {
-		errs = append(errs, fmt.Errorf("-rounds %d: want 1..10", o.rounds))
-	}
-	if b.duration < time.Second || b.duration > 2*time.Minute {
-		errs = append(errs, fmt.Errorf("-duration %s: want 1s..2m", b.duration))
-	}
-	if b.concurrency < 1 || b.concurrency > 1024 {
-		errs = append(errs, fmt.Errorf("-c %d: want 1..1024", b.concurrency))
-	}
+	errs = append(errs,
+		outside("-rounds", o.rounds, 1, 10, "1..10"),
+		outside("-duration", b.duration, time.Second, 2*time.Minute, "1s..2m"),
+		outside("-c", b.concurrency, 1, 1024, "1..1024"))
 	if o.janInterval <= 0 || o.janBatch <= 0 || o.chunk < 1000 {
 		errs = append(errs, errors.New("-janitor-interval, -janitor-batch and -fill-chunk (>= 1000) must be positive"))
 	}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/proc"
 )
 
 // clientsPerKey is how many clients send each key at once: the original
@@ -74,7 +76,7 @@ func runLoad(ctx context.Context, l load, keys []string) *loadResult {
 	}
 	for i, key := range keys {
 		if i > 0 {
-			if !sleep(ctx, time.Until(res.start.Add(time.Duration(i)*pace))) {
+			if !proc.Sleep(ctx, time.Until(res.start.Add(time.Duration(i)*pace))) {
 				break
 			}
 		}
@@ -127,7 +129,7 @@ func (l load) send(ctx context.Context, client *http.Client, key string, c int, 
 			// Exponential backoff with full jitter, 50ms to 1s.
 			wait = time.Duration(rand.Int64N(int64(min(50*time.Millisecond<<min(attempt, 5), time.Second)))) + 10*time.Millisecond
 		}
-		if !sleep(ctx, wait) {
+		if !proc.Sleep(ctx, wait) {
 			return nil
 		}
 	}
@@ -165,19 +167,4 @@ func (l load) exchange(ctx context.Context, client *http.Client, url, key string
 		}
 	}
 	return resp.StatusCode, retryAfter, id
-}
-
-// sleep waits d, or less when ctx ends first (false).
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

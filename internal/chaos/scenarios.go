@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/faultproxy"
+	"github.com/idemgate/idemgate/internal/proc"
 )
 
 // scenario is one fault under load.
@@ -96,7 +97,7 @@ func restartRedis(ctx context.Context, e *env) error { return e.redis.Restart(ct
 func restartPostgres(mode string, times int) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
 		for i := range times {
-			if i > 0 && !sleep(ctx, 2*time.Second) {
+			if i > 0 && !proc.Sleep(ctx, 2*time.Second) {
 				return ctx.Err()
 			}
 			if err := e.pg.Restart(ctx, mode); err != nil {
@@ -113,7 +114,7 @@ func stopPostgres(d time.Duration) func(context.Context, *env) error {
 		if err := e.pg.Stop(ctx, "fast"); err != nil {
 			return err
 		}
-		if !sleep(ctx, d) {
+		if !proc.Sleep(ctx, d) {
 			return ctx.Err()
 		}
 		return e.pg.Start(ctx)
@@ -126,7 +127,7 @@ func freezePostgres(d time.Duration) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
 		e.proxy.Freeze()
 		defer e.proxy.Thaw()
-		sleep(ctx, d)
+		proc.Sleep(ctx, d)
 		return nil
 	}
 }
@@ -139,7 +140,7 @@ func stopGateway(d time.Duration) func(context.Context, *env) error {
 		if err := gw.signal(syscall.SIGSTOP); err != nil {
 			return err
 		}
-		sleep(ctx, d)
+		proc.Sleep(ctx, d)
 		return gw.signal(syscall.SIGCONT)
 	}
 }
@@ -148,7 +149,7 @@ func stopGateway(d time.Duration) func(context.Context, *env) error {
 func killGateway(ctx context.Context, e *env) error {
 	gw := e.cluster.gateways[0]
 	gw.kill()
-	sleep(ctx, time.Second)
+	proc.Sleep(ctx, time.Second)
 	return gw.start(ctx)
 }
 
@@ -156,6 +157,6 @@ func killGateway(ctx context.Context, e *env) error {
 func killWorker(ctx context.Context, e *env) error {
 	w := e.cluster.workers[0]
 	w.kill()
-	sleep(ctx, time.Second)
+	proc.Sleep(ctx, time.Second)
 	return w.start(ctx)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/internal/faultproxy"
+	"github.com/idemgate/idemgate/internal/proc"
 )
 
 // Options configure a run of the suite.
@@ -215,7 +216,7 @@ func (s *suite) run(ctx context.Context, i int, sc scenario, row *Row) error {
 	} else {
 		done := make(chan *loadResult, 1)
 		go func() { done <- runLoad(ctx, l, keys) }()
-		if sleep(ctx, faultAt) {
+		if proc.Sleep(ctx, faultAt) {
 			faultStart = time.Now()
 			faultErr = sc.fault(ctx, e)
 		}
@@ -273,7 +274,7 @@ func awaitFinished(ctx context.Context, dbURL string, ids []string, d time.Durat
 		if time.Now().After(deadline) {
 			return succeeded, err
 		}
-		if !sleep(ctx, 500*time.Millisecond) {
+		if !proc.Sleep(ctx, 500*time.Millisecond) {
 			return succeeded, ctx.Err()
 		}
 	}

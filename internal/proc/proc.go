@@ -170,3 +170,20 @@ func WaitUntil(ctx context.Context, d time.Duration, what string, p *Proc, check
 		}
 	}
 }
+
+// Sleep waits d, or less when ctx ends first, and reports whether it
+// waited the whole of d: the pause of the suites' loops, which must stop
+// with their context.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

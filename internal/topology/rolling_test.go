@@ -102,7 +102,7 @@ func TestRollingRestartBehindNginx(t *testing.T) {
 	}
 
 	// Steady load first, then each gateway in turn, then steady load again.
-	sleepCtx(ctx, time.Second)
+	proc.Sleep(ctx, time.Second)
 	var restarts int
 	var longestDrain time.Duration
 	var sawDraining int
@@ -120,7 +120,7 @@ func TestRollingRestartBehindNginx(t *testing.T) {
 		}
 		t.Logf("%s restarted: %s from SIGTERM to exit", gw.name, drained.Round(time.Millisecond))
 	}
-	sleepCtx(ctx, time.Second)
+	proc.Sleep(ctx, time.Second)
 	stopLoad()
 	wg.Wait()
 
@@ -428,7 +428,7 @@ func (l *load) plain(ctx context.Context, name string) plainStats {
 		if (err != nil || status >= 300) && s.firstFailure == "" {
 			s.firstFailure = fmt.Sprintf("key %s: %d %v", key, status, err)
 		}
-		sleepCtx(ctx, loadPause)
+		proc.Sleep(ctx, loadPause)
 	}
 	return s
 }
@@ -512,7 +512,7 @@ func (l *load) retrying(ctx context.Context, name string) retryStats {
 				break
 			}
 		}
-		sleepCtx(ctx, loadPause)
+		proc.Sleep(ctx, loadPause)
 	}
 	return s
 }

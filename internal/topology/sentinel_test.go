@@ -74,7 +74,7 @@ func TestSentinelFailover(t *testing.T) {
 	for _, tg := range targets {
 		wg.Go(func() { tg.run(loadCtx, ctx) })
 	}
-	if !sleepCtx(ctx, 2*time.Second) {
+	if !proc.Sleep(ctx, 2*time.Second) {
 		t.Fatal(ctx.Err())
 	}
 	oldMaster, err := topo.Master(ctx)
@@ -100,7 +100,7 @@ func TestSentinelFailover(t *testing.T) {
 		}
 		return true
 	})
-	sleepCtx(ctx, time.Second)
+	proc.Sleep(ctx, time.Second)
 	stopLoad()
 	wg.Wait()
 	if promoteErr != nil {
@@ -472,7 +472,7 @@ func (tg *failoverTarget) send(ctx context.Context, client *http.Client, k *keyR
 		if a.status != 0 && a.status != http.StatusConflict && a.status != http.StatusTooManyRequests && a.status < 500 {
 			return a, true
 		}
-		if !sleepCtx(ctx, 50*time.Millisecond+rand.N(200*time.Millisecond)) {
+		if !proc.Sleep(ctx, 50*time.Millisecond+rand.N(200*time.Millisecond)) {
 			return keyAnswer{}, false
 		}
 	}
@@ -603,7 +603,7 @@ func awaitJobs(t *testing.T, dbURL string, ids []string, d time.Duration) map[st
 			t.Errorf("jobs: %d of %d accepted jobs not succeeded within %s (err %v)", pending, len(ids), d, err)
 			break
 		}
-		sleepCtx(t.Context(), 500*time.Millisecond)
+		proc.Sleep(t.Context(), 500*time.Millisecond)
 	}
 	rows, err := pool.Query(t.Context(),
 		"SELECT job_id, count(*) FILTER (WHERE outcome = 'succeeded') FROM job_attempts WHERE job_id = ANY($1) GROUP BY job_id", ids)
@@ -651,21 +651,9 @@ func getStatus(t *testing.T, url, bearer string) int {
 func waitUntil(ctx context.Context, d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
-		if time.Now().After(deadline) || !sleepCtx(ctx, 50*time.Millisecond) {
+		if time.Now().After(deadline) || !proc.Sleep(ctx, 50*time.Millisecond) {
 			return false
 		}
 	}
 	return true
-}
-
-// sleepCtx waits d, or less when ctx ends first (false).
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
