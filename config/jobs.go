@@ -84,8 +84,8 @@ type Option func(*options)
 type options struct {
 	// dir is where schema_file paths start.
 	dir string
-	// defaults is the WithDefaultJobs document; nil when not given.
-	defaults []byte
+	// defaults are the WithDefaultJobs documents, in the order given.
+	defaults [][]byte
 	// handlers are the tasks with a Go handler; nil means not checked.
 	handlers map[string]bool
 	// defaultsErr says why defaults could not be read.
@@ -109,9 +109,10 @@ func WithSettings(settings ...extension.Setting) Option {
 // inline schemas only. Only the jobs a route names are added; they are
 // compiled and checked like declared ones, and their problems are
 // reported at the route. This keeps configurations that predate jobs:,
-// and name the example tasks, working.
+// and name the example tasks, working. Given more than once, every
+// document counts; a task two of them declare takes the first's.
 func WithDefaultJobs(yamlDoc []byte) Option {
-	return func(o *options) { o.defaults = yamlDoc }
+	return func(o *options) { o.defaults = append(o.defaults, yamlDoc) }
 }
 
 // WithHandlers names the tasks this program has a Go handler for. Given
@@ -166,8 +167,10 @@ func (c *Config) jobDefaults(o *options) {
 		c.DeclaredJobs[i].withDefaults(c.Worker.MaxAttempts)
 	}
 	var defaults []Job
-	if o.defaults != nil {
-		defaults, o.defaultsErr = parseDefaultJobs(o.defaults)
+	for _, doc := range o.defaults {
+		jobs, err := parseDefaultJobs(doc)
+		o.defaultsErr = errors.Join(o.defaultsErr, err)
+		defaults = append(defaults, jobs...)
 	}
 	c.defaulted = nil
 	for i := range c.Routes {

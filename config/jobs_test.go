@@ -155,6 +155,23 @@ routes:
 	if s, _ := cfg.Job("invoice.create"); len(cfg.Jobs()) != 1 || s.BusinessKey.String() != "inv:{n}" {
 		t.Errorf("Jobs() = %d, invoice.create key %q; want the declared job only", len(cfg.Jobs()), s.BusinessKey)
 	}
+
+	// Two programs' documents both count; a task both declare takes the
+	// first's.
+	other := []byte("jobs:\n" +
+		"  - {task: report.build, schema: {type: object, required: [r]}, business_key: \"report:{r}\"}\n" +
+		"  - {task: invoice.create, schema: {type: object, required: [o]}, business_key: \"other:{o}\"}\n")
+	cfg, err = Parse([]byte(enqueueBase+`routes:
+  - {name: c, methods: [POST], path: /c, enqueue: {task: invoice.create}}
+  - {name: r, methods: [POST], path: /r, enqueue: {task: report.build}}
+`), "two.yaml", nil, WithDefaultJobs(exampleJobs(t)), WithDefaultJobs(other))
+	if err != nil {
+		t.Fatalf("Parse with two default documents: %v", err)
+	}
+	inv, _ := cfg.Job("invoice.create")
+	if _, ok := cfg.Job("report.build"); !ok || len(cfg.Jobs()) != 2 || inv.BusinessKey.String() != "invoice:{order_id}" {
+		t.Errorf("Jobs() = %d, invoice.create key %q; want report.build from the second document, invoice.create from the first", len(cfg.Jobs()), inv.BusinessKey)
+	}
 }
 
 func TestJobProblems(t *testing.T) {

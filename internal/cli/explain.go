@@ -93,7 +93,8 @@ func runExplain(ctx context.Context, ext extension.Set, args []string, getenv fu
 }
 
 // newExplainer wires explain to the configured stores: the job tables in
-// PostgreSQL, the idempotency store, the examples' business tables and,
+// PostgreSQL, the idempotency store, the effects the binary's extension
+// knows (idemgate-examples: its business tables) and,
 // with Redis, the queue. A memory store's records live in the gateway
 // process, so only the gateway's own explainer (gatewayExplainer) has
 // them.

@@ -27,10 +27,10 @@ import (
 )
 
 // This file is where the configuration becomes the product's objects: the
-// gateway's options, its servers and transport, the example jobs' options.
-// The settings a library owns are not copied: the configuration holds the
-// library's own Config (each route's Idempotency, Worker.Config), which
-// goes to the library as it is.
+// gateway's options, its servers and transport. The settings a library
+// owns are not copied: the configuration holds the library's own Config
+// (each route's Idempotency, Worker.Config), which goes to the library as
+// it is.
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	var level slog.Level
