@@ -176,10 +176,10 @@ func effectsOf(fs []extension.EffectsFunc, pool *pgxpool.Pool) func(ctx context.
 	return func(ctx context.Context, task, tenant, key string) ([]openapi.StoryEffect, bool, error) {
 		for _, f := range fs {
 			rows, known, err := f(ctx, pool, task, tenant, key)
-			if err != nil || !known {
-				if err != nil {
-					return nil, false, err
-				}
+			if err != nil {
+				return nil, false, err
+			}
+			if !known {
 				continue
 			}
 			out := make([]openapi.StoryEffect, len(rows))
