@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strings"
 
 	"github.com/idemgate/idemgate/config/internal/strictyaml"
 	"github.com/idemgate/idemgate/extension"
@@ -49,11 +48,10 @@ func Parse(data []byte, name string, getenv func(string) string, opts ...Option)
 		claimed[s.Key] = true
 	}
 	for _, p := range doc.Errors {
-		unknown := strings.HasPrefix(p.Message, "unknown key")
-		if unknown && claimed[p.Key] {
+		if p.Unknown && claimed[p.Key] {
 			continue // the program's own key, read below
 		}
-		if hint, ok := examplesKey(p.Key); ok && unknown {
+		if hint, ok := examplesKey(p.Key); ok && p.Unknown {
 			p.Message = hint
 		}
 		r.add(Error{Line: p.Line, Key: p.Key, Message: p.Message})

@@ -43,6 +43,9 @@ type Error struct {
 	Key string
 	// Message says what is wrong, in one line.
 	Message string
+	// Unknown says the mistake is a key v's type does not have, for a
+	// caller that lets a program claim keys of its own.
+	Unknown bool
 }
 
 // Error formats e as LINE: KEY: MESSAGE, leaving out the parts that are
@@ -516,6 +519,7 @@ func (d *Document) walk(n *yaml.Node, t reflect.Type, path string) {
 			f, ok := fields[k.Value]
 			if !ok {
 				d.fail(k.Line, child, "unknown key%s", suggest(k.Value, fields))
+				d.Errors[len(d.Errors)-1].Unknown = true
 				return
 			}
 			d.walk(v, f, child)
