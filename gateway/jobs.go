@@ -92,6 +92,7 @@ func jobDocument(j job.Record) openapi.Job {
 	return openapi.Job{
 		Id: j.ID, Task: j.Task, Status: openapi.JobStatus(j.Status), Attempts: j.Attempts,
 		ResultRef: j.ResultRef, Error: j.Error, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
+		NotBefore: j.NotBefore, CancelRequestedAt: j.CancelRequestedAt, FinishedAt: j.FinishedAt,
 	}
 }
 

@@ -28,6 +28,14 @@ type Record struct {
 	Error     *string
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// NotBefore is when a delayed job becomes due; nil for a job that
+	// runs at once. It is set once, when the job is recorded.
+	NotBefore *time.Time
+	// CancelRequestedAt is when the first cancel arrived; nil when none did.
+	CancelRequestedAt *time.Time
+	// FinishedAt is when the job became final; nil until it is. The jobs
+	// retention counts from it.
+	FinishedAt *time.Time
 
 	// Tenant, Route and IdempotencyKey are the request's idempotency
 	// scope, from which ID derives.
@@ -64,12 +72,23 @@ type Records struct{ db DB }
 // NewRecords returns the job store on db.
 func NewRecords(db DB) *Records { return &Records{db: db} }
 
-const recordColumns = `id, tenant, route, idempotency_key, task, queue, business_key, payload, status, attempts, result_ref, last_error, created_at, updated_at`
+// recordColumns are the columns a Record is read from. A scheduled job
+// whose time has come reads as queued: it is due, whether or not a worker
+// has picked it up yet, and no write is needed to say so.
+const recordColumns = `id, tenant, route, idempotency_key, task, queue, business_key, payload,
+	CASE WHEN status = 'scheduled' AND not_before <= now() THEN 'queued' ELSE status END,
+	attempts, result_ref, last_error, created_at, updated_at, not_before, cancel_requested_at, finished_at`
+
+// scanTargets are the destinations of recordColumns, in order.
+func (j *Record) scanTargets() []any {
+	return []any{&j.ID, &j.Tenant, &j.Route, &j.IdempotencyKey, &j.Task, &j.Queue, &j.BusinessKey,
+		&j.Payload, &j.Status, &j.Attempts, &j.ResultRef, &j.Error, &j.CreatedAt, &j.UpdatedAt,
+		&j.NotBefore, &j.CancelRequestedAt, &j.FinishedAt}
+}
 
 func scanRecord(row pgx.Row) (Record, error) {
 	var j Record
-	err := row.Scan(&j.ID, &j.Tenant, &j.Route, &j.IdempotencyKey, &j.Task, &j.Queue, &j.BusinessKey,
-		&j.Payload, &j.Status, &j.Attempts, &j.ResultRef, &j.Error, &j.CreatedAt, &j.UpdatedAt)
+	err := row.Scan(j.scanTargets()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, ErrNotFound
 	}
@@ -92,8 +111,7 @@ SELECT ` + recordColumns + `, false FROM jobs WHERE id = $1 AND NOT EXISTS (SELE
 		var created bool
 		var got Record
 		err := s.db.QueryRow(ctx, q, j.ID, j.Tenant, j.Route, j.IdempotencyKey, j.Task, j.Queue, j.BusinessKey, j.Payload).Scan(
-			&got.ID, &got.Tenant, &got.Route, &got.IdempotencyKey, &got.Task, &got.Queue, &got.BusinessKey,
-			&got.Payload, &got.Status, &got.Attempts, &got.ResultRef, &got.Error, &got.CreatedAt, &got.UpdatedAt, &created)
+			append(got.scanTargets(), &created)...)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // a concurrent insert our snapshot cannot see yet
 		}
@@ -141,6 +159,7 @@ func (s *Records) SetStatus(ctx context.Context, id string, status Status, attem
 UPDATE jobs SET status = $2, attempts = GREATEST(attempts, $3),
        result_ref = COALESCE(NULLIF($4, ''), result_ref),
        last_error = CASE WHEN $2 = 'succeeded' THEN NULL ELSE COALESCE(NULLIF($5, ''), last_error) END,
+       finished_at = CASE WHEN $2 IN ('succeeded', 'failed', 'cancelled') THEN COALESCE(finished_at, now()) END,
        updated_at = now()
  WHERE id = $1 AND status <> 'succeeded'`
 	_, err := s.db.Exec(ctx, q, id, status, attempts, storableText(resultRef), storableText(lastErr))
@@ -202,7 +221,7 @@ func (s *Records) Requeue(ctx context.Context, id string) error {
 	if !storable(id) {
 		return ErrNotFound
 	}
-	tag, err := s.db.Exec(ctx, `UPDATE jobs SET status = 'queued', last_error = NULL, updated_at = now() WHERE id = $1 AND status = 'failed'`, id)
+	tag, err := s.db.Exec(ctx, `UPDATE jobs SET status = 'queued', last_error = NULL, finished_at = NULL, updated_at = now() WHERE id = $1 AND status = 'failed'`, id)
 	if err != nil {
 		return fmt.Errorf("job: requeue job: %w", err)
 	}
@@ -219,13 +238,13 @@ type position struct {
 	id        string
 }
 
-// unfinished lists the jobs that have not finished (queued, processing,
-// retrying) and whose record has not changed for olderThan, oldest first,
+// unfinished lists the jobs that have not finished (scheduled, queued,
+// processing, retrying, cancelling) and whose record has not changed for olderThan, oldest first,
 // from after, at most limit. The partial index jobs_unfinished (migration
 // 00008) serves it.
 func (s *Records) unfinished(ctx context.Context, olderThan time.Duration, after position, limit int) ([]Record, error) {
 	const q = `SELECT ` + recordColumns + ` FROM jobs
- WHERE status IN ('queued', 'processing', 'retrying')
+ WHERE status IN ('scheduled', 'queued', 'processing', 'retrying', 'cancelling')
    AND updated_at < now() - make_interval(secs => $1)
    AND (updated_at, id) > ($2, $3)
  ORDER BY updated_at, id

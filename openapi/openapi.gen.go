@@ -24,16 +24,23 @@ func (e HealthStatus) Valid() bool {
 
 // Defines values for JobStatus.
 const (
+	JobStatusCancelled  JobStatus = "cancelled"
+	JobStatusCancelling JobStatus = "cancelling"
 	JobStatusFailed     JobStatus = "failed"
 	JobStatusProcessing JobStatus = "processing"
 	JobStatusQueued     JobStatus = "queued"
 	JobStatusRetrying   JobStatus = "retrying"
+	JobStatusScheduled  JobStatus = "scheduled"
 	JobStatusSucceeded  JobStatus = "succeeded"
 )
 
 // Valid indicates whether the value is a known member of the JobStatus enum.
 func (e JobStatus) Valid() bool {
 	switch e {
+	case JobStatusCancelled:
+		return true
+	case JobStatusCancelling:
+		return true
 	case JobStatusFailed:
 		return true
 	case JobStatusProcessing:
@@ -41,6 +48,8 @@ func (e JobStatus) Valid() bool {
 	case JobStatusQueued:
 		return true
 	case JobStatusRetrying:
+		return true
+	case JobStatusScheduled:
 		return true
 	case JobStatusSucceeded:
 		return true
@@ -223,11 +232,17 @@ type Job struct {
 	// Task The job's task (`jobs[].task` of the configuration).
 	Task JobTask `json:"task"`
 
-	// Status `queued`: waiting for a worker. `processing`: a worker runs it.
+	// Status `scheduled`: accepted with a delay and not due yet (`not_before`).
+	// `queued`: waiting for a worker. `processing`: a worker runs it.
 	// `retrying`: an attempt failed with a transient error and a retry is
-	// scheduled. `succeeded`: its effect happened (once); `result_ref`
-	// names it. `failed`: a permanent error, or its attempts are used up;
-	// it is in the dead-letter queue and `error` says why.
+	// scheduled. `cancelling`: a cancel arrived while an attempt was in
+	// flight; no further attempt starts, and that attempt's end decides
+	// between `succeeded` and `cancelled`. `succeeded`: its effect
+	// happened (once); `result_ref` names it. `failed`: a permanent
+	// error, or its attempts are used up; it is in the dead-letter queue
+	// and `error` says why. `cancelled`: cancelled before its effect
+	// happened, or with the effect unknown (`error` says so). The final
+	// statuses are `succeeded`, `failed` and `cancelled`.
 	Status JobStatus `json:"status"`
 
 	// Attempts Attempts that ran so far (waiting for another worker's lock is not one).
@@ -240,16 +255,33 @@ type Job struct {
 	Error     *string   `json:"error"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+
+	// NotBefore When a delayed job becomes due (`Idemgate-Delay`,
+	// `Idemgate-Not-Before` or the job's `delay`), computed once when
+	// the job was accepted; null for a job that runs at once.
+	NotBefore *time.Time `json:"not_before,omitempty"`
+
+	// CancelRequestedAt When the first cancel arrived; null when none did.
+	CancelRequestedAt *time.Time `json:"cancel_requested_at,omitempty"`
+
+	// FinishedAt When the job became final; null until it is. The jobs retention counts from it.
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 
 // JobID `job_` and 32 hex digits, derived from (tenant, route, Idempotency-Key).
 type JobID = string
 
-// JobStatus `queued`: waiting for a worker. `processing`: a worker runs it.
+// JobStatus `scheduled`: accepted with a delay and not due yet (`not_before`).
+// `queued`: waiting for a worker. `processing`: a worker runs it.
 // `retrying`: an attempt failed with a transient error and a retry is
-// scheduled. `succeeded`: its effect happened (once); `result_ref`
-// names it. `failed`: a permanent error, or its attempts are used up;
-// it is in the dead-letter queue and `error` says why.
+// scheduled. `cancelling`: a cancel arrived while an attempt was in
+// flight; no further attempt starts, and that attempt's end decides
+// between `succeeded` and `cancelled`. `succeeded`: its effect
+// happened (once); `result_ref` names it. `failed`: a permanent
+// error, or its attempts are used up; it is in the dead-letter queue
+// and `error` says why. `cancelled`: cancelled before its effect
+// happened, or with the effect unknown (`error` says so). The final
+// statuses are `succeeded`, `failed` and `cancelled`.
 type JobStatus string
 
 // JobTask The job's task (`jobs[].task` of the configuration).
@@ -453,11 +485,17 @@ type StoryJob struct {
 	Queue          string `json:"queue"`
 	BusinessKey    string `json:"business_key"`
 
-	// Status `queued`: waiting for a worker. `processing`: a worker runs it.
+	// Status `scheduled`: accepted with a delay and not due yet (`not_before`).
+	// `queued`: waiting for a worker. `processing`: a worker runs it.
 	// `retrying`: an attempt failed with a transient error and a retry is
-	// scheduled. `succeeded`: its effect happened (once); `result_ref`
-	// names it. `failed`: a permanent error, or its attempts are used up;
-	// it is in the dead-letter queue and `error` says why.
+	// scheduled. `cancelling`: a cancel arrived while an attempt was in
+	// flight; no further attempt starts, and that attempt's end decides
+	// between `succeeded` and `cancelled`. `succeeded`: its effect
+	// happened (once); `result_ref` names it. `failed`: a permanent
+	// error, or its attempts are used up; it is in the dead-letter queue
+	// and `error` says why. `cancelled`: cancelled before its effect
+	// happened, or with the effect unknown (`error` says so). The final
+	// statuses are `succeeded`, `failed` and `cancelled`.
 	Status    JobStatus `json:"status"`
 	Attempts  int       `json:"attempts"`
 	ResultRef *string   `json:"result_ref"`

@@ -396,14 +396,20 @@ export interface components {
          */
         JobTask: string;
         /**
-         * @description `queued`: waiting for a worker. `processing`: a worker runs it.
+         * @description `scheduled`: accepted with a delay and not due yet (`not_before`).
+         *     `queued`: waiting for a worker. `processing`: a worker runs it.
          *     `retrying`: an attempt failed with a transient error and a retry is
-         *     scheduled. `succeeded`: its effect happened (once); `result_ref`
-         *     names it. `failed`: a permanent error, or its attempts are used up;
-         *     it is in the dead-letter queue and `error` says why.
+         *     scheduled. `cancelling`: a cancel arrived while an attempt was in
+         *     flight; no further attempt starts, and that attempt's end decides
+         *     between `succeeded` and `cancelled`. `succeeded`: its effect
+         *     happened (once); `result_ref` names it. `failed`: a permanent
+         *     error, or its attempts are used up; it is in the dead-letter queue
+         *     and `error` says why. `cancelled`: cancelled before its effect
+         *     happened, or with the effect unknown (`error` says so). The final
+         *     statuses are `succeeded`, `failed` and `cancelled`.
          * @enum {string}
          */
-        JobStatus: "queued" | "processing" | "retrying" | "succeeded" | "failed";
+        JobStatus: "scheduled" | "queued" | "processing" | "retrying" | "cancelling" | "succeeded" | "failed" | "cancelled";
         /** @description A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it. */
         Job: {
             id: components["schemas"]["JobID"];
@@ -422,6 +428,23 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             updated_at: string;
+            /**
+             * Format: date-time
+             * @description When a delayed job becomes due (`Idemgate-Delay`,
+             *     `Idemgate-Not-Before` or the job's `delay`), computed once when
+             *     the job was accepted; null for a job that runs at once.
+             */
+            not_before?: string | null;
+            /**
+             * Format: date-time
+             * @description When the first cancel arrived; null when none did.
+             */
+            cancel_requested_at?: string | null;
+            /**
+             * Format: date-time
+             * @description When the job became final; null until it is. The jobs retention counts from it.
+             */
+            finished_at?: string | null;
         };
         /**
          * @description `in_flight`: a request holds the claim under a lease. `completed`:
