@@ -12,9 +12,15 @@ import "net/http"
 // fewer idle connections are left when the listeners shut down, the fewer
 // such races.
 //
+// A GET /v1/jobs/{id} waiting for its job (?wait=) answers at once with
+// the current document, so that no wait holds the shutdown.
+//
 // Call it when the process is asked to stop, server.drain_delay before
 // the listeners shut down. Calling it again does nothing.
-func (g *Gateway) StartDraining() { g.draining.Store(true) }
+func (g *Gateway) StartDraining() {
+	g.draining.Store(true)
+	g.drainOnce.Do(func() { close(g.drained) })
+}
 
 // Draining reports whether StartDraining was called.
 func (g *Gateway) Draining() bool { return g.draining.Load() }

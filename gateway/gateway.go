@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,6 +51,12 @@ type Options struct {
 	AdminTokenSHA256 string
 	// Jobs accepts and shows jobs; required when a route enqueues.
 	Jobs Submitter
+	// JobWatcher wakes the GET /v1/jobs/{id}?wait= that wait on a job's
+	// change. Nil: such a GET answers at once, as without wait.
+	JobWatcher JobWatcher
+	// MaxWait caps GET /v1/jobs/{id}?wait=; a longer wait is clamped to
+	// it. Default DefaultMaxWait, 30s.
+	MaxWait time.Duration
 	// Explainer tells the story of a job or a key at the admin API's
 	// …/explain endpoints; nil leaves them out (404).
 	Explainer Explainer
@@ -113,8 +120,10 @@ type Gateway struct {
 	mounts              []string
 	// guards are the routes' idempotency middlewares, drained by Close.
 	guards []*idempotency.Middleware
-	// draining is set by StartDraining.
-	draining atomic.Bool
+	// draining is set by StartDraining, which also closes drained once.
+	draining  atomic.Bool
+	drained   chan struct{}
+	drainOnce sync.Once
 	// inFlight counts the public requests being handled (shedOverload).
 	inFlight atomic.Int64
 }
@@ -139,7 +148,10 @@ func New(opts Options) (*Gateway, error) {
 	if opts.Store == nil {
 		return nil, errors.New("gateway: no idempotency store")
 	}
-	g := &Gateway{opts: opts, problems: NewProblemWriter(opts.ProblemBase, opts.Logger)}
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = DefaultMaxWait
+	}
+	g := &Gateway{opts: opts, problems: NewProblemWriter(opts.ProblemBase, opts.Logger), drained: make(chan struct{})}
 	if opts.AdminTokenSHA256 != "" {
 		b, err := hex.DecodeString(opts.AdminTokenSHA256)
 		if err != nil || len(b) != sha256.Size {

@@ -82,7 +82,9 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions, timeout time.Du
 		}
 		infoFrom(r.Context()).job = j.ID
 		w.Header().Set("Location", "/v1/jobs/"+j.ID)
-		writeJSON(w, http.StatusAccepted, jobDocument(j))
+		doc := jobDocument(j)
+		w.Header().Set("ETag", jobETag(doc))
+		writeJSON(w, http.StatusAccepted, doc)
 	})
 }
 
@@ -115,7 +117,8 @@ func (g *Gateway) jobError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // handleJobGet shows a job to the tenant that created it; another tenant
-// gets 404, as if it did not exist.
+// gets 404, as if it did not exist. With ?wait= it holds until the job is
+// final, or with If-None-Match until its document changes (wait.go).
 func (g *Gateway) handleJobGet() http.Handler {
 	return g.auth.Middleware(func(w http.ResponseWriter, r *http.Request, err error) {
 		g.problems.Write(w, r, err)
@@ -130,12 +133,16 @@ func (g *Gateway) handleJobGet() http.Handler {
 			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no such job"})
 			return
 		}
+		jw, err := parseJobWait(r, g.opts.MaxWait)
+		if err != nil {
+			g.problems.Write(w, r, err)
+			return
+		}
 		rec, err := g.opts.Jobs.Get(r.Context(), auth.Tenant(r.Context()), id)
 		if err != nil {
 			g.jobError(w, r, err)
 			return
 		}
-		w.Header().Set("Cache-Control", "no-store")
-		writeJSON(w, http.StatusOK, jobDocument(rec))
+		g.writeJob(w, g.awaitJob(r, rec, jw), jw)
 	}))
 }
