@@ -1,0 +1,252 @@
+package job_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/job"
+)
+
+// watchEnv is a jobs table and a running Watcher on it.
+type watchEnv struct {
+	pool    *pgxpool.Pool
+	records *job.Records
+	w       *job.Watcher
+	// pid is the server process of the listener's current connection.
+	pid atomic.Uint32
+}
+
+// startWatcher runs a Watcher on a schema of the test's own; listen gives
+// it a listener (a connection of its own, as database_direct_url), else
+// it polls every poll.
+func startWatcher(t *testing.T, listen bool, poll time.Duration) *watchEnv {
+	t.Helper()
+	dbURL := testenv.Postgres(t)
+	pool := testenv.PoolAt(t, dbURL)
+	v := &watchEnv{pool: pool, records: job.NewRecords(pool)}
+	opts := job.WatcherOptions{Poll: poll, Logger: testenv.Logger()}
+	if listen {
+		cc, err := pgx.ParseConfig(dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Connect = func(ctx context.Context) (*pgx.Conn, error) {
+			conn, err := pgx.ConnectConfig(ctx, cc)
+			if err == nil {
+				v.pid.Store(conn.PgConn().PID())
+			}
+			return conn, err
+		}
+	}
+	v.w = job.NewWatcher(pool, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = v.w.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	if listen {
+		v.awaitListening(t, true)
+	}
+	return v
+}
+
+func (v *watchEnv) awaitListening(t *testing.T, want bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for v.w.Listening() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("watcher listening = %v after 20s, want %v", !want, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// insert records a queued job and returns its id.
+func (v *watchEnv) insert(t *testing.T, key string) string {
+	t.Helper()
+	id := job.ID("acme", "invoices", key)
+	_, err := v.pool.Exec(t.Context(), `INSERT INTO jobs (id, tenant, route, idempotency_key, task, queue, business_key, payload)
+VALUES ($1, 'acme', 'invoices', $2, 'invoice.create', 'default', 'invoice:'||$2, '{}')`, id, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// await returns the first document the watch receives whose status is
+// want, failing the test after within.
+func await(t *testing.T, x *job.Watch, want job.Status, within time.Duration) job.Record {
+	t.Helper()
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	for {
+		select {
+		case <-x.Changed():
+			if r, ok := x.Latest(); ok && r.Status == want {
+				return r
+			}
+		case <-timer.C:
+			r, _ := x.Latest()
+			t.Fatalf("no %s document within %s; last seen %q", want, within, r.Status)
+		}
+	}
+}
+
+func TestWatcherWakesOnChange(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		listen bool
+		within time.Duration
+	}{
+		// Notified: the change is read at once, whatever the poll.
+		{"listener", true, 5 * time.Second},
+		// Polled: within a poll or two.
+		{"polling", false, 5 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			poll := time.Hour // a listener never needs it
+			if !tc.listen {
+				poll = 200 * time.Millisecond
+			}
+			v := startWatcher(t, tc.listen, poll)
+			id := v.insert(t, "k1")
+			x := v.w.Watch(id)
+			defer x.Stop()
+			await(t, x, job.StatusQueued, tc.within) // the read that follows the watch
+			if err := v.records.SetStatus(t.Context(), id, job.StatusProcessing, 1, "", ""); err != nil {
+				t.Fatal(err)
+			}
+			await(t, x, job.StatusProcessing, tc.within)
+			if err := v.records.SetStatus(t.Context(), id, job.StatusSucceeded, 1, "inv-1", ""); err != nil {
+				t.Fatal(err)
+			}
+			r := await(t, x, job.StatusSucceeded, tc.within)
+			if r.ResultRef == nil || *r.ResultRef != "inv-1" || r.FinishedAt == nil {
+				t.Fatalf("final document %+v", r)
+			}
+		})
+	}
+}
+
+// A thousand watches of one job cost one read per change, not one each,
+// and every watch sees the change.
+func TestWatcherReadsOncePerChangeForAllWatches(t *testing.T) {
+	v := startWatcher(t, true, time.Hour)
+	id := v.insert(t, "k1")
+	other := v.insert(t, "k2")
+	const n = 1000
+	watches := make([]*job.Watch, n)
+	for i := range watches {
+		watches[i] = v.w.Watch(id)
+	}
+	o := v.w.Watch(other)
+	defer o.Stop()
+	for _, x := range watches {
+		await(t, x, job.StatusQueued, 10*time.Second)
+		defer x.Stop()
+	}
+	before := v.w.Reads()
+	for range 3 {
+		// An unwatched change costs nothing; a watched one is read once.
+		if err := v.records.SetStatus(t.Context(), other, job.StatusProcessing, 1, "", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := v.records.SetStatus(t.Context(), id, job.StatusSucceeded, 1, "inv-1", ""); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for _, x := range watches {
+		wg.Go(func() { await(t, x, job.StatusSucceeded, 10*time.Second) })
+	}
+	wg.Wait()
+	// One read per change at most (several notifications may share one).
+	if reads := v.w.Reads() - before; reads < 1 || reads > 4 {
+		t.Fatalf("%d watches, 4 changes: %d reads, want 1 to 4", n, reads)
+	}
+	t.Logf("%d watches of one job, 4 changes: %d reads", n, v.w.Reads()-before)
+}
+
+// A listener whose connection is killed connects again; the change made
+// meanwhile is found by polling, and later changes are notified again.
+func TestWatcherRecoversFromAKilledListener(t *testing.T) {
+	v := startWatcher(t, true, 200*time.Millisecond)
+	id := v.insert(t, "k1")
+	x := v.w.Watch(id)
+	defer x.Stop()
+	await(t, x, job.StatusQueued, 5*time.Second)
+
+	killed := v.pid.Load()
+	var ok bool
+	if err := v.pool.QueryRow(t.Context(), `SELECT pg_terminate_backend($1)`, killed).Scan(&ok); err != nil || !ok {
+		t.Fatalf("pg_terminate_backend(%d) = %v, %v", killed, ok, err)
+	}
+	if err := v.records.SetStatus(t.Context(), id, job.StatusProcessing, 1, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	await(t, x, job.StatusProcessing, 10*time.Second)
+
+	deadline := time.Now().Add(20 * time.Second)
+	for v.pid.Load() == killed || !v.w.Listening() {
+		if time.Now().After(deadline) {
+			t.Fatal("the listener did not connect again within 20s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := v.records.SetStatus(t.Context(), id, job.StatusSucceeded, 1, "inv-1", ""); err != nil {
+		t.Fatal(err)
+	}
+	await(t, x, job.StatusSucceeded, 10*time.Second)
+}
+
+// A scheduled job becomes queued at its time without a write, so without
+// a notification: the watcher reads it again then.
+func TestWatcherReadsAScheduledJobAtItsTime(t *testing.T) {
+	v := startWatcher(t, true, time.Hour)
+	id := v.insert(t, "k1")
+	if _, err := v.pool.Exec(t.Context(), `UPDATE jobs SET status = 'scheduled', not_before = now() + interval '1 second' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	x := v.w.Watch(id)
+	defer x.Stop()
+	r := await(t, x, job.StatusScheduled, 5*time.Second)
+	r = await(t, x, job.StatusQueued, 10*time.Second)
+	if r.NotBefore == nil || time.Until(*r.NotBefore) > 0 {
+		t.Fatalf("queued before its time: not_before %v", r.NotBefore)
+	}
+}
+
+// Without a listener, every watched job is read in one query per poll.
+func TestWatcherPollsEveryJobInOneQuery(t *testing.T) {
+	v := startWatcher(t, false, 100*time.Millisecond)
+	var watches []*job.Watch
+	for i := range 50 {
+		x := v.w.Watch(v.insert(t, fmt.Sprintf("k%d", i)))
+		defer x.Stop()
+		watches = append(watches, x)
+	}
+	for _, x := range watches {
+		await(t, x, job.StatusQueued, 5*time.Second)
+	}
+	start, before := time.Now(), v.w.Reads()
+	time.Sleep(time.Second)
+	polls := float64(time.Since(start)) / float64(100*time.Millisecond)
+	// One read per poll for all 50, never 50 per poll.
+	if reads := v.w.Reads() - before; float64(reads) > polls+2 {
+		t.Fatalf("%d reads in %.0f polls of 50 watched jobs, want at most one per poll", reads, polls)
+	}
+}
