@@ -80,6 +80,8 @@ type Config struct {
 	Proxy Proxy `yaml:"proxy"`
 	// Server configures the public and admin http.Servers.
 	Server Server `yaml:"server"`
+	// JobsAPI configures GET /v1/jobs/{id}.
+	JobsAPI JobsAPI `yaml:"jobs_api"`
 	// Worker configures `idemgate worker` (and the worker inside dev).
 	Worker Worker `yaml:"worker"`
 	// DeclaredJobs are the jobs enqueue routes accept and workers run, as
@@ -379,6 +381,7 @@ func (c *Config) withDefaults() {
 	setDefault(&c.Server.MaxHeaderBytes, 65536)
 	setDefault(&c.Server.ShutdownTimeout, 30*time.Second)
 	setDefault(&c.Server.MaxInFlight, 2048)
+	c.jobsAPIDefaults()
 
 	c.Worker.Config = c.Worker.WithDefaults()
 

@@ -142,6 +142,7 @@ func (c *Config) validate(o *options) error {
 			c.Server.DrainDelay, c.Server.ShutdownTimeout)
 	}
 
+	c.validateJobsAPI(bad)
 	c.validateWorker(bad)
 	c.validateJobs(bad, o)
 	c.validateRoutes(bad)

@@ -206,6 +206,21 @@ func TestValidate(t *testing.T) {
 			want: []string{"x.yaml:4: server.drain_delay: 30s must be shorter than server.shutdown_timeout (30s), which bounds the whole shutdown: the drain delay and then the requests still in flight"},
 		},
 		{
+			name: "the longest wait for a job is shorter than the write timeout",
+			yaml: minimal + "server: {write_timeout: 20s}\njobs_api: {max_wait: 20s}\n" + route,
+			want: []string{"x.yaml:5: jobs_api.max_wait: 20s must be shorter than server.write_timeout (20s), which would cut a waiting GET /v1/jobs/{id} before it answers"},
+		},
+		{
+			name: "the default longest wait for a job against a short write timeout",
+			yaml: minimal + "server: {write_timeout: 10s}\n" + route,
+			want: []string{"x.yaml: jobs_api.max_wait: 30s must be shorter than server.write_timeout (10s), which would cut a waiting GET /v1/jobs/{id} before it answers"},
+		},
+		{
+			name: "a negative longest wait for a job",
+			yaml: minimal + "jobs_api: {max_wait: -1s}\n" + route,
+			want: []string{"x.yaml:4: jobs_api.max_wait: must be positive, not -1s"},
+		},
+		{
 			name: "a negative drain delay",
 			yaml: minimal + "server: {drain_delay: -1s, shutdown_timeout: 10s}\n" + route,
 			want: []string{"x.yaml:4: server.drain_delay: must be 0s or more, not -1s"},

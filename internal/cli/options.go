@@ -242,6 +242,7 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 		Logger:           logger,
 		ReplayCache:      replayCache(cfg.ReplayCache),
 		MaxInFlight:      maxInFlight(cfg.Server.MaxInFlight, openFileLimit(), logger),
+		MaxWait:          cfg.JobsAPI.MaxWait,
 	}
 	shared := gateway.NewTransport(transportConfig(cfg.Proxy))
 	opts.Transport = telemetry.HTTPTransport(shared)

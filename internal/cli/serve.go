@@ -138,6 +138,11 @@ func buildGateway(ctx context.Context, ext extension.Set, cfg *config.Config, lo
 		return nil, err
 	}
 	opts.Pprof = pprof
+	if w, err := startJobWatcher(cfg, deps, logger, cl); err != nil {
+		return nil, err
+	} else if w != nil {
+		opts.JobWatcher = w
+	}
 	// The admin API's explain endpoints read what this gateway reads: its
 	// own store (a memory store's records live only here), and the job
 	// tables when it has PostgreSQL open.
