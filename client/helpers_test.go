@@ -69,6 +69,8 @@ type gateway struct {
 	mu      sync.Mutex
 	got     []seen
 	replies []reply
+	// clk, when set, is moved on by each reply's held.
+	clk *clock
 }
 
 // reply is one scripted answer; hangUp closes the connection instead.
@@ -77,6 +79,9 @@ type reply struct {
 	header map[string]string
 	body   string
 	hangUp bool
+	// held is how long the gateway holds the request before answering
+	// (a GET with ?wait=), on gateway.clk.
+	held time.Duration
 }
 
 func problemReply(status int, slug, detail string, header map[string]string) reply {
@@ -108,7 +113,13 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
 	g.got = append(g.got, seen{method: r.Method, path: r.URL.RequestURI(), key: r.Header.Get("Idempotency-Key"), header: r.Header.Clone(), body: body})
 	rp := g.replies[min(len(g.got), len(g.replies))-1]
+	clk := g.clk
 	g.mu.Unlock()
+	if clk != nil && rp.held > 0 {
+		clk.mu.Lock()
+		clk.t = clk.t.Add(rp.held)
+		clk.mu.Unlock()
+	}
 	if rp.hangUp {
 		conn, _, err := http.NewResponseController(w).Hijack()
 		if err == nil {

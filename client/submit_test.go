@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -72,11 +73,12 @@ func TestWaitJob(t *testing.T) {
 			t.Fatalf("WaitJob: %+v, %v", j, err)
 		}
 		for _, r := range g.requests() {
-			if r.method != "GET" || r.path != "/v1/jobs/job_1" || r.key != "" {
+			if r.method != "GET" || r.path != "/v1/jobs/job_1?wait=30" || r.key != "" || r.header.Get("If-None-Match") != "" {
 				t.Errorf("poll %s %s key %q", r.method, r.path, r.key)
 			}
 		}
-		// Three polls saw an unfinished job; the 502 was retried within a poll.
+		// A gateway that ignores wait (no ETag, answered at once): three
+		// polls saw an unfinished job; the 502 was retried within a poll.
 		w := clk.recorded()
 		if len(w) != 4 || w[0] != DefaultMinBackoff || w[2] != 2*DefaultMinBackoff || w[3] != 4*DefaultMinBackoff {
 			t.Errorf("waits %v, want poll gaps doubling from MinBackoff and one retry backoff", w)
@@ -113,6 +115,74 @@ func TestWaitJob(t *testing.T) {
 		j, err := testClient(g, clk).WaitJob(ctx, "job_1")
 		if !errors.Is(err, context.Canceled) || j.Status != openapi.JobStatusProcessing || len(g.requests()) != 3 {
 			t.Fatalf("WaitJob: %+v, %v after %d polls; want the last document and context.Canceled after 3", j, err, len(g.requests()))
+		}
+	})
+}
+
+// etagged is reply with an ETag.
+func etagged(r reply, etag string) reply {
+	h := map[string]string{"ETag": etag}
+	for k, v := range r.header {
+		h[k] = v
+	}
+	r.header = h
+	return r
+}
+
+func TestWaitJobWaitsOnTheGateway(t *testing.T) {
+	t.Parallel()
+	t.Run("a gateway that holds", func(t *testing.T) {
+		t.Parallel()
+		processing := etagged(jobReply(200, "processing", ""), `"e1"`)
+		processing.held = 30 * time.Second // the first GET: until the end of its wait
+		unchanged := reply{status: 304, header: map[string]string{"ETag": `"e1"`}, held: 30 * time.Second}
+		done := etagged(jobReply(200, "succeeded", "r-1"), `"e2"`)
+		done.held = 2 * time.Second
+		g := newGateway(t, processing, unchanged, done)
+		clk := newClock()
+		g.clk = clk
+		j, err := testClient(g, clk).WaitJob(t.Context(), "job_1")
+		if err != nil || j.Status != openapi.JobStatusSucceeded {
+			t.Fatalf("WaitJob: %+v, %v", j, err)
+		}
+		reqs := g.requests()
+		if len(reqs) != 3 {
+			t.Fatalf("%d GETs, want 3", len(reqs))
+		}
+		for i, want := range []string{"", `"e1"`, `"e1"`} {
+			if reqs[i].path != "/v1/jobs/job_1?wait=30" || reqs[i].header.Get("If-None-Match") != want {
+				t.Errorf("GET %d: %s If-None-Match %q, want ?wait=30 and %q", i+1, reqs[i].path, reqs[i].header.Get("If-None-Match"), want)
+			}
+		}
+		if w := clk.recorded(); len(w) != 0 {
+			t.Errorf("WaitJob slept %v between held GETs, want no sleep", w)
+		}
+	})
+	t.Run("a gateway that answers at once polls with backoff", func(t *testing.T) {
+		t.Parallel()
+		g := newGateway(t, etagged(jobReply(200, "processing", ""), `"e1"`),
+			reply{status: 304, header: map[string]string{"ETag": `"e1"`}},
+			reply{status: 304, header: map[string]string{"ETag": `"e1"`}},
+			etagged(jobReply(200, "succeeded", "r-1"), `"e2"`))
+		clk := newClock()
+		j, err := testClient(g, clk).WaitJob(t.Context(), "job_1")
+		if err != nil || j.Status != openapi.JobStatusSucceeded {
+			t.Fatalf("WaitJob: %+v, %v", j, err)
+		}
+		w := clk.recorded()
+		if len(w) != 3 || w[0] != DefaultMinBackoff || w[1] != 2*DefaultMinBackoff || w[2] != 4*DefaultMinBackoff {
+			t.Errorf("waits %v, want gaps doubling from MinBackoff, never back to back", w)
+		}
+	})
+	t.Run("the http.Client's timeout shortens the wait", func(t *testing.T) {
+		t.Parallel()
+		g := newGateway(t, jobReply(200, "succeeded", "r-1"))
+		c := testClient(g, newClock(), WithHTTPClient(&http.Client{Transport: g.srv.Client().Transport, Timeout: 12 * time.Second}))
+		if _, err := c.WaitJob(t.Context(), "job_1"); err != nil {
+			t.Fatal(err)
+		}
+		if p := g.requests()[0].path; p != "/v1/jobs/job_1?wait=7" {
+			t.Errorf("GET %s, want ?wait=7 (12s timeout less 5s)", p)
 		}
 	})
 }
