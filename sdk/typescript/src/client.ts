@@ -167,21 +167,57 @@ export class Idemgate {
   }
 
   /**
-   * Polls the job, with a growing pause, until it has `succeeded` or
-   * `failed`, and resolves to it either way. Rejects with an
-   * IdemgateTimeoutError after `timeoutMs` (default 60000).
+   * Waits until the job has ended (`succeeded`, `failed` or `cancelled`)
+   * and resolves to it either way. Each call is a `GET /v1/jobs/{id}?wait=`
+   * that the gateway holds until the job is final or its document changes
+   * (`If-None-Match` with the last `ETag`), at most `waitSeconds` (the
+   * gateway caps it at its `jobs_api.max_wait`; `timeoutMs` and
+   * `attemptTimeoutMs` lower it). A gateway that does not hold (an older
+   * one, or one without a database listener) answers at once with the
+   * document unchanged: waitJob then polls with a growing pause, never
+   * back to back. Rejects with an IdemgateTimeoutError after `timeoutMs`
+   * (default 60000).
    */
   async waitJob(id: string, options: WaitJobOptions = {}): Promise<Job> {
-    const { signal, timeoutMs = 60_000, minIntervalMs = 100, maxIntervalMs = 2_000 } = options;
+    const { signal, timeoutMs = 60_000, minIntervalMs = 100, maxIntervalMs = 2_000, waitSeconds = 30 } = options;
+    const path = `/v1/jobs/${encodeURIComponent(id)}`;
     const started = this.now();
-    for (let poll = 1; ; poll++) {
-      const job = await this.getJob(id, signal ? { signal } : {});
-      if (job.status === "succeeded" || job.status === "failed") return job;
+    let last: Job | undefined;
+    let etag: string | undefined;
+    let polls = 0; // answers in a row the gateway gave at once, unchanged
+    for (;;) {
+      let secs = Math.min(waitSeconds, Math.floor((timeoutMs - (this.now() - started)) / 1000));
+      // The answer must come before the attempt is given up.
+      if (this.attemptTimeoutMs !== undefined) secs = Math.min(secs, Math.floor((this.attemptTimeoutMs - 5_000) / 1000));
+      const query = secs > 0 ? `?wait=${secs}` : "";
+      const request: RequestOptions = {};
+      if (signal) request.signal = signal;
+      if (etag !== undefined) request.headers = { "If-None-Match": etag };
+      const sent = this.now();
+      const res = await this.request<Job | undefined>("GET", path + query, undefined, request);
+      let unchanged: boolean;
+      if (res.status === 304 && last !== undefined && etag !== undefined) {
+        unchanged = true;
+      } else if (res.status === 200 && typeof res.body === "object" && res.body !== null) {
+        // Without If-None-Match a gateway that holds answers a job that
+        // has not ended only at the end of the wait.
+        unchanged = etag === undefined || (last !== undefined && sameJob(res.body, last));
+        last = res.body;
+        etag = res.headers.get("ETag") ?? undefined;
+      } else {
+        throw new IdemgateError(`GET ${path}: expected 200 and a job document, got ${res.status}`, { attempts: res.attempts });
+      }
+      if (finalStatuses.has(last.status)) return last;
       const left = timeoutMs - (this.now() - started);
       if (left <= 0) {
-        throw new IdemgateTimeoutError(`job ${id} is still ${job.status} after ${timeoutMs} ms`, job);
+        throw new IdemgateTimeoutError(`job ${id} is still ${last.status} after ${timeoutMs} ms`, last);
       }
-      const ceiling = Math.min(maxIntervalMs, minIntervalMs * 2 ** Math.min(poll - 1, 52));
+      if (!unchanged || this.now() - sent >= heldAtLeastMs) {
+        polls = 0; // the gateway held the GET, or the job moved
+        continue;
+      }
+      polls++;
+      const ceiling = Math.min(maxIntervalMs, minIntervalMs * 2 ** Math.min(polls - 1, 52));
       const pause = Math.floor(ceiling / 2 + (this.random() * ceiling) / 2);
       await this.sleepFn(Math.min(pause, left), signal);
       signal?.throwIfAborted();
@@ -193,6 +229,17 @@ export class Idemgate {
     return this.baseUrl + (path.startsWith("/") ? path : `/${path}`);
   }
 
+}
+
+/** The statuses of a job that has ended. */
+const finalStatuses = new Set<Job["status"]>(["succeeded", "failed", "cancelled"]);
+
+/** An unchanged answer sooner than this was not held by the gateway. */
+const heldAtLeastMs = 500;
+
+/** Compares two documents of a job without their ETags (a gateway that sends none). */
+function sameJob(a: Job, b: Job): boolean {
+  return a.status === b.status && a.attempts === b.attempts && a.updated_at === b.updated_at;
 }
 
 function retryable(p: IdemgateProblem): boolean {

@@ -108,4 +108,9 @@ export interface WaitJobOptions {
   minIntervalMs?: number;
   /** The longest pause between two polls (default 2000). */
   maxIntervalMs?: number;
+  /**
+   * The longest the gateway is asked to hold one GET (`?wait=`, whole
+   * seconds; default 30; 0 polls). The gateway caps it at its `jobs_api.max_wait`.
+   */
+  waitSeconds?: number;
 }

@@ -494,7 +494,7 @@ describe("jobs", () => {
         const done = await c.waitJob(job.id, { minIntervalMs: 100, maxIntervalMs: 500 });
         assert.equal(done.status, "succeeded");
         assert.equal(done.result_ref, "r-1");
-        assert.equal(s.seen[1]!.url, `/v1/jobs/${job.id}`);
+        assert.equal(s.seen[1]!.url, `/v1/jobs/${job.id}?wait=30`);
         assert.equal(s.seen[1]!.headers["idempotency-key"], undefined);
         assert.deepEqual(time.sleeps, [100, 200, 400, 500]);
       },
@@ -503,7 +503,7 @@ describe("jobs", () => {
 
   test("waitJob resolves to a failed job, and gives up after timeoutMs", async () => {
     await withServer(
-      (req, res) => json(res, 200, doc(req.url?.endsWith("/bad") ? "failed" : "processing")),
+      (req, res) => json(res, 200, doc(new URL(req.url ?? "/", "http://x").pathname.endsWith("/bad") ? "failed" : "processing")),
       async (s) => {
         const time = fakeTime();
         const c = client(s.url, time);
@@ -512,6 +512,63 @@ describe("jobs", () => {
         assert.ok(err instanceof IdemgateTimeoutError);
         assert.equal(err.job?.status, "processing");
         assert.ok(time.sleeps.reduce((a, b) => a + b, 0) <= 1000);
+      },
+    );
+  });
+
+  test("waitJob holds each GET on the gateway with If-None-Match, and does not sleep between them", async () => {
+    let clock = 1_000_000; // moved on by the gateway's holds
+    const held = (ms: number): void => {
+      clock += ms;
+    };
+    await withServer(
+      (_req, res, _body, n) => {
+        if (n === 1) {
+          held(30_000);
+          json(res, 200, doc("processing"), { ETag: '"e1"' });
+        } else if (n === 2) {
+          held(30_000);
+          res.writeHead(304, { ETag: '"e1"' });
+          res.end();
+        } else {
+          held(1_500);
+          json(res, 200, doc("succeeded", "r-1"), { ETag: '"e2"' });
+        }
+      },
+      async (s) => {
+        const time = fakeTime();
+        const c = client(s.url, time, { now: () => clock });
+        const done = await c.waitJob("job_1", { timeoutMs: 600_000 });
+        assert.equal(done.status, "succeeded");
+        assert.equal(s.seen.length, 3);
+        assert.deepEqual(
+          s.seen.map((r) => [r.url, r.headers["if-none-match"]]),
+          [
+            ["/v1/jobs/job_1?wait=30", undefined],
+            ["/v1/jobs/job_1?wait=30", '"e1"'],
+            ["/v1/jobs/job_1?wait=30", '"e1"'],
+          ],
+        );
+        assert.deepEqual(time.sleeps, []);
+      },
+    );
+  });
+
+  test("waitJob against a gateway that answers at once unchanged polls with a growing pause", async () => {
+    await withServer(
+      (_req, res, _body, n) => {
+        if (n === 1) json(res, 200, doc("processing"), { ETag: '"e1"' });
+        else if (n < 4) {
+          res.writeHead(304, { ETag: '"e1"' });
+          res.end();
+        } else json(res, 200, doc("cancelled"), { ETag: '"e2"' });
+      },
+      async (s) => {
+        const time = fakeTime();
+        const c = client(s.url, time, { random: () => 1 });
+        const done = await c.waitJob("job_1", { minIntervalMs: 100, maxIntervalMs: 500 });
+        assert.equal(done.status, "cancelled");
+        assert.deepEqual(time.sleeps, [100, 200, 400]);
       },
     );
   });
