@@ -534,6 +534,12 @@ type StoryRecord struct {
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
 
+// JobIfNoneMatch defines model for JobIfNoneMatch.
+type JobIfNoneMatch = string
+
+// JobWait defines model for JobWait.
+type JobWait = int
+
 // Key defines model for Key.
 type Key = string
 
@@ -635,6 +641,17 @@ type UpstreamUnavailable = Problem
 
 // GetJobParams defines parameters for GetJob.
 type GetJobParams struct {
+	// Wait Hold the answer until the job is final (or, with `If-None-Match`,
+	// until its document changes), at most this many seconds; larger
+	// values are lowered to `jobs_api.max_wait` (default 30). 0 answers at
+	// once. Anything but a whole number of seconds is 400 `bad-request`.
+	Wait *JobWait `form:"wait,omitempty" json:"wait,omitempty"`
+
+	// IfNoneMatch The `ETag` of the job document the client has (or `*`): the answer
+	// is 304 Not Modified while the document is still that one, and with
+	// `wait` the gateway holds until it is not.
+	IfNoneMatch *JobIfNoneMatch `json:"If-None-Match,omitempty"`
+
 	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
 	// in problem documents (`request_id`, and as a UUID in `instance`) and
 	// in the logs. One of 1 to 128 letters, digits and `-_.:`; anything

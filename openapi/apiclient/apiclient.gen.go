@@ -181,11 +181,20 @@ type ClientInterface interface {
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetJob Show a job.
+	// GetJob Show a job, or wait for its outcome.
 	//
 	// Returns the job document that the enqueue route answered with, as it
 	// stands now. A job is visible only to the tenant that created it;
 	// for any other tenant it does not exist (404).
+	//
+	// With `wait=N` the gateway holds the request until the job is final
+	// (`succeeded`, `failed`, `cancelled`) or N seconds have passed, then
+	// answers 200 with the document as it stands; N beyond
+	// `jobs_api.max_wait` (30s) is lowered to it. With `If-None-Match`
+	// (the `ETag` of a document the client has) it answers as soon as the
+	// document differs from it, 200 with the new one, and 304 Not
+	// Modified when the wait ends unchanged (without `wait`: at once).
+	// A gateway that is shutting down answers its waits at once.
 	//
 	// Corresponds with GET /v1/jobs/{id} (the `GetJob` operationId).
 	GetJob(ctx context.Context, id JobID, params *GetJobParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -381,11 +390,20 @@ func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn
 	return c.Client.Do(req)
 }
 
-// GetJob Show a job.
+// GetJob Show a job, or wait for its outcome.
 //
 // Returns the job document that the enqueue route answered with, as it
 // stands now. A job is visible only to the tenant that created it;
 // for any other tenant it does not exist (404).
+//
+// With `wait=N` the gateway holds the request until the job is final
+// (`succeeded`, `failed`, `cancelled`) or N seconds have passed, then
+// answers 200 with the document as it stands; N beyond
+// `jobs_api.max_wait` (30s) is lowered to it. With `If-None-Match`
+// (the `ETag` of a document the client has) it answers as soon as the
+// document differs from it, 200 with the new one, and 304 Not
+// Modified when the wait ends unchanged (without `wait`: at once).
+// A gateway that is shutting down answers its waits at once.
 //
 // Corresponds with GET /v1/jobs/{id} (the `GetJob` operationId).
 func (c *Client) GetJob(ctx context.Context, id JobID, params *GetJobParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -787,6 +805,33 @@ func NewGetJobRequest(server string, id JobID, params *GetJobParams) (*http.Requ
 		return nil, err
 	}
 
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Wait != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "wait", *params.Wait, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
@@ -794,15 +839,26 @@ func NewGetJobRequest(server string, id JobID, params *GetJobParams) (*http.Requ
 
 	if params != nil {
 
-		if params.XRequestId != nil {
+		if params.IfNoneMatch != nil {
 			var headerParam0 string
 
-			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-None-Match", *params.IfNoneMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
 			if err != nil {
 				return nil, err
 			}
 
-			req.Header.Set("X-Request-Id", headerParam0)
+			req.Header.Set("If-None-Match", headerParam0)
+		}
+
+		if params.XRequestId != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam1)
 		}
 
 	}
@@ -964,11 +1020,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadinessWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadinessResponse, error)
 
-	// GetJobWithResponse Show a job.
+	// GetJobWithResponse Show a job, or wait for its outcome.
 	//
 	// Returns the job document that the enqueue route answered with, as it
 	// stands now. A job is visible only to the tenant that created it;
 	// for any other tenant it does not exist (404).
+	//
+	// With `wait=N` the gateway holds the request until the job is final
+	// (`succeeded`, `failed`, `cancelled`) or N seconds have passed, then
+	// answers 200 with the document as it stands; N beyond
+	// `jobs_api.max_wait` (30s) is lowered to it. With `If-None-Match`
+	// (the `ETag` of a document the client has) it answers as soon as the
+	// document differs from it, 200 with the new one, and 304 Not
+	// Modified when the wait ends unchanged (without `wait`: at once).
+	// A gateway that is shutting down answers its waits at once.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1794,7 +1859,26 @@ func (r GetReadinessResponse) ContentType() string {
 // GetJobResponse200Headers the declared response headers of an HTTP 200 response for GetJob
 type GetJobResponse200Headers struct {
 	CacheControl *string
+	ETag         string
 	XRequestId   string
+}
+
+// GetJobResponse304Headers the declared response headers of an HTTP 304 response for GetJob
+type GetJobResponse304Headers struct {
+	CacheControl *string
+	ETag         string
+	XRequestId   string
+}
+
+// GetJobResponse400Headers the declared response headers of an HTTP 400 response for GetJob
+type GetJobResponse400Headers struct {
+	IdempotentReplayed  *string
+	Link                *string
+	RateLimitLimit      *int
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XIdempotentReplayed *string
+	XRequestId          string
 }
 
 // GetJobResponse401Headers the declared response headers of an HTTP 401 response for GetJob
@@ -1827,6 +1911,8 @@ type GetJobResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Job
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthorized
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
@@ -1837,6 +1923,10 @@ type GetJobResponse struct {
 	ApplicationproblemJSON503 *ServiceUnavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetJobResponse200Headers
+	// Headers304 the parsed response headers for an HTTP 304 response
+	Headers304 *GetJobResponse304Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetJobResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetJobResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
@@ -1850,6 +1940,11 @@ type GetJobResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetJobResponse) GetJSON200() *Job {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetJobResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -2071,11 +2166,20 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, reqE
 	return ParseGetReadinessResponse(rsp)
 }
 
-// GetJobWithResponse Show a job.
+// GetJobWithResponse Show a job, or wait for its outcome.
 //
 // Returns the job document that the enqueue route answered with, as it
 // stands now. A job is visible only to the tenant that created it;
 // for any other tenant it does not exist (404).
+//
+// With `wait=N` the gateway holds the request until the job is final
+// (`succeeded`, `failed`, `cancelled`) or N seconds have passed, then
+// answers 200 with the document as it stands; N beyond
+// `jobs_api.max_wait` (30s) is lowered to it. With `If-None-Match`
+// (the `ETag` of a document the client has) it answers as soon as the
+// document differs from it, 200 with the new one, and 304 Not
+// Modified when the wait ends unchanged (without `wait`: at once).
+// A gateway that is shutting down answers its waits at once.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3068,6 +3172,16 @@ func ParseGetJobResponse(rsp *http.Response) (*GetJobResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case rsp.StatusCode == 304:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3108,6 +3222,13 @@ func ParseGetJobResponse(rsp *http.Response) (*GetJobResponse, error) {
 			}
 			headers.CacheControl = &value
 		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -3116,6 +3237,82 @@ func ParseGetJobResponse(rsp *http.Response) (*GetJobResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 304:
+		var headers GetJobResponse304Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers304 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetJobResponse400Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Link"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Link", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Link = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XIdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetJobResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {

@@ -83,10 +83,19 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Show a job.
+         * Show a job, or wait for its outcome.
          * @description Returns the job document that the enqueue route answered with, as it
          *     stands now. A job is visible only to the tenant that created it;
          *     for any other tenant it does not exist (404).
+         *
+         *     With `wait=N` the gateway holds the request until the job is final
+         *     (`succeeded`, `failed`, `cancelled`) or N seconds have passed, then
+         *     answers 200 with the document as it stands; N beyond
+         *     `jobs_api.max_wait` (30s) is lowered to it. With `If-None-Match`
+         *     (the `ETag` of a document the client has) it answers as soon as the
+         *     document differs from it, 200 with the new one, and 304 Not
+         *     Modified when the wait ends unchanged (without `wait`: at once).
+         *     A gateway that is shutting down answers its waits at once.
          */
         get: operations["getJob"];
         put?: never;
@@ -624,6 +633,7 @@ export interface components {
         JobAccepted: {
             headers: {
                 Location: components["headers"]["JobLocation"];
+                ETag: components["headers"]["JobETag"];
                 "X-Request-Id": components["headers"]["XRequestId"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                 "X-Idempotent-Replayed": components["headers"]["XIdempotentReplayed"];
@@ -913,6 +923,21 @@ export interface components {
         /** @description The job id, from the `Location` of the enqueue route's answer. */
         JobID: components["schemas"]["JobID"];
         /**
+         * @description Hold the answer until the job is final (or, with `If-None-Match`,
+         *     until its document changes), at most this many seconds; larger
+         *     values are lowered to `jobs_api.max_wait` (default 30). 0 answers at
+         *     once. Anything but a whole number of seconds is 400 `bad-request`.
+         * @example 10
+         */
+        JobWait: number;
+        /**
+         * @description The `ETag` of the job document the client has (or `*`): the answer
+         *     is 304 Not Modified while the document is still that one, and with
+         *     `wait` the gateway holds until it is not.
+         * @example "3f1c9a0e6b2d4f8a9c1e7b5d3a2f6e4c"
+         */
+        JobIfNoneMatch: string;
+        /**
          * @description The tenant (`tenants[].name`; `anonymous` with `auth.mode: none`).
          * @example acme
          */
@@ -931,6 +956,13 @@ export interface components {
     };
     requestBodies: never;
     headers: {
+        /**
+         * @description A strong entity tag of the job document, derived from its content:
+         *     every gateway gives the same document the same tag. Send it back in
+         *     `If-None-Match` to wait for the next change.
+         * @example "3f1c9a0e6b2d4f8a9c1e7b5d3a2f6e4c"
+         */
+        JobETag: string;
         /**
          * @description The request's id (the client's `X-Request-Id` when it sent a valid one, else a new UUIDv7).
          * @example 01a2384e-26cb-7f2a-9944-c9c3269e0d37
@@ -1104,8 +1136,24 @@ export interface operations {
     };
     getJob: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description Hold the answer until the job is final (or, with `If-None-Match`,
+                 *     until its document changes), at most this many seconds; larger
+                 *     values are lowered to `jobs_api.max_wait` (default 30). 0 answers at
+                 *     once. Anything but a whole number of seconds is 400 `bad-request`.
+                 * @example 10
+                 */
+                wait?: components["parameters"]["JobWait"];
+            };
             header?: {
+                /**
+                 * @description The `ETag` of the job document the client has (or `*`): the answer
+                 *     is 304 Not Modified while the document is still that one, and with
+                 *     `wait` the gateway holds until it is not.
+                 * @example "3f1c9a0e6b2d4f8a9c1e7b5d3a2f6e4c"
+                 */
+                "If-None-Match"?: components["parameters"]["JobIfNoneMatch"];
                 /**
                  * @description An id for this request, echoed in the `X-Request-Id` response header,
                  *     in problem documents (`request_id`, and as a UUID in `instance`) and
@@ -1126,6 +1174,7 @@ export interface operations {
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
+                    ETag: components["headers"]["JobETag"];
                     /** @description Always `no-store`; a job's status changes. */
                     "Cache-Control"?: "no-store";
                     [name: string]: unknown;
@@ -1134,6 +1183,21 @@ export interface operations {
                     "application/json": components["schemas"]["Job"];
                 };
             };
+            /**
+             * @description The document is still the one `If-None-Match` names: the wait
+             *     ended without a change, or there was no wait. No body.
+             */
+            304: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    ETag: components["headers"]["JobETag"];
+                    /** @description Always `no-store`. */
+                    "Cache-Control"?: "no-store";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
