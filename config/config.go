@@ -43,8 +43,9 @@ type Config struct {
 	// replaces it.
 	DatabaseURL string `yaml:"database_url"`
 	// DatabaseDirectURL is a direct connection to the same database, for
-	// what needs a session of its own: the listener that wakes duplicates
-	// waiting for a request in flight (LISTEN) and `idemgate migrate`.
+	// what needs a session of its own: the listeners that wake duplicates
+	// waiting for a request in flight and the waits on jobs (LISTEN), and
+	// `idemgate migrate`.
 	// Set it when database_url goes through a transaction pooler
 	// (PgBouncer with pool_mode = transaction). Default database_url.
 	// Env DATABASE_DIRECT_URL, when set, replaces it.
