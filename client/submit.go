@@ -61,8 +61,8 @@ func (c *Client) WaitJob(ctx context.Context, id string) (Job, error) {
 		query = "?wait=" + strconv.Itoa(secs)
 	}
 	var (
-		last Job
-		etag string
+		last  Job
+		etag  string
 		polls = 0 // answers in a row the gateway gave at once, unchanged
 	)
 	for {
