@@ -3,6 +3,7 @@ package job_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/topology"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -248,5 +250,61 @@ func TestWatcherPollsEveryJobInOneQuery(t *testing.T) {
 	// One read per poll for all 50, never 50 per poll.
 	if reads := v.w.Reads() - before; float64(reads) > polls+2 {
 		t.Fatalf("%d reads in %.0f polls of 50 watched jobs, want at most one per poll", reads, polls)
+	}
+}
+
+// Through a transaction pooler the listener's LISTEN stays on a server
+// connection it no longer holds: the watcher finds that notifications do
+// not reach it, stops listening for good, and finds changes by polling.
+func TestWatcherThroughATransactionPoolerPolls(t *testing.T) {
+	direct := testenv.Database(t)
+	bouncer := topology.StartPgBouncer(t)
+	u, err := url.Parse(bouncer.URL(direct))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("default_query_exec_mode", "exec") // as a pooled database_url must
+	u.RawQuery = q.Encode()
+	pooled := u.String()
+	pool := testenv.PoolAt(t, pooled)
+	v := &watchEnv{pool: pool, records: job.NewRecords(pool)}
+	var connects atomic.Int32
+	v.w = job.NewWatcher(pool, job.WatcherOptions{Poll: 200 * time.Millisecond, Logger: testenv.Logger(),
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			connects.Add(1)
+			cc, err := pgx.ParseConfig(pooled)
+			if err != nil {
+				return nil, err
+			}
+			return pgx.ConnectConfig(ctx, cc)
+		}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = v.w.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	id := v.insert(t, "k1")
+	x := v.w.Watch(id)
+	defer x.Stop()
+	await(t, x, job.StatusQueued, 10*time.Second)
+	if err := v.records.SetStatus(t.Context(), id, job.StatusSucceeded, 1, "inv-1", ""); err != nil {
+		t.Fatal(err)
+	}
+	await(t, x, job.StatusSucceeded, 10*time.Second)
+	// The probe takes a few seconds to give up; then the listener is not
+	// tried again.
+	deadline := time.Now().Add(20 * time.Second)
+	for connects.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(6 * time.Second) // past the probe's 5s: a window for a wrong retry to show
+	if v.w.Listening() || connects.Load() != 1 {
+		t.Fatalf("through a transaction pooler: listening %v after %d connections, want polling after one", v.w.Listening(), connects.Load())
 	}
 }
