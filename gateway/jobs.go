@@ -138,11 +138,13 @@ func (g *Gateway) handleJobGet() http.Handler {
 			g.problems.Write(w, r, err)
 			return
 		}
+		watch := g.watchJob(id, jw)
+		defer watch.Stop()
 		rec, err := g.opts.Jobs.Get(r.Context(), auth.Tenant(r.Context()), id)
 		if err != nil {
 			g.jobError(w, r, err)
 			return
 		}
-		g.writeJob(w, g.awaitJob(r, rec, jw), jw)
+		g.writeJob(w, g.awaitJob(r, rec, jw, watch), jw)
 	}))
 }

@@ -115,25 +115,37 @@ func jobETag(doc openapi.Job) string {
 	return `"` + hex.EncodeToString(sum[:16]) + `"`
 }
 
+// watchJob starts watching job id when the request waits, before the
+// handler reads the job, so that no change between that read and the wait
+// goes unseen. Nil (whose Stop does nothing) when there is nothing to
+// watch with or for.
+func (g *Gateway) watchJob(id string, jw jobWait) *job.Watch {
+	if jw.d <= 0 || g.opts.JobWatcher == nil || g.Draining() {
+		return nil
+	}
+	return g.opts.JobWatcher.Watch(id)
+}
+
 // awaitJob holds a GET /v1/jobs/{id} until jw is done with the job, its
 // wait ends, the client goes away or the gateway starts draining, and
 // returns the document to answer with: the job as last read. rec is the
-// job as the handler read it, for the caller's tenant; later reads are by
-// id, which names one tenant's job.
-func (g *Gateway) awaitJob(r *http.Request, rec job.Record, jw jobWait) openapi.Job {
+// job as the handler read it, for the caller's tenant, after watch began;
+// the watch's reads are by id, which names one tenant's job.
+func (g *Gateway) awaitJob(r *http.Request, rec job.Record, jw jobWait, watch *job.Watch) openapi.Job {
 	doc := jobDocument(rec)
-	if jw.d <= 0 || jw.done(doc) || g.opts.JobWatcher == nil || g.Draining() {
+	if watch == nil || jw.done(doc) {
 		return doc
 	}
-	watch := g.opts.JobWatcher.Watch(rec.ID)
-	defer watch.Stop()
+	watch.Seen(rec)
 	timer := time.NewTimer(jw.d)
 	defer timer.Stop()
 	for {
 		select {
 		case <-watch.Changed():
-			if latest, ok := watch.Latest(); ok {
-				doc = jobDocument(latest)
+			// A read that began before the handler's may come after it:
+			// never go back to an older document.
+			if latest, ok := watch.Latest(); ok && !latest.UpdatedAt.Before(rec.UpdatedAt) {
+				rec, doc = latest, jobDocument(latest)
 				if jw.done(doc) {
 					return doc
 				}

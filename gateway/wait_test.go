@@ -54,6 +54,7 @@ type waitEnv struct {
 	records *job.Records // on a pool the counter does not see
 	pool    *pgxpool.Pool
 	queries *countingTracer // the gateway's and the watcher's queries
+	gets    atomic.Int64    // the gateway's reads done
 	watcher signalledWatcher
 }
 
@@ -100,7 +101,10 @@ func startWait(t *testing.T, listen bool, maxWait time.Duration) *waitEnv {
 	v.watcher = signalledWatcher{Watcher: w, watching: make(chan string, 2000)}
 
 	rs := job.NewRecords(counted)
-	opts := testOptions(fakeJobs{get: rs.Get})
+	opts := testOptions(fakeJobs{get: func(ctx context.Context, tenant, id string) (job.Record, error) {
+		defer v.gets.Add(1)
+		return rs.Get(ctx, tenant, id)
+	}})
 	opts.JobWatcher = v.watcher
 	opts.MaxWait = maxWait
 	v.g = newTestGateway(t, opts)
@@ -327,9 +331,19 @@ func TestThousandWaitersCostOneReadPerChange(t *testing.T) {
 	for range n {
 		v.awaitWatching(t)
 	}
+	deadline := time.Now().Add(30 * time.Second)
+	for v.gets.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d GETs read the job within 30s", v.gets.Load(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	// Each GET read the job once before it waited; from here on, only the
 	// watcher reads.
 	before := v.queries.n.Load()
+	if before != n {
+		t.Errorf("%d queries for %d GETs before the change, want one each", before, n)
+	}
 	v.set(t, id, job.StatusSucceeded)
 	for range n {
 		a := receive(t, answers, 30*time.Second)
@@ -339,10 +353,9 @@ func TestThousandWaitersCostOneReadPerChange(t *testing.T) {
 	}
 	reads := v.queries.n.Load() - before
 	t.Logf("%d waiters on one job, one change: %d queries", n, reads)
-	// The change's read, and at most a few reads still due from the last
-	// waits that started: never one per waiter.
-	if reads > 5 {
-		t.Fatalf("%d waiters cost %d queries for one change, want at most 5", n, reads)
+	// The change's one read for all of them, never one per waiter.
+	if reads != 1 {
+		t.Fatalf("%d waiters cost %d queries for one change, want 1", n, reads)
 	}
 }
 

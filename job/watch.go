@@ -133,8 +133,12 @@ func (x *Watch) Latest() (Record, bool) {
 	return x.latest, x.seen
 }
 
-// Stop ends the watch. It may be called more than once.
+// Stop ends the watch. It may be called more than once, and on a nil
+// Watch.
 func (x *Watch) Stop() {
+	if x == nil {
+		return
+	}
 	w := x.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -159,11 +163,13 @@ func (x *Watch) offer(r Record) {
 	}
 }
 
-// Watch starts watching job id. The job is read once more soon after
-// (with every other watch started meanwhile, in one query), so that a
-// change committed between the caller's own read and this call is not
-// missed; then again after each change. The caller compares what Latest
-// returns with what it has, and calls Stop when done.
+// Watch starts watching job id: the job is read after each change, for
+// all its watches at once, and Changed signals each read. Start watching
+// before reading the job yourself, then hand that read to Seen: a change
+// committed after the watch began is signalled, one committed before is
+// in the caller's own read, and no read is spent on the start of a watch.
+// The caller compares what Latest returns with what it has, and calls
+// Stop when done.
 func (w *Watcher) Watch(id string) *Watch {
 	x := &Watch{w: w, id: id, ch: make(chan struct{}, 1)}
 	w.mu.Lock()
@@ -173,10 +179,38 @@ func (w *Watcher) Watch(id string) *Watch {
 		w.watches[id] = set
 	}
 	set[x] = struct{}{}
-	w.due[id] = struct{}{}
 	w.mu.Unlock()
-	w.wake()
 	return x
+}
+
+// Seen tells the watcher what the caller read of the job after the watch
+// began. A scheduled job's document changes at its time without a write,
+// so nothing notifies it: the watcher reads it then.
+func (x *Watch) Seen(r Record) {
+	x.w.mu.Lock()
+	defer x.w.mu.Unlock()
+	if _, ok := x.w.watches[x.id]; ok {
+		x.w.scheduleLocked(r)
+	}
+}
+
+// scheduleLocked sets the read of a scheduled job at its time, once per
+// job. w.mu is held.
+func (w *Watcher) scheduleLocked(r Record) {
+	if r.Status != StatusScheduled || r.NotBefore == nil || w.timers[r.ID] != nil {
+		return
+	}
+	id := r.ID
+	var t *time.Timer
+	t = time.AfterFunc(time.Until(*r.NotBefore)+watchDueSlack, func() {
+		w.mu.Lock() // held by the caller until t is set
+		if w.timers[id] == t {
+			delete(w.timers, id)
+		}
+		w.mu.Unlock()
+		w.mark(id)
+	})
+	w.timers[id] = t
 }
 
 // Listening reports whether the listener is connected and hears the
@@ -312,9 +346,8 @@ func (w *Watcher) readJobs(ctx context.Context, ids []string) ([]Record, error) 
 	return out, nil
 }
 
-// deliver hands each record to the watchers of its id. A scheduled job's
-// document changes at its time without a write, so nothing notifies it:
-// its read is set for then.
+// deliver hands each record to the watchers of its id (and sets the read
+// of one still scheduled at its time).
 func (w *Watcher) deliver(recs []Record) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -323,14 +356,8 @@ func (w *Watcher) deliver(recs []Record) {
 		for x := range set {
 			x.offer(r)
 		}
-		if len(set) > 0 && r.Status == StatusScheduled && r.NotBefore != nil && w.timers[r.ID] == nil {
-			id := r.ID
-			w.timers[id] = time.AfterFunc(time.Until(*r.NotBefore)+watchDueSlack, func() {
-				w.mu.Lock()
-				delete(w.timers, id)
-				w.mu.Unlock()
-				w.mark(id)
-			})
+		if len(set) > 0 {
+			w.scheduleLocked(r)
 		}
 	}
 }
