@@ -47,6 +47,22 @@
 //	relay := job.NewRelay(s, inspector, job.RelayOptions{})
 //	go relay.Run(ctx) // owned: wait for it after ctx ends
 //
+// A Watcher wakes the callers waiting on jobs (GET /v1/jobs/{id}?wait=):
+// the trigger jobs_notify NOTIFYs Channel with a job's id whenever its
+// document changes, one connection per process LISTENs, and one query
+// reads every changed job for all its watches, so a thousand callers
+// waiting on one job cost one read per change. Without a listener (no
+// direct connection, a database restarting) the watched jobs are polled,
+// all in one query.
+//
+//	w := job.NewWatcher(pool, job.WatcherOptions{Connect: connectDirect})
+//	go w.Run(ctx) // owned: wait for it after ctx ends
+//	x := w.Watch(id) // before reading the job
+//	defer x.Stop()
+//	rec, _ := records.Get(ctx, tenant, id)
+//	x.Seen(rec)
+//	<-x.Changed() // then x.Latest()
+//
 // The package depends on the standard library, a JSON Schema compiler,
 // asynq, pgx and the idempotency middleware's canonical JSON (itself
 // standard library only), so that both sides can import it, and "the same
