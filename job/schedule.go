@@ -15,6 +15,17 @@ const DefaultMaxDelay = 720 * time.Hour
 // early knows how long to give it back for without reading the record.
 const HeaderNotBefore = "not_before"
 
+// ProcessAt is when a task due at notBefore is handed to asynq: notBefore
+// rounded up to the whole second. asynq keeps a scheduled task's time in
+// whole seconds, rounded down, and would hand it over up to a second
+// early, only to be given back by the worker.
+func ProcessAt(notBefore time.Time) time.Time {
+	if t := notBefore.Truncate(time.Second); !t.Equal(notBefore) {
+		return t.Add(time.Second)
+	}
+	return notBefore
+}
+
 // Schedule is when a request asks its job to run. The zero Schedule asks
 // nothing, and the job's own Delay applies; ScheduleAfter(0) runs the job
 // at once whatever its Delay.

@@ -121,8 +121,8 @@ func (e *Submitter) enqueue(ctx context.Context, r Record) error {
 // send sends r's task and reports whether asynq took it as new: false
 // when it already held a task with the job id. It is the one way a job's
 // task is built. A job with a not_before is enqueued to be processed then
-// (asynq.ProcessAt; a time past is processed at once), and carries it in
-// HeaderNotBefore.
+// (asynq.ProcessAt at ProcessAt(not_before); a time past is processed at
+// once), and carries it in HeaderNotBefore.
 func (e *Submitter) send(ctx context.Context, r Record) (bool, error) {
 	headers := map[string]string{HeaderID: r.ID, HeaderTenant: r.Tenant}
 	if e.Headers != nil {
@@ -133,7 +133,7 @@ func (e *Submitter) send(ctx context.Context, r Record) (bool, error) {
 	opts := []asynq.Option{asynq.TaskID(r.ID), asynq.Queue(r.Queue), asynq.MaxRetry(MaxRetry)}
 	if r.NotBefore != nil {
 		headers[HeaderNotBefore] = r.NotBefore.UTC().Format(time.RFC3339Nano)
-		opts = append(opts, asynq.ProcessAt(*r.NotBefore))
+		opts = append(opts, asynq.ProcessAt(ProcessAt(*r.NotBefore)))
 	}
 	task := asynq.NewTaskWithHeaders(r.Task, r.Payload, headers, opts...)
 	_, err := e.client.EnqueueContext(ctx, task)

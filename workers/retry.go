@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/idemgate/idemgate/job"
 )
 
 // Backoff computes retry delays: exponential backoff with full jitter for
@@ -74,10 +76,12 @@ func (b Backoff) validate() error {
 // delay is at least its After, even above Max: whoever asked knows when
 // it will be ready, and an earlier retry would only be refused again.
 //
-// A *NotDueError comes back after exactly its Wait.
+// A *NotDueError comes back at its NotBefore, rounded up to the whole
+// second (job.ProcessAt: asynq keeps a retry's time to the second, and an
+// earlier delivery would only be given back again), whatever n is.
 func (b Backoff) RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
 	if nd, ok := errors.AsType[*NotDueError](err); ok {
-		return nd.Wait
+		return max(0, time.Until(job.ProcessAt(nd.NotBefore)))
 	}
 	b = b.withDefaults()
 	d := b.jittered(n, err)

@@ -15,7 +15,7 @@ import (
 // (job.HeaderNotBefore): a worker whose clock is ahead of the producer's,
 // a task the relay or an older gateway enqueued at once. It is not an
 // attempt and not a failure: nothing is recorded, the job's attempts are
-// not counted, and RetryDelay brings the task back after exactly Wait.
+// not counted, and RetryDelay brings the task back when it is due.
 type NotDueError struct {
 	Task      string
 	NotBefore time.Time
