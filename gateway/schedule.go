@@ -55,6 +55,9 @@ func parseSchedule(h http.Header) (job.Schedule, error) {
 	case len(delays) == 1:
 		v := strings.TrimSpace(delays[0])
 		n, err := strconv.ParseInt(v, 10, 64)
+		if errors.Is(err, strconv.ErrRange) && n > 0 {
+			err = nil // digits beyond int64: far beyond any max_delay
+		}
 		if err != nil || n < 0 || strings.HasPrefix(v, "+") {
 			return invalid("%s must be a non-negative whole number of seconds, not %q", HeaderDelay, delays[0])
 		}

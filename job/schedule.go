@@ -41,7 +41,7 @@ func ScheduleAfter(d time.Duration) Schedule { return Schedule{after: d, set: tr
 
 // ScheduleAt runs the job at t (Idemgate-Not-Before); a t already past
 // runs it at once.
-func ScheduleAt(t time.Time) Schedule { return Schedule{at: t, set: true} }
+func ScheduleAt(t time.Time) Schedule { return Schedule{at: t.UTC(), set: true} }
 
 // IsZero reports whether the schedule asks nothing.
 func (s Schedule) IsZero() bool { return !s.set }
