@@ -543,6 +543,12 @@ type RequestID = string
 // Route defines model for Route.
 type Route = string
 
+// ScheduleDelay defines model for ScheduleDelay.
+type ScheduleDelay = string
+
+// ScheduleNotBefore defines model for ScheduleNotBefore.
+type ScheduleNotBefore = time.Time
+
 // Tenant defines model for Tenant.
 type Tenant = string
 
