@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -186,6 +187,11 @@ func TestScheduledJobEndToEnd(t *testing.T) {
 	}
 	t.Logf("not_before %s; attempt started %s after it, delivered %s after it",
 		notBefore.Format(time.RFC3339Nano), started.Sub(notBefore), deliveries[0].Sub(notBefore))
+
+	if code, out, errOut := cli(t, nil, "explain", "--config", cfg, "--job", j.ID); code != 0 ||
+		!strings.Contains(out, "not before "+notBefore.UTC().Format(time.RFC3339Nano)) {
+		t.Errorf("explain --job: exit %d, want it to show not_before %s\n%s%s", code, notBefore, out, errOut)
+	}
 
 	// A retry long after still replays the job, with its not_before.
 	if r := post(key, order, "Idemgate-Delay", "3"); r.status != http.StatusAccepted || decodeScheduled(t, r).ID != j.ID ||
