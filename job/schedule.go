@@ -98,6 +98,23 @@ func (s *Spec) effective(sc Schedule) Schedule {
 	return Schedule{after: s.Delay, set: s.Delay > 0}
 }
 
+// NotBefore is the not_before a job of s requested with sc gets when it is
+// recorded at now: nil when it runs at once. The jobs table computes it
+// itself, on the database's clock; an in-memory stand-in of the job store
+// (gatewaytest.Queue) uses this.
+func (s *Spec) NotBefore(sc Schedule, now time.Time) *time.Time {
+	sc = s.effective(sc)
+	switch {
+	case !sc.at.IsZero():
+		t := sc.at
+		return &t
+	case sc.after > 0:
+		t := now.Add(sc.after)
+		return &t
+	}
+	return nil
+}
+
 // scheduleArgs are the insert's arguments for sc: the time given, or the
 // delay in seconds for the database to add to its own now(). Both nil
 // mean no schedule.

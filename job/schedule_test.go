@@ -168,3 +168,32 @@ func TestCheckSchedule(t *testing.T) {
 		})
 	}
 }
+
+// Spec.NotBefore is what the insert computes, on a given clock, for
+// stand-ins of the job store.
+func TestSpecNotBefore(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 8, 0, 0, 0, time.UTC)
+	spec := invoiceSpec("invoice.create")
+	delayed := invoiceSpec("invoice.create")
+	delayed.Delay = time.Minute
+	at := now.Add(-time.Hour)
+	for _, tc := range []struct {
+		name string
+		spec *job.Spec
+		sc   job.Schedule
+		want *time.Time
+	}{
+		{"at once", spec, job.Schedule{}, nil},
+		{"a delay", spec, job.ScheduleAfter(time.Hour), new(now.Add(time.Hour))},
+		{"a time", spec, job.ScheduleAt(at), &at},
+		{"the job's delay", delayed, job.Schedule{}, new(now.Add(time.Minute))},
+		{"zero over the job's delay", delayed, job.ScheduleAfter(0), nil},
+	} {
+		got := tc.spec.NotBefore(tc.sc, now)
+		if (got == nil) != (tc.want == nil) || (got != nil && !got.Equal(*tc.want)) {
+			t.Errorf("%s: NotBefore = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
