@@ -50,6 +50,13 @@ type Job struct {
 	Resource string `yaml:"resource"`
 	// MaxAttempts counts real attempts. Default worker.max_attempts.
 	MaxAttempts int `yaml:"max_attempts"`
+	// Delay is how long after it is accepted a job runs when its request
+	// sends no Idemgate-Delay or Idemgate-Not-Before. Default 0: at once.
+	Delay time.Duration `yaml:"delay"`
+	// MaxDelay bounds how far ahead a request may schedule the job; a
+	// later schedule is refused with 422 schedule-out-of-range. Default
+	// job.DefaultMaxDelay, 720h.
+	MaxDelay *time.Duration `yaml:"max_delay"`
 	// Deliver, when set, delivers the job over HTTP; nil means a Go
 	// handler registered in code runs it.
 	Deliver *Deliver `yaml:"deliver"`
@@ -202,6 +209,9 @@ func (c *Config) jobDefaults(o *options) {
 func (j *Job) withDefaults(maxAttempts int) {
 	setDefault(&j.Queue, workers.DefaultQueue)
 	setDefault(&j.MaxAttempts, maxAttempts)
+	if j.MaxDelay == nil {
+		j.MaxDelay = new(job.DefaultMaxDelay)
+	}
 	if j.Deliver != nil && j.Deliver.HTTP != nil && j.Deliver.HTTP.Timeout == nil {
 		j.Deliver.HTTP.Timeout = new(job.DefaultTimeout)
 	}
@@ -337,6 +347,18 @@ func (c *Config) checkJob(j *Job, at string, o *options, bad badFunc) *job.Spec 
 		}
 	}
 	nonNegative(fail, at+".max_attempts", j.MaxAttempts)
+	spec.Delay = j.Delay
+	if j.MaxDelay != nil {
+		spec.MaxDelay = *j.MaxDelay
+	}
+	switch {
+	case j.Delay < 0:
+		fail(at+".delay", "must not be negative, not %s", j.Delay)
+	case spec.MaxDelay <= 0:
+		fail(at+".max_delay", "must be positive, not %s", spec.MaxDelay)
+	case j.Delay > spec.MaxDelay:
+		fail(at+".delay", "%s is above max_delay %s", j.Delay, spec.MaxDelay)
+	}
 
 	if j.Deliver != nil {
 		if j.Deliver.HTTP == nil {

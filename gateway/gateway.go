@@ -231,6 +231,9 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 	ic.ReplayCache = g.opts.ReplayCache
 	ic.Observe = observeIdempotency
 	ic.Logger = g.opts.Logger
+	if ro.Enqueue != nil {
+		ic.Fingerprint.Headers = scheduleHeaders(ic.Fingerprint.Headers)
+	}
 	mw, err := idempotency.New(store, ic)
 	if err != nil {
 		return nil, err

@@ -58,7 +58,15 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions, timeout time.Du
 			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest, Detail: "the body must be application/json"})
 			return
 		}
-		req := job.Request{Tenant: a.Scope.Tenant, Route: route, Key: a.Scope.Key, Spec: eo.Spec, Queue: eo.Queue, Body: body}
+		sched, err := parseSchedule(r.Header)
+		if err == nil {
+			err = eo.Spec.CheckSchedule(sched, time.Now())
+		}
+		if err != nil {
+			g.jobError(w, r, err)
+			return
+		}
+		req := job.Request{Tenant: a.Scope.Tenant, Route: route, Key: a.Scope.Key, Spec: eo.Spec, Queue: eo.Queue, Body: body, Schedule: sched}
 		// Bounded like every store call of the route: a database or
 		// broker out of reach costs the client a fast 503 (or, once the
 		// record is written, a 202 the relay makes good), not a hang.
@@ -81,6 +89,11 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions, timeout time.Du
 			return
 		}
 		infoFrom(r.Context()).job = j.ID
+		if j.NotBefore != nil {
+			// A retry must replay this answer until the job has run, and
+			// for the retention after, however far ahead it is scheduled.
+			a.RetainAfter(*j.NotBefore)
+		}
 		w.Header().Set("Location", "/v1/jobs/"+j.ID)
 		doc := jobDocument(j)
 		w.Header().Set("ETag", jobETag(doc))
@@ -101,6 +114,10 @@ func jobDocument(j job.Record) openapi.Job {
 func (g *Gateway) jobError(w http.ResponseWriter, r *http.Request, err error) {
 	var pe *job.PayloadError
 	switch {
+	case errors.Is(err, ErrInvalidSchedule):
+		g.problems.Write(w, r, err)
+	case errors.Is(err, job.ErrScheduleOutOfRange):
+		g.problems.Write(w, r, &idempotency.RequestError{Err: err, Detail: err.Error()})
 	case errors.As(err, &pe):
 		kind := ErrInvalidPayload
 		if errors.Is(err, job.ErrMalformed) {

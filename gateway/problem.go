@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
@@ -43,6 +44,8 @@ var problemTypes = append(idempotency.Refusals(), idempotency.ProblemTable{
 	{Err: ErrBadRequest, Status: http.StatusBadRequest, Slug: "bad-request", Title: "Bad request"},
 	{Err: ErrInvalidPayload, Status: http.StatusUnprocessableEntity, Slug: "invalid-payload", Title: "Invalid payload"},
 	{Err: ErrQueueUnavailable, Status: http.StatusServiceUnavailable, Slug: "queue-unavailable", Title: "Queue unavailable"},
+	{Err: ErrInvalidSchedule, Status: http.StatusBadRequest, Slug: "invalid-schedule", Title: "Invalid schedule"},
+	{Err: job.ErrScheduleOutOfRange, Status: http.StatusUnprocessableEntity, Slug: "schedule-out-of-range", Title: "Schedule out of range"},
 }...)
 
 // NewProblemWriter returns the writer of every error the gateway answers

@@ -96,22 +96,33 @@ func scanRecord(row pgx.Row) (Record, error) {
 }
 
 // create inserts the job unless it exists and returns the stored one.
-func (s *Records) create(ctx context.Context, j Record) (Record, bool, error) {
+// The job's not_before is computed here, once, by the database: the time
+// sc gives, or now() + its delay. A job whose not_before is still ahead is
+// recorded scheduled. An existing job keeps its own: a retry never moves
+// it.
+func (s *Records) create(ctx context.Context, j Record, sc Schedule) (Record, bool, error) {
 	const q = `
-WITH ins AS (
-    INSERT INTO jobs (id, tenant, route, idempotency_key, task, queue, business_key, payload)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+WITH sched AS (
+    SELECT CASE WHEN $9::timestamptz IS NOT NULL THEN $9::timestamptz
+                WHEN $10::float8 IS NOT NULL THEN now() + make_interval(secs => $10::float8)
+           END AS not_before
+), ins AS (
+    INSERT INTO jobs (id, tenant, route, idempotency_key, task, queue, business_key, payload, not_before, status)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8, sched.not_before,
+           CASE WHEN sched.not_before > now() THEN 'scheduled' ELSE 'queued' END
+      FROM sched
     ON CONFLICT DO NOTHING
     RETURNING ` + recordColumns + `, true AS created
 )
 SELECT * FROM ins
 UNION ALL
 SELECT ` + recordColumns + `, false FROM jobs WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)`
+	at, delaySecs := scheduleArgs(sc)
 	for range 3 {
 		var created bool
 		var got Record
-		err := s.db.QueryRow(ctx, q, j.ID, j.Tenant, j.Route, j.IdempotencyKey, j.Task, j.Queue, j.BusinessKey, j.Payload).Scan(
-			append(got.scanTargets(), &created)...)
+		err := s.db.QueryRow(ctx, q, j.ID, j.Tenant, j.Route, j.IdempotencyKey, j.Task, j.Queue, j.BusinessKey, j.Payload,
+			at, delaySecs).Scan(append(got.scanTargets(), &created)...)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // a concurrent insert our snapshot cannot see yet
 		}

@@ -30,6 +30,12 @@ type Spec struct {
 	// HTTP delivers the job to a receiver; nil means a Go handler
 	// registered in code runs it.
 	HTTP *HTTP
+	// Delay is how long after it is recorded a job runs when its request
+	// gives no schedule. Default 0: at once.
+	Delay time.Duration
+	// MaxDelay bounds how far ahead a request may schedule the job
+	// (CheckSchedule). Default DefaultMaxDelay, 720h.
+	MaxDelay time.Duration
 }
 
 // DefaultQueue is the queue of a job that names none.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/hibiken/asynq"
 )
@@ -56,6 +57,9 @@ type Request struct {
 	// Queue overrides Spec.Queue when set (a route's own queue).
 	Queue string
 	Body  []byte
+	// Schedule is when the job runs: the zero Schedule takes the job's
+	// Delay. The caller checks it first (Spec.CheckSchedule).
+	Schedule Schedule
 }
 
 // QueueName is the queue the job goes to: the request's own, else its
@@ -93,11 +97,11 @@ func (e *Submitter) Submit(ctx context.Context, req Request) (Record, error) {
 	j, _, err := e.records.create(ctx, Record{
 		ID: ID(req.Tenant, req.Route, req.Key), Tenant: req.Tenant, Route: req.Route, IdempotencyKey: req.Key,
 		Task: req.Spec.Task, Queue: queue, BusinessKey: p.BusinessKey, Payload: req.Body,
-	})
+	}, req.Spec.effective(req.Schedule))
 	if err != nil {
 		return Record{}, err
 	}
-	if j.Status == StatusQueued {
+	if j.Status == StatusQueued || j.Status == StatusScheduled {
 		// Enqueue even when the record already existed: the gateway may
 		// have died between the two steps. asynq keeps one task per id.
 		if err := e.enqueue(ctx, j); err != nil {
@@ -116,7 +120,9 @@ func (e *Submitter) enqueue(ctx context.Context, r Record) error {
 
 // send sends r's task and reports whether asynq took it as new: false
 // when it already held a task with the job id. It is the one way a job's
-// task is built.
+// task is built. A job with a not_before is enqueued to be processed then
+// (asynq.ProcessAt at ProcessAt(not_before); a time past is processed at
+// once), and carries it in HeaderNotBefore.
 func (e *Submitter) send(ctx context.Context, r Record) (bool, error) {
 	headers := map[string]string{HeaderID: r.ID, HeaderTenant: r.Tenant}
 	if e.Headers != nil {
@@ -124,8 +130,12 @@ func (e *Submitter) send(ctx context.Context, r Record) (bool, error) {
 			headers[k] = v
 		}
 	}
-	task := asynq.NewTaskWithHeaders(r.Task, r.Payload, headers,
-		asynq.TaskID(r.ID), asynq.Queue(r.Queue), asynq.MaxRetry(MaxRetry))
+	opts := []asynq.Option{asynq.TaskID(r.ID), asynq.Queue(r.Queue), asynq.MaxRetry(MaxRetry)}
+	if r.NotBefore != nil {
+		headers[HeaderNotBefore] = r.NotBefore.UTC().Format(time.RFC3339Nano)
+		opts = append(opts, asynq.ProcessAt(ProcessAt(*r.NotBefore)))
+	}
+	task := asynq.NewTaskWithHeaders(r.Task, r.Payload, headers, opts...)
 	_, err := e.client.EnqueueContext(ctx, task)
 	switch {
 	case err == nil:

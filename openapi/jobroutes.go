@@ -78,7 +78,7 @@ func WithJobRoutes(base []byte, routes []JobRoute) (yamlDoc, jsonDoc []byte, err
 
 // The components every enqueue operation refers to; base must have them.
 var enqueueRefs = []string{
-	"parameters/IdempotencyKey", "parameters/RequestID", "securitySchemes/apiKey",
+	"parameters/IdempotencyKey", "parameters/RequestID", "parameters/ScheduleDelay", "parameters/ScheduleNotBefore", "securitySchemes/apiKey",
 	"responses/JobAccepted", "responses/BadRequest", "responses/Unauthorized", "responses/Conflict",
 	"responses/RequestTooLarge", "responses/UnprocessableEntity", "responses/RateLimited",
 	"responses/InternalError", "responses/ServiceUnavailable",
@@ -244,7 +244,8 @@ func enqueueOperation(r JobRoute, operationID, schema string) *yaml.Node {
 		str("summary"), str(fmt.Sprintf("Submit a %s job.", r.Task)),
 		str("description"), block(desc),
 		str("security"), seq(mapping(str("apiKey"), flowSeq())),
-		str("parameters"), seq(ref("#/components/parameters/IdempotencyKey"), ref("#/components/parameters/RequestID")),
+		str("parameters"), seq(ref("#/components/parameters/IdempotencyKey"), ref("#/components/parameters/RequestID"),
+			ref("#/components/parameters/ScheduleDelay"), ref("#/components/parameters/ScheduleNotBefore")),
 		str("requestBody"), mapping(
 			str("required"), &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "true"},
 			str("content"), mapping(str("application/json"), mapping(str("schema"), ref("#/components/schemas/"+schema))),

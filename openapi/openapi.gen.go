@@ -505,6 +505,9 @@ type StoryJob struct {
 
 	// TaskState Where the queue holds the job's task (pending, active, retry, …; missing when it has none).
 	TaskState *string `json:"task_state,omitempty"`
+
+	// NotBefore When a scheduled job becomes due (Idemgate-Delay, Idemgate-Not-Before or the job's delay); absent for a job that ran at once.
+	NotBefore *time.Time `json:"not_before,omitempty"`
 }
 
 // StoryRecord defines model for StoryRecord.
@@ -548,6 +551,12 @@ type RequestID = string
 
 // Route defines model for Route.
 type Route = string
+
+// ScheduleDelay defines model for ScheduleDelay.
+type ScheduleDelay = string
+
+// ScheduleNotBefore defines model for ScheduleNotBefore.
+type ScheduleNotBefore = time.Time
 
 // Tenant defines model for Tenant.
 type Tenant = string

@@ -17,7 +17,9 @@ const CheckStuckJobs = "stuck_jobs"
 // StuckJobs reports every job that has not finished and whose record has
 // not changed for longer than Options.StuckAfter, saying whether the queue
 // still holds its task: a job whose task the queue lost never runs, and
-// one whose task waits may only be behind a backlog. With StuckAfter 0 it
+// one whose task waits may only be behind a backlog. A scheduled job
+// counts from its not_before: waiting for its time is not being stuck,
+// and once due it is a queued job like any other. With StuckAfter 0 it
 // checks nothing.
 func StuckJobs() Check { return Check{Name: CheckStuckJobs, Run: stuckJobs} }
 
@@ -26,10 +28,11 @@ func stuckJobs(ctx context.Context, s *Snapshot) error {
 		return nil
 	}
 	const query = `
-SELECT id, tenant, business_key, task, queue, status, extract(epoch FROM now() - updated_at)::float8
+SELECT id, tenant, business_key, task, queue, CASE WHEN status = 'scheduled' THEN 'queued' ELSE status END,
+       extract(epoch FROM now() - GREATEST(updated_at, not_before))::float8
   FROM jobs
- WHERE status IN ('queued', 'processing', 'retrying')
-   AND updated_at < now() - make_interval(secs => $1)
+ WHERE status IN ('scheduled', 'queued', 'processing', 'retrying')
+   AND GREATEST(updated_at, not_before) < now() - make_interval(secs => $1)
  ORDER BY updated_at, id`
 	return s.Scan(ctx, CheckStuckJobs, query, []any{s.opts.StuckAfter.Seconds()}, func(rows pgx.Rows) error {
 		var (

@@ -258,6 +258,9 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	if id, ok := asynq.GetTaskID(ctx); ok {
 		log = log.With("job_id", id)
 	}
+	if err := giveBackEarly(ctx, log, task); err != nil {
+		return err
+	}
 	var payload T
 	if err := json.Unmarshal(task.Payload(), &payload); err != nil {
 		return h.unprocessable(ctx, log, task, fmt.Errorf("decode payload: %w", err))

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/idemgate/idemgate/job"
 )
 
 // Backoff computes retry delays: exponential backoff with full jitter for
@@ -73,7 +75,14 @@ func (b Backoff) validate() error {
 // [Busy/2, 3·Busy/2) whatever n is. When err wraps a *RetryAfterError the
 // delay is at least its After, even above Max: whoever asked knows when
 // it will be ready, and an earlier retry would only be refused again.
+//
+// A *NotDueError comes back at its NotBefore, rounded up to the whole
+// second (job.ProcessAt: asynq keeps a retry's time to the second, and an
+// earlier delivery would only be given back again), whatever n is.
 func (b Backoff) RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
+	if nd, ok := errors.AsType[*NotDueError](err); ok {
+		return max(0, time.Until(job.ProcessAt(nd.NotBefore)))
+	}
 	b = b.withDefaults()
 	d := b.jittered(n, err)
 	if ra, ok := errors.AsType[*RetryAfterError](err); ok {
@@ -118,9 +127,10 @@ func RetryDelay(n int, err error, task *asynq.Task) time.Duration {
 	return Backoff{}.RetryDelay(n, err, task)
 }
 
-// IsFailure is an asynq IsFailure predicate: a busy lock and a lost
-// ownership are not failures of the job, so asynq neither counts them
-// against the task's retry budget nor in its failure statistics.
+// IsFailure is an asynq IsFailure predicate: a busy lock, a lost
+// ownership and a task handed over before its job is due (*NotDueError)
+// are not failures of the job, so asynq neither counts them against the
+// task's retry budget nor in its failure statistics.
 //
 // An *UnavailableError is a failure to asynq, although the handler does
 // not count it toward MaxAttempts: asynq increments the retry count it
@@ -136,5 +146,6 @@ func IsFailure(err error) bool {
 		busy *LockBusyError
 		lost *OwnershipLostError
 	)
-	return !errors.As(err, &busy) && !errors.As(err, &lost)
+	var early *NotDueError
+	return !errors.As(err, &busy) && !errors.As(err, &lost) && !errors.As(err, &early)
 }

@@ -96,6 +96,10 @@ func (s *Server) Run(ctx context.Context) error {
 		IsFailure:       IsFailure,
 		Logger:          asynqLogger{s.logger},
 		BaseContext:     func() context.Context { return base },
+		// Scheduled jobs and retries move to their queue within a second
+		// of their time (asynq keeps those times to the second), not
+		// within its default five.
+		DelayedTaskCheckInterval: time.Second,
 	}
 	for _, f := range s.tweaks {
 		f(&acfg)

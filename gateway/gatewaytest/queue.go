@@ -60,6 +60,10 @@ func (j *Queue) Submit(ctx context.Context, req job.Request) (job.Record, error)
 		ID: id, Task: req.Spec.Task, Status: job.StatusQueued, CreatedAt: now, UpdatedAt: now,
 		Tenant: req.Tenant, Route: req.Route, IdempotencyKey: req.Key, Queue: req.QueueName(),
 		BusinessKey: p.BusinessKey, Payload: append([]byte(nil), req.Body...),
+		NotBefore: req.Spec.NotBefore(req.Schedule, now),
+	}
+	if rec.NotBefore != nil && rec.NotBefore.After(now) {
+		rec.Status = job.StatusScheduled
 	}
 	j.jobs[id] = rec
 	return rec, nil

@@ -45,6 +45,9 @@ func WriteText(w io.Writer, s *Story) error {
 		p("job\t%s %s: %s, %d attempt(s), result_ref %s\n", j.Id, j.Task, j.Status, j.Attempts, strText(j.ResultRef))
 		p("\ttenant %s, business key %s, queue %s, created %s, updated %s\n", j.Tenant, j.BusinessKey, j.Queue,
 			j.CreatedAt.UTC().Format(time.RFC3339), j.UpdatedAt.UTC().Format(time.RFC3339))
+		if j.NotBefore != nil {
+			p("\tnot before %s\n", j.NotBefore.UTC().Format(time.RFC3339Nano))
+		}
 		if state := value(j.TaskState); state != "" {
 			p("\ttask %s\n", state)
 		}

@@ -73,8 +73,16 @@ func (x *Explainer) judge(s *Story, effectsKnown bool) {
 			cause = ": " + *j.Error
 		}
 		s.Verdict = fmt.Sprintf("failed after %d attempt(s)%s", j.Attempts, cause)
+	case j.Status == openapi.JobStatus(job.StatusScheduled) && j.NotBefore != nil:
+		s.Verdict = fmt.Sprintf("scheduled: not before %s (in %s), %s",
+			j.NotBefore.UTC().Format(time.RFC3339), span(j.NotBefore.Sub(x.now())), taskPhrase(j))
 	default:
-		age := x.now().Sub(j.UpdatedAt)
+		// A scheduled job waited for its time; it is late only after it.
+		since := j.UpdatedAt
+		if j.NotBefore != nil && j.NotBefore.After(since) {
+			since = *j.NotBefore
+		}
+		age := x.now().Sub(since)
 		if age > stuckAfter {
 			violation("stuck: %s for %s, %s", j.Status, span(age), taskPhrase(j))
 			return

@@ -51,6 +51,24 @@ func TestVerdict(t *testing.T) {
 			want:  "stuck: queued for 14m, no task in the queue", violation: true,
 		},
 		{
+			name: "scheduled days ahead is not stuck",
+			story: Story{Job: &openapi.StoryJob{Status: "scheduled", Queue: "default", TaskState: ptr("scheduled"),
+				UpdatedAt: now.Add(-48 * time.Hour), NotBefore: ptr(now.Add(26 * time.Hour))}},
+			want: "scheduled: not before 2026-12-04T10:00:00Z (in 26h0m), its task scheduled in queue default",
+		},
+		{
+			name: "due a minute ago, waited two days",
+			story: Story{Job: &openapi.StoryJob{Status: "queued", Queue: "default", TaskState: ptr("pending"),
+				UpdatedAt: now.Add(-48 * time.Hour), NotBefore: ptr(now.Add(-time.Minute))}},
+			want: "in progress: queued, 0 attempt(s) so far, its task pending in queue default",
+		},
+		{
+			name: "due long ago and never run",
+			story: Story{Job: &openapi.StoryJob{Status: "queued", Queue: "default", TaskState: ptr("missing"),
+				UpdatedAt: now.Add(-48 * time.Hour), NotBefore: ptr(now.Add(-14*time.Minute - 20*time.Second))}},
+			want: "stuck: queued for 14m, no task in the queue", violation: true,
+		},
+		{
 			name:  "in progress",
 			story: Story{Job: &openapi.StoryJob{Status: "retrying", Attempts: 2, Queue: "default", TaskState: ptr("retry"), UpdatedAt: now.Add(-time.Minute)}},
 			want:  "in progress: retrying, 2 attempt(s) so far, its task retry in queue default",

@@ -60,6 +60,8 @@ type Attempt struct {
 
 	mark  atomic.Int32
 	lease leaseClock
+	// retainAfter is RetainAfter's time in Unix nanoseconds; 0: none.
+	retainAfter atomic.Int64
 }
 
 const (

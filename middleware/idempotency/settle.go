@@ -36,7 +36,7 @@ func (m *Middleware) settle(ctx context.Context, r *http.Request, req ClaimReque
 	if what != StoredCompleted {
 		ctx = WithReleaseReason(ctx, releaseReason(a, what, resp.Status))
 	}
-	err := m.storeOutcome(ctx, time.Now().Add(m.cfg.StoreTimeout), req, what, resp)
+	err := m.storeOutcome(ctx, time.Now().Add(m.cfg.StoreTimeout), req, a, what, resp)
 	if err != nil && !errors.Is(err, ErrNotOwner) && m.settleLater(r, req, a, rn, what, resp) {
 		if what == StoredCompleted {
 			return answerPending
@@ -58,15 +58,16 @@ func (m *Middleware) settle(ctx context.Context, r *http.Request, req ClaimReque
 
 // storeOutcome writes what became of the attempt, retrying a failed write
 // with backoff until it succeeds, the claim is lost (ErrNotOwner), ctx
-// ends, or, when until is set, the next try would start after until.
-func (m *Middleware) storeOutcome(ctx context.Context, until time.Time, req ClaimRequest, what Stored, resp Response) error {
+// ends, or, when until is set, the next try would start after until. A
+// completed response is kept for the attempt's retention (RetainAfter).
+func (m *Middleware) storeOutcome(ctx context.Context, until time.Time, req ClaimRequest, a *Attempt, what Stored, resp Response) error {
 	delay := 25 * time.Millisecond
 	for {
 		tctx, cancel := m.storeContext(ctx)
 		var err error
 		switch what {
 		case StoredCompleted:
-			err = m.store.Complete(tctx, req.Scope, req.Owner, resp, m.cfg.Retention)
+			err = m.store.Complete(tctx, req.Scope, req.Owner, resp, a.retention(m.cfg.Retention))
 		case StoredReleased:
 			err = m.store.Release(tctx, req.Scope, req.Owner)
 		case StoredHeld:
@@ -101,7 +102,7 @@ func (m *Middleware) settleLater(r *http.Request, req ClaimRequest, a *Attempt, 
 		ctx = WithReleaseReason(ctx, releaseReason(a, what, resp.Status))
 	}
 	started := m.inBackground(func() {
-		err := m.storeOutcome(ctx, time.Time{}, req, what, resp)
+		err := m.storeOutcome(ctx, time.Time{}, req, a, what, resp)
 		rn.stop()
 		m.settled(context.WithoutCancel(r.Context()), r, req, a, what, resp, err)
 	})
@@ -121,7 +122,7 @@ func (m *Middleware) settled(ctx context.Context, r *http.Request, req ClaimRequ
 		now := time.Now()
 		m.cfg.ReplayCache.put(Record{
 			Scope: req.Scope, Fingerprint: req.Fingerprint, State: StateCompleted, FencingToken: a.FencingToken,
-			Response: &resp, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(m.cfg.Retention),
+			Response: &resp, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(a.retention(m.cfg.Retention)),
 		})
 	}
 	if err != nil {

@@ -66,6 +66,7 @@ func Run(t *testing.T, newStore func(t *testing.T) idempotency.Store, opts ...Op
 		{"Delete", testDelete},
 		{"Watch", testWatch},
 		{"Janitor", testJanitor},
+		{"RetainAfter", testRetainAfter},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

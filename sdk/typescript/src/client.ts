@@ -8,6 +8,7 @@ import type {
   RequestOptions,
   RetryEvent,
   RetryOptions,
+  SubmitJobOptions,
   WaitJobOptions,
 } from "./types.js";
 
@@ -147,10 +148,13 @@ export class Idemgate {
   /**
    * POSTs payload to an enqueue route and resolves to the job document of
    * its 202. Retrying with the same key (`options.idempotencyKey`) names
-   * the same job.
+   * the same job. `delay` (seconds) or `notBefore` schedules it: the job
+   * is `scheduled`, with `not_before`, until then; the schedule is part of
+   * the request, so the same key with another schedule is refused.
    */
-  async submitJob<P = unknown>(path: string, payload: P, options: RequestOptions = {}): Promise<Job> {
-    const res = await this.request<Job>("POST", path, payload, options);
+  async submitJob<P = unknown>(path: string, payload: P, options: SubmitJobOptions = {}): Promise<Job> {
+    const { delay, notBefore, ...rest } = options;
+    const res = await this.request<Job>("POST", path, payload, { ...rest, headers: { ...rest.headers, ...scheduleHeaders(delay, notBefore) } });
     if (res.status !== 202 || typeof res.body !== "object" || res.body === null) {
       throw new IdemgateError(`POST ${path}: expected 202 and a job document, got ${res.status}`, {
         idempotencyKey: res.idempotencyKey,
@@ -287,4 +291,20 @@ function describe(err: unknown): string {
     return `${err.message}${cause}`;
   }
   return String(err);
+}
+
+/** The schedule headers of submitJob's options. */
+function scheduleHeaders(delay: number | undefined, notBefore: Date | string | undefined): Record<string, string> {
+  if (delay !== undefined && notBefore !== undefined) {
+    throw new TypeError("Idemgate: delay and notBefore exclude each other; give one");
+  }
+  if (delay !== undefined) {
+    if (!Number.isFinite(delay)) throw new TypeError(`Idemgate: delay must be a finite number of seconds, not ${delay}`);
+    return { "Idemgate-Delay": String(Math.max(0, Math.ceil(delay))) };
+  }
+  if (notBefore !== undefined) {
+    const at = notBefore instanceof Date ? notBefore.toISOString() : notBefore;
+    return { "Idemgate-Not-Before": at };
+  }
+  return {};
 }

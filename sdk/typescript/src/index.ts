@@ -12,6 +12,7 @@ export type {
   RequestOptions,
   RetryEvent,
   RetryOptions,
+  SubmitJobOptions,
   WaitJobOptions,
 } from "./types.js";
 export type { ProblemResponse } from "./errors.js";

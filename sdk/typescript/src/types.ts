@@ -86,6 +86,22 @@ export interface RequestOptions {
   attemptTimeoutMs?: number;
 }
 
+export interface SubmitJobOptions extends RequestOptions {
+  /**
+   * Run the job this many seconds after the gateway records it
+   * (`Idemgate-Delay`; rounded up to a whole second, a negative one is 0).
+   * `0` runs it at once even when its task has a default delay. Excludes
+   * `notBefore`.
+   */
+  delay?: number;
+  /**
+   * Run the job at this time (`Idemgate-Not-Before`, sent as RFC 3339); a
+   * time already past runs it at once. A string must be RFC 3339 with an
+   * offset. Excludes `delay`.
+   */
+  notBefore?: Date | string;
+}
+
 export interface IdemgateResponse<T = unknown> {
   status: number;
   headers: Headers;

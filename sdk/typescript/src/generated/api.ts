@@ -653,9 +653,12 @@ export interface components {
          *     long or repeated key, a list, or parameters. Neither stores anything;
          *     fix the request. `bad-request` (enqueue routes): the body is not one
          *     JSON value (`errors` holds one entry whose `field` is empty), or its
-         *     media type is not `application/json`. A `bad-request` answer to a
-         *     request with a valid key is stored and replayed like any other
-         *     answer.
+         *     media type is not `application/json`. `invalid-schedule` (enqueue
+         *     routes): both `Idemgate-Delay` and `Idemgate-Not-Before`, a delay
+         *     that is not a non-negative whole number of seconds, or a time that
+         *     is not RFC 3339 with an offset; nothing was recorded. A
+         *     `bad-request` or `invalid-schedule` answer to a request with a
+         *     valid key is stored and replayed like any other answer.
          */
         BadRequest: {
             headers: {
@@ -764,8 +767,10 @@ export interface components {
          *     stored record is untouched. `invalid-payload` (enqueue routes): the
          *     body is JSON but breaks the job's schema (a missing or unknown field,
          *     a wrong type or value), or lacks a field its business key is made
-         *     of; each field at fault is named in `errors`. Nothing was queued,
-         *     and the answer is stored and replayed like any other answer.
+         *     of; each field at fault is named in `errors`. `schedule-out-of-range`
+         *     (enqueue routes): the schedule is further ahead than the job's
+         *     `max_delay`, which `detail` names. Nothing was queued, and the
+         *     answer is stored and replayed like any other answer.
          */
         UnprocessableEntity: {
             headers: {
@@ -913,6 +918,28 @@ export interface components {
          *     with the default length.
          */
         IdempotencyKey: string;
+        /**
+         * @description Run the job this many whole seconds after it is recorded (the
+         *     database's clock): a non-negative integer. Excludes
+         *     `Idemgate-Not-Before`. Part of the request's fingerprint: the same
+         *     key with another schedule is 422 `idempotency-key-reused`, and a
+         *     retry never moves the time. Without either header the job's
+         *     `delay` applies (default none); `0` runs it at once. Further ahead
+         *     than the job's `max_delay` (default 720h, 2592000 seconds) is 422
+         *     `schedule-out-of-range`; anything but digits is 400
+         *     `invalid-schedule`. Nothing is recorded for a refused schedule.
+         * @example 3600
+         */
+        ScheduleDelay: string;
+        /**
+         * @description Run the job at this RFC 3339 date-time, which must carry an offset
+         *     (`Z` or `±hh:mm`); a time already past runs it at once. Excludes
+         *     `Idemgate-Delay`; the rest is as for `Idemgate-Delay`. The job
+         *     document shows it as `not_before` and the status `scheduled`
+         *     until then.
+         * @example 2026-01-02T08:00:00+01:00
+         */
+        ScheduleNotBefore: string;
         /**
          * @description An id for this request, echoed in the `X-Request-Id` response header,
          *     in problem documents (`request_id`, and as a UUID in `instance`) and
