@@ -43,6 +43,7 @@ var problemTypes = append(idempotency.Refusals(), idempotency.ProblemTable{
 	{Err: ErrBadRequest, Status: http.StatusBadRequest, Slug: "bad-request", Title: "Bad request"},
 	{Err: ErrInvalidPayload, Status: http.StatusUnprocessableEntity, Slug: "invalid-payload", Title: "Invalid payload"},
 	{Err: ErrQueueUnavailable, Status: http.StatusServiceUnavailable, Slug: "queue-unavailable", Title: "Queue unavailable"},
+	{Err: ErrJobNotCancellable, Status: http.StatusConflict, Slug: "job-not-cancellable", Title: "Job not cancellable"},
 }...)
 
 // NewProblemWriter returns the writer of every error the gateway answers
