@@ -166,4 +166,3 @@ func (e *Submitter) dropTask(rec Record, err error) {
 	// a cancel answers cancelled); any other state goes.
 	_ = e.Inspector.DeleteTask(rec.Queue, rec.ID)
 }
-

@@ -579,6 +579,12 @@ type InternalError = Problem
 // JobAccepted A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it.
 type JobAccepted = Job
 
+// JobNotCancellable An RFC 9457 problem document. Match on the slug that ends `type`;
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
+type JobNotCancellable = Problem
+
 // NotFound An RFC 9457 problem document. Match on the slug that ends `type`;
 // `detail` is for people and may change. A generic client acts on
 // `retryable` (send the same request again, with the same key, or
@@ -635,6 +641,15 @@ type UpstreamUnavailable = Problem
 
 // GetJobParams defines parameters for GetJob.
 type GetJobParams struct {
+	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
+	// in problem documents (`request_id`, and as a UUID in `instance`) and
+	// in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+	// else, or none, is replaced with a new UUIDv7.
+	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// CancelJobParams defines parameters for CancelJob.
+type CancelJobParams struct {
 	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
 	// in problem documents (`request_id`, and as a UUID in `instance`) and
 	// in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
