@@ -34,8 +34,8 @@ func (c *Client) SubmitJob(ctx context.Context, path string, payload any, opts .
 
 // WaitJob polls GET /v1/jobs/{id} until the job has ended, and returns its
 // final document. A job that failed (its attempts used up, or a permanent
-// error; it is in the dead-letter queue) is returned with a nil error: the
-// caller reads Status and Error. Polls start MinBackoff apart and the gap
+// error; it is in the dead-letter queue) or was cancelled is returned with
+// a nil error: the caller reads Status and Error. Polls start MinBackoff apart and the gap
 // doubles up to MaxBackoff; each poll is a Do, so a transient error is
 // retried. WaitJob waits as long as ctx lets it: give ctx a deadline. When
 // ctx ends, or a poll fails, it returns the last document it read (zero
@@ -56,7 +56,7 @@ func (c *Client) WaitJob(ctx context.Context, id string) (Job, error) {
 			return last, err
 		}
 		last = j
-		if j.Status == openapi.JobStatusSucceeded || j.Status == openapi.JobStatusFailed {
+		if finalStatus(j.Status) {
 			return j, nil
 		}
 		if err := c.sleep(ctx, c.pollInterval(n)); err != nil {
