@@ -22,8 +22,10 @@ var ErrJobNotCancellable = errors.New("job not cancellable")
 // Canceller is what the cancel endpoints need: a *job.Submitter is one.
 // The gateway serves them when its Options.Jobs is also a Canceller.
 type Canceller interface {
-	Cancel(ctx context.Context, tenant, id string) (job.Record, error)
-	CancelByID(ctx context.Context, id string) (job.Record, error)
+	// Cancel and CancelByID return the job as the cancel left it, and
+	// whether this cancel found an attempt in flight.
+	Cancel(ctx context.Context, tenant, id string) (job.Record, bool, error)
+	CancelByID(ctx context.Context, id string) (job.Record, bool, error)
 }
 
 // handleJobCancel is POST /v1/jobs/{id}/cancel: the tenant that created
@@ -35,7 +37,7 @@ func (g *Gateway) handleJobCancel() http.Handler {
 	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		telemetry.SetEndpoint(r, "/v1/jobs/{id}/cancel")
 		tenant := auth.Tenant(r.Context())
-		g.cancelJob(w, r, chi.URLParam(r, "id"), func(c Canceller, id string) (job.Record, error) {
+		g.cancelJob(w, r, chi.URLParam(r, "id"), func(c Canceller, id string) (job.Record, bool, error) {
 			return c.Cancel(r.Context(), tenant, id)
 		})
 	}))
@@ -49,18 +51,19 @@ func (g *Gateway) handleAdminJobCancel() http.HandlerFunc {
 		if err != nil {
 			id = "\x00" // matches no job
 		}
-		g.cancelJob(w, r, id, func(c Canceller, id string) (job.Record, error) {
+		g.cancelJob(w, r, id, func(c Canceller, id string) (job.Record, bool, error) {
 			return c.CancelByID(r.Context(), id)
 		})
 	}
 }
 
 // cancelJob answers a cancel: 200 with the job document when the job is
-// cancelled (now or before) or was already being cancelled, 202 when an
-// attempt is in flight (cancelling: its end decides), 409
+// cancelled (now or before) or was already being cancelled (a cancel
+// converges), 202 when this cancel found an attempt in flight
+// (cancelling: its end decides), 409
 // job-not-cancellable for a job that has succeeded or failed, 404 for no
 // such job.
-func (g *Gateway) cancelJob(w http.ResponseWriter, r *http.Request, id string, cancel func(Canceller, string) (job.Record, error)) {
+func (g *Gateway) cancelJob(w http.ResponseWriter, r *http.Request, id string, cancel func(Canceller, string) (job.Record, bool, error)) {
 	c, ok := g.opts.Jobs.(Canceller)
 	if !ok {
 		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "this gateway has no enqueue routes"})
@@ -70,7 +73,7 @@ func (g *Gateway) cancelJob(w http.ResponseWriter, r *http.Request, id string, c
 		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no such job"})
 		return
 	}
-	rec, err := cancel(c, id)
+	rec, stopping, err := cancel(c, id)
 	switch {
 	case errors.Is(err, job.ErrNotCancellable):
 		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrJobNotCancellable,
@@ -88,7 +91,7 @@ func (g *Gateway) cancelJob(w http.ResponseWriter, r *http.Request, id string, c
 	g.opts.Logger.InfoContext(r.Context(), "job cancel", "job_id", rec.ID, "tenant", rec.Tenant, "status", string(rec.Status))
 	w.Header().Set("Cache-Control", "no-store")
 	status := http.StatusOK
-	if rec.Status == job.StatusCancelling {
+	if stopping {
 		status = http.StatusAccepted
 	}
 	writeJSON(w, status, jobDocument(rec))

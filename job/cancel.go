@@ -15,7 +15,8 @@ import (
 var ErrNotCancellable = errors.New("job: not cancellable")
 
 // Cancel cancels tenant's job id and returns the job as the cancel left
-// it:
+// it, and whether this cancel found an attempt in flight (the job was
+// processing and is now cancelling):
 //
 //   - scheduled, queued or retrying: cancelled at once, and no attempt
 //     ever starts (the worker's take refuses a cancelled job, so a task
@@ -34,15 +35,15 @@ var ErrNotCancellable = errors.New("job: not cancellable")
 // tenant's job, or an unknown id, is ErrNotFound. The jobs row is locked
 // for the cancel's transaction, as the worker's take locks it, so the two
 // are serialised.
-func (s *Records) Cancel(ctx context.Context, tenant, id string) (Record, error) {
+func (s *Records) Cancel(ctx context.Context, tenant, id string) (Record, bool, error) {
 	if !storable(tenant) {
-		return Record{}, ErrNotFound
+		return Record{}, false, ErrNotFound
 	}
 	return s.cancel(ctx, id, &tenant)
 }
 
 // CancelByID is Cancel whatever the job's tenant (operators).
-func (s *Records) CancelByID(ctx context.Context, id string) (Record, error) {
+func (s *Records) CancelByID(ctx context.Context, id string) (Record, bool, error) {
 	return s.cancel(ctx, id, nil)
 }
 
@@ -51,39 +52,42 @@ type beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-func (s *Records) cancel(ctx context.Context, id string, tenant *string) (Record, error) {
+func (s *Records) cancel(ctx context.Context, id string, tenant *string) (Record, bool, error) {
 	if !storable(id) {
-		return Record{}, ErrNotFound
+		return Record{}, false, ErrNotFound
 	}
 	db, ok := s.db.(beginner)
 	if !ok {
-		return Record{}, fmt.Errorf("job: cancel %s: the store's database cannot begin a transaction (%T)", id, s.db)
+		return Record{}, false, fmt.Errorf("job: cancel %s: the store's database cannot begin a transaction (%T)", id, s.db)
 	}
-	var rec Record
+	var (
+		rec      Record
+		stopping bool
+	)
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
-		rec, err = cancelIn(ctx, tx, id, tenant)
+		rec, stopping, err = cancelIn(ctx, tx, id, tenant)
 		return err
 	})
 	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrNotCancellable) {
-		return Record{}, fmt.Errorf("job: cancel %s: %w", id, err)
+		return Record{}, false, fmt.Errorf("job: cancel %s: %w", id, err)
 	}
-	return rec, err
+	return rec, stopping, err
 }
 
 // cancelIn is the cancel's transaction. It returns ErrNotCancellable with
 // the record; the transaction is then rolled back, having changed nothing.
-func cancelIn(ctx context.Context, tx pgx.Tx, id string, tenant *string) (Record, error) {
+func cancelIn(ctx context.Context, tx pgx.Tx, id string, tenant *string) (Record, bool, error) {
 	rec, err := scanRecord(tx.QueryRow(ctx, `SELECT `+recordColumns+` FROM jobs
  WHERE id = $1 AND ($2::text IS NULL OR tenant = $2) FOR UPDATE`, id, tenant))
 	if err != nil {
-		return Record{}, err
+		return Record{}, false, err
 	}
 	switch rec.Status {
 	case StatusSucceeded, StatusFailed:
-		return rec, fmt.Errorf("%w: %s has %s", ErrNotCancellable, id, rec.Status)
+		return rec, false, fmt.Errorf("%w: %s has %s", ErrNotCancellable, id, rec.Status)
 	case StatusCancelling, StatusCancelled:
-		return rec, nil
+		return rec, false, nil
 	case StatusProcessing:
 		// The resource is the one the attempt in flight took: the worker
 		// renders it from the payload, and the execution row keeps it.
@@ -94,15 +98,16 @@ func cancelIn(ctx context.Context, tx pgx.Tx, id string, tenant *string) (Record
 		case errors.Is(err, pgx.ErrNoRows):
 			// The attempt has already recorded its end: nothing to fence.
 		case err != nil:
-			return Record{}, err
+			return Record{}, false, err
 		default:
 			if _, err := fence.Supersede(ctx, tx, resource); err != nil {
-				return Record{}, err
+				return Record{}, false, err
 			}
 		}
-		return scanRecord(tx.QueryRow(ctx, `UPDATE jobs
+		rec, err := scanRecord(tx.QueryRow(ctx, `UPDATE jobs
    SET status = 'cancelling', cancel_requested_at = COALESCE(cancel_requested_at, now()), updated_at = now()
  WHERE id = $1 RETURNING `+recordColumns, id))
+		return rec, err == nil, err
 	}
 	// Scheduled, queued or retrying: no attempt is in flight (a take would
 	// have moved the row to processing under this lock). A job between
@@ -115,12 +120,13 @@ UPDATE job_executions e SET status = 'cancelled', finished_at = now(), updated_a
    AND NOT EXISTS (SELECT 1 FROM job_attempts a WHERE a.tenant = e.tenant AND a.key = e.key AND a.outcome IS NULL)`,
 		rec.Tenant, rec.BusinessKey)
 	if err != nil {
-		return Record{}, err
+		return Record{}, false, err
 	}
-	return scanRecord(tx.QueryRow(ctx, `UPDATE jobs
+	rec, err = scanRecord(tx.QueryRow(ctx, `UPDATE jobs
    SET status = 'cancelled', cancel_requested_at = COALESCE(cancel_requested_at, now()),
        finished_at = COALESCE(finished_at, now()), updated_at = now()
  WHERE id = $1 RETURNING `+recordColumns, id))
+	return rec, false, err
 }
 
 // Cancelling returns which of ids are being cancelled (cancelling, or
@@ -145,17 +151,17 @@ func (s *Records) Cancelling(ctx context.Context, ids []string) ([]string, error
 // cancelled from the queue when the Submitter has an Inspector: the task
 // would do nothing (the worker refuses a cancelled job), so this only
 // spares it a delivery. A failure to delete is not the cancel's.
-func (e *Submitter) Cancel(ctx context.Context, tenant, id string) (Record, error) {
-	rec, err := e.records.Cancel(ctx, tenant, id)
+func (e *Submitter) Cancel(ctx context.Context, tenant, id string) (Record, bool, error) {
+	rec, stopping, err := e.records.Cancel(ctx, tenant, id)
 	e.dropTask(rec, err)
-	return rec, err
+	return rec, stopping, err
 }
 
 // CancelByID is Cancel whatever the job's tenant (operators).
-func (e *Submitter) CancelByID(ctx context.Context, id string) (Record, error) {
-	rec, err := e.records.CancelByID(ctx, id)
+func (e *Submitter) CancelByID(ctx context.Context, id string) (Record, bool, error) {
+	rec, stopping, err := e.records.CancelByID(ctx, id)
 	e.dropTask(rec, err)
-	return rec, err
+	return rec, stopping, err
 }
 
 func (e *Submitter) dropTask(rec Record, err error) {

@@ -132,11 +132,11 @@ func TestCancelBeforeAnyAttempt(t *testing.T) {
 				}
 			}
 
-			got, err := e.records.Cancel(t.Context(), e.tenant, id)
+			got, _, err := e.records.Cancel(t.Context(), e.tenant, id)
 			if err != nil || got.Status != job.StatusCancelled || got.CancelRequestedAt == nil || got.FinishedAt == nil {
 				t.Fatalf("cancel of a %s job: %+v %v, want cancelled with cancel_requested_at and finished_at", status, got, err)
 			}
-			again, err := e.records.Cancel(t.Context(), e.tenant, id)
+			again, _, err := e.records.Cancel(t.Context(), e.tenant, id)
 			if err != nil || again.Status != job.StatusCancelled || !again.CancelRequestedAt.Equal(*got.CancelRequestedAt) {
 				t.Fatalf("second cancel: %+v %v, want cancelled, cancel_requested_at unchanged", again, err)
 			}
@@ -183,10 +183,10 @@ func TestCancelReleasesTheBusinessKey(t *testing.T) {
 	if err := e.records.SetStatus(t.Context(), first, job.StatusRetrying, 1, "", "the attempt failed"); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := e.records.Cancel(t.Context(), e.tenant, first); err != nil || got.Status != job.StatusCancelled {
+	if got, _, err := e.records.Cancel(t.Context(), e.tenant, first); err != nil || got.Status != job.StatusCancelled {
 		t.Fatalf("cancel between attempts: %+v %v", got, err)
 	}
-	if _, err := e.records.Cancel(t.Context(), e.tenant, first); err != nil {
+	if _, _, err := e.records.Cancel(t.Context(), e.tenant, first); err != nil {
 		t.Fatal(err)
 	}
 	exec, err := e.store.Get(t.Context(), e.tenant, "effect:o-1")
@@ -226,9 +226,13 @@ func TestCancelStopsAGoHandler(t *testing.T) {
 	if rec := e.job(t, id); rec.Status != job.StatusProcessing {
 		t.Fatalf("job while its attempt runs: %s, want processing", rec.Status)
 	}
-	got, err := e.records.Cancel(t.Context(), e.tenant, id)
-	if err != nil || got.Status != job.StatusCancelling || got.CancelRequestedAt == nil {
-		t.Fatalf("cancel in flight: %+v %v, want cancelling", got, err)
+	got, stopping, err := e.records.Cancel(t.Context(), e.tenant, id)
+	if err != nil || got.Status != job.StatusCancelling || got.CancelRequestedAt == nil || !stopping {
+		t.Fatalf("cancel in flight: %+v %v (stopping %v), want cancelling, an attempt stopping", got, err, stopping)
+	}
+	if again, stopping, err := e.records.Cancel(t.Context(), e.tenant, id); err != nil || stopping ||
+		(again.Status != job.StatusCancelling && again.Status != job.StatusCancelled) {
+		t.Fatalf("second cancel in flight: %+v %v (stopping %v), want the job as it is, and not a new stop", again, err, stopping)
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("attempt stopped by the cancel: %v, want acked", err)
@@ -243,7 +247,7 @@ func TestCancelStopsAGoHandler(t *testing.T) {
 	if ledger := e.ledger(t, id); len(ledger) != 1 || !strings.HasPrefix(ledger[0], "cancelled "+execution.CancelledStopped+": ") {
 		t.Fatalf("ledger %q, want one attempt ended cancelled in flight", ledger)
 	}
-	if _, err := e.records.Cancel(t.Context(), e.tenant, id); err != nil {
+	if _, _, err := e.records.Cancel(t.Context(), e.tenant, id); err != nil {
 		t.Fatalf("cancel of a cancelled job: %v, want it to converge", err)
 	}
 }
@@ -268,7 +272,7 @@ func TestCancelRacingAGoHandler(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- h.ProcessTask(t.Context(), task) }()
 		time.Sleep(time.Duration(i%6) * 2 * time.Millisecond) // spread the cancels over the attempt
-		answer, err := e.records.Cancel(t.Context(), e.tenant, id)
+		answer, _, err := e.records.Cancel(t.Context(), e.tenant, id)
 		if err != nil && !errors.Is(err, job.ErrNotCancellable) {
 			t.Fatal(err)
 		}
@@ -311,7 +315,7 @@ func TestCancelFencesOutTheAttemptInFlight(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- h.ProcessTask(t.Context(), task) }()
 	<-started
-	if got, err := e.records.Cancel(t.Context(), e.tenant, id); err != nil || got.Status != job.StatusCancelling {
+	if got, _, err := e.records.Cancel(t.Context(), e.tenant, id); err != nil || got.Status != job.StatusCancelling {
 		t.Fatalf("cancel: %+v %v", got, err)
 	}
 	close(release)
@@ -347,7 +351,7 @@ func TestCancelAfterTheEffectSucceeds(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- h.ProcessTask(t.Context(), task) }()
 	<-committed
-	if got, err := e.records.Cancel(t.Context(), e.tenant, id); err != nil || got.Status != job.StatusCancelling {
+	if got, _, err := e.records.Cancel(t.Context(), e.tenant, id); err != nil || got.Status != job.StatusCancelling {
 		t.Fatalf("cancel: %+v %v", got, err)
 	}
 	close(release)
@@ -358,7 +362,7 @@ func TestCancelAfterTheEffectSucceeds(t *testing.T) {
 	if rec.Status != job.StatusSucceeded || e.effectCount(t, "o-1") != 1 || rec.CancelRequestedAt == nil {
 		t.Fatalf("job: %+v, want succeeded with its one effect and the cancel's time kept", rec)
 	}
-	if _, err := e.records.Cancel(t.Context(), e.tenant, id); !errors.Is(err, job.ErrNotCancellable) {
+	if _, _, err := e.records.Cancel(t.Context(), e.tenant, id); !errors.Is(err, job.ErrNotCancellable) {
 		t.Fatalf("cancel of a succeeded job: %v, want ErrNotCancellable", err)
 	}
 }
@@ -406,7 +410,7 @@ func TestCancelDuringHTTPDelivery(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- mux.ProcessTask(t.Context(), task) }()
 			<-arrived
-			if got, err := e.records.Cancel(t.Context(), e.tenant, id); err != nil || got.Status != job.StatusCancelling {
+			if got, _, err := e.records.Cancel(t.Context(), e.tenant, id); err != nil || got.Status != job.StatusCancelling {
 				t.Fatalf("cancel: %+v %v", got, err)
 			}
 			// Several watcher checks pass: the request is not aborted.
@@ -455,14 +459,14 @@ func TestServerRunsTheCancelWatcher(t *testing.T) {
 	ce := &cancelEnv{env: s.env, records: records, watcher: watcher, tenant: "acme"}
 
 	before, beforeTask := ce.submit(t, "never", job.StatusQueued)
-	if _, err := records.Cancel(t.Context(), ce.tenant, before); err != nil {
+	if _, _, err := records.Cancel(t.Context(), ce.tenant, before); err != nil {
 		t.Fatal(err)
 	}
 	s.enqueue(t, beforeTask) // escaped deletion
 	running, runningTask := ce.submit(t, "cancel-me", job.StatusQueued)
 	s.enqueue(t, runningTask)
 	<-started
-	if got, err := records.Cancel(t.Context(), ce.tenant, running); err != nil || got.Status != job.StatusCancelling {
+	if got, _, err := records.Cancel(t.Context(), ce.tenant, running); err != nil || got.Status != job.StatusCancelling {
 		t.Fatalf("cancel in flight: %+v %v", got, err)
 	}
 	ce.awaitStatus(t, running, job.StatusCancelled)

@@ -74,7 +74,7 @@ func runJobs(ctx context.Context, ext extension.Set, args []string, getenv func(
 func cancelJobs(ctx context.Context, jobs *job.Submitter, ids []string, stdout io.Writer) error {
 	var errs []error
 	for _, id := range ids {
-		rec, err := jobs.CancelByID(ctx, id)
+		rec, _, err := jobs.CancelByID(ctx, id)
 		switch {
 		case errors.Is(err, job.ErrNotFound):
 			errs = append(errs, fmt.Errorf("%s: no such job", id))
