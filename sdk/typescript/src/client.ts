@@ -167,8 +167,28 @@ export class Idemgate {
   }
 
   /**
-   * Polls the job, with a growing pause, until it has `succeeded` or
-   * `failed`, and resolves to it either way. Rejects with an
+   * `POST /v1/jobs/{id}/cancel`: cancels the job and resolves to its
+   * document. `cancelled`: no attempt will start (or the job was already
+   * cancelled); `cancelling`: an attempt is in flight and its end decides
+   * between `succeeded` and `cancelled` (`waitJob` resolves to it). A job
+   * that has succeeded or failed rejects with an IdemgateProblem whose
+   * `isNotCancellable()` is true (409); an unknown job, or another
+   * tenant's, with a 404 one. A cancel converges, so it is retried like
+   * any call.
+   */
+  async cancelJob(id: string, options: { signal?: AbortSignal } = {}): Promise<Job> {
+    const res = await this.request<Job>("POST", `/v1/jobs/${encodeURIComponent(id)}/cancel`, undefined, options);
+    if ((res.status !== 200 && res.status !== 202) || typeof res.body !== "object" || res.body === null) {
+      throw new IdemgateError(`cancel of job ${id}: expected 200 or 202 and a job document, got ${res.status}`, {
+        attempts: res.attempts,
+      });
+    }
+    return res.body;
+  }
+
+  /**
+   * Polls the job, with a growing pause, until it has `succeeded`,
+   * `failed` or been `cancelled`, and resolves to it either way. Rejects with an
    * IdemgateTimeoutError after `timeoutMs` (default 60000).
    */
   async waitJob(id: string, options: WaitJobOptions = {}): Promise<Job> {
@@ -176,7 +196,7 @@ export class Idemgate {
     const started = this.now();
     for (let poll = 1; ; poll++) {
       const job = await this.getJob(id, signal ? { signal } : {});
-      if (job.status === "succeeded" || job.status === "failed") return job;
+      if (job.status === "succeeded" || job.status === "failed" || job.status === "cancelled") return job;
       const left = timeoutMs - (this.now() - started);
       if (left <= 0) {
         throw new IdemgateTimeoutError(`job ${id} is still ${job.status} after ${timeoutMs} ms`, job);
