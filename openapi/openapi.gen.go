@@ -99,6 +99,7 @@ func (e RecordState) Valid() bool {
 
 // Defines values for StoryAttemptOutcome.
 const (
+	StoryAttemptOutcomeCancelled   StoryAttemptOutcome = "cancelled"
 	StoryAttemptOutcomeCrashed     StoryAttemptOutcome = "crashed"
 	StoryAttemptOutcomeEmpty       StoryAttemptOutcome = ""
 	StoryAttemptOutcomeLockBusy    StoryAttemptOutcome = "lock_busy"
@@ -114,6 +115,8 @@ const (
 // Valid indicates whether the value is a known member of the StoryAttemptOutcome enum.
 func (e StoryAttemptOutcome) Valid() bool {
 	switch e {
+	case StoryAttemptOutcomeCancelled:
+		return true
 	case StoryAttemptOutcomeCrashed:
 		return true
 	case StoryAttemptOutcomeEmpty:
@@ -505,6 +508,9 @@ type StoryJob struct {
 
 	// TaskState Where the queue holds the job's task (pending, active, retry, …; missing when it has none).
 	TaskState *string `json:"task_state,omitempty"`
+
+	// CancelRequestedAt When the first cancel arrived; absent when none did.
+	CancelRequestedAt *time.Time `json:"cancel_requested_at,omitempty"`
 }
 
 // StoryRecord defines model for StoryRecord.

@@ -28,7 +28,7 @@ func stuckJobs(ctx context.Context, s *Snapshot) error {
 	const query = `
 SELECT id, tenant, business_key, task, queue, status, extract(epoch FROM now() - updated_at)::float8
   FROM jobs
- WHERE status IN ('queued', 'processing', 'retrying')
+ WHERE status IN ('queued', 'processing', 'retrying', 'cancelling')
    AND updated_at < now() - make_interval(secs => $1)
  ORDER BY updated_at, id`
 	return s.Scan(ctx, CheckStuckJobs, query, []any{s.opts.StuckAfter.Seconds()}, func(rows pgx.Rows) error {
