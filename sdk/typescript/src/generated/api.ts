@@ -629,6 +629,11 @@ export interface components {
             updated_at: string;
             /** @description Where the queue holds the job's task (pending, active, retry, …; missing when it has none). */
             task_state?: string;
+            /**
+             * Format: date-time
+             * @description When the first cancel arrived; absent when none did.
+             */
+            cancel_requested_at?: string | null;
         };
         /** @description The execution state of the job's business key. */
         StoryExecution: {
@@ -650,7 +655,7 @@ export interface components {
              * @description Empty while the attempt runs.
              * @enum {string}
              */
-            outcome: "" | "succeeded" | "transient" | "unavailable" | "permanent" | "lock_busy" | "lock_lost" | "stale_token" | "superseded" | "crashed";
+            outcome: "" | "succeeded" | "transient" | "unavailable" | "permanent" | "lock_busy" | "lock_lost" | "stale_token" | "superseded" | "crashed" | "cancelled";
             /** Format: date-time */
             started_at: string;
             /** Format: date-time */
