@@ -55,6 +55,8 @@ func runJobs(ctx context.Context, ext extension.Set, args []string, getenv func(
 			errs = append(errs, fmt.Errorf("%s: no such job", id))
 		case errors.Is(err, job.ErrFinished) && rec.Status == job.StatusSucceeded:
 			fmt.Fprintf(stdout, "%s: already succeeded, nothing to do\n", id)
+		case errors.Is(err, job.ErrFinished) && rec.Status == job.StatusCancelled:
+			errs = append(errs, fmt.Errorf("%s: cancelled, not requeued: a cancelled job does not run again", id))
 		case errors.Is(err, job.ErrFinished):
 			errs = append(errs, fmt.Errorf("%s: %s, not requeued: use `idemgate dlq replay %s`", id, rec.Status, id))
 		case err != nil:
