@@ -18,7 +18,8 @@ import (
 )
 
 // Submitter is what the gateway needs to accept jobs and show them: a
-// *job.Submitter is one.
+// *job.Submitter is one. One that is also a Canceller serves the cancel
+// endpoints.
 type Submitter interface {
 	Submit(ctx context.Context, req job.Request) (job.Record, error)
 	Get(ctx context.Context, tenant, id string) (job.Record, error)

@@ -46,6 +46,7 @@ var problemTypes = append(idempotency.Refusals(), idempotency.ProblemTable{
 	{Err: ErrQueueUnavailable, Status: http.StatusServiceUnavailable, Slug: "queue-unavailable", Title: "Queue unavailable"},
 	{Err: ErrInvalidSchedule, Status: http.StatusBadRequest, Slug: "invalid-schedule", Title: "Invalid schedule"},
 	{Err: job.ErrScheduleOutOfRange, Status: http.StatusUnprocessableEntity, Slug: "schedule-out-of-range", Title: "Schedule out of range"},
+	{Err: ErrJobNotCancellable, Status: http.StatusConflict, Slug: "job-not-cancellable", Title: "Job not cancellable"},
 }...)
 
 // NewProblemWriter returns the writer of every error the gateway answers

@@ -159,20 +159,25 @@ func (s *Records) ByID(ctx context.Context, id string) (Record, error) {
 }
 
 // SetStatus records what the worker reports of job id. A succeeded job
-// stays succeeded: a late
-// report from a stale attempt cannot move it back. lastErr is shown to the
+// stays succeeded and a cancelled one cancelled: a late report from a
+// stale attempt cannot move it back. A job being cancelled (cancelling)
+// moves only to succeeded (the attempt in flight did the effect) or to
+// cancelled: a report of retrying or failed ends it cancelled, keeping the
+// reason, and a report of processing leaves it cancelling. lastErr is shown to the
 // job's tenant, so it is the worker's public reason, not an error's full
 // text (see workers.StatusFunc); an empty one keeps the last. resultRef
 // comes from a receiver's answer: what PostgreSQL's text cannot hold in
 // either (U+0000, bytes that are not UTF-8) is stored as U+FFFD.
 func (s *Records) SetStatus(ctx context.Context, id string, status Status, attempts int, resultRef, lastErr string) error {
+	const next = `(CASE WHEN status <> 'cancelling' OR $2::text IN ('succeeded', 'cancelled') THEN $2::text
+	           WHEN $2::text = 'processing' THEN 'cancelling' ELSE 'cancelled' END)`
 	const q = `
-UPDATE jobs SET status = $2, attempts = GREATEST(attempts, $3),
+UPDATE jobs SET status = ` + next + `, attempts = GREATEST(attempts, $3),
        result_ref = COALESCE(NULLIF($4, ''), result_ref),
-       last_error = CASE WHEN $2 = 'succeeded' THEN NULL ELSE COALESCE(NULLIF($5, ''), last_error) END,
-       finished_at = CASE WHEN $2 IN ('succeeded', 'failed', 'cancelled') THEN COALESCE(finished_at, now()) END,
+       last_error = CASE WHEN ` + next + ` = 'succeeded' THEN NULL ELSE COALESCE(NULLIF($5, ''), last_error) END,
+       finished_at = CASE WHEN ` + next + ` IN ('succeeded', 'failed', 'cancelled') THEN COALESCE(finished_at, now()) END,
        updated_at = now()
- WHERE id = $1 AND status <> 'succeeded'`
+ WHERE id = $1 AND status NOT IN ('succeeded', 'cancelled')`
 	_, err := s.db.Exec(ctx, q, id, status, attempts, storableText(resultRef), storableText(lastErr))
 	if err != nil {
 		return fmt.Errorf("job: set job status: %w", err)

@@ -168,7 +168,8 @@ func (r *Relay) Pass(ctx context.Context) (Pass, error) {
 	return p, nil
 }
 
-// ErrFinished: the job has succeeded or failed; it has no task to deliver.
+// ErrFinished: the job has succeeded, failed or been cancelled; it has no
+// task to deliver.
 // A failed job runs again through DeadLetters.Replay.
 var ErrFinished = errors.New("job: finished")
 
@@ -181,7 +182,7 @@ func (r *Relay) Requeue(ctx context.Context, id string) (Record, bool, error) {
 	if err != nil {
 		return Record{}, false, err
 	}
-	if j.Status == StatusSucceeded || j.Status == StatusFailed {
+	if j.Status.Final() {
 		return j, false, fmt.Errorf("%w: %s is %s", ErrFinished, id, j.Status)
 	}
 	sent, err := r.redeliver(ctx, j)

@@ -33,6 +33,9 @@ type Submitter struct {
 	client  *asynq.Client
 	// Headers, when set, adds headers to each task (trace context).
 	Headers func(ctx context.Context) map[string]string
+	// Inspector, when set, lets Cancel delete the task of a job it
+	// cancelled. Optional: a cancelled job's task does nothing anyway.
+	Inspector *asynq.Inspector
 }
 
 // New returns an Submitter writing job records on db and tasks with client.

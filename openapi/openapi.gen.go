@@ -99,6 +99,7 @@ func (e RecordState) Valid() bool {
 
 // Defines values for StoryAttemptOutcome.
 const (
+	StoryAttemptOutcomeCancelled   StoryAttemptOutcome = "cancelled"
 	StoryAttemptOutcomeCrashed     StoryAttemptOutcome = "crashed"
 	StoryAttemptOutcomeEmpty       StoryAttemptOutcome = ""
 	StoryAttemptOutcomeLockBusy    StoryAttemptOutcome = "lock_busy"
@@ -114,6 +115,8 @@ const (
 // Valid indicates whether the value is a known member of the StoryAttemptOutcome enum.
 func (e StoryAttemptOutcome) Valid() bool {
 	switch e {
+	case StoryAttemptOutcomeCancelled:
+		return true
 	case StoryAttemptOutcomeCrashed:
 		return true
 	case StoryAttemptOutcomeEmpty:
@@ -508,6 +511,9 @@ type StoryJob struct {
 
 	// NotBefore When a scheduled job becomes due (Idemgate-Delay, Idemgate-Not-Before or the job's delay); absent for a job that ran at once.
 	NotBefore *time.Time `json:"not_before,omitempty"`
+
+	// CancelRequestedAt When the first cancel arrived; absent when none did.
+	CancelRequestedAt *time.Time `json:"cancel_requested_at,omitempty"`
 }
 
 // StoryRecord defines model for StoryRecord.
@@ -594,6 +600,12 @@ type InternalError = Problem
 // JobAccepted A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it.
 type JobAccepted = Job
 
+// JobNotCancellable An RFC 9457 problem document. Match on the slug that ends `type`;
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
+type JobNotCancellable = Problem
+
 // NotFound An RFC 9457 problem document. Match on the slug that ends `type`;
 // `detail` is for people and may change. A generic client acts on
 // `retryable` (send the same request again, with the same key, or
@@ -661,6 +673,15 @@ type GetJobParams struct {
 	// `wait` the gateway holds until it is not.
 	IfNoneMatch *JobIfNoneMatch `json:"If-None-Match,omitempty"`
 
+	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
+	// in problem documents (`request_id`, and as a UUID in `instance`) and
+	// in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+	// else, or none, is replaced with a new UUIDv7.
+	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// CancelJobParams defines parameters for CancelJob.
+type CancelJobParams struct {
 	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
 	// in problem documents (`request_id`, and as a UUID in `instance`) and
 	// in the logs. One of 1 to 128 letters, digits and `-_.:`; anything

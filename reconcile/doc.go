@@ -8,9 +8,12 @@
 // reconcile is how an operator sees that they did.
 //
 // idemgate's own check is StuckJobs: no job stays unfinished (queued,
-// processing, retrying) with its record unchanged for longer than
+// processing, retrying, cancelling) with its record unchanged for longer than
 // Options.StuckAfter, each reported with where the queue holds its task,
-// if it does — a job whose task the queue lost never runs. A program adds
+// if it does — a job whose task the queue lost never runs. A job's
+// attempts say how a cancel ended it: the ledger's cancelled rows name the
+// case (cancelled before this delivery, cancelled in flight, its effect
+// fenced out, or no answer: the receiver may have applied it). A program adds
 // the checks of its own tables (extension.WithReconcile); the example
 // jobs' are in examples/invariants.
 //

@@ -31,7 +31,7 @@ func stuckJobs(ctx context.Context, s *Snapshot) error {
 SELECT id, tenant, business_key, task, queue, CASE WHEN status = 'scheduled' THEN 'queued' ELSE status END,
        extract(epoch FROM now() - GREATEST(updated_at, not_before))::float8
   FROM jobs
- WHERE status IN ('scheduled', 'queued', 'processing', 'retrying')
+ WHERE status IN ('scheduled', 'queued', 'processing', 'retrying', 'cancelling')
    AND GREATEST(updated_at, not_before) < now() - make_interval(secs => $1)
  ORDER BY updated_at, id`
 	return s.Scan(ctx, CheckStuckJobs, query, []any{s.opts.StuckAfter.Seconds()}, func(rows pgx.Rows) error {

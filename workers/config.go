@@ -36,6 +36,11 @@ type Config struct {
 	// the queue. Default DefaultShutdownTimeout, 25s (inside Kubernetes'
 	// default 30s grace period).
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// CancelCheckInterval is how often the worker asks which of the jobs
+	// it is running have been cancelled (one query for all of them, only
+	// while some run); a Go handler's context is cancelled at most this
+	// long after the cancel. Default DefaultCancelInterval, 1s.
+	CancelCheckInterval time.Duration `yaml:"cancel_check_interval"`
 	// Retry shapes the retry delays. Defaults: see Backoff. Set in code:
 	// the configuration file has no key for it.
 	Retry Backoff `yaml:"-"`
@@ -71,6 +76,9 @@ func (c Config) WithDefaults() Config {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if c.CancelCheckInterval == 0 {
+		c.CancelCheckInterval = DefaultCancelInterval
+	}
 	c.Retry = c.Retry.withDefaults()
 	return c
 }
@@ -79,7 +87,8 @@ func (c Config) WithDefaults() Config {
 // every one it finds, joined with errors.Join.
 type FieldError struct {
 	// Field is the field's key in the worker section: "concurrency",
-	// "queues", "lock_ttl", "max_attempts", "shutdown_timeout" or "retry".
+	// "queues", "lock_ttl", "max_attempts", "shutdown_timeout",
+	// "cancel_check_interval" or "retry".
 	Field string
 	// Queue is the entry of Queues the problem is about, if any.
 	Queue string
@@ -136,6 +145,9 @@ func (c Config) validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		bad("shutdown_timeout", "", "must be positive, not %s", c.ShutdownTimeout)
+	}
+	if c.CancelCheckInterval < 0 {
+		bad("cancel_check_interval", "", "must be positive, not %s", c.CancelCheckInterval)
 	}
 	if len(c.Queues) == 0 {
 		bad("queues", "", "needs at least one queue (default: {%s: 1})", DefaultQueue)

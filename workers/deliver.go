@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -339,12 +340,15 @@ func (dl *deliverer) callError(ctx, actx context.Context, err error) error {
 		} else {
 			err = fmt.Errorf("deliver to %s: %w", dl.shownURL, ctx.Err())
 		}
-		return &reasoned{reason: "attempt interrupted", err: err}
+		return &reasoned{reason: "attempt interrupted", err: err, unanswered: true}
 	case errors.Is(actx.Err(), context.DeadlineExceeded):
 		err = fmt.Errorf("deliver to %s: no answer within %s: %w", dl.shownURL, dl.timeout, context.DeadlineExceeded)
-		return &reasoned{reason: "receiver timed out", err: Unavailable(err)}
+		return &reasoned{reason: "receiver timed out", err: Unavailable(err), unanswered: true}
 	default:
-		return &reasoned{reason: "receiver unreachable", err: Unavailable(fmt.Errorf("deliver to %s: %w", dl.shownURL, err))}
+		// A refused connection sent nothing; any other fault may have
+		// cut the answer off after the request went out.
+		return &reasoned{reason: "receiver unreachable", err: Unavailable(fmt.Errorf("deliver to %s: %w", dl.shownURL, err)),
+			unanswered: !errors.Is(err, syscall.ECONNREFUSED)}
 	}
 }
 

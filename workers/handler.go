@@ -67,6 +67,12 @@ type Deps struct {
 	// Worker names this worker in the attempt ledger (job_attempts).
 	// Default "<hostname>:<pid>".
 	Worker string
+	// Cancels, if set, is the process's cancel watcher: the attempts of
+	// submitted jobs (tasks with a job.HeaderID) register with it, a Go
+	// handler's context is cancelled when its job is, and an attempt that
+	// ends without success after a cancel ends the job cancelled. Give the
+	// Server the same watcher (WithCancelWatcher).
+	Cancels *CancelWatcher
 }
 
 // Stages at which tests make a worker die.
@@ -135,6 +141,10 @@ type options struct {
 	// crash simulates the worker dying at a stage (tests only): the handler
 	// abandons its lease and returns without another write.
 	crash func(stage string) bool
+	// uninterrupted: a cancel does not cancel the business function's
+	// context; its own end decides (an HTTP delivery: the request is not
+	// aborted, the receiver's answer decides).
+	uninterrupted bool
 }
 
 // WithMaxAttempts overrides Deps.MaxAttempts for one handler.
@@ -157,6 +167,9 @@ type handler[T any] struct {
 	onStatus    StatusFunc
 	worker      string
 	crash       func(string) bool
+	cancels     *CancelWatcher
+	// uninterrupted: see options.
+	uninterrupted bool
 }
 
 // Handle returns the asynq handler of the task kind (a stable name such as
@@ -249,6 +262,9 @@ func newHandler[T any](deps Deps, kind string, identify identity[T], fn Func[T],
 		onStatus:    deps.OnStatus,
 		worker:      workerName(deps.Worker),
 		crash:       o.crash,
+		cancels:     deps.Cancels,
+
+		uninterrupted: o.uninterrupted,
 	}
 }
 
@@ -399,6 +415,9 @@ type run[T any] struct {
 	payload  T
 	token    int64
 	attempts int
+	// watched is the attempt as the cancel watcher knows it; nil for a
+	// task without a job record, or without a watcher.
+	watched *watched
 }
 
 func (r *run[T]) do(ctx context.Context) error {
@@ -411,6 +430,8 @@ func (r *run[T]) do(ctx context.Context) error {
 		return h.conflict(ctx, r.log, r.task, r.id, rec)
 	case errors.Is(err, execution.ErrSucceeded):
 		return h.replay(ctx, r.log, r.task, rec)
+	case errors.Is(err, execution.ErrCancelled):
+		return h.refuseCancelled(ctx, r.log, r.task, r.id)
 	case err != nil:
 		return r.beforeAttempt(ctx, err)
 	}
@@ -442,7 +463,20 @@ func (r *run[T]) do(ctx context.Context) error {
 		return errCrashed
 	}
 
-	ref, ferr := h.fn(lctx, Job[T]{
+	fnCtx := lctx
+	if jobID := r.task.Headers()[job.HeaderID]; jobID != "" && h.cancels != nil {
+		var stop context.CancelCauseFunc
+		if !h.uninterrupted {
+			var cctx context.Context
+			cctx, stop = context.WithCancelCause(lctx)
+			defer stop(nil)
+			fnCtx = cctx
+		}
+		var unwatch func()
+		r.watched, unwatch = h.cancels.watch(jobID, stop)
+		defer unwatch()
+	}
+	ref, ferr := h.fn(fnCtx, Job[T]{
 		Key: r.id.key, Tenant: r.id.tenant, Resource: r.resource, Payload: r.payload,
 		Token: token, Attempt: rec.Attempts, Task: r.task,
 	})
@@ -517,6 +551,9 @@ func (r *run[T]) lost(ctx context.Context, err error, stale execution.Outcome) e
 // failed decides the fate of an attempt that ended in err.
 func (r *run[T]) failed(ctx, fctx context.Context, err error) error {
 	h := r.h
+	if r.cancelRequested(fctx) {
+		return r.cancelled(ctx, fctx, err)
+	}
 	if lost := r.lost(ctx, err, execution.OutcomeSuperseded); lost != nil {
 		return lost
 	}
@@ -612,6 +649,66 @@ func (r *run[T]) deadLetter(ctx, fctx context.Context, err error, permanent bool
 	h.status(fctx, r.task, r.id.key, job.StatusFailed, r.attempts, "", public)
 	r.log.ErrorContext(ctx, "job failed: archiving", "error", reason)
 	return fmt.Errorf("workers: %s %s failed: %w (%w)", h.kind, r.id.key, err, asynq.SkipRetry)
+}
+
+// cancelRequested reports whether the job of an attempt that did not
+// succeed was cancelled while it ran.
+func (r *run[T]) cancelRequested(ctx context.Context) bool {
+	jobID := r.task.Headers()[job.HeaderID]
+	if jobID == "" || r.h.cancels == nil {
+		return false
+	}
+	return r.h.cancels.requested(ctx, jobID, r.watched)
+}
+
+// cancelled ends an attempt that did not succeed after its job was
+// cancelled: the execution and the ledger row end cancelled, saying how
+// (the context cancelled, the write fenced out by the cancel's token, no
+// answer from the receiver), the job cancelled, and the task is acked.
+func (r *run[T]) cancelled(ctx, fctx context.Context, err error) error {
+	h := r.h
+	how, reason := cancelledHow(err)
+	if merr := h.store.MarkCancelled(fctx, r.id.tenant, r.id.key, r.token, how+": "+err.Error()); merr != nil {
+		if lost := r.lost(ctx, merr, execution.OutcomeStaleToken); lost != nil {
+			return lost
+		}
+		// Not recorded: the retry's take finds the job cancelled and ends
+		// it.
+		h.obs.Attempt(h.kind, ClassTransient)
+		r.log.WarnContext(ctx, "recording the cancel failed: will retry", "error", merr, "cause", err)
+		return fmt.Errorf("workers: %s %s: record cancel: %w", h.kind, r.id.key, errors.Join(merr, err))
+	}
+	if errors.Is(err, fence.ErrStaleToken) {
+		h.obs.FencingRejected()
+	}
+	h.obs.Attempt(h.kind, ClassCancelled)
+	h.obs.JobFinished(h.kind, job.StatusCancelled)
+	h.status(fctx, r.task, r.id.key, job.StatusCancelled, r.attempts, "", reason)
+	r.log.InfoContext(ctx, "job cancelled while its attempt ran: acking", "how", how, "error", err)
+	return nil
+}
+
+// cancelledHow says how an attempt a cancel stopped ended: in the ledger
+// (how) and to the job's tenant (reason).
+func cancelledHow(err error) (how, reason string) {
+	switch {
+	case errors.Is(err, fence.ErrStaleToken):
+		return execution.CancelledFenced, reasonCancelled
+	case unanswered(err):
+		return execution.CancelledNoAnswer, reasonNoAnswer
+	}
+	return execution.CancelledStopped, reasonCancelled
+}
+
+// refuseCancelled acks a delivery of a job cancelled before it could
+// start: the take refused it and released the key. The job's record says
+// cancelled (a cancelling job whose attempt never recorded its end is
+// cancelled now).
+func (h *handler[T]) refuseCancelled(ctx context.Context, log *slog.Logger, task *asynq.Task, id execID) error {
+	h.obs.Attempt(h.kind, ClassCancelled)
+	h.status(ctx, task, id.key, job.StatusCancelled, 0, "", "")
+	log.InfoContext(ctx, "job cancelled: acking the delivery without an attempt")
+	return nil
 }
 
 // replay acks a delivery of a job that has already succeeded.

@@ -25,6 +25,9 @@ const (
 	// ClassStaleToken: the attempt lost the resource to a newer owner (its
 	// lease was lost or a fence refused its token); not a failure of the job.
 	ClassStaleToken = "stale_token"
+	// ClassCancelled: the job was cancelled while the attempt ran, and the
+	// attempt did not succeed; the job ends cancelled.
+	ClassCancelled = "cancelled"
 )
 
 // LockResults lists the results Observer.LockAcquire reports.
@@ -32,7 +35,7 @@ func LockResults() []string { return []string{LockAcquired, LockBusy, LockError}
 
 // ErrorClasses lists the error classes Observer.Attempt reports.
 func ErrorClasses() []string {
-	return []string{ClassTransient, ClassPermanent, ClassUnavailable, ClassLockBusy, ClassStaleToken}
+	return []string{ClassTransient, ClassPermanent, ClassUnavailable, ClassLockBusy, ClassStaleToken, ClassCancelled}
 }
 
 // FinishedStatuses lists the statuses Observer.JobFinished reports: the
@@ -61,13 +64,13 @@ type Observer interface {
 	FencingRejected()
 	// Attempt reports an attempt that did not succeed, by error class
 	// (ClassTransient, ClassPermanent, ClassUnavailable, ClassLockBusy,
-	// ClassStaleToken).
+	// ClassStaleToken, ClassCancelled).
 	Attempt(task, errorClass string)
 	// JobReplay reports a delivery of a job that had already succeeded,
 	// acked without running it again.
 	JobReplay(task string)
 	// JobFinished reports a job reaching a final status:
-	// job.StatusSucceeded or job.StatusFailed.
+	// job.StatusSucceeded, job.StatusFailed or job.StatusCancelled.
 	JobFinished(task string, status job.Status)
 }
 

@@ -18,6 +18,8 @@ const (
 	reasonPermanent   = "the job was refused (permanent error)"
 	reasonUnavailable = "a service the job needs was unavailable"
 	reasonNoVerdict   = "no attempt reached a verdict"
+	reasonCancelled   = "cancelled"
+	reasonNoAnswer    = "no answer: the receiver may have applied it"
 )
 
 // publicError is an error that says what a tenant may read of it.
@@ -30,6 +32,15 @@ type publicError interface {
 type reasoned struct {
 	reason string
 	err    error
+	// unanswered: the request may have reached the receiver, and no
+	// answer came back (a timeout, a connection lost).
+	unanswered bool
+}
+
+// unanswered reports whether err is a delivery that got no answer.
+func unanswered(err error) bool {
+	re, ok := errors.AsType[*reasoned](err)
+	return ok && re.unanswered
 }
 
 func (e *reasoned) Error() string        { return e.err.Error() }

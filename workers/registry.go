@@ -91,7 +91,10 @@ func (hs *Handlers) Mux(deps Deps, specs []*job.Spec, base HTTPDelivery) (*asynq
 		case spec.HTTP != nil:
 			d := base
 			d.URL, d.Secrets, d.Timeout, d.Headers = spec.HTTP.URL, spec.HTTP.Secrets, spec.HTTP.Timeout, spec.HTTP.Headers
-			mux.Handle(spec.Task, newHandler(deps, spec.Task, specIdentity[json.RawMessage](spec), Deliver(d), specOptions(spec, nil)...))
+			// A cancel does not abort a delivery in flight: its answer
+			// decides the job.
+			opts := append(specOptions(spec, nil), func(o *options) { o.uninterrupted = true })
+			mux.Handle(spec.Task, newHandler(deps, spec.Task, specIdentity[json.RawMessage](spec), Deliver(d), opts...))
 		case hs != nil && hs.Has(spec.Task):
 			mux.Handle(spec.Task, hs.build[spec.Task](deps, spec))
 		default:

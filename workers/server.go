@@ -23,6 +23,7 @@ type Server struct {
 	tweaks  []func(*asynq.Config)
 	started atomic.Bool
 	running inflight
+	cancels *CancelWatcher
 }
 
 // ServerOption adjusts a Server.
@@ -108,6 +109,17 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := srv.Start(asynq.HandlerFunc(s.process)); err != nil {
 		return fmt.Errorf("workers: start: %w", err)
 	}
+	// The cancel watcher outlives the handlers' shutdown: an attempt
+	// finishing then may still be cancelled.
+	wctx, stopWatcher := context.WithCancel(base)
+	var watcher sync.WaitGroup
+	if s.cancels != nil {
+		watcher.Go(func() { s.cancels.Run(wctx) })
+	}
+	defer func() {
+		stopWatcher()
+		watcher.Wait()
+	}()
 	<-ctx.Done()
 	srv.Shutdown()
 	if n := s.running.wait(s.cfg.LockTTL); n > 0 {

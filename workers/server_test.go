@@ -51,18 +51,18 @@ func newServerEnv(t *testing.T) *serverEnv {
 // start runs a Server for h on the test's queue with short polling and
 // retry delays, and returns a function that stops it and returns Run's
 // error. The test's cleanup stops it too.
-func (s *serverEnv) start(t *testing.T, h asynq.Handler, cfg Config) (stop func() error) {
+func (s *serverEnv) start(t *testing.T, h asynq.Handler, cfg Config, opts ...ServerOption) (stop func() error) {
 	t.Helper()
 	cfg.Queues = map[string]int{s.queue: 1}
 	if cfg.Retry.Base == 0 && cfg.Retry.Busy == 0 {
 		cfg.Retry = Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond, Busy: 50 * time.Millisecond}
 	}
-	srv, err := NewServer(s.redisOpt, cfg, h,
+	srv, err := NewServer(s.redisOpt, cfg, h, append([]ServerOption{
 		WithLogger(testenv.Logger()),
 		WithAsynqConfig(func(c *asynq.Config) {
 			c.TaskCheckInterval = 50 * time.Millisecond
 			c.DelayedTaskCheckInterval = 100 * time.Millisecond
-		}))
+		})}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,10 +10,11 @@ import (
 	"github.com/idemgate/idemgate/job"
 )
 
-// runJobs is `idemgate jobs requeue JOB_ID...`: the relay's work, for
-// the jobs an operator names, whatever the age of their records.
+// runJobs is `idemgate jobs requeue JOB_ID...` (the relay's work, for
+// the jobs an operator names, whatever the age of their records) and
+// `idemgate jobs cancel JOB_ID...` (POST /admin/jobs/{id}/cancel for each).
 func runJobs(ctx context.Context, ext extension.Set, args []string, getenv func(string) string, stdout, _ io.Writer) error {
-	fs := newConfigFlags("jobs", "jobs requeue JOB_ID... --config FILE", stdout)
+	fs := newConfigFlags("jobs", "jobs requeue|cancel JOB_ID... --config FILE", stdout)
 	pos, err := fs.parseArgs(args)
 	if err != nil {
 		return err
@@ -21,15 +22,15 @@ func runJobs(ctx context.Context, ext extension.Set, args []string, getenv func(
 	switch {
 	case len(pos) == 0:
 		fs.Usage()
-		return usagef("jobs: want requeue followed by job ids")
-	case pos[0] != "requeue":
+		return usagef("jobs: want requeue or cancel followed by job ids")
+	case pos[0] != "requeue" && pos[0] != "cancel":
 		fs.Usage()
-		return usagef("jobs: unknown operation %q (want requeue)", pos[0])
+		return usagef("jobs: unknown operation %q (want requeue or cancel)", pos[0])
 	case len(pos) == 1:
 		fs.Usage()
-		return usagef("jobs requeue: name at least one job id")
+		return usagef("jobs %s: name at least one job id", pos[0])
 	}
-	ids := pos[1:]
+	op, ids := pos[0], pos[1:]
 	cfg, err := fs.load(ext, getenv, false)
 	if err != nil {
 		return err
@@ -39,6 +40,10 @@ func runJobs(ctx context.Context, ext extension.Set, args []string, getenv func(
 	enq, inspector, err := openJobQueue(ctx, cfg, &cl, "jobs")
 	if err != nil {
 		return err
+	}
+	if op == "cancel" {
+		enq.Inspector = inspector
+		return cancelJobs(ctx, enq, ids, stdout)
 	}
 	relay := job.NewRelay(enq, inspector, job.RelayOptions{})
 
@@ -50,6 +55,8 @@ func runJobs(ctx context.Context, ext extension.Set, args []string, getenv func(
 			errs = append(errs, fmt.Errorf("%s: no such job", id))
 		case errors.Is(err, job.ErrFinished) && rec.Status == job.StatusSucceeded:
 			fmt.Fprintf(stdout, "%s: already succeeded, nothing to do\n", id)
+		case errors.Is(err, job.ErrFinished) && rec.Status == job.StatusCancelled:
+			errs = append(errs, fmt.Errorf("%s: cancelled, not requeued: a cancelled job does not run again", id))
 		case errors.Is(err, job.ErrFinished):
 			errs = append(errs, fmt.Errorf("%s: %s, not requeued: use `idemgate dlq replay %s`", id, rec.Status, id))
 		case err != nil:
@@ -58,6 +65,29 @@ func runJobs(ctx context.Context, ext extension.Set, args []string, getenv func(
 			fmt.Fprintf(stdout, "%s: requeued (%s, %s on queue %s)\n", id, rec.Status, rec.Task, rec.Queue)
 		default:
 			fmt.Fprintf(stdout, "%s: task present (%s, %s on queue %s)\n", id, rec.Status, rec.Task, rec.Queue)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cancelJobs cancels each job and says the status it is left in; a job
+// that cannot be cancelled (unknown, succeeded, failed) is an error that
+// does not stop the others.
+func cancelJobs(ctx context.Context, jobs *job.Submitter, ids []string, stdout io.Writer) error {
+	var errs []error
+	for _, id := range ids {
+		rec, _, err := jobs.CancelByID(ctx, id)
+		switch {
+		case errors.Is(err, job.ErrNotFound):
+			errs = append(errs, fmt.Errorf("%s: no such job", id))
+		case errors.Is(err, job.ErrNotCancellable):
+			errs = append(errs, fmt.Errorf("%s: %s, not cancellable", id, rec.Status))
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", id, err))
+		case rec.Status == job.StatusCancelling:
+			fmt.Fprintf(stdout, "%s: cancelling (an attempt is in flight; its end decides: succeeded or cancelled)\n", id)
+		default:
+			fmt.Fprintf(stdout, "%s: %s\n", id, rec.Status)
 		}
 	}
 	return errors.Join(errs...)

@@ -87,6 +87,9 @@ func openGatewayDeps(ctx context.Context, cfg *config.Config, svc *services, wit
 		}
 		deps.jobs = job.NewSubmitter(deps.pool, client)
 		deps.jobs.Headers = telemetry.InjectTask
+		if deps.jobs.Inspector, err = svc.queueInspector(); err != nil {
+			return deps, err
+		}
 	}
 	return deps, nil
 }

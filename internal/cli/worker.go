@@ -105,7 +105,10 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 	deps := cfg.Worker.Deps(pool, rdb)
 	deps.Logger = logger
 	deps.Observer = metrics
-	deps.OnStatus = job.NewRecords(pool).Follow
+	records := job.NewRecords(pool)
+	deps.OnStatus = records.Follow
+	cancels := workers.NewCancelWatcher(records.Cancelling, cfg.Worker.WithDefaults().CancelCheckInterval, logger)
+	deps.Cancels = cancels
 	handlers := workers.NewHandlers()
 	env := extension.Worker{
 		DB: pool, Redis: rdb, Metrics: reg, Logger: logger,
@@ -123,7 +126,7 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 		return nil, usagef("worker: %v", err)
 	}
 	mux.Use(telemetry.TaskTracing(telemetry.WithFailure(workers.IsFailure)))
-	srv, err := workers.NewServer(opt, cfg.Worker.Config, mux, workers.WithLogger(logger))
+	srv, err := workers.NewServer(opt, cfg.Worker.Config, mux, workers.WithLogger(logger), workers.WithCancelWatcher(cancels))
 	if err != nil {
 		return nil, usagef("worker: %v", err)
 	}

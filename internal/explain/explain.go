@@ -153,6 +153,7 @@ func (x *Explainer) addJob(ctx context.Context, s *Story, j job.Record) (bool, e
 		Id: j.ID, Tenant: j.Tenant, Route: j.Route, IdempotencyKey: j.IdempotencyKey, Task: j.Task, Queue: j.Queue,
 		BusinessKey: j.BusinessKey, Status: openapi.JobStatus(j.Status), Attempts: j.Attempts, ResultRef: j.ResultRef,
 		Error: j.Error, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, NotBefore: j.NotBefore,
+		CancelRequestedAt: j.CancelRequestedAt,
 	}
 	if x.TaskState != nil && !j.Status.Final() {
 		state, err := x.TaskState(ctx, j.Queue, j.ID)

@@ -58,6 +58,9 @@ func (x *Explainer) judge(s *Story, effectsKnown bool) {
 			violation("the job succeeded but the execution of %s is %s", j.BusinessKey, s.Execution.Status)
 		case effectsKnown && len(s.Effects) == 0:
 			violation("succeeded (result %s) but its effect is missing", s.Execution.ResultRef)
+		case len(succeeded) == 1 && j.CancelRequestedAt != nil:
+			s.Verdict = fmt.Sprintf("succeeded once at attempt %d with token %d: a cancel arrived while it ran, and the attempt succeeded",
+				succeeded[0].Attempt, *succeeded[0].FencingToken)
 		case len(succeeded) == 1:
 			s.Verdict = fmt.Sprintf("succeeded once at attempt %d with token %d", succeeded[0].Attempt, *succeeded[0].FencingToken)
 		default:
@@ -76,6 +79,8 @@ func (x *Explainer) judge(s *Story, effectsKnown bool) {
 	case j.Status == openapi.JobStatus(job.StatusScheduled) && j.NotBefore != nil:
 		s.Verdict = fmt.Sprintf("scheduled: not before %s (in %s), %s",
 			j.NotBefore.UTC().Format(time.RFC3339), span(j.NotBefore.Sub(x.now())), taskPhrase(j))
+	case j.Status == openapi.JobStatus(job.StatusCancelled):
+		judgeCancelled(s, effectsKnown)
 	default:
 		// A scheduled job waited for its time; it is late only after it.
 		since := j.UpdatedAt
@@ -88,6 +93,38 @@ func (x *Explainer) judge(s *Story, effectsKnown bool) {
 			return
 		}
 		s.Verdict = fmt.Sprintf("in progress: %s, %d attempt(s) so far, %s", j.Status, j.Attempts, taskPhrase(j))
+	}
+}
+
+// judgeCancelled says which case a cancelled job is: cancelled before any
+// attempt, an attempt stopped or fenced out with no effect, or an HTTP
+// delivery that never answered, so the receiver may have applied it.
+func judgeCancelled(s *Story, effectsKnown bool) {
+	var stopped *openapi.StoryAttempt
+	for i := range s.Attempts {
+		a := &s.Attempts[i]
+		if a.Outcome == openapi.StoryAttemptOutcome(execution.OutcomeCancelled) && a.FencingToken != nil {
+			stopped = a
+		}
+	}
+	if effectsKnown && len(s.Effects) > 0 {
+		s.Verdict, s.Violation = fmt.Sprintf("cancelled, but %s %s carries its business key", s.Effects[0].Kind, s.Effects[0].Ref), true
+		return
+	}
+	switch {
+	case stopped == nil && s.Job.Attempts == 0:
+		s.Verdict = "cancelled before any attempt: nothing ran"
+	case stopped == nil:
+		s.Verdict = fmt.Sprintf("cancelled between attempts after %d attempt(s): no attempt ran after the cancel", s.Job.Attempts)
+	case strings.HasPrefix(stopped.Error, execution.CancelledNoAnswer):
+		s.Verdict = fmt.Sprintf("cancelled in flight at attempt %d with token %d, the HTTP answer unknown: the receiver may have applied it",
+			stopped.Attempt, *stopped.FencingToken)
+	case strings.HasPrefix(stopped.Error, execution.CancelledFenced):
+		s.Verdict = fmt.Sprintf("cancelled in flight at attempt %d with token %d: its effect was fenced out by the cancel",
+			stopped.Attempt, *stopped.FencingToken)
+	default:
+		s.Verdict = fmt.Sprintf("cancelled in flight at attempt %d with token %d: the attempt stopped without its effect",
+			stopped.Attempt, *stopped.FencingToken)
 	}
 }
 

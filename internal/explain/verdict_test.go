@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/workers/execution"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -78,6 +79,42 @@ func TestVerdict(t *testing.T) {
 			story:        Story{Job: &openapi.StoryJob{Status: "failed", Attempts: 1, Error: ptr("permanent: declined")}},
 			effectsKnown: true,
 			want:         "failed after 1 attempt(s): permanent: declined",
+		},
+		{
+			name: "cancelled before any attempt",
+			story: Story{Job: &openapi.StoryJob{Status: "cancelled", CancelRequestedAt: &now},
+				Attempts: []openapi.StoryAttempt{{Outcome: "cancelled", Error: execution.CancelledBefore}}},
+			effectsKnown: true,
+			want:         "cancelled before any attempt: nothing ran",
+		},
+		{
+			name: "cancelled in flight, fenced out",
+			story: Story{Job: &openapi.StoryJob{Status: "cancelled", Attempts: 1, CancelRequestedAt: &now},
+				Attempts: []openapi.StoryAttempt{{Attempt: 1, FencingToken: ptr(int64(4)), Outcome: "cancelled", Error: execution.CancelledFenced + ": fence: stale fencing token 4"}}},
+			effectsKnown: true,
+			want:         "cancelled in flight at attempt 1 with token 4: its effect was fenced out by the cancel",
+		},
+		{
+			name: "cancelled with the HTTP answer unknown",
+			story: Story{Job: &openapi.StoryJob{Status: "cancelled", Attempts: 2, CancelRequestedAt: &now},
+				Attempts: []openapi.StoryAttempt{{Attempt: 1, FencingToken: ptr(int64(3)), Outcome: "transient"},
+					{Attempt: 2, FencingToken: ptr(int64(5)), Outcome: "cancelled", Error: execution.CancelledNoAnswer + ": deliver: no answer within 30s"}}},
+			want: "cancelled in flight at attempt 2 with token 5, the HTTP answer unknown: the receiver may have applied it",
+		},
+		{
+			name: "cancel arrived, the attempt succeeded",
+			story: Story{Job: &openapi.StoryJob{Status: "succeeded", CancelRequestedAt: &now}, Execution: succeeded,
+				Attempts: []openapi.StoryAttempt{{Attempt: 1, FencingToken: ptr(int64(9)), Outcome: "succeeded"}},
+				Effects:  []openapi.StoryEffect{{Kind: "payment", Ref: "ch_1"}}},
+			effectsKnown: true,
+			want:         "succeeded once at attempt 1 with token 9: a cancel arrived while it ran, and the attempt succeeded",
+		},
+		{
+			name: "cancelled with an effect",
+			story: Story{Job: &openapi.StoryJob{Status: "cancelled", Attempts: 1},
+				Effects: []openapi.StoryEffect{{Kind: "payment", Ref: "ch_1"}}},
+			effectsKnown: true,
+			want:         "cancelled, but payment ch_1 carries its business key", violation: true,
 		},
 		{
 			name: "key taken over",

@@ -35,6 +35,25 @@ const (
 	// OutcomeCrashed: a later attempt found this one unfinished; its worker
 	// died, or was cut off, before recording an outcome.
 	OutcomeCrashed Outcome = "crashed"
+	// OutcomeCancelled: the job was cancelled while the attempt ran and the
+	// attempt did not succeed (its context cancelled, its write fenced out
+	// by the cancel's token, an HTTP delivery answered with a failure or
+	// not at all); or, with no token, a delivery refused because the job
+	// was cancelled before it.
+	OutcomeCancelled Outcome = "cancelled"
+)
+
+// The error of a ledger row that ended OutcomeCancelled starts with one of
+// these, so that explain and reconcile tell the cases apart: the attempt
+// in flight was stopped (its context cancelled, or it failed) with no
+// effect; its business write was refused by the cancel's fencing token;
+// an HTTP delivery got no answer, so the receiver may have applied it;
+// the delivery was refused because the job was cancelled before it.
+const (
+	CancelledStopped  = "cancelled in flight"
+	CancelledFenced   = "cancelled in flight, the effect fenced out"
+	CancelledNoAnswer = "cancelled in flight, no answer: the receiver may have applied it"
+	CancelledBefore   = "cancelled before this delivery: nothing ran"
 )
 
 // Entry is one row of the attempt ledger.

@@ -26,6 +26,10 @@ var (
 	// with another payload. The first payload decides a key's effect; a
 	// different one under the same key is a client error, not a replay.
 	ErrConflict = errors.New("execution: business key taken by another payload")
+	// ErrCancelled: the job's record (the jobs row of Attempt.JobID) is
+	// cancelled or being cancelled, so no attempt may start. The delivery
+	// is acked: it does nothing.
+	ErrCancelled = errors.New("execution: job cancelled")
 )
 
 // maxErrorLen bounds the stored last_error; a cause longer than this is an
@@ -141,22 +145,23 @@ func (s *Store) Get(ctx context.Context, tenant, key string) (Record, error) {
 // markProcessing ends the insert of MarkProcessing and Take: a new row is
 // attempt 1; an existing one counts one more attempt under the newer token,
 // unless the job has succeeded, the token is not newer, or another payload
-// holds the key (a failed job may be taken over by a new payload).
+// holds the key (a failed or cancelled job may be taken over by a new
+// payload, and starts again from attempt 1).
 const markProcessing = `
 ON CONFLICT (tenant, key) DO UPDATE SET
     task          = excluded.task,
     resource      = excluded.resource,
     status        = 'processing',
-    attempt_count = CASE WHEN e.status = 'failed' THEN 1 ELSE e.attempt_count + 1 END,
+    attempt_count = CASE WHEN e.status IN ('failed', 'cancelled') THEN 1 ELSE e.attempt_count + 1 END,
     fencing_token = excluded.fencing_token,
-    last_error    = CASE WHEN e.status = 'failed' THEN NULL ELSE e.last_error END,
+    last_error    = CASE WHEN e.status IN ('failed', 'cancelled') THEN NULL ELSE e.last_error END,
     result_ref    = NULL,
     payload_sha256 = COALESCE(excluded.payload_sha256, e.payload_sha256),
     finished_at   = NULL,
     updated_at    = now()
 WHERE e.status <> 'succeeded'
   AND (e.fencing_token < excluded.fencing_token OR e.resource <> excluded.resource)
-  AND (e.status = 'failed' OR e.payload_sha256 IS NULL OR excluded.payload_sha256 IS NULL
+  AND (e.status IN ('failed', 'cancelled') OR e.payload_sha256 IS NULL OR excluded.payload_sha256 IS NULL
        OR e.payload_sha256 = excluded.payload_sha256)
 RETURNING e.*`
 
@@ -215,10 +220,11 @@ func (s *Store) refused(ctx context.Context, op string, a Attempt, token int64) 
 }
 
 // Conflicts reports whether a job with payload hash sha may not use rec's
-// key: the key has succeeded or is processing under another payload. Rows
-// without a hash, and attempts without one, never conflict.
+// key: the key has succeeded or is processing under another payload (a
+// failed or cancelled one is released). Rows without a hash, and attempts
+// without one, never conflict.
 func Conflicts(rec Record, sha string) bool {
-	return rec.Status != job.StatusFailed && rec.PayloadSHA256 != "" && sha != "" && rec.PayloadSHA256 != sha
+	return rec.Status != job.StatusFailed && rec.Status != job.StatusCancelled && rec.PayloadSHA256 != "" && sha != "" && rec.PayloadSHA256 != sha
 }
 
 // Take draws the next fencing token for a.Resource (fence.Next) and marks
@@ -228,13 +234,43 @@ func Conflicts(rec Record, sha string) bool {
 // is refused only for a job that has succeeded (ErrSucceeded, with the
 // record). A token drawn for a refused attempt is spent: tokens only need
 // to increase, not to be consecutive.
+//
+// When a.JobID names a job record (the jobs row a submitted job has), the
+// same statement locks that row first and moves a scheduled, queued or
+// retrying job to processing, so a cancel (job.Records.Cancel, which locks
+// the row too) either commits before the take and finds it refused, or
+// waits and finds the job processing. A job cancelled or being cancelled
+// is refused with ErrCancelled, and nothing starts: no token is drawn, the
+// key's execution row is released ('cancelled', as a failed job releases
+// it), the attempts a crash left open end as cancelled, and the refused
+// delivery gets a ledger row of its own (no token) saying so. A task with
+// no job record is taken as before.
 func (s *Store) Take(ctx context.Context, a Attempt) (Record, error) {
-	const query = `
-WITH next AS (` + fence.NextStatement + `
+	query := `
+WITH job AS (
+    UPDATE jobs SET status     = CASE WHEN status IN ('scheduled', 'queued', 'retrying') THEN 'processing' ELSE status END,
+                    updated_at = CASE WHEN status IN ('scheduled', 'queued', 'retrying') THEN now() ELSE updated_at END
+     WHERE id = $6::text
+    RETURNING status
+), gate AS (
+    SELECT NOT EXISTS (SELECT 1 FROM job WHERE status IN ('cancelling', 'cancelled')) AS ok
+), released AS (
+    UPDATE job_executions SET status = 'cancelled', finished_at = now(), updated_at = now()
+     WHERE tenant = $2 AND key = $3 AND status = 'processing' AND NOT (SELECT ok FROM gate)
+       AND (payload_sha256 IS NULL OR $5 = '' OR payload_sha256 = $5)
+), stopped AS (
+    UPDATE job_attempts SET outcome = 'cancelled', ended_at = now(), error = '` + errStopped + `'
+     WHERE tenant = $2 AND key = $3 AND outcome IS NULL AND NOT (SELECT ok FROM gate)
+), refusal AS (
+    INSERT INTO job_attempts (job_id, tenant, key, task, resource, attempt, worker, outcome, ended_at, error)
+    SELECT $6::text, $2, $3, $4, $1, 0, $7::text, 'cancelled', now(), '` + errRefused + `' FROM gate WHERE NOT gate.ok
+), next AS (` + fence.NextStatementIf("(SELECT ok FROM gate)") + `
 ), taken AS (
 INSERT INTO job_executions AS e (tenant, key, task, resource, status, attempt_count, fencing_token, payload_sha256)
 SELECT $2, $3, $4, $1, 'processing', 1, next.token, NULLIF($5, '') FROM next
-` + markProcessing + ledgerTake
+` + markProcessing + ledgerTake + `
+UNION ALL
+SELECT $2, $3, $4, $1, 'cancelled', '', 0, 0::bigint, '', '', now(), now(), NULL::timestamptz FROM gate WHERE NOT gate.ok`
 	var r Record
 	err := s.queryRow(ctx, jobOrder(a.Tenant, a.Key), query, func(row pgx.Row) error {
 		var err error
@@ -242,6 +278,9 @@ SELECT $2, $3, $4, $1, 'processing', 1, next.token, NULLIF($5, '') FROM next
 		return err
 	}, a.Resource, a.Tenant, a.Key, a.Task, a.PayloadSHA256, a.JobID, a.Worker)
 	if err == nil {
+		if r.FencingToken == 0 {
+			return r, fmt.Errorf("execution: take %q: %w", a.Key, ErrCancelled)
+		}
 		return r, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
@@ -251,6 +290,14 @@ SELECT $2, $3, $4, $1, 'processing', 1, next.token, NULLIF($5, '') FROM next
 	// older than the one recorded.
 	return s.refused(ctx, "take", a, 0)
 }
+
+// The ledger's errors of a take refused because the job was cancelled:
+// errStopped ends an attempt a crash left open (its effect unknown, as
+// for any crash), errRefused is the refused delivery's own row.
+const (
+	errStopped = CancelledStopped + ": the attempt never recorded its end"
+	errRefused = CancelledBefore
+)
 
 // ledgerEnd runs a Mark* update (the CTE "done", returning the row it
 // changed) and, in the same statement, ends the attempt's ledger row with
@@ -284,6 +331,13 @@ UPDATE job_executions
    SET status = 'failed', last_error = $4, finished_at = now(), updated_at = now()
  WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`)
 )
+
+// markCancelledSQL ends the attempt a cancel stopped. Like a failed job, a
+// cancelled one releases its business key (see markProcessing).
+var markCancelledSQL = ledgerEnd(`
+UPDATE job_executions
+   SET status = 'cancelled', last_error = $4, finished_at = now(), updated_at = now()
+ WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`)
 
 // mark runs one of the Mark* statements and reports how many rows it
 // changed.
@@ -344,6 +398,17 @@ func (s *Store) MarkExhausted(ctx context.Context, tenant, key string, token int
 	lastErr = clip(lastErr)
 	n, err := s.mark(ctx, markFailedSQL, tenant, key, token, lastErr, outcome, lastErr)
 	return s.marked(ctx, "failed", tenant, key, token, job.StatusFailed, n, err)
+}
+
+// MarkCancelled records that the job was cancelled while the attempt
+// holding token ran, and that the attempt did not succeed: the execution
+// ends cancelled (its key released, as a failed job's is) and the
+// attempt's ledger row ends as cancelled with lastErr, which says how the
+// attempt ended (context cancelled, fenced out, no answer).
+func (s *Store) MarkCancelled(ctx context.Context, tenant, key string, token int64, lastErr string) error {
+	lastErr = clip(lastErr)
+	n, err := s.mark(ctx, markCancelledSQL, tenant, key, token, lastErr, OutcomeCancelled, lastErr)
+	return s.marked(ctx, "cancelled", tenant, key, token, job.StatusCancelled, n, err)
 }
 
 // marked explains a conditional update that touched no row.

@@ -48,6 +48,17 @@ INSERT INTO fencing_tokens AS f (resource, token) VALUES ($1, 1)
 ON CONFLICT (resource) DO UPDATE SET token = f.token + 1, updated_at = now()
 RETURNING f.token`
 
+// NextStatementIf is NextStatement drawn only when cond, an SQL condition
+// over the enclosing statement's earlier expressions, holds: a statement
+// that decides first whether it will use a token (and locks what decides
+// it before the resource's counter) draws none when it will not.
+func NextStatementIf(cond string) string {
+	return `
+INSERT INTO fencing_tokens AS f (resource, token) SELECT $1, 1 WHERE ` + cond + `
+ON CONFLICT (resource) DO UPDATE SET token = f.token + 1, updated_at = now()
+RETURNING f.token`
+}
+
 // Next returns the next fencing token for resource: 1 the first time, then
 // one more than the last token issued, whoever asked. Concurrent callers
 // queue on the resource's row, so no two get the same token.
@@ -96,6 +107,28 @@ RETURNING f.token`
 		return fmt.Errorf("fence: check %q: read latest token: %w", resource, err)
 	}
 	return &StaleTokenError{Resource: resource, Token: token, Latest: latest}
+}
+
+// Supersede draws the next token for resource and records it as the
+// newest accepted, in one statement, without writing anything else: from
+// its commit on, Check refuses every token drawn before it. An owner whose
+// Check has already run holds the fence row until its transaction ends,
+// so Supersede waits for that transaction: the owner's writes either
+// commit before Supersede does or are refused. A cancel uses it to stop an
+// attempt in flight from writing. It returns the token drawn; run it in
+// the transaction whose commit must fence the older owners out.
+func Supersede(ctx context.Context, q Querier, resource string) (int64, error) {
+	const supersede = `
+WITH next AS (` + NextStatement + `
+)
+INSERT INTO fence_accepted AS f (resource, token) SELECT $1, token FROM next
+ON CONFLICT (resource) DO UPDATE SET token = GREATEST(f.token, excluded.token), accepted_at = now()
+RETURNING f.token`
+	var token int64
+	if err := q.QueryRow(ctx, supersede, resource).Scan(&token); err != nil {
+		return 0, fmt.Errorf("fence: supersede %q: %w", resource, err)
+	}
+	return token, nil
 }
 
 // Latest returns the newest token accepted for resource by Check, 0 if none.

@@ -171,6 +171,26 @@ export class Idemgate {
   }
 
   /**
+   * `POST /v1/jobs/{id}/cancel`: cancels the job and resolves to its
+   * document. `cancelled`: no attempt will start (or the job was already
+   * cancelled); `cancelling`: an attempt is in flight and its end decides
+   * between `succeeded` and `cancelled` (`waitJob` resolves to it). A job
+   * that has succeeded or failed rejects with an IdemgateProblem whose
+   * `isNotCancellable()` is true (409); an unknown job, or another
+   * tenant's, with a 404 one. A cancel converges, so it is retried like
+   * any call.
+   */
+  async cancelJob(id: string, options: { signal?: AbortSignal } = {}): Promise<Job> {
+    const res = await this.request<Job>("POST", `/v1/jobs/${encodeURIComponent(id)}/cancel`, undefined, options);
+    if ((res.status !== 200 && res.status !== 202) || typeof res.body !== "object" || res.body === null) {
+      throw new IdemgateError(`cancel of job ${id}: expected 200 or 202 and a job document, got ${res.status}`, {
+        attempts: res.attempts,
+      });
+    }
+    return res.body;
+  }
+
+  /**
    * Waits until the job has ended (`succeeded`, `failed` or `cancelled`)
    * and resolves to it either way. Each call is a `GET /v1/jobs/{id}?wait=`
    * that the gateway holds until the job is final or its document changes

@@ -162,6 +162,11 @@ export class IdemgateProblem extends IdemgateError {
     return this.is("idempotency-outcome-unknown");
   }
 
+  /** 409: the job has already succeeded or failed; a cancel cannot undo it. */
+  isNotCancellable(): boolean {
+    return this.is("job-not-cancellable");
+  }
+
   /** 422: the job's payload breaks its schema; see `errors`. */
   isInvalidPayload(): boolean {
     return this.is("invalid-payload");

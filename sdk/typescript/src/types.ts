@@ -5,7 +5,10 @@ import type { components } from "./generated/api.js";
 /** A job, as an enqueue route answers (202) and `GET /v1/jobs/{id}` shows it. */
 export type Job = components["schemas"]["Job"];
 
-/** `queued`, `processing`, `retrying`, `succeeded` or `failed`. */
+/**
+ * `scheduled`, `queued`, `processing`, `retrying`, `cancelling`, or one of
+ * the final ones: `succeeded`, `failed`, `cancelled`.
+ */
 export type JobStatus = components["schemas"]["JobStatus"];
 
 /** An RFC 9457 problem document, as the gateway answers every error. */

@@ -573,6 +573,31 @@ describe("jobs", () => {
     );
   });
 
+  test("cancelJob: 200 cancelled, 202 cancelling, 409 job-not-cancellable, 404; waitJob ends on cancelled", async () => {
+    await withServer(
+      (req, res) => {
+        const id = req.url?.split("/")[3];
+        if (req.method === "GET") json(res, 200, doc("cancelled"));
+        else if (id === "queued") json(res, 200, doc("cancelled"));
+        else if (id === "running") json(res, 202, doc("cancelling"));
+        else if (id === "done") problem(res, 409, "job-not-cancellable");
+        else problem(res, 404, "not-found");
+      },
+      async (s) => {
+        const c = client(s.url, fakeTime());
+        assert.equal((await c.cancelJob("queued")).status, "cancelled");
+        assert.equal(s.seen[0]!.method, "POST");
+        assert.equal(s.seen[0]!.url, "/v1/jobs/queued/cancel");
+        assert.equal((await c.cancelJob("running")).status, "cancelling");
+        const late = await c.cancelJob("done").then(() => assert.fail("resolved"), (e: unknown) => e);
+        assert.ok(late instanceof IdemgateProblem && late.isNotCancellable() && late.status === 409, String(late));
+        const unknown = await c.cancelJob("nope").then(() => assert.fail("resolved"), (e: unknown) => e);
+        assert.ok(unknown instanceof IdemgateProblem && !unknown.isNotCancellable() && unknown.status === 404, String(unknown));
+        assert.equal((await c.waitJob("running")).status, "cancelled");
+      },
+    );
+  });
+
   test("submitJob refuses an answer that is not 202", async () => {
     await withServer(
       (_req, res) => json(res, 201, { id: "x" }),

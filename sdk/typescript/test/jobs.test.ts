@@ -29,6 +29,9 @@ interface Delivery {
 
 describe("jobs against a real gateway and worker", { skip, timeout: 300_000 }, () => {
   const deliveries: Delivery[] = [];
+  // A delivery of an order whose id starts with "hold-" waits for its
+  // answer here; the test resolves it with the status to send.
+  const held = new Map<string, (status: number) => void>();
   let receiver: TestServer;
   let gateway: Running | undefined;
   let worker: Running | undefined;
@@ -48,7 +51,12 @@ describe("jobs against a real gateway and worker", { skip, timeout: 300_000 }, (
 
   before(async () => {
     receiver = await startServer((req, res, body) => {
-      deliveries.push({ headers: req.headers, body: JSON.parse(body.toString("utf8")) as Delivery["body"] });
+      const delivery = JSON.parse(body.toString("utf8")) as Delivery["body"];
+      deliveries.push({ headers: req.headers, body: delivery });
+      if (delivery.data.order_id.startsWith("hold-")) {
+        held.set(delivery.data.order_id, (status) => json(res, status, { result_ref: "r-held" }));
+        return;
+      }
       json(res, 200, { result_ref: "r-1" });
     });
     await admin((c) => c.query(`CREATE SCHEMA ${schema}`));
@@ -134,6 +142,30 @@ worker:
       .then(() => assert.fail("resolved"), (e: unknown) => e);
     assert.ok(reused instanceof IdemgateProblem, String(reused));
     assert.equal(reused.isKeyReused(), true);
+  });
+
+  test("cancelJob: a job in flight is cancelling, and the receiver's failure answer cancels it; a finished one is not cancellable", async () => {
+    const orderId = `hold-${randomUUID()}`;
+    const job = await client.submitJob("/v1/shipments", { order_id: orderId, quantity: 1 });
+    for (let i = 0; !held.has(orderId); i++) {
+      assert.ok(i < 1200, "the delivery never arrived");
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const cancelling = await client.cancelJob(job.id);
+    assert.equal(cancelling.status, "cancelling");
+    assert.ok(cancelling.cancel_requested_at, "cancel_requested_at is set");
+    held.get(orderId)!(500);
+    const done = await client.waitJob(job.id, { timeoutMs: 120_000 });
+    assert.equal(done.status, "cancelled", JSON.stringify(done));
+    assert.equal(deliveries.filter((d) => d.body.job_id === job.id).length, 1, "no attempt after the cancel");
+    assert.equal((await client.cancelJob(job.id)).status, "cancelled", "a cancel converges");
+
+    const ok = await client.submitJob("/v1/shipments", { order_id: `o-${randomUUID()}`, quantity: 1 });
+    assert.equal((await client.waitJob(ok.id, { timeoutMs: 120_000 })).status, "succeeded");
+    const late = await client.cancelJob(ok.id).then(() => assert.fail("resolved"), (e: unknown) => e);
+    assert.ok(late instanceof IdemgateProblem, String(late));
+    assert.equal(late.status, 409);
+    assert.equal(late.isNotCancellable(), true);
   });
 
   test("a payload that breaks the schema: 422 invalid-payload with its errors", async () => {

@@ -106,6 +106,34 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/jobs/{id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel a job.
+         * @description Cancels a job that has not finished. Scheduled, queued and retrying
+         *     jobs are cancelled at once (200) and no attempt ever starts; a job
+         *     with an attempt in flight is `cancelling` (202) until that attempt
+         *     ends. A job that has succeeded or failed cannot be cancelled (409
+         *     `job-not-cancellable`). Only the tenant that created the job can
+         *     cancel it; for any other tenant it does not exist (404). No
+         *     `Idempotency-Key` is needed: a cancel converges, so it can be sent
+         *     again. A cancelled job releases its business key: a new job with
+         *     the same key may run.
+         */
+        post: operations["cancelJob"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/metrics": {
         parameters: {
             query?: never;
@@ -284,6 +312,31 @@ export interface paths {
         get: operations["explainJob"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/jobs/{id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id, from the `Location` of the enqueue route's answer. */
+                id: components["parameters"]["JobID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel any tenant's job.
+         * @description `POST /v1/jobs/{id}/cancel` for an operator: any tenant's job, with
+         *     the same answers. `idemgate jobs cancel JOB_ID…` does the same
+         *     from the command line.
+         */
+        post: operations["adminCancelJob"];
         delete?: never;
         options?: never;
         head?: never;
@@ -585,6 +638,11 @@ export interface components {
             updated_at: string;
             /** @description Where the queue holds the job's task (pending, active, retry, …; missing when it has none). */
             task_state?: string;
+            /**
+             * Format: date-time
+             * @description When the first cancel arrived; absent when none did.
+             */
+            cancel_requested_at?: string | null;
         };
         /** @description The execution state of the job's business key. */
         StoryExecution: {
@@ -606,7 +664,7 @@ export interface components {
              * @description Empty while the attempt runs.
              * @enum {string}
              */
-            outcome: "" | "succeeded" | "transient" | "unavailable" | "permanent" | "lock_busy" | "lock_lost" | "stale_token" | "superseded" | "crashed";
+            outcome: "" | "succeeded" | "transient" | "unavailable" | "permanent" | "lock_busy" | "lock_lost" | "stale_token" | "superseded" | "crashed" | "cancelled";
             /** Format: date-time */
             started_at: string;
             /** Format: date-time */
@@ -742,6 +800,19 @@ export interface components {
                 "RateLimit-Limit": components["headers"]["RateLimitLimit"];
                 "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
                 "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
+         * @description `job-not-cancellable`: the job has already succeeded or failed; a
+         *     cancel cannot undo it. Not retryable.
+         */
+        JobNotCancellable: {
+            headers: {
+                "X-Request-Id": components["headers"]["XRequestId"];
                 [name: string]: unknown;
             };
             content: {
@@ -1231,6 +1302,71 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    cancelJob: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description An id for this request, echoed in the `X-Request-Id` response header,
+                 *     in problem documents (`request_id`, and as a UUID in `instance`) and
+                 *     in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+                 *     else, or none, is replaced with a new UUIDv7.
+                 */
+                "X-Request-Id"?: components["parameters"]["RequestID"];
+            };
+            path: {
+                /** @description The job id, from the `Location` of the enqueue route's answer. */
+                id: components["parameters"]["JobID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /**
+             * @description The job is cancelled: it was scheduled, queued or retrying and
+             *     no attempt will start (now `cancelled`), or it was already
+             *     `cancelled`, or already `cancelling` (a cancel converges: send
+             *     it again safely). `cancel_requested_at` is the first cancel's
+             *     time.
+             */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description Always `no-store`; a job's status changes. */
+                    "Cache-Control"?: "no-store";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Job"];
+                };
+            };
+            /**
+             * @description An attempt is in flight: the job is `cancelling`. No further
+             *     attempt starts. A Go handler's context is cancelled and its
+             *     fenced writes are refused from now on; an HTTP delivery is not
+             *     aborted, and the receiver's answer decides: a success answer
+             *     makes the job `succeeded`, anything else `cancelled` (with the
+             *     error "no answer: the receiver may have applied it" when the
+             *     receiver never answered). Poll the job for its final status.
+             */
+            202: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description Always `no-store`; a job's status changes. */
+                    "Cache-Control"?: "no-store";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Job"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["JobNotCancellable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     getMetrics: {
         parameters: {
             query?: never;
@@ -1461,6 +1597,63 @@ export interface operations {
             };
             401: components["responses"]["AdminUnauthorized"];
             404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminCancelJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id, from the `Location` of the enqueue route's answer. */
+                id: components["parameters"]["JobID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /**
+             * @description The job is cancelled: it was scheduled, queued or retrying and
+             *     no attempt will start (now `cancelled`), or it was already
+             *     `cancelled`, or already `cancelling` (a cancel converges: send
+             *     it again safely). `cancel_requested_at` is the first cancel's
+             *     time.
+             */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description Always `no-store`; a job's status changes. */
+                    "Cache-Control"?: "no-store";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Job"];
+                };
+            };
+            /**
+             * @description An attempt is in flight: the job is `cancelling`. No further
+             *     attempt starts. A Go handler's context is cancelled and its
+             *     fenced writes are refused from now on; an HTTP delivery is not
+             *     aborted, and the receiver's answer decides: a success answer
+             *     makes the job `succeeded`, anything else `cancelled` (with the
+             *     error "no answer: the receiver may have applied it" when the
+             *     receiver never answered). Poll the job for its final status.
+             */
+            202: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description Always `no-store`; a job's status changes. */
+                    "Cache-Control"?: "no-store";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Job"];
+                };
+            };
+            401: components["responses"]["AdminUnauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["JobNotCancellable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
