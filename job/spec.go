@@ -30,6 +30,9 @@ type Spec struct {
 	// HTTP delivers the job to a receiver; nil means a Go handler
 	// registered in code runs it.
 	HTTP *HTTP
+	// Limits are the flow limits every attempt of the job takes, all or
+	// none, before it starts (limit.go). Default none.
+	Limits []LimitUse
 }
 
 // DefaultQueue is the queue of a job that names none.
