@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -67,6 +68,11 @@ type Deps struct {
 	// Worker names this worker in the attempt ledger (job_attempts).
 	// Default "<hostname>:<pid>".
 	Worker string
+	// LimitBusy is the mean delay after a flow limit's slots were all
+	// held; the delay is drawn from [LimitBusy/2, 3·LimitBusy/2). Default
+	// DefaultRetryBusy, 2s. (A spent rate waits exactly as long as it
+	// says.)
+	LimitBusy time.Duration
 }
 
 // Stages at which tests make a worker die.
@@ -135,6 +141,8 @@ type options struct {
 	// crash simulates the worker dying at a stage (tests only): the handler
 	// abandons its lease and returns without another write.
 	crash func(stage string) bool
+	// limits are the flow limits each attempt takes (WithLimits).
+	limits []job.LimitUse
 }
 
 // WithMaxAttempts overrides Deps.MaxAttempts for one handler.
@@ -157,6 +165,7 @@ type handler[T any] struct {
 	onStatus    StatusFunc
 	worker      string
 	crash       func(string) bool
+	limits      *limits
 }
 
 // Handle returns the asynq handler of the task kind (a stable name such as
@@ -217,9 +226,13 @@ func newHandler[T any](deps Deps, kind string, identify identity[T], fn Func[T],
 		log = slog.New(slog.DiscardHandler)
 	}
 	lockOpts := deps.Lock
+	lim := newLimits(deps, kind, o.limits, cmp.Or(lockOpts.TTL, lock.DefaultTTL), obs, log.With("task", kind))
 	onRenewed, onLost := lockOpts.OnRenewed, lockOpts.OnLost
 	lockOpts.OnRenewed = func(resource string) {
 		obs.LockRenewed()
+		if lim != nil {
+			lim.renewed(resource)
+		}
 		if onRenewed != nil {
 			onRenewed(resource)
 		}
@@ -249,6 +262,7 @@ func newHandler[T any](deps Deps, kind string, identify identity[T], fn Func[T],
 		onStatus:    deps.OnStatus,
 		worker:      workerName(deps.Worker),
 		crash:       o.crash,
+		limits:      lim,
 	}
 }
 
@@ -336,12 +350,22 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	h.obs.LockAcquire(LockAcquired)
 	log.DebugContext(ctx, "lock acquired", "lock_event", "acquired")
 
+	// The flow limits are taken holding the lock and before the attempt
+	// counts (limits.go): a replay never spends one, and a limited
+	// delivery leaves the job as it was.
+	hold, err := h.takeLimits(ctx, log, task, id, resource, rec.Attempts)
+	if err != nil {
+		h.release(ctx, log, lease)
+		return err
+	}
 	r := &run[T]{h: h, log: log, task: task, lease: lease, id: id, resource: resource, payload: payload}
 	err = r.do(ctx)
 	if errors.Is(err, errCrashed) {
+		h.abandonLimits(resource, hold)
 		lease.Abandon()
 		return err
 	}
+	h.releaseLimits(ctx, log, resource, hold)
 	h.release(ctx, log, lease)
 	return err
 }

@@ -32,7 +32,7 @@ func LockResults() []string { return []string{LockAcquired, LockBusy, LockError}
 
 // ErrorClasses lists the error classes Observer.Attempt reports.
 func ErrorClasses() []string {
-	return []string{ClassTransient, ClassPermanent, ClassUnavailable, ClassLockBusy, ClassStaleToken}
+	return []string{ClassTransient, ClassPermanent, ClassUnavailable, ClassLockBusy, ClassStaleToken, ClassLimited}
 }
 
 // FinishedStatuses lists the statuses Observer.JobFinished reports: the
@@ -61,7 +61,7 @@ type Observer interface {
 	FencingRejected()
 	// Attempt reports an attempt that did not succeed, by error class
 	// (ClassTransient, ClassPermanent, ClassUnavailable, ClassLockBusy,
-	// ClassStaleToken).
+	// ClassStaleToken, ClassLimited).
 	Attempt(task, errorClass string)
 	// JobReplay reports a delivery of a job that had already succeeded,
 	// acked without running it again.
