@@ -143,6 +143,7 @@ func (c *Config) validate(o *options) error {
 	}
 
 	c.validateWorker(bad)
+	c.validateLimits(bad)
 	c.validateJobs(bad, o)
 	c.validateRoutes(bad)
 	c.validateTLS(bad, o)

@@ -75,10 +75,11 @@ func ParseRate(s string) (n int, per time.Duration, err error) {
 		return 0, 0, fmt.Errorf("rate %q: %q is not a positive whole number of starts", s, count)
 	}
 	window = strings.TrimSpace(window)
-	if window != "" && (window[0] < '0' || window[0] > '9') {
-		window = "1" + window
+	unit := window
+	if unit != "" && (unit[0] < '0' || unit[0] > '9') {
+		unit = "1" + unit
 	}
-	per, err = time.ParseDuration(window)
+	per, err = time.ParseDuration(unit)
 	if err != nil || per <= 0 {
 		return 0, 0, fmt.Errorf("rate %q: %q is not a positive duration, like 1s or 1m", s, window)
 	}
