@@ -43,6 +43,9 @@ func (e *LimitedError) Error() string {
 }
 func (e *LimitedError) Unwrap() error { return e.Err }
 
+// LimitReasons lists the reasons LimitObserver.LimitWaited reports.
+func LimitReasons() []string { return []string{limit.ReasonConcurrency, limit.ReasonRate} }
+
 // LimitObserver receives the events of flow limits. An Observer that
 // implements it gets them too; telemetry's WorkerMetrics does.
 type LimitObserver interface {
