@@ -106,8 +106,9 @@ func TestLimitsHoldAPartnerToItsBudget(t *testing.T) {
 	}
 	s := newServerEnv(t)
 	p := &partner{hold: func(n int) time.Duration {
-		// 50 to 250 ms, so that both the concurrency (4 × 1/150ms ≈ 27/s
-		// on average) and the rate bind.
+		// 50 to 250 ms: on average four slots allow about 27 starts a
+		// second, so the rate binds, and a run of long calls fills the
+		// slots, so the concurrency binds too.
 		return time.Duration(50+(n*37)%201) * time.Millisecond
 	}}
 	srv := httptest.NewServer(p)
