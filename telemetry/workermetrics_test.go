@@ -50,7 +50,7 @@ func TestWorkerMetricsSeriesExistAtZero(t *testing.T) {
 	want = append(want,
 		"idemgate_lock_renewals_total{}", "idemgate_lock_lost_total{}", "idemgate_fencing_rejections_total{}",
 		"idemgate_job_replays_total{"+task+"}")
-	for _, s := range []job.Status{job.StatusSucceeded, job.StatusFailed} {
+	for _, s := range []job.Status{job.StatusSucceeded, job.StatusFailed, job.StatusCancelled} {
 		want = append(want, "idemgate_jobs_total{status="+string(s)+","+task+"}")
 	}
 	for _, c := range []string{workers.ClassTransient, workers.ClassPermanent, workers.ClassUnavailable, workers.ClassLockBusy, workers.ClassStaleToken, workers.ClassLimited} {
