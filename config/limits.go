@@ -110,10 +110,10 @@ func (c *Config) jobLimits(j *Job, schema *job.Schema, at string, bad badFunc) [
 			continue
 		}
 		def, declared := c.limits[u.Use]
-		if !declared {
-			if slices.ContainsFunc(c.Limits, func(l Limit) bool { return l.Name == u.Use }) {
-				continue // the limit's own problem explains it
-			}
+		// A limit with problems of its own is reported there; its use's
+		// key is still checked.
+		broken := !declared && slices.ContainsFunc(c.Limits, func(l Limit) bool { return l.Name == u.Use })
+		if !declared && !broken {
 			bad(key+".use", "%s", c.unknownLimit(u.Use))
 			continue
 		}
@@ -148,7 +148,9 @@ func (c *Config) jobLimits(j *Job, schema *job.Schema, at string, bad badFunc) [
 				}
 			}
 		}
-		out = append(out, use)
+		if !broken {
+			out = append(out, use)
+		}
 	}
 	return out
 }

@@ -116,6 +116,14 @@ func TestLimitsValidate(t *testing.T) {
 			},
 		},
 		{
+			name: "a broken limit, and a key on an unrequired field that uses it",
+			yaml: "limits:\n  - {name: ship-api, concurrency: 0}\n" + limitJob(`[{use: ship-api, key: "{note}"}]`),
+			want: []string{
+				"x.yaml:6: limits[0].concurrency: must be at least 1, not 0 (leave it out for no concurrency limit)",
+				`x.yaml:18: jobs[0].limits[0].key: {note} names a field the schema does not require: add it to the schema's "required" (or key on {tenant})`,
+			},
+		},
+		{
 			name: "a limit with neither, without a name, twice",
 			yaml: "limits:\n  - {name: a}\n  - {concurrency: 1}\n  - {name: b, concurrency: 1}\n  - {name: b, rate: 1/1s}\n",
 			want: []string{
