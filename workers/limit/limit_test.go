@@ -234,3 +234,28 @@ func TestKeysOfOneValueShareASlot(t *testing.T) {
 		t.Error("every value hashed to one slot: the tag does not hold the value")
 	}
 }
+
+// TestClusterTakeIsAllOrNothing runs the Redis Cluster path: each rule's
+// keys are in their own slot, so the rules are taken one script each and a
+// refusal gives back what the others took.
+func TestClusterTakeIsAllOrNothing(t *testing.T) {
+	t.Parallel()
+	l := limit.New(testenv.RedisCluster(t), limit.Options{Prefix: testenv.Prefix()})
+	partner := limit.Rule{Name: "partner", Value: "acme", Concurrency: 1, Rate: 1, Period: time.Minute}
+	account := limit.Rule{Name: "account", Value: "acct-1", Concurrency: 1}
+	mustTake(t, l, "first", time.Minute, account)
+	_, err := l.Take(t.Context(), "second", time.Minute, []limit.Rule{partner, account})
+	if ref := refusal(t, err); ref.Name != "account" {
+		t.Fatalf("refused %+v, want account's slots", ref)
+	}
+	h := mustTake(t, l, "third", time.Minute, partner)
+	if n, err := h.Renew(t.Context(), time.Minute); err != nil || n != 1 {
+		t.Fatalf("Renew = %d, %v", n, err)
+	}
+	if err := h.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if usage, err := l.Busiest(t.Context(), "partner", 10); err != nil || len(usage) != 1 || usage[0].Value != "acme" {
+		t.Fatalf("Busiest = %+v, %v", usage, err)
+	}
+}
