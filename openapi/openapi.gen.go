@@ -312,7 +312,7 @@ type LimitValue struct {
 	// Held Slots held now.
 	Held int `json:"held"`
 
-	// Holders Who holds them, as `<job id>#<attempt>`.
+	// Holders Who holds them: `<job id>#<16 hex digits>`, one per attempt.
 	Holders []string `json:"holders"`
 
 	// StartsAhead Starts taken ahead of the rate's even pace; absent without a rate.

@@ -642,7 +642,7 @@ export interface components {
             value: string;
             /** @description Slots held now. */
             held: number;
-            /** @description Who holds them, as `<job id>#<attempt>`. */
+            /** @description Who holds them: `<job id>#<16 hex digits>`, one per attempt. */
             holders: string[];
             /** @description Starts taken ahead of the rate's even pace; absent without a rate. */
             starts_ahead?: number;
