@@ -1,16 +1,20 @@
 package workers
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/execution"
@@ -292,5 +296,91 @@ func TestLimitsAreReleasedAfterTheAttempt(t *testing.T) {
 	}
 	if err := mux.ProcessTask(t.Context(), partnerTask("acme", "o-1")); err != nil {
 		t.Fatalf("a replay under a full limit: %v, want acked", err)
+	}
+}
+
+// deadPipelines is a Redis client whose locks work but whose pipelines,
+// which limits use, cannot reach Redis.
+type deadPipelines struct {
+	*redis.Client
+	dead *redis.Client
+}
+
+func (d deadPipelines) Pipeline() redis.Pipeliner { return d.dead.Pipeline() }
+
+// TestLimitsUnreachableIsTransient: when the limits cannot be asked, the
+// attempt does not start (it would run unlimited) and is retried as a
+// transient error before the attempt.
+func TestLimitsUnreachableIsTransient(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p := &partner{hold: func(int) time.Duration { return 0 }}
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = dead.Close() })
+	deps := e.deps(nil, 5*time.Second)
+	deps.Redis = deadPipelines{Client: e.rdb, dead: dead}
+	use := limitUse(t, job.Limit{Name: "ship-api", Concurrency: 1}, "{tenant}")
+	mux, err := NewHandlers().Mux(deps, []*job.Spec{partnerSpec(t, srv.URL, use)}, HTTPDelivery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = mux.ProcessTask(t.Context(), partnerTask("acme", "o-1"))
+	if err == nil || !IsFailure(err) || IsPermanent(err) || !strings.Contains(err.Error(), "take limits") {
+		t.Fatalf("limits unreachable: %v; want a transient error", err)
+	}
+	if p.calls() != 0 {
+		t.Errorf("the partner got %d calls; a job must not run unlimited", p.calls())
+	}
+	if _, err := e.store.Get(t.Context(), "acme", "ship:o-1"); !errors.Is(err, execution.ErrNotFound) {
+		t.Errorf("an attempt was counted (%v)", err)
+	}
+}
+
+// TestLimitSlotRenewsWithTheLock runs a job three lock TTLs long: its slot,
+// leased for one TTL, is renewed with the lock and never lapses, and is
+// given back when the job ends.
+func TestLimitSlotRenewsWithTheLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const ttl = 600 * time.Millisecond
+	spec := partnerSpec(t, "http://unused.invalid", limitUse(t, job.Limit{Name: "ship-api", Concurrency: 1}, "{tenant}"))
+	spec.HTTP = nil
+	reader := limit.New(e.rdb, limit.Options{Prefix: e.prefix})
+	holders := func() int {
+		u, err := reader.Busiest(t.Context(), "ship-api", 1)
+		if err != nil {
+			t.Error(err)
+		}
+		if len(u) == 0 {
+			return 0
+		}
+		return len(u[0].Holders)
+	}
+	var lapsed int
+	hs := NewHandlers()
+	Add(hs, kind, func(ctx context.Context, j Job[json.RawMessage]) (string, error) {
+		end := time.Now().Add(3 * ttl)
+		for time.Now().Before(end) {
+			if holders() != 1 {
+				lapsed++
+			}
+			time.Sleep(ttl / 10)
+		}
+		return "done", nil
+	})
+	mux, err := hs.Mux(e.deps(nil, ttl), []*job.Spec{spec}, HTTPDelivery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mux.ProcessTask(t.Context(), partnerTask("acme", "o-1")); err != nil {
+		t.Fatal(err)
+	}
+	if lapsed > 0 {
+		t.Errorf("the slot lapsed %d times while its job ran", lapsed)
+	}
+	if n := holders(); n != 0 {
+		t.Errorf("%d slots held after the job, want 0", n)
 	}
 }
