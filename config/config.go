@@ -85,6 +85,9 @@ type Config struct {
 	JobsAPI JobsAPI `yaml:"jobs_api"`
 	// Worker configures `idemgate worker` (and the worker inside dev).
 	Worker Worker `yaml:"worker"`
+	// Limits are the flow limits jobs share (jobs[].limits), enforced by
+	// every worker through Redis. Default none.
+	Limits []Limit `yaml:"limits"`
 	// DeclaredJobs are the jobs enqueue routes accept and workers run, as
 	// written; Jobs and Job return them compiled.
 	DeclaredJobs []Job `yaml:"jobs"`
@@ -95,6 +98,8 @@ type Config struct {
 	// Load or Parse; defaulted are the WithDefaultJobs jobs routes name.
 	specs     []*job.Spec
 	defaulted []defaultJob
+	// limits are the compiled limits, by name.
+	limits map[string]job.Limit
 	// claimedListeners are the loopback addresses the program's own
 	// settings name (WithSettings), for the dev-mode port warnings.
 	claimedListeners []claimedListener

@@ -60,6 +60,9 @@ type Job struct {
 	// Deliver, when set, delivers the job over HTTP; nil means a Go
 	// handler registered in code runs it.
 	Deliver *Deliver `yaml:"deliver"`
+	// Limits are the declared limits (limits:) each attempt takes first,
+	// all or none. Default none.
+	Limits []LimitUse `yaml:"limits"`
 }
 
 // Deliver says how the worker hands a job over.
@@ -359,6 +362,7 @@ func (c *Config) checkJob(j *Job, at string, o *options, bad badFunc) *job.Spec 
 	case j.Delay > spec.MaxDelay:
 		fail(at+".delay", "%s is above max_delay %s", j.Delay, spec.MaxDelay)
 	}
+	spec.Limits = c.jobLimits(j, spec.Schema, at, fail)
 
 	if j.Deliver != nil {
 		if j.Deliver.HTTP == nil {

@@ -144,6 +144,7 @@ func (c *Config) validate(o *options) error {
 
 	c.validateJobsAPI(bad)
 	c.validateWorker(bad)
+	c.validateLimits(bad)
 	c.validateJobs(bad, o)
 	c.validateRoutes(bad)
 	c.validateTLS(bad, o)

@@ -31,6 +31,7 @@ func (g *Gateway) adminRoutes() http.Handler {
 		r.With(g.storableScope).Get("/admin/keys/{tenant}/{route}/{key}/explain", g.handleKeyExplain())
 		r.Get("/admin/jobs/{id}/explain", g.handleJobExplain())
 	}
+	r.Get("/admin/limits/{name}", g.handleLimitGet())
 	if g.opts.Pprof {
 		r.HandleFunc(pprofPrefix+"*", pprof.Index)
 		r.HandleFunc(pprofPrefix+"cmdline", pprof.Cmdline)

@@ -60,6 +60,9 @@ type Options struct {
 	// Explainer tells the story of a job or a key at the admin API's
 	// …/explain endpoints; nil leaves them out (404).
 	Explainer Explainer
+	// Limits reads the flow limits for GET /admin/limits/{name}; nil
+	// means none is declared (every name is 404).
+	Limits Limits
 	// Pprof mounts net/http/pprof at /debug/pprof/ on the admin listener.
 	Pprof bool
 	// OpenAPI is served at /openapi.yaml, OpenAPIJSON at /openapi.json.

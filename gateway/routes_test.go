@@ -80,6 +80,7 @@ func TestAdminRoutes(t *testing.T) {
 		{Method: "DELETE", Path: "/admin/keys/{tenant}/{route}/{key}", Kind: KindAPI},
 		{Method: "GET", Path: "/admin/keys/{tenant}/{route}/{key}", Kind: KindAPI},
 		{Method: "POST", Path: "/admin/keys/{tenant}/{route}/{key}/resolve", Kind: KindAPI},
+		{Method: "GET", Path: "/admin/limits/{name}", Kind: KindAPI},
 		{Method: "*", Path: "/debug/pprof/", Prefix: true, Kind: KindTool},
 		{Method: "*", Path: "/debug/pprof/cmdline", Kind: KindTool},
 		{Method: "*", Path: "/debug/pprof/profile", Kind: KindTool},

@@ -36,6 +36,9 @@ type Spec struct {
 	// MaxDelay bounds how far ahead a request may schedule the job
 	// (CheckSchedule). Default DefaultMaxDelay, 720h.
 	MaxDelay time.Duration
+	// Limits are the flow limits every attempt of the job takes, all or
+	// none, before it starts (limit.go). Default none.
+	Limits []LimitUse
 }
 
 // DefaultQueue is the queue of a job that names none.

@@ -102,6 +102,7 @@ const (
 	StoryAttemptOutcomeCancelled   StoryAttemptOutcome = "cancelled"
 	StoryAttemptOutcomeCrashed     StoryAttemptOutcome = "crashed"
 	StoryAttemptOutcomeEmpty       StoryAttemptOutcome = ""
+	StoryAttemptOutcomeLimited     StoryAttemptOutcome = "limited"
 	StoryAttemptOutcomeLockBusy    StoryAttemptOutcome = "lock_busy"
 	StoryAttemptOutcomeLockLost    StoryAttemptOutcome = "lock_lost"
 	StoryAttemptOutcomePermanent   StoryAttemptOutcome = "permanent"
@@ -120,6 +121,8 @@ func (e StoryAttemptOutcome) Valid() bool {
 	case StoryAttemptOutcomeCrashed:
 		return true
 	case StoryAttemptOutcomeEmpty:
+		return true
+	case StoryAttemptOutcomeLimited:
 		return true
 	case StoryAttemptOutcomeLockBusy:
 		return true
@@ -289,6 +292,41 @@ type JobStatus string
 
 // JobTask The job's task (`jobs[].task` of the configuration).
 type JobTask = string
+
+// LimitState A flow limit and its busiest key values now.
+type LimitState struct {
+	Name string `json:"name"`
+
+	// Concurrency Slots per key value; absent without a concurrency limit.
+	Concurrency *int `json:"concurrency,omitempty"`
+
+	// Rate Starts per period per key value; absent without a rate limit.
+	Rate *string `json:"rate,omitempty"`
+
+	// Burst Starts that may come at once above the rate's pace; absent without a rate.
+	Burst  *int         `json:"burst,omitempty"`
+	Values []LimitValue `json:"values"`
+}
+
+// LimitValue One key value of a limit (a tenant, an account) now.
+type LimitValue struct {
+	Value string `json:"value"`
+
+	// Held Slots held now.
+	Held int `json:"held"`
+
+	// Holders Who holds them: `<job id>#<16 hex digits>`, one per attempt.
+	Holders []string `json:"holders"`
+
+	// StartsAhead Starts taken ahead of the rate's even pace; absent without a rate.
+	StartsAhead *int `json:"starts_ahead,omitempty"`
+
+	// NextStartInMs Milliseconds until the rate admits a start; 0 when it would now. Absent without a rate.
+	NextStartInMs *int64 `json:"next_start_in_ms,omitempty"`
+
+	// LastUsedAt The last time a worker took or was refused this value.
+	LastUsedAt time.Time `json:"last_used_at"`
+}
 
 // OpenAPIDocument An OpenAPI 3.1 document (this one).
 type OpenAPIDocument struct {
@@ -659,6 +697,12 @@ type UpstreamTimeout = Problem
 // `retryable` (send the same request again, with the same key, or
 // not) and follows `documentation`.
 type UpstreamUnavailable = Problem
+
+// GetLimitParams defines parameters for GetLimit.
+type GetLimitParams struct {
+	// Top How many key values to show, busiest first.
+	Top *int `form:"top,omitempty" json:"top,omitempty"`
+}
 
 // GetJobParams defines parameters for GetJob.
 type GetJobParams struct {

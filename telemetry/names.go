@@ -37,8 +37,9 @@ func MetricNames() []string {
 		MetricLockAcquire, MetricLockRenewals, MetricLockLost, MetricFencingRejections,
 		MetricJobs, MetricJobAttempts, MetricJobReplays,
 		MetricDLQTasks, MetricQueueDepth,
+		MetricLimitWaits, MetricLimitHolders,
 	}
-	for _, h := range []string{MetricRequestDuration, MetricUpstreamDuration, MetricStoreOperationDuration} {
+	for _, h := range []string{MetricRequestDuration, MetricUpstreamDuration, MetricStoreOperationDuration, MetricLimitWait} {
 		names = append(names, h+"_bucket", h+"_sum", h+"_count")
 	}
 	return names

@@ -17,6 +17,7 @@ type WorkerMetrics struct {
 	jobs        *prometheus.CounterVec
 	attempts    *prometheus.CounterVec
 	replays     *prometheus.CounterVec
+	*limitMetrics
 }
 
 // NewWorkerMetrics registers the worker's series on reg. It panics if reg
@@ -60,6 +61,7 @@ func NewWorkerMetrics(reg prometheus.Registerer) *WorkerMetrics {
 		}, []string{"task"}),
 	}
 	reg.MustRegister(m.lockAcquire, m.renewals, m.lost, m.fencing, m.jobs, m.attempts, m.replays)
+	m.limitMetrics = newLimitMetrics(reg)
 	for _, r := range workers.LockResults() {
 		m.lockAcquire.WithLabelValues(r)
 	}

@@ -195,5 +195,6 @@ func (c Config) Deps(db DB, rdb lock.Client) Deps {
 		Redis:       rdb,
 		Lock:        lock.Options{TTL: c.LockTTL},
 		MaxAttempts: c.MaxAttempts,
+		LimitBusy:   c.Retry.Busy,
 	}
 }

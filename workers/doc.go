@@ -62,8 +62,10 @@
 //     archived (asynq's dead-letter queue).
 //
 // Attempts are counted in job_executions, not by asynq: a busy lock
-// reschedules the task soon and is not an attempt, an unavailable
-// dependency is not one either, and after Config.MaxAttempts real attempts
+// reschedules the task soon and is not an attempt, nor is a delivery a
+// flow limit sends back (job.Spec.Limits, WithLimits: taken holding the
+// lock, through package limit, with the rate's exact wait), and an
+// unavailable dependency is not one either, and after Config.MaxAttempts real attempts
 // the handler dead-letters the job itself. Tasks are therefore enqueued
 // with asynq.MaxRetry(job.MaxRetry), and the server uses RetryDelay and
 // IsFailure (NewServer sets both).

@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -73,6 +74,11 @@ type Deps struct {
 	// ends without success after a cancel ends the job cancelled. Give the
 	// Server the same watcher (WithCancelWatcher).
 	Cancels *CancelWatcher
+	// LimitBusy is the mean delay after a flow limit's slots were all
+	// held; the delay is drawn from [LimitBusy/2, 3·LimitBusy/2). Default
+	// DefaultRetryBusy, 2s. (A spent rate waits exactly as long as it
+	// says.)
+	LimitBusy time.Duration
 }
 
 // Stages at which tests make a worker die.
@@ -145,6 +151,8 @@ type options struct {
 	// context; its own end decides (an HTTP delivery: the request is not
 	// aborted, the receiver's answer decides).
 	uninterrupted bool
+	// limits are the flow limits each attempt takes (WithLimits).
+	limits []job.LimitUse
 }
 
 // WithMaxAttempts overrides Deps.MaxAttempts for one handler.
@@ -170,6 +178,7 @@ type handler[T any] struct {
 	cancels     *CancelWatcher
 	// uninterrupted: see options.
 	uninterrupted bool
+	limits        *limits
 }
 
 // Handle returns the asynq handler of the task kind (a stable name such as
@@ -230,9 +239,13 @@ func newHandler[T any](deps Deps, kind string, identify identity[T], fn Func[T],
 		log = slog.New(slog.DiscardHandler)
 	}
 	lockOpts := deps.Lock
+	lim := newLimits(deps, kind, o.limits, cmp.Or(lockOpts.TTL, lock.DefaultTTL), obs, log.With("task", kind))
 	onRenewed, onLost := lockOpts.OnRenewed, lockOpts.OnLost
 	lockOpts.OnRenewed = func(resource string) {
 		obs.LockRenewed()
+		if lim != nil {
+			lim.renewed(resource)
+		}
 		if onRenewed != nil {
 			onRenewed(resource)
 		}
@@ -263,6 +276,7 @@ func newHandler[T any](deps Deps, kind string, identify identity[T], fn Func[T],
 		worker:      workerName(deps.Worker),
 		crash:       o.crash,
 		cancels:     deps.Cancels,
+		limits:      lim,
 
 		uninterrupted: o.uninterrupted,
 	}
@@ -355,12 +369,22 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	h.obs.LockAcquire(LockAcquired)
 	log.DebugContext(ctx, "lock acquired", "lock_event", "acquired")
 
+	// The flow limits are taken holding the lock and before the attempt
+	// counts (limits.go): a replay never spends one, and a limited
+	// delivery leaves the job as it was.
+	hold, err := h.takeLimits(ctx, log, task, id, resource, rec.Attempts)
+	if err != nil {
+		h.release(ctx, log, lease)
+		return err
+	}
 	r := &run[T]{h: h, log: log, task: task, lease: lease, id: id, resource: resource, payload: payload}
 	err = r.do(ctx)
 	if errors.Is(err, errCrashed) {
+		h.abandonLimits(resource, hold)
 		lease.Abandon()
 		return err
 	}
+	h.releaseLimits(ctx, log, resource, hold)
 	h.release(ctx, log, lease)
 	return err
 }

@@ -35,7 +35,7 @@ func LockResults() []string { return []string{LockAcquired, LockBusy, LockError}
 
 // ErrorClasses lists the error classes Observer.Attempt reports.
 func ErrorClasses() []string {
-	return []string{ClassTransient, ClassPermanent, ClassUnavailable, ClassLockBusy, ClassStaleToken, ClassCancelled}
+	return []string{ClassTransient, ClassPermanent, ClassUnavailable, ClassLockBusy, ClassStaleToken, ClassCancelled, ClassLimited}
 }
 
 // FinishedStatuses lists the statuses Observer.JobFinished reports: the
@@ -64,7 +64,7 @@ type Observer interface {
 	FencingRejected()
 	// Attempt reports an attempt that did not succeed, by error class
 	// (ClassTransient, ClassPermanent, ClassUnavailable, ClassLockBusy,
-	// ClassStaleToken, ClassCancelled).
+	// ClassStaleToken, ClassCancelled, ClassLimited).
 	Attempt(task, errorClass string)
 	// JobReplay reports a delivery of a job that had already succeeded,
 	// acked without running it again.

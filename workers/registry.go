@@ -112,6 +112,9 @@ func specOptions(spec *job.Spec, opts []Option) []Option {
 	if spec.MaxAttempts > 0 {
 		opts = append([]Option{WithMaxAttempts(spec.MaxAttempts)}, opts...)
 	}
+	if len(spec.Limits) > 0 {
+		opts = append([]Option{WithLimits(spec.Limits...)}, opts...)
+	}
 	return opts
 }
 

@@ -72,7 +72,8 @@ func (b Backoff) validate() error {
 // [0, min(Max, Base·2ⁿ)) (full jitter, so retries of many jobs that failed
 // together spread out instead of returning together).
 // After a *LockBusyError or an *OwnershipLostError it is drawn from
-// [Busy/2, 3·Busy/2) whatever n is. When err wraps a *RetryAfterError the
+// [Busy/2, 3·Busy/2) whatever n is. After a *LimitedError it is the
+// error's After, which the handler chose (the rate's exact wait). When err wraps a *RetryAfterError the
 // delay is at least its After, even above Max: whoever asked knows when
 // it will be ready, and an earlier retry would only be refused again.
 //
@@ -82,6 +83,9 @@ func (b Backoff) validate() error {
 func (b Backoff) RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
 	if nd, ok := errors.AsType[*NotDueError](err); ok {
 		return max(0, time.Until(job.ProcessAt(nd.NotBefore)))
+	}
+	if limited, ok := errors.AsType[*LimitedError](err); ok {
+		return limited.After
 	}
 	b = b.withDefaults()
 	d := b.jittered(n, err)
@@ -127,10 +131,10 @@ func RetryDelay(n int, err error, task *asynq.Task) time.Duration {
 	return Backoff{}.RetryDelay(n, err, task)
 }
 
-// IsFailure is an asynq IsFailure predicate: a busy lock, a lost
-// ownership and a task handed over before its job is due (*NotDueError)
-// are not failures of the job, so asynq neither counts them against the
-// task's retry budget nor in its failure statistics.
+// IsFailure is an asynq IsFailure predicate: a busy lock, a flow limit, a
+// lost ownership and a task handed over before its job is due
+// (*NotDueError) are not failures of the job, so asynq neither counts them
+// against the task's retry budget nor in its failure statistics.
 //
 // An *UnavailableError is a failure to asynq, although the handler does
 // not count it toward MaxAttempts: asynq increments the retry count it
@@ -143,9 +147,10 @@ func IsFailure(err error) bool {
 		return false
 	}
 	var (
-		busy *LockBusyError
-		lost *OwnershipLostError
+		busy    *LockBusyError
+		lost    *OwnershipLostError
+		limited *LimitedError
 	)
 	var early *NotDueError
-	return !errors.As(err, &busy) && !errors.As(err, &lost) && !errors.As(err, &early)
+	return !errors.As(err, &busy) && !errors.As(err, &lost) && !errors.As(err, &limited) && !errors.As(err, &early)
 }

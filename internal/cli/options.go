@@ -261,6 +261,9 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 	if deps.jobs != nil {
 		opts.Jobs = deps.jobs
 	}
+	if deps.redis != nil {
+		opts.Limits = newLimitReader(cfg, deps.redis)
+	}
 	if deps.pool != nil {
 		pool := deps.pool
 		opts.Ready = append(opts.Ready, gateway.Check{Name: "postgres", Check: pool.Ping})

@@ -100,6 +100,9 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 	for _, spec := range specs {
 		metrics.InitTasks(spec.Task)
 	}
+	for _, l := range cfg.LimitDefs() {
+		metrics.InitLimits(l.Name)
+	}
 	reg.MustRegister(telemetry.NewQueueCollector(inspector, slices.Sorted(maps.Keys(cfg.Worker.Queues)), logger))
 
 	deps := cfg.Worker.Deps(pool, rdb)

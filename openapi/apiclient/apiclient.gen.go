@@ -157,6 +157,19 @@ type ClientInterface interface {
 	// Corresponds with POST /admin/keys/{tenant}/{route}/{key}/resolve (the `ResolveIdempotencyRecord` operationId).
 	ResolveIdempotencyRecord(ctx context.Context, tenant Tenant, route Route, key Key, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetLimit Show a flow limit and its busiest key values now.
+	//
+	// The limit's definition (`limits[]` of the configuration) and, from
+	// Redis, the key values the workers used most recently, busiest first
+	// (most slots held, then the longest rate backlog): who holds a slot
+	// now, and how far the rate runs ahead of its pace. The workers keep
+	// an index of each limit's recently used values (the last 1000), so
+	// this reads no more than that. A limit the configuration does not
+	// declare is 404.
+	//
+	// Corresponds with GET /admin/limits/{name} (the `GetLimit` operationId).
+	GetLimit(ctx context.Context, name string, params *GetLimitParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetHealth The process is up.
 	//
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
@@ -340,6 +353,29 @@ func (c *Client) ExplainIdempotencyKey(ctx context.Context, tenant Tenant, route
 // Corresponds with POST /admin/keys/{tenant}/{route}/{key}/resolve (the `ResolveIdempotencyRecord` operationId).
 func (c *Client) ResolveIdempotencyRecord(ctx context.Context, tenant Tenant, route Route, key Key, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewResolveIdempotencyRecordRequest(c.Server, tenant, route, key)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetLimit Show a flow limit and its busiest key values now.
+//
+// The limit's definition (`limits[]` of the configuration) and, from
+// Redis, the key values the workers used most recently, busiest first
+// (most slots held, then the longest rate backlog): who holds a slot
+// now, and how far the rate runs ahead of its pace. The workers keep
+// an index of each limit's recently used values (the last 1000), so
+// this reads no more than that. A limit the configuration does not
+// declare is 404.
+//
+// Corresponds with GET /admin/limits/{name} (the `GetLimit` operationId).
+func (c *Client) GetLimit(ctx context.Context, name string, params *GetLimitParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetLimitRequest(c.Server, name, params)
 	if err != nil {
 		return nil, err
 	}
@@ -746,6 +782,67 @@ func NewResolveIdempotencyRecordRequest(server string, tenant Tenant, route Rout
 	return req, nil
 }
 
+// NewGetLimitRequest constructs an http.Request for the GetLimit method
+func NewGetLimitRequest(server string, name string, params *GetLimitParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/limits/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Top != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "top", *params.Top, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetHealthRequest constructs an http.Request for the GetHealth method
 func NewGetHealthRequest(server string) (*http.Request, error) {
 	var err error
@@ -1138,6 +1235,21 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /admin/keys/{tenant}/{route}/{key}/resolve (the `ResolveIdempotencyRecord` operationId).
 	ResolveIdempotencyRecordWithResponse(ctx context.Context, tenant Tenant, route Route, key Key, reqEditors ...RequestEditorFn) (*ResolveIdempotencyRecordResponse, error)
+
+	// GetLimitWithResponse Show a flow limit and its busiest key values now.
+	//
+	// The limit's definition (`limits[]` of the configuration) and, from
+	// Redis, the key values the workers used most recently, busiest first
+	// (most slots held, then the longest rate backlog): who holds a slot
+	// now, and how far the rate runs ahead of its pace. The workers keep
+	// an index of each limit's recently used values (the last 1000), so
+	// this reads no more than that. A limit the configuration does not
+	// declare is 404.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/limits/{name} (the `GetLimit` operationId).
+	GetLimitWithResponse(ctx context.Context, name string, params *GetLimitParams, reqEditors ...RequestEditorFn) (*GetLimitResponse, error)
 
 	// GetHealthWithResponse The process is up.
 	//
@@ -1911,6 +2023,129 @@ func (r ResolveIdempotencyRecordResponse) ContentType() string {
 	return ""
 }
 
+// GetLimitResponse200Headers the declared response headers of an HTTP 200 response for GetLimit
+type GetLimitResponse200Headers struct {
+	XRequestId string
+}
+
+// GetLimitResponse400Headers the declared response headers of an HTTP 400 response for GetLimit
+type GetLimitResponse400Headers struct {
+	XRequestId string
+}
+
+// GetLimitResponse401Headers the declared response headers of an HTTP 401 response for GetLimit
+type GetLimitResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestId      string
+}
+
+// GetLimitResponse404Headers the declared response headers of an HTTP 404 response for GetLimit
+type GetLimitResponse404Headers struct {
+	XRequestId string
+}
+
+// GetLimitResponse500Headers the declared response headers of an HTTP 500 response for GetLimit
+type GetLimitResponse500Headers struct {
+	XRequestId string
+}
+
+// GetLimitResponse503Headers the declared response headers of an HTTP 503 response for GetLimit
+type GetLimitResponse503Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         int
+	XRequestId         string
+}
+
+type GetLimitResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LimitState
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *AdminBadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *AdminUnauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetLimitResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetLimitResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetLimitResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetLimitResponse404Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetLimitResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetLimitResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetLimitResponse) GetJSON200() *LimitState {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetLimitResponse) GetApplicationproblemJSON400() *AdminBadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetLimitResponse) GetApplicationproblemJSON401() *AdminUnauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetLimitResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetLimitResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetLimitResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetLimitResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetLimitResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetLimitResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetLimitResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetHealthResponse200Headers the declared response headers of an HTTP 200 response for GetHealth
 type GetHealthResponse200Headers struct {
 	XRequestId string
@@ -2565,6 +2800,27 @@ func (c *ClientWithResponses) ResolveIdempotencyRecordWithResponse(ctx context.C
 		return nil, err
 	}
 	return ParseResolveIdempotencyRecordResponse(rsp)
+}
+
+// GetLimitWithResponse Show a flow limit and its busiest key values now.
+//
+// The limit's definition (`limits[]` of the configuration) and, from
+// Redis, the key values the workers used most recently, busiest first
+// (most slots held, then the longest rate backlog): who holds a slot
+// now, and how far the rate runs ahead of its pace. The workers keep
+// an index of each limit's recently used values (the last 1000), so
+// this reads no more than that. A limit the configuration does not
+// declare is 404.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/limits/{name} (the `GetLimit` operationId).
+func (c *ClientWithResponses) GetLimitWithResponse(ctx context.Context, name string, params *GetLimitParams, reqEditors ...RequestEditorFn) (*GetLimitResponse, error) {
+	rsp, err := c.GetLimit(ctx, name, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetLimitResponse(rsp)
 }
 
 // GetHealthWithResponse The process is up.
@@ -3561,6 +3817,165 @@ func ParseResolveIdempotencyRecordResponse(rsp *http.Response) (*ResolveIdempote
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers ResolveIdempotencyRecordResponse503Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetLimitResponse parses an HTTP response from a GetLimitWithResponse call
+func ParseGetLimitResponse(rsp *http.Response) (*GetLimitResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetLimitResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LimitState
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest AdminBadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest AdminUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetLimitResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetLimitResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetLimitResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetLimitResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetLimitResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetLimitResponse503Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -343,6 +343,35 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/limits/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The limit's name (`limits[].name` of the configuration). */
+                name: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * Show a flow limit and its busiest key values now.
+         * @description The limit's definition (`limits[]` of the configuration) and, from
+         *     Redis, the key values the workers used most recently, busiest first
+         *     (most slots held, then the longest rate backlog): who holds a slot
+         *     now, and how far the rate runs ahead of its pace. The workers keep
+         *     an index of each limit's recently used values (the last 1000), so
+         *     this reads no more than that. A limit the configuration does not
+         *     declare is 404.
+         */
+        get: operations["getLimit"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -640,6 +669,11 @@ export interface components {
             task_state?: string;
             /**
              * Format: date-time
+             * @description When a scheduled job becomes due (Idemgate-Delay, Idemgate-Not-Before or the job's delay); absent for a job that ran at once.
+             */
+            not_before?: string;
+            /**
+             * Format: date-time
              * @description When the first cancel arrived; absent when none did.
              */
             cancel_requested_at?: string | null;
@@ -653,6 +687,48 @@ export interface components {
             result_ref: string;
             last_error: string;
         };
+        /** @description A flow limit and its busiest key values now. */
+        LimitState: {
+            /** @example ship-api */
+            name: string;
+            /**
+             * @description Slots per key value; absent without a concurrency limit.
+             * @example 8
+             */
+            concurrency?: number;
+            /**
+             * @description Starts per period per key value; absent without a rate limit.
+             * @example 20/1s
+             */
+            rate?: string;
+            /**
+             * @description Starts that may come at once above the rate's pace; absent without a rate.
+             * @example 5
+             */
+            burst?: number;
+            values: components["schemas"]["LimitValue"][];
+        };
+        /** @description One key value of a limit (a tenant, an account) now. */
+        LimitValue: {
+            /** @example acme */
+            value: string;
+            /** @description Slots held now. */
+            held: number;
+            /** @description Who holds them: `<job id>#<16 hex digits>`, one per attempt. */
+            holders: string[];
+            /** @description Starts taken ahead of the rate's even pace; absent without a rate. */
+            starts_ahead?: number;
+            /**
+             * Format: int64
+             * @description Milliseconds until the rate admits a start; 0 when it would now. Absent without a rate.
+             */
+            next_start_in_ms?: number;
+            /**
+             * Format: date-time
+             * @description The last time a worker took or was refused this value.
+             */
+            last_used_at: string;
+        };
         StoryAttempt: {
             attempt: number;
             /**
@@ -664,7 +740,7 @@ export interface components {
              * @description Empty while the attempt runs.
              * @enum {string}
              */
-            outcome: "" | "succeeded" | "transient" | "unavailable" | "permanent" | "lock_busy" | "lock_lost" | "stale_token" | "superseded" | "crashed" | "cancelled";
+            outcome: "" | "succeeded" | "transient" | "unavailable" | "permanent" | "lock_busy" | "lock_lost" | "stale_token" | "superseded" | "crashed" | "cancelled" | "limited";
             /** Format: date-time */
             started_at: string;
             /** Format: date-time */
@@ -733,7 +809,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description `bad-request`: only a record whose outcome is unknown can be resolved. */
+        /** @description `bad-request`: only a record whose outcome is unknown can be resolved, or a query parameter is out of its range (`top` of a limit). */
         AdminBadRequest: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
@@ -933,7 +1009,9 @@ export interface components {
          * @description `idempotency-store-unavailable`: the idempotency store cannot be
          *     reached (`on_store_error: fail_closed`); the request was not
          *     processed. `queue-unavailable`: the job could not be recorded or
-         *     queued; nothing is known to be queued and the key is released.
+         *     queued; nothing is known to be queued and the key is released (on
+         *     `GET /admin/limits/{name}`: Redis, which holds the limits' counters
+         *     with the queue, could not be read).
          *     `not-ready`: the gateway already had `server.max_in_flight`
          *     requests in hand and shed this one before reading its key
          *     (`detail` says overloaded); nothing was claimed.
@@ -1654,6 +1732,38 @@ export interface operations {
             401: components["responses"]["AdminUnauthorized"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["JobNotCancellable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getLimit: {
+        parameters: {
+            query?: {
+                /** @description How many key values to show, busiest first. */
+                top?: number;
+            };
+            header?: never;
+            path: {
+                /** @description The limit's name (`limits[].name` of the configuration). */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The limit now. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LimitState"];
+                };
+            };
+            400: components["responses"]["AdminBadRequest"];
+            401: components["responses"]["AdminUnauthorized"];
+            404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -1,0 +1,244 @@
+package workers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	mathrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/idemgate/idemgate/job"
+	"github.com/idemgate/idemgate/workers/limit"
+)
+
+// ClassLimited: a flow limit sent the delivery back before it started;
+// rescheduled after the limit's wait, not counted as an attempt.
+const ClassLimited = "limited"
+
+// LimitedError is returned when a flow limit (job.Spec.Limits) refused a
+// delivery before its attempt started. It is not a failure: the attempt
+// is not counted, the job stays queued, and the task comes back after
+// After: the exact wait the rate gives, or a jittered delay when the
+// limit's slots are all held.
+type LimitedError struct {
+	Task, Key string
+	// Limit and Value name the budget that refused: the limit and its key
+	// value.
+	Limit, Value string
+	// Reason is limit.ReasonConcurrency or limit.ReasonRate.
+	Reason string
+	// After is when the task is tried again.
+	After time.Duration
+	Err   error // the *limit.RefusedError
+}
+
+func (e *LimitedError) Error() string {
+	return fmt.Sprintf("workers: %s %s: %v: retry in %s", e.Task, e.Key, e.Err, e.After.Round(time.Millisecond))
+}
+func (e *LimitedError) Unwrap() error { return e.Err }
+
+// LimitReasons lists the reasons LimitObserver.LimitWaited reports.
+func LimitReasons() []string { return []string{limit.ReasonConcurrency, limit.ReasonRate} }
+
+// LimitObserver receives the events of flow limits. An Observer that
+// implements it gets them too; telemetry's WorkerMetrics does.
+type LimitObserver interface {
+	// LimitWaited reports a delivery a limit sent back: the limit's name,
+	// limit.ReasonConcurrency or limit.ReasonRate, and the wait it was
+	// given.
+	LimitWaited(limit, reason string, wait time.Duration)
+	// LimitHeld reports this process taking (+1) or giving back (-1) a
+	// slot of the limit.
+	LimitHeld(limit string, delta int)
+}
+
+// WithLimits makes every attempt of the handler take uses first, all or
+// none (Handlers.Mux passes a job's declared limits).
+func WithLimits(uses ...job.LimitUse) Option {
+	return func(o *options) { o.limits = append(o.limits, uses...) }
+}
+
+// limits is a handler's flow limits: the limits its job uses, and the
+// slots its running attempts hold, by resource, so the resource lock's
+// renewal renews them too.
+type limits struct {
+	uses    []job.LimitUse
+	limiter *limit.Limiter
+	// lease is a slot's lease: the lock's TTL, renewed with the lock.
+	lease time.Duration
+	// busy is the mean delay after full slots.
+	busy time.Duration
+	rand func(n int64) int64
+	obs  LimitObserver
+	log  *slog.Logger
+	held sync.Map // resource → *limit.Hold
+}
+
+// newLimits returns nil for a job without limits. A Redis client the
+// limiter cannot use is a wiring mistake, found at start-up.
+func newLimits(deps Deps, kind string, uses []job.LimitUse, lease time.Duration, obs Observer, log *slog.Logger) *limits {
+	if len(uses) == 0 {
+		return nil
+	}
+	client, ok := deps.Redis.(limit.Client)
+	if !ok {
+		panic(fmt.Sprintf("workers: Handle %s: Deps.Redis (%T) cannot run pipelines, which limits need", kind, deps.Redis))
+	}
+	l := &limits{
+		uses:    uses,
+		limiter: limit.New(client, limit.Options{Prefix: deps.Lock.Prefix}),
+		lease:   lease,
+		busy:    deps.LimitBusy,
+		rand:    mathrand.Int64N,
+		log:     log,
+	}
+	if l.busy <= 0 {
+		l.busy = DefaultRetryBusy
+	}
+	l.obs, _ = obs.(LimitObserver)
+	return l
+}
+
+// rules renders the key value of each limit from the task's tenant and
+// payload.
+func (l *limits) rules(tenant string, raw []byte) ([]limit.Rule, error) {
+	var data any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&data); err != nil {
+		return nil, fmt.Errorf("limits: decode payload: %w", err)
+	}
+	rules := make([]limit.Rule, len(l.uses))
+	for i, u := range l.uses {
+		v, err := u.Value(tenant, data)
+		if err != nil {
+			return nil, err
+		}
+		d := u.Limit
+		rules[i] = limit.Rule{Name: d.Name, Value: v, Concurrency: d.Concurrency, Rate: d.Rate, Period: d.Period, Burst: d.Burst}
+	}
+	return rules, nil
+}
+
+// takeLimits takes the job's limits for one attempt, holding its resource
+// lock and before the attempt is counted. It returns nil for a job
+// without limits; a *LimitedError when one refused (the ledger gets a
+// limited row); any other error when Redis could not be asked, which is a
+// transient error before the attempt: a job never runs unlimited because
+// its limits could not be checked.
+func (h *handler[T]) takeLimits(ctx context.Context, log *slog.Logger, task *asynq.Task, id execID, resource string, attempts int) (*limit.Hold, error) {
+	l := h.limits
+	if l == nil {
+		return nil, nil
+	}
+	rules, err := l.rules(id.tenant, task.Payload())
+	if err != nil {
+		return nil, h.unprocessable(ctx, log, task, err)
+	}
+	hold, err := l.limiter.Take(ctx, limit.Holder(id.job), l.lease, rules)
+	refused, ok := errors.AsType[*limit.RefusedError](err)
+	switch {
+	case err == nil:
+	case ok:
+		after := refused.RetryAfter
+		if refused.Reason == limit.ReasonConcurrency {
+			after = l.busy/2 + time.Duration(l.rand(int64(l.busy)))
+		}
+		h.obs.Attempt(h.kind, ClassLimited)
+		if l.obs != nil {
+			l.obs.LimitWaited(refused.Name, refused.Reason, after)
+		}
+		h.warnIfBudgetSpent(ctx, log)
+		log.DebugContext(ctx, "limited: rescheduling", "limit", refused.Name, "limit_value", refused.Value,
+			"limit_reason", refused.Reason, "retry_in", after)
+		if lerr := h.store.RecordLimited(ctx, h.attempt(id, resource), attempts, refused.Error()); lerr != nil {
+			log.WarnContext(ctx, "recording the limited attempt failed", "error", lerr)
+		}
+		return nil, &LimitedError{Task: h.kind, Key: id.key, Limit: refused.Name, Value: refused.Value,
+			Reason: refused.Reason, After: after, Err: refused}
+	default:
+		return nil, h.transientBeforeAttempt(ctx, log, fmt.Errorf("take limits: %w", err))
+	}
+	if hold.Slots() {
+		l.held.Store(resource, hold)
+		l.countHeld(+1)
+	}
+	return hold, nil
+}
+
+// releaseLimits gives the attempt's slots back, however it ended. It is a
+// call of its own after the attempt (one pipeline of ZREMs): the take
+// could not carry it, and waiting for the lock's release to share a round
+// trip would keep the slot held for nothing. A failed release frees the
+// slot at its lease's end.
+func (h *handler[T]) releaseLimits(ctx context.Context, log *slog.Logger, resource string, hold *limit.Hold) {
+	l := h.limits
+	if l == nil || hold == nil || !hold.Slots() {
+		return
+	}
+	l.held.Delete(resource)
+	l.countHeld(-1)
+	fctx, cancel := finishContext(ctx)
+	defer cancel()
+	if err := hold.Release(fctx); err != nil {
+		log.WarnContext(ctx, "giving back the limits' slots failed: they free at their lease's end", "error", err)
+	}
+}
+
+// abandonLimits forgets the attempt's slots without giving them back, as a
+// worker that died would: they free at their lease's end.
+func (h *handler[T]) abandonLimits(resource string, hold *limit.Hold) {
+	if h.limits == nil || hold == nil || !hold.Slots() {
+		return
+	}
+	h.limits.held.Delete(resource)
+	h.limits.countHeld(-1)
+}
+
+func (l *limits) countHeld(delta int) {
+	if l.obs == nil {
+		return
+	}
+	for _, u := range l.uses {
+		if u.Limit.Concurrency > 0 {
+			l.obs.LimitHeld(u.Limit.Name, delta)
+		}
+	}
+}
+
+// renewed runs after each renewal of a resource lock: the slots the
+// attempt holding it took get the same new lease. A renewal that finds a
+// slot gone (its lease ran out while the process stalled) is logged; the
+// attempt goes on, since a limit paces calls and never decides an effect.
+func (l *limits) renewed(resource string) {
+	v, ok := l.held.Load(resource)
+	if !ok {
+		return
+	}
+	hold := v.(*limit.Hold)
+	ctx, cancel := context.WithTimeout(context.Background(), l.lease/3)
+	defer cancel()
+	n, err := hold.Renew(ctx, l.lease)
+	switch {
+	case err != nil:
+		l.log.Warn("renewing the limits' slots failed", "resource", resource, "error", err)
+	case n < l.slotCount():
+		l.log.Warn("a limit slot's lease ran out before its renewal", "resource", resource, "renewed", n)
+	}
+}
+
+func (l *limits) slotCount() int {
+	n := 0
+	for _, u := range l.uses {
+		if u.Limit.Concurrency > 0 {
+			n++
+		}
+	}
+	return n
+}
