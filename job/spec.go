@@ -30,6 +30,9 @@ type Spec struct {
 	// HTTP delivers the job to a receiver; nil means a Go handler
 	// registered in code runs it.
 	HTTP *HTTP
+	// OnFinal, when set, POSTs one signed event per final status the job
+	// reaches; nil means none.
+	OnFinal *Callback
 }
 
 // DefaultQueue is the queue of a job that names none.
