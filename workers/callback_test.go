@@ -205,7 +205,7 @@ func (e *callbackEnv) dispatcher(worker string) *FinalCallbacks {
 	return NewFinalCallbacks(FinalCallbacksConfig{
 		DB: e.pool, Specs: []*job.Spec{e.spec, e.quiet}, Worker: worker, Logger: e.deps(nil, time.Second).Logger,
 		Interval: 20 * time.Millisecond, Batch: 4,
-		Backoff:  func(int) time.Duration { return 50 * time.Millisecond },
+		Backoff: func(int) time.Duration { return 50 * time.Millisecond },
 		Document: func(r job.Record) any {
 			return map[string]any{"id": r.ID, "status": r.Status, "attempts": r.Attempts}
 		},

@@ -46,7 +46,7 @@ type worker struct {
 	ledgerJanitor func(context.Context) error
 	// callbacks sends the final-status callbacks (on_final).
 	callbacks *workers.FinalCallbacks
-	admin         http.Handler
+	admin     http.Handler
 }
 
 func (w *worker) adminServer(cfg *config.Config) server {
