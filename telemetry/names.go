@@ -37,7 +37,7 @@ func MetricNames() []string {
 		MetricLockAcquire, MetricLockRenewals, MetricLockLost, MetricFencingRejections,
 		MetricJobs, MetricJobAttempts, MetricJobReplays,
 		MetricDLQTasks, MetricQueueDepth,
-		MetricRetentionDeleted,
+		MetricRetentionDeleted, MetricFinalCallbacks,
 	}
 	for _, h := range []string{MetricRequestDuration, MetricUpstreamDuration, MetricStoreOperationDuration} {
 		names = append(names, h+"_bucket", h+"_sum", h+"_count")

@@ -1,6 +1,11 @@
 package telemetry
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemgate/idemgate/job"
+	"github.com/idemgate/idemgate/workers"
+)
 
 // MetricRetentionDeleted counts the rows the worker's retention janitor
 // deleted, by table: jobs (final jobs past jobs_retention, each with its
@@ -34,4 +39,36 @@ func (m *RetentionMetrics) Deleted(table string, n int) {
 	if m != nil && n > 0 {
 		m.deleted.WithLabelValues(table).Add(float64(n))
 	}
+}
+
+// MetricFinalCallbacks counts the recorded attempts of final-status
+// callbacks (on_final), by task and outcome: delivered, retry (another
+// attempt is due) or abandoned (the bound is reached; alert on it).
+const MetricFinalCallbacks = "idemgate_final_callbacks_total"
+
+// CallbackMetrics counts final-status callback attempts. It implements
+// workers.CallbackObserver.
+type CallbackMetrics struct{ attempts *prometheus.CounterVec }
+
+var _ workers.CallbackObserver = (*CallbackMetrics)(nil)
+
+// NewCallbackMetrics registers MetricFinalCallbacks on reg, each outcome's
+// series of each of tasks at 0. It panics if reg already has it.
+func NewCallbackMetrics(reg prometheus.Registerer, tasks ...string) *CallbackMetrics {
+	m := &CallbackMetrics{attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: MetricFinalCallbacks,
+		Help: "Final-status callback attempts, by task and outcome (delivered, retry, abandoned).",
+	}, []string{"task", "outcome"})}
+	reg.MustRegister(m.attempts)
+	for _, t := range tasks {
+		for _, o := range []job.CallbackOutcome{job.CallbackDelivered, job.CallbackRetry, job.CallbackAbandoned} {
+			m.attempts.WithLabelValues(t, string(o))
+		}
+	}
+	return m
+}
+
+// CallbackAttempt counts one attempt of task's callback.
+func (m *CallbackMetrics) CallbackAttempt(task string, outcome job.CallbackOutcome) {
+	m.attempts.WithLabelValues(task, string(outcome)).Inc()
 }

@@ -41,6 +41,7 @@ type FinalCallbacks struct {
 	worker   string
 	logger   *slog.Logger
 	now      func() time.Time
+	observer CallbackObserver
 }
 
 // FinalCallbacksConfig configures FinalCallbacks. Every field documents
@@ -71,6 +72,14 @@ type FinalCallbacksConfig struct {
 	Logger *slog.Logger
 	// Now is the clock of webhook-timestamp. Default time.Now.
 	Now func() time.Time
+	// Observer counts the attempts; nil counts nothing.
+	Observer CallbackObserver
+}
+
+// CallbackObserver is told how each recorded callback attempt ended.
+// telemetry.CallbackMetrics implements it.
+type CallbackObserver interface {
+	CallbackAttempt(task string, outcome job.CallbackOutcome)
 }
 
 // Bounds of DefaultCallbackBackoff.
@@ -105,6 +114,7 @@ func NewFinalCallbacks(cfg FinalCallbacksConfig) *FinalCallbacks {
 		worker:   workerName(cfg.Worker),
 		logger:   cfg.Logger,
 		now:      cfg.Now,
+		observer: cfg.Observer,
 	}
 	if f.interval <= 0 {
 		f.interval = time.Second
@@ -228,6 +238,9 @@ func (f *FinalCallbacks) attempt(ctx context.Context, p job.PendingCallback) {
 		f.logger.Warn("final callbacks: recording an attempt failed; the event will be sent again",
 			"job_id", p.JobID, "webhook_id", p.ID(), "attempt", p.Attempt, "err", err)
 		return
+	}
+	if f.observer != nil {
+		f.observer.CallbackAttempt(p.Task, r.Outcome)
 	}
 	switch r.Outcome {
 	case job.CallbackAbandoned:

@@ -320,6 +320,8 @@ func TestFinalCallbackBound(t *testing.T) {
 	id := e.submit(t, e.spec, "ok-1")
 	e.final(t, id)
 	f := e.dispatcher("w1")
+	obs := &countingCallbacks{n: map[job.CallbackOutcome]int{}}
+	f.observer = obs
 	states := func() []job.CallbackState {
 		s, err := job.NewCallbacks(e.pool).OfJob(t.Context(), id)
 		if err != nil {
@@ -344,6 +346,25 @@ func TestFinalCallbackBound(t *testing.T) {
 		s.Tries[0].Outcome != job.CallbackRetry || s.Tries[2].Outcome != job.CallbackAbandoned || s.Tries[2].Error == nil {
 		t.Errorf("abandoned callback: %+v, want 3 attempts, the last abandoned with its error", s)
 	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.n[job.CallbackRetry] != 2 || obs.n[job.CallbackAbandoned] != 1 || obs.n[job.CallbackDelivered] != 0 || obs.task != kind {
+		t.Errorf("observed %v for %q, want 2 retries and 1 abandoned for %s", obs.n, obs.task, kind)
+	}
+}
+
+// countingCallbacks is a CallbackObserver that counts.
+type countingCallbacks struct {
+	mu   sync.Mutex
+	task string
+	n    map[job.CallbackOutcome]int
+}
+
+func (c *countingCallbacks) CallbackAttempt(task string, outcome job.CallbackOutcome) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.task = task
+	c.n[outcome]++
 }
 
 // TestFinalCallbackCrashResends: a worker dies after the receiver applied

@@ -132,9 +132,16 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 	ledgerJanitor := func(ctx context.Context) error {
 		return idempotency.RunJanitor(ctx, janitor, cfg.Janitor.Interval, cfg.Janitor.Batch, logger)
 	}
+	var finalTasks []string
+	for _, s := range specs {
+		if s.OnFinal != nil {
+			finalTasks = append(finalTasks, s.Task)
+		}
+	}
 	callbacks := workers.NewFinalCallbacks(workers.FinalCallbacksConfig{
 		DB: pool, Specs: specs, Document: gateway.JobDocument, Logger: logger,
-		Client: &http.Client{Transport: telemetry.HTTPTransport(nil)},
+		Client:   &http.Client{Transport: telemetry.HTTPTransport(nil)},
+		Observer: telemetry.NewCallbackMetrics(reg, finalTasks...),
 	})
 	return &worker{srv: srv, relay: relay, ledgerJanitor: ledgerJanitor, callbacks: callbacks, admin: requestid.Middleware(admin)}, nil
 }
