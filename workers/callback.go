@@ -234,7 +234,11 @@ func (f *FinalCallbacks) attempt(ctx context.Context, p job.PendingCallback) {
 		r.Outcome, r.Error = job.CallbackRetry, err.Error()
 		r.Retry = max(f.backoff(p.Attempt), retryAfter)
 	}
-	if err := f.store.Settle(ctx, p, r); err != nil {
+	// An answer that came is recorded even while the worker shuts down:
+	// a delivered event left unrecorded would be sent again.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := f.store.Settle(sctx, p, r); err != nil {
 		f.logger.Warn("final callbacks: recording an attempt failed; the event will be sent again",
 			"job_id", p.JobID, "webhook_id", p.ID(), "attempt", p.Attempt, "err", err)
 		return

@@ -478,3 +478,19 @@ func TestFinalCallbacksShared(t *testing.T) {
 	}
 	t.Logf("%d events sent by %d workers", len(ids), workers)
 }
+
+// TestDefaultCallbackBackoff: the n-th retry waits between half and all of
+// 10s·2^(n−1), at most an hour, as the README says.
+func TestDefaultCallbackBackoff(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		attempt int
+		full    time.Duration
+	}{{1, 10 * time.Second}, {2, 20 * time.Second}, {4, 80 * time.Second}, {9, 2560 * time.Second}, {10, time.Hour}, {60, time.Hour}} {
+		for range 200 {
+			if d := DefaultCallbackBackoff(tc.attempt); d < tc.full/2 || d > tc.full {
+				t.Fatalf("attempt %d: waits %s, want between %s and %s", tc.attempt, d, tc.full/2, tc.full)
+			}
+		}
+	}
+}
