@@ -77,6 +77,17 @@ type Config struct {
 	ReplayCache ReplayCache `yaml:"replay_cache"`
 	// Janitor deletes expired idempotency records.
 	Janitor Janitor `yaml:"janitor"`
+	// JobsRetention is how long a final job (succeeded, failed,
+	// cancelled) is kept after it became final, with its attempt ledger
+	// and callbacks; the worker's janitor then deletes them. Default
+	// job.DefaultRetention, 720h (30 days).
+	JobsRetention time.Duration `yaml:"jobs_retention"`
+	// ExecutionsRetention is how long a final execution, the
+	// once-per-business-key promise, is kept after it ended; a job with
+	// the same business key that arrives later runs again. At least
+	// JobsRetention; 0 keeps executions forever. Default
+	// execution.DefaultRetention, 2160h (90 days).
+	ExecutionsRetention *time.Duration `yaml:"executions_retention"`
 	// Proxy configures the transport to upstreams.
 	Proxy Proxy `yaml:"proxy"`
 	// Server configures the public and admin http.Servers.
@@ -374,6 +385,7 @@ func (c *Config) withDefaults() {
 	setDefault(&c.ReplayCache.TTL, 2*time.Second)
 	setDefault(&c.Janitor.Interval, time.Minute)
 	setDefault(&c.Janitor.Batch, 1000)
+	c.retentionDefaults()
 
 	setDefault(&c.Proxy.DialTimeout, 5*time.Second)
 	setDefault(&c.Proxy.ResponseHeaderTimeout, 30*time.Second)

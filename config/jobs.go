@@ -63,6 +63,9 @@ type Job struct {
 	// Limits are the declared limits (limits:) each attempt takes first,
 	// all or none. Default none.
 	Limits []LimitUse `yaml:"limits"`
+	// OnFinal, when set, POSTs one signed event per final status the job
+	// reaches (see OnFinal). Default none.
+	OnFinal *OnFinal `yaml:"on_final"`
 }
 
 // Deliver says how the worker hands a job over.
@@ -218,6 +221,12 @@ func (j *Job) withDefaults(maxAttempts int) {
 	if j.Deliver != nil && j.Deliver.HTTP != nil && j.Deliver.HTTP.Timeout == nil {
 		j.Deliver.HTTP.Timeout = new(job.DefaultTimeout)
 	}
+	if j.OnFinal != nil && j.OnFinal.HTTP != nil {
+		if j.OnFinal.HTTP.Timeout == nil {
+			j.OnFinal.HTTP.Timeout = new(job.DefaultTimeout)
+		}
+		setDefault(&j.OnFinal.HTTP.MaxAttempts, job.DefaultCallbackMaxAttempts)
+	}
 }
 
 func (c *Config) declared(task string) *Job {
@@ -372,6 +381,9 @@ func (c *Config) checkJob(j *Job, at string, o *options, bad badFunc) *job.Spec 
 		}
 	} else if o.handlers != nil && !o.handlers[j.Task] && j.Task != "" {
 		fail(at+".task", "no worker can run %q: declare deliver.http or register a Go handler for it", j.Task)
+	}
+	if j.OnFinal != nil {
+		spec.OnFinal = onFinal(j.OnFinal, at+".on_final", fail)
 	}
 	if failed {
 		return nil

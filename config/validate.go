@@ -121,6 +121,7 @@ func (c *Config) validate(o *options) error {
 
 	nonNegative(bad, "janitor.interval", c.Janitor.Interval)
 	nonNegative(bad, "janitor.batch", c.Janitor.Batch)
+	c.validateRetention(bad)
 	nonNegative(bad, "replay_cache.entries", c.ReplayCache.Entries)
 	nonNegative(bad, "replay_cache.ttl", c.ReplayCache.TTL)
 	nonNegative(bad, "proxy.dial_timeout", c.Proxy.DialTimeout)

@@ -63,6 +63,16 @@
 //	x.Seen(rec)
 //	<-x.Changed() // then x.Latest()
 //
+// A final job is the trigger of two more things, both read from the jobs
+// table rather than hooked into each writer (the worker, a cancel, the
+// dead-letter queue). Callbacks is the outbox of final-status callbacks:
+// Collect makes one event per final status of a job whose Spec declares
+// OnFinal (finished_at set and not yet collected), Claim hands due events
+// to one sender at a time, Settle records each attempt; workers'
+// FinalCallbacks sends them. Records.DeleteFinished is the jobs
+// retention: a job final for longer than it is deleted with its attempt
+// ledger and callbacks.
+//
 // The package depends on the standard library, a JSON Schema compiler,
 // asynq, pgx and the idempotency middleware's canonical JSON (itself
 // standard library only), so that both sides can import it, and "the same

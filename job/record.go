@@ -216,16 +216,18 @@ func (s *Records) Failed(ctx context.Context, limit int) ([]Record, error) {
 	return out, rows.Err()
 }
 
-// Delete removes a job record (operators, after dlq delete).
+// Delete removes a job record (operators, after dlq delete), and its
+// ledger rows with it: the attempt ledger lives as long as its job.
 func (s *Records) Delete(ctx context.Context, id string) error {
 	if !storable(id) {
 		return ErrNotFound
 	}
-	tag, err := s.db.Exec(ctx, `DELETE FROM jobs WHERE id = $1`, id)
+	var n int
+	err := s.db.QueryRow(ctx, deleteJobSQL, id).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("job: delete job: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return ErrNotFound
 	}
 	return nil

@@ -39,6 +39,9 @@ type Spec struct {
 	// Limits are the flow limits every attempt of the job takes, all or
 	// none, before it starts (limit.go). Default none.
 	Limits []LimitUse
+	// OnFinal, when set, POSTs one signed event per final status the job
+	// reaches; nil means none.
+	OnFinal *Callback
 }
 
 // DefaultQueue is the queue of a job that names none.

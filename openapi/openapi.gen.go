@@ -145,6 +145,69 @@ func (e StoryAttemptOutcome) Valid() bool {
 	}
 }
 
+// Defines values for StoryCallbackEvent.
+const (
+	StoryCallbackEventJobCancelled StoryCallbackEvent = "job.cancelled"
+	StoryCallbackEventJobFailed    StoryCallbackEvent = "job.failed"
+	StoryCallbackEventJobSucceeded StoryCallbackEvent = "job.succeeded"
+)
+
+// Valid indicates whether the value is a known member of the StoryCallbackEvent enum.
+func (e StoryCallbackEvent) Valid() bool {
+	switch e {
+	case StoryCallbackEventJobCancelled:
+		return true
+	case StoryCallbackEventJobFailed:
+		return true
+	case StoryCallbackEventJobSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StoryCallbackState.
+const (
+	StoryCallbackStateAbandoned StoryCallbackState = "abandoned"
+	StoryCallbackStateDelivered StoryCallbackState = "delivered"
+	StoryCallbackStatePending   StoryCallbackState = "pending"
+)
+
+// Valid indicates whether the value is a known member of the StoryCallbackState enum.
+func (e StoryCallbackState) Valid() bool {
+	switch e {
+	case StoryCallbackStateAbandoned:
+		return true
+	case StoryCallbackStateDelivered:
+		return true
+	case StoryCallbackStatePending:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StoryCallbackAttemptOutcome.
+const (
+	StoryCallbackAttemptOutcomeAbandoned StoryCallbackAttemptOutcome = "abandoned"
+	StoryCallbackAttemptOutcomeDelivered StoryCallbackAttemptOutcome = "delivered"
+	StoryCallbackAttemptOutcomeRetry     StoryCallbackAttemptOutcome = "retry"
+)
+
+// Valid indicates whether the value is a known member of the StoryCallbackAttemptOutcome enum.
+func (e StoryCallbackAttemptOutcome) Valid() bool {
+	switch e {
+	case StoryCallbackAttemptOutcomeAbandoned:
+		return true
+	case StoryCallbackAttemptOutcomeDelivered:
+		return true
+	case StoryCallbackAttemptOutcomeRetry:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for StoryClaimOutcome.
 const (
 	StoryClaimOutcomeCompleted StoryClaimOutcome = "completed"
@@ -230,7 +293,7 @@ type IdempotencyRecord struct {
 	Response *StoredResponse `json:"response,omitempty"`
 }
 
-// Job A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it.
+// Job A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it. When the job's task declares `on_final`, the worker also POSTs this document once per final status the job reaches, as a Standard Webhooks message signed like an HTTP delivery: body `{"type": "job.succeeded" | "job.failed" | "job.cancelled", "timestamp": <when it became final>, "data": <this document>}`, `webhook-id` `<job id>:final` (`<job id>:final:<n>` for the n-th final status of a job replayed from the dead-letter queue), the same on every attempt; retried until a 2xx answer or `on_final.http.max_attempts`.
 type Job struct {
 	// Id `job_` and 32 hex digits, derived from (tenant, route, Idempotency-Key).
 	Id JobID `json:"id"`
@@ -455,6 +518,9 @@ type Story struct {
 
 	// Violation True when the story breaks a promise (the CLI then exits 1).
 	Violation bool `json:"violation"`
+
+	// Callbacks The job's final-status callbacks (`on_final`), one per final status it reached, oldest first, each with its attempts; absent when its task declares none or none was made yet.
+	Callbacks *[]StoryCallback `json:"callbacks,omitempty"`
 }
 
 // StoryAttempt defines model for StoryAttempt.
@@ -475,6 +541,50 @@ type StoryAttempt struct {
 
 // StoryAttemptOutcome Empty while the attempt runs.
 type StoryAttemptOutcome string
+
+// StoryCallback One final-status callback of a job, as the worker's outbox holds it.
+type StoryCallback struct {
+	// WebhookId `<job id>:final`, or `<job id>:final:<n>` for the n-th final status of a job replayed from the dead-letter queue.
+	WebhookId string             `json:"webhook_id"`
+	Event     StoryCallbackEvent `json:"event"`
+
+	// State `pending` (an attempt is due at `due_at`), `delivered` (the receiver answered 2xx) or `abandoned` (the attempts ran out).
+	State     StoryCallbackState `json:"state"`
+	CreatedAt time.Time          `json:"created_at"`
+
+	// Attempts POSTs claimed so far.
+	Attempts    int        `json:"attempts"`
+	DueAt       time.Time  `json:"due_at"`
+	DeliveredAt *time.Time `json:"delivered_at"`
+	AbandonedAt *time.Time `json:"abandoned_at"`
+
+	// LastStatus The receiver's last HTTP status; null when it did not answer.
+	LastStatus *int    `json:"last_status"`
+	LastError  *string `json:"last_error"`
+
+	// Tries Every recorded POST, oldest first. A worker that died between a POST and its record leaves no row; the POST is made again.
+	Tries []StoryCallbackAttempt `json:"tries"`
+}
+
+// StoryCallbackEvent defines model for StoryCallback.Event.
+type StoryCallbackEvent string
+
+// StoryCallbackState `pending` (an attempt is due at `due_at`), `delivered` (the receiver answered 2xx) or `abandoned` (the attempts ran out).
+type StoryCallbackState string
+
+// StoryCallbackAttempt defines model for StoryCallbackAttempt.
+type StoryCallbackAttempt struct {
+	Attempt   int                         `json:"attempt"`
+	Worker    string                      `json:"worker"`
+	StartedAt time.Time                   `json:"started_at"`
+	EndedAt   time.Time                   `json:"ended_at"`
+	Status    *int                        `json:"status"`
+	Outcome   StoryCallbackAttemptOutcome `json:"outcome"`
+	Error     *string                     `json:"error"`
+}
+
+// StoryCallbackAttemptOutcome defines model for StoryCallbackAttempt.Outcome.
+type StoryCallbackAttemptOutcome string
 
 // StoryClaim defines model for StoryClaim.
 type StoryClaim struct {
@@ -635,7 +745,7 @@ type Conflict = Problem
 // not) and follows `documentation`.
 type InternalError = Problem
 
-// JobAccepted A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it.
+// JobAccepted A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it. When the job's task declares `on_final`, the worker also POSTs this document once per final status the job reaches, as a Standard Webhooks message signed like an HTTP delivery: body `{"type": "job.succeeded" | "job.failed" | "job.cancelled", "timestamp": <when it became final>, "data": <this document>}`, `webhook-id` `<job id>:final` (`<job id>:final:<n>` for the n-th final status of a job replayed from the dead-letter queue), the same on every attempt; retried until a 2xx answer or `on_final.http.max_attempts`.
 type JobAccepted = Job
 
 // JobNotCancellable An RFC 9457 problem document. Match on the slug that ends `type`;

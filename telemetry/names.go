@@ -38,6 +38,7 @@ func MetricNames() []string {
 		MetricJobs, MetricJobAttempts, MetricJobReplays,
 		MetricDLQTasks, MetricQueueDepth,
 		MetricLimitWaits, MetricLimitHolders,
+		MetricRetentionDeleted, MetricFinalCallbacks,
 	}
 	for _, h := range []string{MetricRequestDuration, MetricUpstreamDuration, MetricStoreOperationDuration, MetricLimitWait} {
 		names = append(names, h+"_bucket", h+"_sum", h+"_count")

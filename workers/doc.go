@@ -85,6 +85,13 @@
 // another 5xx, is counted, so a receiver that keeps failing on one job
 // dead-letters it.
 //
+// FinalCallbacks sends a job's final-status callback (job.Spec.OnFinal),
+// signed as a delivery is, from the outbox package job keeps; a worker
+// process runs it beside its Server, as it runs the relay:
+//
+//	cb := workers.NewFinalCallbacks(workers.FinalCallbacksConfig{DB: pool, Specs: specs, Document: doc})
+//	go cb.Run(ctx) // owned: wait for it after ctx ends
+//
 // asynq's own task lease does not protect the data: when a worker stalls or
 // a shutdown times out, asynq hands the task to another worker while the
 // first one's goroutine may still be running. The resource lock's lease is

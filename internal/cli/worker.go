@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -23,7 +22,6 @@ import (
 	"github.com/idemgate/idemgate/middleware/requestid"
 	"github.com/idemgate/idemgate/telemetry"
 	"github.com/idemgate/idemgate/workers"
-	"github.com/idemgate/idemgate/workers/execution"
 )
 
 func runWorker(ctx context.Context, ext extension.Set, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -32,19 +30,8 @@ func runWorker(ctx context.Context, ext extension.Set, args []string, getenv fun
 		if err != nil {
 			return err
 		}
-		return runAll(ctx, p.cfg, p.logger, stdout, &p.svc.certs, nil, []server{w.adminServer(p.cfg)}, w.srv.Run, w.relay.Run, w.ledgerJanitor)
+		return runAll(ctx, p.cfg, p.logger, stdout, &p.svc.certs, nil, []server{w.adminServer(p.cfg)}, w.srv.Run, w.relay.Run, w.ledgerJanitor, w.callbacks.Run)
 	})
-}
-
-// attemptJanitor deletes the attempt ledger's rows older than the
-// records' retention, as the gateway's janitor deletes expired records.
-type attemptJanitor struct {
-	store     *execution.Store
-	retention time.Duration
-}
-
-func (j attemptJanitor) DeleteExpired(ctx context.Context, limit int) (int, error) {
-	return j.store.DeleteEndedAttempts(ctx, j.retention, limit)
 }
 
 // worker is an asynq server running the declared jobs, the relay that
@@ -53,9 +40,13 @@ func (j attemptJanitor) DeleteExpired(ctx context.Context, limit int) (int, erro
 type worker struct {
 	srv   *workers.Server
 	relay *job.Relay
-	// ledgerJanitor deletes old rows of the attempt ledger.
+	// ledgerJanitor deletes final jobs with their ledger past
+	// jobs_retention, and final executions (and the ledger rows of tasks
+	// run without a job) past executions_retention.
 	ledgerJanitor func(context.Context) error
-	admin         http.Handler
+	// callbacks sends the final-status callbacks (on_final).
+	callbacks *workers.FinalCallbacks
+	admin     http.Handler
 }
 
 func (w *worker) adminServer(cfg *config.Config) server {
@@ -143,11 +134,22 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
-	janitor := attemptJanitor{store: execution.New(pool), retention: cfg.Idempotency.Retention}
+	janitor := newRetentionJanitor(pool, cfg, telemetry.NewRetentionMetrics(reg))
 	ledgerJanitor := func(ctx context.Context) error {
 		return idempotency.RunJanitor(ctx, janitor, cfg.Janitor.Interval, cfg.Janitor.Batch, logger)
 	}
-	return &worker{srv: srv, relay: relay, ledgerJanitor: ledgerJanitor, admin: requestid.Middleware(admin)}, nil
+	var finalTasks []string
+	for _, s := range specs {
+		if s.OnFinal != nil {
+			finalTasks = append(finalTasks, s.Task)
+		}
+	}
+	callbacks := workers.NewFinalCallbacks(workers.FinalCallbacksConfig{
+		DB: pool, Specs: specs, Document: gateway.JobDocument, Logger: logger,
+		Client:   &http.Client{Transport: telemetry.HTTPTransport(nil)},
+		Observer: telemetry.NewCallbackMetrics(reg, finalTasks...),
+	})
+	return &worker{srv: srv, relay: relay, ledgerJanitor: ledgerJanitor, callbacks: callbacks, admin: requestid.Middleware(admin)}, nil
 }
 
 // requireAdminToken puts next behind the token whose hex SHA-256 is

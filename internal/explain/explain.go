@@ -77,6 +77,9 @@ func (x *Explainer) Job(ctx context.Context, id string) (*Story, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := x.addCallbacks(ctx, s, j.ID); err != nil {
+		return nil, err
+	}
 	x.judge(s, effectsKnown)
 	return s, nil
 }
@@ -103,6 +106,9 @@ func (x *Explainer) Key(ctx context.Context, scope idempotency.Scope) (*Story, e
 		return nil, err
 	default:
 		if effectsKnown, err = x.addJob(ctx, s, j); err != nil {
+			return nil, err
+		}
+		if err := x.addCallbacks(ctx, s, j.ID); err != nil {
 			return nil, err
 		}
 	}

@@ -87,6 +87,7 @@ func WriteText(w io.Writer, s *Story) error {
 			}
 			p("%s\t%s\n", label, line)
 		}
+		writeCallbacks(p, s)
 	}
 	p("verdict\t%s\n", s.Verdict)
 	return tw.Flush()

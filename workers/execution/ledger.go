@@ -141,9 +141,12 @@ func Attempts(ctx context.Context, db Querier, tenant, key string) ([]Entry, err
 	return out, nil
 }
 
-// DeleteEndedAttempts deletes at most limit ledger rows that ended more
-// than retention ago, oldest first, and reports how many it deleted.
-// Unfinished rows stay until a later attempt ends them.
+// DeleteEndedAttempts deletes at most limit ledger rows of tasks that ran
+// without a job (job id "", enqueued by hand) and ended more than
+// retention ago, oldest first, and reports how many it deleted. The rows
+// of a job live as long as the job: the jobs retention deletes them with
+// it (job.Records.DeleteFinished). Unfinished rows stay until a later
+// attempt ends them.
 func (s *Store) DeleteEndedAttempts(ctx context.Context, retention time.Duration, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
@@ -151,7 +154,7 @@ func (s *Store) DeleteEndedAttempts(ctx context.Context, retention time.Duration
 	tag, err := s.db.Exec(ctx, `
 DELETE FROM job_attempts WHERE id IN (
     SELECT id FROM job_attempts
-     WHERE ended_at IS NOT NULL AND ended_at <= now() - make_interval(secs => $1)
+     WHERE job_id = '' AND ended_at IS NOT NULL AND ended_at <= now() - make_interval(secs => $1)
      ORDER BY ended_at LIMIT $2
      FOR UPDATE SKIP LOCKED)`, retention.Seconds(), limit)
 	if err != nil {

@@ -501,7 +501,7 @@ export interface components {
          * @enum {string}
          */
         JobStatus: "scheduled" | "queued" | "processing" | "retrying" | "cancelling" | "succeeded" | "failed" | "cancelled";
-        /** @description A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it. */
+        /** @description A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it. When the job's task declares `on_final`, the worker also POSTs this document once per final status the job reaches, as a Standard Webhooks message signed like an HTTP delivery: body `{"type": "job.succeeded" | "job.failed" | "job.cancelled", "timestamp": <when it became final>, "data": <this document>}`, `webhook-id` `<job id>:final` (`<job id>:final:<n>` for the n-th final status of a job replayed from the dead-letter queue), the same on every attempt; retried until a 2xx answer or `on_final.http.max_attempts`. */
         Job: {
             id: components["schemas"]["JobID"];
             task: components["schemas"]["JobTask"];
@@ -610,6 +610,8 @@ export interface components {
             verdict: string;
             /** @description True when the story breaks a promise (the CLI then exits 1). */
             violation: boolean;
+            /** @description The job's final-status callbacks (`on_final`), one per final status it reached, oldest first, each with its attempts; absent when its task declares none or none was made yet. */
+            callbacks?: components["schemas"]["StoryCallback"][];
         };
         StoryRecord: {
             tenant: string;
@@ -748,6 +750,45 @@ export interface components {
             error: string;
             worker: string;
             job_id: string;
+        };
+        /** @description One final-status callback of a job, as the worker's outbox holds it. */
+        StoryCallback: {
+            /** @description `<job id>:final`, or `<job id>:final:<n>` for the n-th final status of a job replayed from the dead-letter queue. */
+            webhook_id: string;
+            /** @enum {string} */
+            event: "job.succeeded" | "job.failed" | "job.cancelled";
+            /**
+             * @description `pending` (an attempt is due at `due_at`), `delivered` (the receiver answered 2xx) or `abandoned` (the attempts ran out).
+             * @enum {string}
+             */
+            state: "pending" | "delivered" | "abandoned";
+            /** Format: date-time */
+            created_at: string;
+            /** @description POSTs claimed so far. */
+            attempts: number;
+            /** Format: date-time */
+            due_at: string;
+            /** Format: date-time */
+            delivered_at: string | null;
+            /** Format: date-time */
+            abandoned_at: string | null;
+            /** @description The receiver's last HTTP status; null when it did not answer. */
+            last_status: number | null;
+            last_error: string | null;
+            /** @description Every recorded POST, oldest first. A worker that died between a POST and its record leaves no row; the POST is made again. */
+            tries: components["schemas"]["StoryCallbackAttempt"][];
+        };
+        StoryCallbackAttempt: {
+            attempt: number;
+            worker: string;
+            /** Format: date-time */
+            started_at: string;
+            /** Format: date-time */
+            ended_at: string;
+            status: number | null;
+            /** @enum {string} */
+            outcome: "delivered" | "retry" | "abandoned";
+            error: string | null;
         };
         StoryEffect: {
             kind: string;

@@ -1,0 +1,60 @@
+package cli
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/job"
+	"github.com/idemgate/idemgate/telemetry"
+	"github.com/idemgate/idemgate/workers/execution"
+)
+
+// retentionJanitor is the worker's idempotency.Janitor of the job tables:
+// each batch deletes final jobs past jobs_retention with their attempt
+// ledger and callbacks, then (unless executions are kept forever) final
+// executions past executions_retention and the ledger rows of tasks that
+// ran without a job, which have no job to go with.
+type retentionJanitor struct {
+	jobs       *job.Records
+	executions *execution.Store
+	jobsFor    time.Duration
+	// execFor is executions_retention; 0 keeps them forever.
+	execFor time.Duration
+	metrics *telemetry.RetentionMetrics
+}
+
+func newRetentionJanitor(pool *pgxpool.Pool, cfg *config.Config, m *telemetry.RetentionMetrics) retentionJanitor {
+	j := retentionJanitor{jobs: job.NewRecords(pool), executions: execution.New(pool), jobsFor: cfg.JobsRetention, metrics: m}
+	if cfg.ExecutionsRetention != nil {
+		j.execFor = *cfg.ExecutionsRetention
+	}
+	return j
+}
+
+// DeleteExpired deletes at most limit rows of each kind and reports the
+// largest count, so that idempotency.RunJanitor goes on at once while any
+// kind came back full.
+func (j retentionJanitor) DeleteExpired(ctx context.Context, limit int) (int, error) {
+	most, err := j.jobs.DeleteFinished(ctx, j.jobsFor, limit)
+	if err != nil {
+		return 0, err
+	}
+	j.metrics.Deleted("jobs", most)
+	if j.execFor <= 0 {
+		return most, nil
+	}
+	n, err := j.executions.DeleteFinished(ctx, j.execFor, limit)
+	if err != nil {
+		return 0, err
+	}
+	j.metrics.Deleted("job_executions", n)
+	most = max(most, n)
+	if n, err = j.executions.DeleteEndedAttempts(ctx, j.execFor, limit); err != nil {
+		return 0, err
+	}
+	j.metrics.Deleted("job_attempts", n)
+	return max(most, n), nil
+}

@@ -1,0 +1,91 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/testenv"
+)
+
+// TestRetentionInWorker: `idemgate worker` deletes the final jobs past
+// jobs_retention with their attempt ledger, and the executions past
+// executions_retention, and counts them on its /metrics; a job within the
+// retention keeps its record and its ledger.
+func TestRetentionInWorker(t *testing.T) {
+	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	pool := testenv.PoolAt(t, dbURL)
+	srv := httptest.NewServer(newScriptedReceiver(t))
+	t.Cleanup(srv.Close)
+	base := deliverConfig(t, dbURL, redisURL, srv.URL+"/hooks/shipments", "ret"+randomID())
+	text, err := os.ReadFile(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeFile(t, "retention.yaml", string(text)+"jobs_retention: 1h\nexecutions_retention: 2h\njanitor: {interval: 100ms, batch: 1}\n")
+	g := startGateway(t, cfg)
+	p := runInProcess("worker", "--config", cfg)
+	t.Cleanup(func() { _ = p.stop() })
+	waitFor(t, "worker listening", 30*time.Second, func() bool { return addrs(p.out.String())["worker-admin"] != "" })
+
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, submitShipment(t, g, fmt.Sprintf("ret-%d", i), fmt.Sprintf(`{"order_id": "ok-ret-%d", "quantity": 1}`, i)))
+	}
+	for _, id := range ids {
+		waitFor(t, "job "+id+" succeeded", time.Minute, func() bool { return decodeJob(t, getJob(t, g.public, id, "acme-key")).Status == "succeeded" })
+	}
+	count := func(sql string, args ...any) int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(t.Context(), sql, args...).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(`SELECT count(*) FROM job_attempts WHERE job_id = ANY($1)`, ids); n != 3 {
+		t.Fatalf("%d ledger rows before the janitor, want 3", n)
+	}
+	// Two jobs ended 90 minutes ago; their executions too, one of them
+	// three hours ago.
+	if _, err := pool.Exec(t.Context(), `UPDATE jobs SET finished_at = now() - interval '90 minutes' WHERE id = ANY($1)`, ids[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), `UPDATE job_executions SET finished_at = now() - interval '3 hours' WHERE key = 'shipment:ok-ret-0'`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the janitor deleted the two old jobs", time.Minute, func() bool {
+		return count(`SELECT count(*) FROM jobs WHERE id = ANY($1)`, ids) == 1
+	})
+	waitFor(t, "the janitor deleted the old execution", time.Minute, func() bool {
+		return count(`SELECT count(*) FROM job_executions WHERE key = 'shipment:ok-ret-0'`) == 0
+	})
+	if n := count(`SELECT count(*) FROM job_attempts WHERE job_id = ANY($1)`, ids); n != 1 {
+		t.Errorf("%d ledger rows left, want 1: the kept job's", n)
+	}
+	if n := count(`SELECT count(*) FROM job_executions WHERE key IN ('shipment:ok-ret-1', 'shipment:ok-ret-2')`); n != 2 {
+		t.Errorf("%d executions within their retention left, want 2", n)
+	}
+	if j := decodeJob(t, getJob(t, g.public, ids[2], "acme-key")); j.Status != "succeeded" {
+		t.Errorf("the job within the retention: %+v", j)
+	}
+
+	req, _ := http.NewRequest(http.MethodGet, addrs(p.out.String())["worker-admin"]+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	metrics, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{`idemgate_retention_deleted_total{table="jobs"} 2`, `idemgate_retention_deleted_total{table="job_executions"} 1`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
