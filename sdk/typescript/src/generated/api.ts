@@ -576,6 +576,11 @@ export interface components {
             updated_at: string;
             /** @description Where the queue holds the job's task (pending, active, retry, …; missing when it has none). */
             task_state?: string;
+            /**
+             * Format: date-time
+             * @description When a scheduled job becomes due (Idemgate-Delay, Idemgate-Not-Before or the job's delay); absent for a job that ran at once.
+             */
+            not_before?: string;
         };
         /** @description The execution state of the job's business key. */
         StoryExecution: {
