@@ -235,7 +235,7 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 	ic.Observe = observeIdempotency
 	ic.Logger = g.opts.Logger
 	if ro.Enqueue != nil {
-		ic.Fingerprint.Headers = scheduleHeaders(ic.Fingerprint.Headers)
+		ic.Fingerprint.HeadersIfPresent = scheduleHeaders(ic.Fingerprint.HeadersIfPresent)
 	}
 	mw, err := idempotency.New(store, ic)
 	if err != nil {

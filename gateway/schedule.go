@@ -29,9 +29,11 @@ const (
 var ErrInvalidSchedule = errors.New("invalid schedule")
 
 // scheduleHeaders are the headers an enqueue route's fingerprint covers
-// besides the route's own: the schedule is part of the request, so the
-// same key with another schedule is a different request (422 key reused),
-// and a plain retry with the same one replays.
+// when a request carries them: the schedule is part of the request, so
+// the same key with another schedule, or without one, is a different
+// request (422 key reused), and a plain retry with the same one replays.
+// A request without them fingerprints as it did before schedules existed,
+// so the records stored before an upgrade still replay.
 func scheduleHeaders(own []string) []string {
 	return append(append([]string(nil), own...), HeaderDelay, HeaderNotBefore)
 }

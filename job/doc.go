@@ -73,6 +73,14 @@
 // retention: a job final for longer than it is deleted with its attempt
 // ledger and callbacks.
 //
+// A request may schedule its job (Schedule: ScheduleAfter, ScheduleAt, or
+// the Spec's Delay; Spec.CheckSchedule bounds it by MaxDelay). The insert
+// that records the job computes its not_before, once, on the database's
+// clock, and records it StatusScheduled while it is ahead; its task is
+// enqueued for that time (asynq.ProcessAt at ProcessAt(not_before)) and
+// carries it in HeaderNotBefore, so that a worker handed it early gives
+// it back without counting an attempt.
+//
 // The package depends on the standard library, a JSON Schema compiler,
 // asynq, pgx and the idempotency middleware's canonical JSON (itself
 // standard library only), so that both sides can import it, and "the same

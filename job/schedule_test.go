@@ -196,4 +196,3 @@ func TestSpecNotBefore(t *testing.T) {
 		}
 	}
 }
-

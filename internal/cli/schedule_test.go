@@ -199,3 +199,35 @@ func TestScheduledJobEndToEnd(t *testing.T) {
 		t.Errorf("a retry after the run: %d %s", r.status, r.body)
 	}
 }
+
+// reconcile: a job waiting for its time is not stuck, however old its
+// record; once due, its age counts from not_before, and it is reported as
+// the queued job it now is.
+func TestReconcileScheduledJob(t *testing.T) {
+	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	pool := testenv.PoolAt(t, dbURL)
+	queue := "rsch" + randomID()
+	cfg := deliverConfig(t, dbURL, redisURL, "http://127.0.0.1:9/hooks", queue)
+	inspector := inspectorFor(t, redisURL)
+	t.Cleanup(func() { _ = inspector.DeleteQueue(queue, true) })
+	g := startGateway(t, cfg)
+	h := http.Header{"Idemgate-Delay": {"7200"}}
+	r := send(t, g.public, req{path: "/v1/shipments", key: "rec-" + randomID(), header: h, body: `{"order_id": "o-r", "quantity": 1}`})
+	if r.status != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", r.status, r.body)
+	}
+	id := decodeScheduled(t, r).ID
+	if _, err := pool.Exec(context.Background(), `UPDATE jobs SET updated_at = now() - interval '3 hours' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := cli(t, nil, "reconcile", "--config", cfg, "--stuck-after", "1h"); code != 0 || !strings.Contains(out, "reconcile: clean") {
+		t.Errorf("a job scheduled 2h ahead, its record 3h old: exit %d, want clean\n%s%s", code, out, errOut)
+	}
+	if _, err := pool.Exec(context.Background(), `UPDATE jobs SET not_before = now() - interval '2 hours' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := cli(t, nil, "reconcile", "--config", cfg, "--stuck-after", "1h")
+	if want := "shipment.book job " + id + " is queued, unchanged for 2h0m"; code != 1 || !strings.Contains(out, want) {
+		t.Errorf("due 2h ago and never run: exit %d, want 1 and %q\n%s%s", code, want, out, errOut)
+	}
+}

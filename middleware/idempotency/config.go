@@ -148,6 +148,12 @@ type FingerprintConfig struct {
 	// JSONFields, when set, restrict a JSON body's part to these JSON
 	// Pointers ("/order_id"). Default none: the whole body, canonical.
 	JSONFields []string `yaml:"json_fields"`
+	// HeadersIfPresent are request headers included only when the request
+	// carries them: a request without any of them fingerprints as it did
+	// before they were listed, so that adding one keeps the records
+	// already stored replaying. Set in code (the gateway lists an enqueue
+	// route's schedule headers). Default none.
+	HeadersIfPresent []string `yaml:"-"`
 }
 
 // Defaults for Config.
@@ -316,6 +322,11 @@ func (c Config) ValidateResolved() error {
 	for i, h := range c.Fingerprint.Headers {
 		if !isToken(h) {
 			bad(fmt.Sprintf("fingerprint.headers[%d]", i), "%q is not a header name", h)
+		}
+	}
+	for i, h := range c.Fingerprint.HeadersIfPresent {
+		if !isToken(h) {
+			bad(fmt.Sprintf("fingerprint.headers_if_present[%d]", i), "%q is not a header name", h)
 		}
 	}
 	for i, p := range c.Fingerprint.JSONFields {

@@ -43,6 +43,8 @@ type Fingerprinter struct {
 	headers []string
 	fields  [][]string
 	raw     []string
+	// ifPresent are FingerprintConfig.HeadersIfPresent, canonical.
+	ifPresent []string
 }
 
 // NewFingerprinter validates the header names and JSON Pointers.
@@ -87,6 +89,17 @@ func (f *Fingerprinter) Fingerprint(in FingerprintInput) (string, error) {
 		}
 	}
 	b, err := f.body(b, in.Body, isJSON, sc)
+	// After the body, whose part is self-delimiting: a request that
+	// carries none of these headers ends where it always did.
+	for _, name := range f.ifPresent {
+		if vals := in.Header.Values(name); len(vals) > 0 {
+			b = appendField(b, name)
+			b = appendUvarintField(b, len(vals))
+			for _, v := range vals {
+				b = appendField(b, strings.TrimSpace(v))
+			}
+		}
+	}
 	sum := sha256.Sum256(b)
 	sc.pre = b
 	sc.release()

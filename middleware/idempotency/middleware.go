@@ -55,6 +55,9 @@ func New(store Store, cfg Config) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, h := range cfg.Fingerprint.HeadersIfPresent {
+		fp.ifPresent = append(fp.ifPresent, http.CanonicalHeaderKey(h))
+	}
 	m := &Middleware{cfg: cfg, store: store, fp: fp}
 	_, m.immediate = store.(Immediate)
 	m.bgCtx, m.stopBackground = context.WithCancel(context.Background())
