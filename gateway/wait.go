@@ -86,11 +86,10 @@ func parseJobWait(r *http.Request, max time.Duration) (jobWait, error) {
 	for _, field := range r.Header.Values("If-None-Match") {
 		for t := range strings.SplitSeq(field, ",") {
 			t = strings.TrimSpace(t)
-			switch {
-			case t == "*":
+			if t == "*" {
 				jw.any = true
-			case t != "":
-				jw.ifNoneMatch = append(jw.ifNoneMatch, strings.TrimPrefix(t, "W/"))
+			} else if t = strings.TrimPrefix(t, "W/"); t != "" {
+				jw.ifNoneMatch = append(jw.ifNoneMatch, t)
 			}
 		}
 	}

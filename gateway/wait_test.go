@@ -405,3 +405,32 @@ func TestJobETagIsTheDocuments(t *testing.T) {
 		t.Fatal("two documents share an ETag")
 	}
 }
+
+// FuzzParseJobWait: whatever the query and If-None-Match, the wait is
+// refused or lies within [0, max], and a refusal is a 400 problem.
+func FuzzParseJobWait(f *testing.F) {
+	for _, s := range []string{"wait=10", "wait=-1", "wait=1.5", "wait=", "wait=99999999999999999999", "wait=1&wait=2", "x=1", "wait=%00"} {
+		f.Add(s, `"abc", W/"def"`)
+	}
+	f.Fuzz(func(t *testing.T, query, inm string) {
+		r := httptest.NewRequest(http.MethodGet, "/v1/jobs/job_1", nil)
+		r.URL.RawQuery = query
+		r.Header.Set("If-None-Match", inm)
+		const max = 30 * time.Second
+		jw, err := parseJobWait(r, max)
+		if err != nil {
+			if !strings.Contains(err.Error(), "bad request") {
+				t.Fatalf("%q: refused with %v, want a bad request", query, err)
+			}
+			return
+		}
+		if jw.d < 0 || jw.d > max {
+			t.Fatalf("%q: wait %v outside [0, %v]", query, jw.d, max)
+		}
+		for _, tag := range jw.ifNoneMatch {
+			if tag == "" {
+				t.Fatalf("%q: an empty tag", inm)
+			}
+		}
+	})
+}
