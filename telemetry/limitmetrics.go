@@ -32,7 +32,7 @@ func newLimitMetrics(reg prometheus.Registerer) *limitMetrics {
 	m := &limitMetrics{
 		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricLimitWaits,
-			Help: "Deliveries a flow limit sent back before their attempt, by limit and reason (concurrency, rate).",
+			Help: "Deliveries a flow limit made wait before their attempt (in place, or sent back to the queue), by limit and reason (concurrency, rate).",
 		}, []string{"limit", "reason"}),
 		holders: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: MetricLimitHolders,
@@ -40,7 +40,7 @@ func newLimitMetrics(reg prometheus.Registerer) *limitMetrics {
 		}, []string{"limit"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    MetricLimitWait,
-			Help:    "How long a delivery a flow limit sent back was told to wait, by limit.",
+			Help:    "How long a delivery a flow limit refused waited, by limit: in place until admitted, or in place and then the delay it was sent back with.",
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}, []string{"limit"}),
 	}

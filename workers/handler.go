@@ -79,6 +79,11 @@ type Deps struct {
 	// DefaultRetryBusy, 2s. (A spent rate waits exactly as long as it
 	// says.)
 	LimitBusy time.Duration
+	// LimitWait bounds how long a delivery a flow limit refused waits in
+	// place, holding its worker, for the limit to admit it before its task
+	// is sent back to the queue. Default DefaultLimitWait, 1s; negative:
+	// never wait in place.
+	LimitWait time.Duration
 }
 
 // Stages at which tests make a worker die.
@@ -372,7 +377,7 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	// The flow limits are taken holding the lock and before the attempt
 	// counts (limits.go): a replay never spends one, and a limited
 	// delivery leaves the job as it was.
-	hold, err := h.takeLimits(ctx, log, task, id, resource, rec.Attempts)
+	hold, err := h.takeLimits(ctx, lease.Context(), log, task, id, resource, rec.Attempts)
 	if err != nil {
 		h.release(ctx, log, lease)
 		return err

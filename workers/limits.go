@@ -43,15 +43,36 @@ func (e *LimitedError) Error() string {
 }
 func (e *LimitedError) Unwrap() error { return e.Err }
 
+// DefaultLimitWait is Deps.LimitWait's default: a refusal whose wait ends
+// within a second is waited out in place.
+const DefaultLimitWait = time.Second
+
+// limitPoll is the mean pause between two looks at a limit whose slots
+// are all held, while the worker waits in place.
+const limitPoll = 100 * time.Millisecond
+
+// sleep waits d, or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // LimitReasons lists the reasons LimitObserver.LimitWaited reports.
 func LimitReasons() []string { return []string{limit.ReasonConcurrency, limit.ReasonRate} }
 
 // LimitObserver receives the events of flow limits. An Observer that
 // implements it gets them too; telemetry's WorkerMetrics does.
 type LimitObserver interface {
-	// LimitWaited reports a delivery a limit sent back: the limit's name,
-	// limit.ReasonConcurrency or limit.ReasonRate, and the wait it was
-	// given.
+	// LimitWaited reports a delivery a limit made wait: the limit's name,
+	// limit.ReasonConcurrency or limit.ReasonRate (of the last refusal),
+	// and how long it waited: in place until admitted, or in place plus
+	// the delay it was sent back to the queue with.
 	LimitWaited(limit, reason string, wait time.Duration)
 	// LimitHeld reports this process taking (+1) or giving back (-1) a
 	// slot of the limit.
@@ -72,12 +93,13 @@ type limits struct {
 	limiter *limit.Limiter
 	// lease is a slot's lease: the lock's TTL, renewed with the lock.
 	lease time.Duration
-	// busy is the mean delay after full slots.
-	busy time.Duration
-	rand func(n int64) int64
-	obs  LimitObserver
-	log  *slog.Logger
-	held sync.Map // resource → *limit.Hold
+	// busy is the mean delay after full slots; wait bounds a wait in
+	// place, poll is the mean pause between two looks at full slots.
+	busy, wait, poll time.Duration
+	rand             func(n int64) int64
+	obs              LimitObserver
+	log              *slog.Logger
+	held             sync.Map // resource → *limit.Hold
 }
 
 // newLimits returns nil for a job without limits. A Redis client the
@@ -101,6 +123,13 @@ func newLimits(deps Deps, kind string, uses []job.LimitUse, lease time.Duration,
 	if l.busy <= 0 {
 		l.busy = DefaultRetryBusy
 	}
+	switch {
+	case deps.LimitWait == 0:
+		l.wait = DefaultLimitWait
+	case deps.LimitWait > 0:
+		l.wait = deps.LimitWait
+	}
+	l.poll = min(l.busy, limitPoll)
 	l.obs, _ = obs.(LimitObserver)
 	return l
 }
@@ -132,7 +161,15 @@ func (l *limits) rules(tenant string, raw []byte) ([]limit.Rule, error) {
 // limited row); any other error when Redis could not be asked, which is a
 // transient error before the attempt: a job never runs unlimited because
 // its limits could not be checked.
-func (h *handler[T]) takeLimits(ctx context.Context, log *slog.Logger, task *asynq.Task, id execID, resource string, attempts int) (*limit.Hold, error) {
+//
+// A refusal whose wait ends within the limit's in-place bound (l.wait,
+// Deps.LimitWait) is waited out here, holding the worker and the lock,
+// and the take tried again: asynq brings a rescheduled task back only
+// when its forwarder next looks (every 5s by default), so sending back a
+// task that may start in 50ms would leave the partner's budget unused.
+// Only a longer wait sends the task back. lctx is the lease's context: a
+// lost lock ends the wait.
+func (h *handler[T]) takeLimits(ctx, lctx context.Context, log *slog.Logger, task *asynq.Task, id execID, resource string, attempts int) (*limit.Hold, error) {
 	l := h.limits
 	if l == nil {
 		return nil, nil
@@ -141,18 +178,42 @@ func (h *handler[T]) takeLimits(ctx context.Context, log *slog.Logger, task *asy
 	if err != nil {
 		return nil, h.unprocessable(ctx, log, task, err)
 	}
-	hold, err := l.limiter.Take(ctx, limit.Holder(id.job), l.lease, rules)
-	refused, ok := errors.AsType[*limit.RefusedError](err)
+	holder := limit.Holder(id.job)
+	start := time.Now()
+	deadline := start.Add(l.wait)
+	var (
+		hold    *limit.Hold
+		refused *limit.RefusedError // the last refusal
+	)
+	for {
+		hold, err = l.limiter.Take(lctx, holder, l.lease, rules)
+		r, ok := errors.AsType[*limit.RefusedError](err)
+		if !ok {
+			break
+		}
+		refused = r
+		pause := refused.RetryAfter
+		if refused.Reason == limit.ReasonConcurrency {
+			// A slot frees when a holder ends: look again soon.
+			pause = l.poll/2 + time.Duration(l.rand(int64(l.poll)))
+		}
+		if time.Now().Add(pause).After(deadline) || !sleep(lctx, pause) {
+			break
+		}
+	}
 	switch {
 	case err == nil:
-	case ok:
+		if waited := time.Since(start); refused != nil && l.obs != nil {
+			l.obs.LimitWaited(refused.Name, refused.Reason, waited)
+		}
+	case errors.As(err, new(*limit.RefusedError)) && lctx.Err() == nil:
 		after := refused.RetryAfter
 		if refused.Reason == limit.ReasonConcurrency {
 			after = l.busy/2 + time.Duration(l.rand(int64(l.busy)))
 		}
 		h.obs.Attempt(h.kind, ClassLimited)
 		if l.obs != nil {
-			l.obs.LimitWaited(refused.Name, refused.Reason, after)
+			l.obs.LimitWaited(refused.Name, refused.Reason, time.Since(start)+after)
 		}
 		h.warnIfBudgetSpent(ctx, log)
 		log.DebugContext(ctx, "limited: rescheduling", "limit", refused.Name, "limit_value", refused.Value,
@@ -163,6 +224,9 @@ func (h *handler[T]) takeLimits(ctx context.Context, log *slog.Logger, task *asy
 		return nil, &LimitedError{Task: h.kind, Key: id.key, Limit: refused.Name, Value: refused.Value,
 			Reason: refused.Reason, After: after, Err: refused}
 	default:
+		if lctx.Err() != nil {
+			err = errors.Join(err, context.Cause(lctx))
+		}
 		return nil, h.transientBeforeAttempt(ctx, log, fmt.Errorf("take limits: %w", err))
 	}
 	if hold.Slots() {

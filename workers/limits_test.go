@@ -130,8 +130,9 @@ func TestLimitsHoldAPartnerToItsBudget(t *testing.T) {
 	)
 	use := limitUse(t, job.Limit{Name: "ship-api", Concurrency: concurrency, Rate: rate, Period: time.Second}, "{tenant}")
 	spec := partnerSpec(t, srv.URL, use)
+	waits := &limitWaits{}
 	for range 3 {
-		deps := s.deps(nil, 5*time.Second)
+		deps := s.deps(waits, 5*time.Second)
 		deps.LimitBusy = 100 * time.Millisecond
 		mux, err := NewHandlers().Mux(deps, []*job.Spec{spec}, HTTPDelivery{})
 		if err != nil {
@@ -194,10 +195,44 @@ func TestLimitsHoldAPartnerToItsBudget(t *testing.T) {
 	if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM job_attempts WHERE outcome = 'limited'`).Scan(&limited); err != nil {
 		t.Fatal(err)
 	}
-	if limited == 0 {
-		t.Error("no delivery was sent back by the limit: the test did not load it")
+	waited, sentBack := waits.counts()
+	if waited == 0 {
+		t.Error("no delivery waited for the limit: the test did not load it")
 	}
-	t.Logf("%d deliveries sent back by the limit (ledger rows)", limited)
+	if sentBack != limited {
+		t.Errorf("%d deliveries were sent back, and the ledger has %d limited rows", sentBack, limited)
+	}
+	t.Logf("%d deliveries waited for the limit, %d of them sent back to the queue (ledger rows)", waited, limited)
+}
+
+// limitWaits counts the deliveries that waited for a limit, and those
+// sent back to the queue.
+type limitWaits struct {
+	NopObserver
+	mu               sync.Mutex
+	waited, sentBack int
+}
+
+func (w *limitWaits) Attempt(_, class string) {
+	if class == ClassLimited {
+		w.mu.Lock()
+		w.sentBack++
+		w.mu.Unlock()
+	}
+}
+
+func (w *limitWaits) LimitWaited(string, string, time.Duration) {
+	w.mu.Lock()
+	w.waited++
+	w.mu.Unlock()
+}
+
+func (w *limitWaits) LimitHeld(string, int) {}
+
+func (w *limitWaits) counts() (waited, sentBack int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.waited, w.sentBack
 }
 
 // TestLimitedDeliveryIsNotAnAttempt sends a job to a full limit: it is
@@ -382,5 +417,39 @@ func TestLimitSlotRenewsWithTheLock(t *testing.T) {
 	}
 	if n := holders(); n != 0 {
 		t.Errorf("%d slots held after the job, want 0", n)
+	}
+}
+
+// TestLimitedDeliveryWaitsInPlace: a wait shorter than Deps.LimitWait is
+// waited out by the worker, and the job runs without going back to the
+// queue.
+func TestLimitedDeliveryWaitsInPlace(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p := &partner{hold: func(int) time.Duration { return 0 }}
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	use := limitUse(t, job.Limit{Name: "ship-api", Rate: 4, Period: time.Second}, "{tenant}")
+	waits := &limitWaits{}
+	mux, err := NewHandlers().Mux(e.deps(waits, 5*time.Second), []*job.Spec{partnerSpec(t, srv.URL, use)}, HTTPDelivery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"o-1", "o-2"} {
+		if err := mux.ProcessTask(t.Context(), partnerTask("acme", id)); err != nil {
+			t.Fatalf("%s: %v; the second waits 250ms for the rate, within the 1s bound", id, err)
+		}
+	}
+	p.mu.Lock()
+	gap := p.starts[1].Sub(p.starts[0])
+	p.mu.Unlock()
+	if gap < 100*time.Millisecond {
+		t.Errorf("the partner saw the two calls %s apart; the rate allows one every 250ms", gap)
+	}
+	if waited, sentBack := waits.counts(); waited != 1 || sentBack != 0 {
+		t.Errorf("waited %d, sent back %d; want one wait in place", waited, sentBack)
+	}
+	if entries, _ := execution.Attempts(t.Context(), e.pool, "acme", "ship:o-2"); len(entries) != 1 || entries[0].Outcome != execution.OutcomeSucceeded {
+		t.Errorf("ledger of the second job = %+v; want its one attempt, no limited row", entries)
 	}
 }
