@@ -2,7 +2,13 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,5 +57,71 @@ func TestLimitsAdminEndpoint(t *testing.T) {
 	}
 	if r := adminDo(t, g, "GET", "/admin/limits/nope", adminToken); r.status != 404 || r.problemType(t) != "not-found" {
 		t.Errorf("an unknown limit: %d %s", r.status, r.body)
+	}
+}
+
+// TestLimitsEndToEnd declares a limit in the configuration file and runs
+// jobs through `idemgate serve` and `idemgate worker`: the receiver, by its
+// own clock, sees one call at a time, spaced by the rate, and every job
+// succeeds at its first attempt.
+func TestLimitsEndToEnd(t *testing.T) {
+	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	var (
+		mu             sync.Mutex
+		starts         []time.Time
+		inFlight, peak int
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		inFlight++
+		peak = max(peak, inFlight)
+		mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	name := "ship-" + randomID()
+	path := deliverConfig(t, dbURL, redisURL, srv.URL+"/hooks/shipments", "lim"+randomID())
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Replace(string(b), "    max_attempts: 5\n", "    max_attempts: 5\n    limits: [{use: "+name+", key: \"{tenant}\"}]\n", 1)
+	doc += "limits:\n  - {name: " + name + ", concurrency: 1, rate: 4/1s}\n"
+	cfg := writeFile(t, "limits.yaml", doc)
+	g := startGateway(t, cfg)
+	startWorker(t, cfg)
+
+	const jobs = 6
+	var ids []string
+	for i := range jobs {
+		ids = append(ids, submitShipment(t, g, fmt.Sprintf("lim-%d", i), fmt.Sprintf(`{"order_id": "o-%d", "quantity": 1}`, i)))
+	}
+	for _, id := range ids {
+		var j jobDoc
+		waitFor(t, "job "+id+" succeeded", time.Minute, func() bool {
+			j = decodeJob(t, getJob(t, g.public, id, "acme-key"))
+			return j.Status == "succeeded"
+		})
+		if j.Attempts != 1 {
+			t.Errorf("job %s: %d attempts, want 1: a limit's wait is not an attempt", id, j.Attempts)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(starts) != jobs || peak != 1 {
+		t.Errorf("the receiver got %d calls, %d at once; want %d, one at a time", len(starts), peak, jobs)
+	}
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	// Five intervals of 250ms at least, less a tolerance for the network.
+	if span := starts[len(starts)-1].Sub(starts[0]); span < time.Second {
+		t.Errorf("%d calls within %s; at 4/s they take at least 1.25s", jobs, span)
+	}
+	if r := adminDo(t, g, "GET", "/admin/limits/"+name, adminToken); r.status != 200 || !strings.Contains(string(r.body), `"value": "acme"`) {
+		t.Errorf("GET /admin/limits/%s: %d %s", name, r.status, r.body)
 	}
 }
