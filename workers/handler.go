@@ -191,22 +191,31 @@ type handler[T any] struct {
 // key and resource with key and resource, and runs fn at most once to
 // success per key, serialised per resource:
 //
+//  0. a task handed over before its job's not_before (job.HeaderNotBefore)
+//     is given back until then, without reading anything or counting an
+//     attempt (*NotDueError);
 //  1. a job whose key has succeeded is acked at once (a replay);
 //  2. the resource lock is taken, or the task is rescheduled soon without
 //     counting an attempt (*LockBusyError); the state read of step 1 and
 //     the lock's SET NX go out together, and the decision waits for both;
-//  3. a fencing token is drawn and the job marked processing, counting the
-//     attempt;
-//  4. fn runs under the lease's context with the token;
-//  5. the job is marked succeeded with fn's result, and only then acked
-//     (the writes of steps 3 and 5 share commits with concurrent jobs',
+//  3. the job's flow limits (Spec.Limits) are taken, all or none, or the
+//     task goes back after the limit's wait without counting an attempt
+//     (*LimitedError);
+//  4. a fencing token is drawn and the job marked processing, counting the
+//     attempt, in one statement that also refuses a cancelled job (the
+//     task is then acked and does nothing);
+//  5. fn runs under the lease's context with the token; a cancel of the
+//     job cancels that context (Deps.Cancels), except for an HTTP
+//     delivery, whose answer decides;
+//  6. the job is marked succeeded with fn's result, and only then acked
+//     (the writes of steps 4 and 6 share commits with concurrent jobs',
 //     each answered only after its commit);
-//  6. a permanent error, or a transient one on the last attempt, marks the
+//  7. a permanent error, or a transient one on the last attempt, marks the
 //     job failed and archives the task; a transient one is retried with
 //     backoff; an unavailable dependency is retried with backoff and the
 //     attempt given back; a lost lease or stale token retries without
-//     failing;
-//  7. the lock is released if still ours.
+//     failing; after a cancel, any end but success ends the job cancelled;
+//  8. the limits' slots and the lock are released if still ours.
 //
 // Handle panics if deps lacks DB or Redis, or if kind, key, resource or fn
 // is missing: those are wiring mistakes, found at start-up.
