@@ -93,6 +93,10 @@ bench-quick: build ## the same scenarios in about 2 minutes
 bench-scale: build ## claims, replays, 409s and the janitor with 1M and 10M stored records, per store (about 20 minutes; SCALEFLAGS)
 	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench scale $(SCALEFLAGS)
 
+.PHONY: bench-scale-jobs
+bench-scale-jobs: ## the job tables under the retention janitor: final jobs written and deleted, rows and sizes sampled (about 2 minutes; SCALEFLAGS)
+	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench scale -stores jobs $(SCALEFLAGS)
+
 .PHONY: bench-capacity
 bench-capacity: build ## requests held in flight up to 10,000 through the plain proxy and idemgate, then shedding: RSS, goroutines, latency (about 3 minutes; CAPACITYFLAGS)
 	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench capacity $(CAPACITYFLAGS)

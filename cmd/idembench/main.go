@@ -45,6 +45,7 @@ Usage:
   idembench run  [flags]   the scenarios (idembench run -h lists the flags)
   idembench soak [flags]   a fixed-rate run watching idemgate's RSS and goroutines
   idembench scale [flags]  claims, replays, 409s and the janitor as the stores fill to millions of records
+                           (-stores jobs: the job tables' rows and sizes under the retention janitor)
   idembench capacity [flags]  requests held in flight up to 10,000: RSS, goroutines, probe latency, shedding
   idembench proxy  -listen ADDR -upstream URL   the baseline proxy (started by run)
   idembench worker -mode raw|wrapped ...        one worker run (started by run)

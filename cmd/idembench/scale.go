@@ -47,6 +47,7 @@ type scaleOptions struct {
 	replayCache  bool
 	chunk        int64
 	redisHeadway float64 // share of MemAvailable a Redis fill may take
+	jobs         jobsOptions
 }
 
 func parseScaleFlags(args []string, getenv func(string) string, stdout io.Writer) (*scaleOptions, error) {
@@ -55,7 +56,7 @@ func parseScaleFlags(args []string, getenv func(string) string, stdout io.Writer
 	fs := flag.NewFlagSet("scale", flag.ContinueOnError)
 	fs.SetOutput(stdout)
 	records := fs.String("records", "1m,10m", "store sizes to measure at, in records (k and m suffixes)")
-	stores := fs.String("stores", "postgres,redis", "stores to fill: postgres, redis")
+	stores := fs.String("stores", "postgres,redis", "stores to fill: postgres, redis (the idempotency stores); jobs: the job tables under the retention janitor (the -jobs-* flags)")
 	fs.DurationVar(&b.duration, "duration", 10*time.Second, "length of each measured run")
 	fs.DurationVar(&b.warmup, "warmup", 2*time.Second, "unmeasured load on each server before its first run")
 	fs.IntVar(&o.rounds, "rounds", 1, "baseline/idemgate pairs per scenario and size (the table shows the median ratio)")
@@ -66,6 +67,13 @@ func parseScaleFlags(args []string, getenv func(string) string, stdout io.Writer
 	fs.BoolVar(&o.replayCache, "replay-cache", false, "leave idemgate's replay cache on (off by default, so that every replay reads the store)")
 	fs.Int64Var(&o.chunk, "fill-chunk", 500_000, "PostgreSQL: records written per fill statement")
 	fs.Float64Var(&o.redisHeadway, "redis-mem-share", 0.6, "a Redis fill is skipped when its estimated memory exceeds this share of MemAvailable")
+	fs.DurationVar(&o.jobs.duration, "jobs-duration", 2*time.Minute, "jobs: length of the run")
+	fs.Float64Var(&o.jobs.rate, "jobs-rate", 200, "jobs: final jobs written per second")
+	fs.DurationVar(&o.jobs.retention, "jobs-retention", 30*time.Second, "jobs: jobs_retention and executions_retention")
+	fs.DurationVar(&o.jobs.interval, "jobs-janitor-interval", 5*time.Second, "jobs: the janitor's pause between runs (janitor.interval); its batch is -janitor-batch")
+	fs.DurationVar(&o.jobs.sample, "jobs-sample", 5*time.Second, "jobs: time between two samples of the tables' rows and sizes")
+	fs.Float64Var(&o.jobs.sizeBound, "jobs-size-bound", 0.25, "jobs: largest growth of a table's size from the warm-up to the end still called flat (0.25: +25%)")
+	fs.DurationVar(&o.jobs.vacuum, "jobs-vacuum", 20*time.Second, "jobs: when the server's autovacuum is off, VACUUM the tables this often in its place (0: never)")
 	b.harnessFlags(fs, getenv, "bench/out/scale-TIMESTAMP", "; the bench uses a schema of its own, "+scaleSchema+", dropped at the end", "; it deletes only the keys it wrote")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -82,9 +90,13 @@ func parseScaleFlags(args []string, getenv func(string) string, stdout io.Writer
 	slices.Sort(o.records)
 	o.stores = splitList(*stores)
 	for _, s := range o.stores {
-		if s != "redis" && s != "postgres" {
-			errs = append(errs, fmt.Errorf("-stores: %q is not postgres or redis", s))
+		if s != "redis" && s != "postgres" && s != "jobs" {
+			errs = append(errs, fmt.Errorf("-stores: %q is not postgres, redis or jobs", s))
 		}
+	}
+	o.jobs.batch = o.janBatch
+	if slices.Contains(o.stores, "jobs") {
+		errs = append(errs, o.jobs.validate())
 	}
 	if o.expired < 0 || o.expired > 0.9 {
 		errs = append(errs, fmt.Errorf("-expired %v: want 0..0.9", o.expired))
@@ -191,6 +203,9 @@ func runScale(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	b := &o.bench
+	if jobsOnly(o.stores) {
+		b.bin = "" // neither idemgate nor the baseline runs
+	}
 	if err := b.prepare("scale"); err != nil {
 		return err
 	}
@@ -199,11 +214,11 @@ func runScale(ctx context.Context, args []string, getenv func(string) string, st
 	r := &scaleRun{o: o, prefix: "scale-" + hex.EncodeToString(tag[:]) + "-", rep: &scaleReport{runInfo: newRunInfo("scale", args, map[string]any{
 		"duration": b.duration.String(), "rounds": o.rounds, "concurrency": b.concurrency, "warmup": b.warmup.String(),
 		"server_cpu": b.serverCPU, "load_cpu": b.loadCPU, "expired_share": o.expired, "replay_cache": o.replayCache,
-		"janitor_interval": o.janInterval.String(), "janitor_batch": o.janBatch,
+		"janitor_interval": o.janInterval.String(), "janitor_batch": o.janBatch, "stores": o.stores,
 	})}}
 	r.log = io.MultiWriter(stdout, mustCreate(filepath.Join(b.dir, "progress.log")))
 	fmt.Fprintf(r.log, "idembench scale: %s; results in %s\n", r.rep.Machine.String(), b.dir)
-	if b.serverCPU >= 0 {
+	if b.serverCPU >= 0 && !jobsOnly(o.stores) {
 		fmt.Fprintf(r.log, "idembench scale: servers pinned to CPU %d, load generator and upstream to CPU %d, Redis and PostgreSQL unpinned\n", b.serverCPU, b.loadCPU)
 	}
 	if r.svc, err = openScaleServices(ctx, o); err != nil {
@@ -227,21 +242,33 @@ func runScale(ctx context.Context, args []string, getenv func(string) string, st
 		}
 	}()
 
-	r.up = newUpstream(2 * time.Minute)
-	upAddr, stopUp, err := serveUpstream(r.up)
-	if err != nil {
-		return err
-	}
-	defer stopUp()
-	r.upURL = "http://" + upAddr
-	if r.base, err = startBaseline(ctx, b, r.upURL); err != nil {
-		return err
-	}
-	defer r.base.proc.Stop(syscall.SIGTERM, stopGrace)
-	if err := warm(ctx, r.base, b); err != nil {
-		return err
+	if !jobsOnly(o.stores) {
+		r.up = newUpstream(2 * time.Minute)
+		upAddr, stopUp, err := serveUpstream(r.up)
+		if err != nil {
+			return err
+		}
+		defer stopUp()
+		r.upURL = "http://" + upAddr
+		if r.base, err = startBaseline(ctx, b, r.upURL); err != nil {
+			return err
+		}
+		defer r.base.proc.Stop(syscall.SIGTERM, stopGrace)
+		if err := warm(ctx, r.base, b); err != nil {
+			return err
+		}
 	}
 	for _, store := range o.stores {
+		if ctx.Err() != nil {
+			break
+		}
+		if store == "jobs" {
+			if err := r.jobs(ctx); err != nil {
+				r.rep.Problems = append(r.rep.Problems, "jobs: "+err.Error())
+				fmt.Fprintf(r.log, "idembench scale: jobs: %v\n", err)
+			}
+			continue
+		}
 		if err := r.store(ctx, store); err != nil {
 			r.rep.Problems = append(r.rep.Problems, fmt.Sprintf("store %s: %v", store, err))
 			fmt.Fprintf(r.log, "idembench scale: store %s: %v\n", store, err)

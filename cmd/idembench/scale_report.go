@@ -24,6 +24,7 @@ import (
 type scaleReport struct {
 	runInfo
 	Points   []scalePoint `json:"points"`
+	Jobs     *jobsGrowth  `json:"jobs,omitempty"`
 	Plots    []string     `json:"plots,omitempty"`
 	Problems []string     `json:"problems,omitempty"`
 }
@@ -139,31 +140,33 @@ var scaleScenarios = []struct{ name, label string }{
 func (r *scaleReport) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# idembench scale\n\n`%s` on %s, %s, %.0f s.\n\n", r.Command, r.Machine.String(), r.Started.Format(time.RFC3339), r.Seconds)
-	b.WriteString("| store | records | scenario | baseline req/s | idemgate req/s | ratio | baseline p99 | idemgate p99 | 409 p99 |\n|---|---:|---|---:|---:|---:|---:|---:|---:|\n")
-	for _, p := range r.Points {
-		for _, sc := range scaleScenarios {
-			m, ok := medianPair(p.Scenarios[sc.name])
-			if !ok {
-				continue
+	if len(r.Points) > 0 {
+		b.WriteString("| store | records | scenario | baseline req/s | idemgate req/s | ratio | baseline p99 | idemgate p99 | 409 p99 |\n|---|---:|---|---:|---:|---:|---:|---:|---:|\n")
+		for _, p := range r.Points {
+			for _, sc := range scaleScenarios {
+				m, ok := medianPair(p.Scenarios[sc.name])
+				if !ok {
+					continue
+				}
+				c409 := "-"
+				if sc.name == "inflight" {
+					c409 = fmtDur(m.Cand.ByCode[409].P99)
+				}
+				fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.0f | **%.2f×** | %s | %s | %s |\n",
+					p.Store, fmtCount(p.Records), sc.label, m.Base.RPS, m.Cand.RPS, m.Ratio(), fmtDur(m.Base.P99), fmtDur(m.Cand.P99), c409)
 			}
-			c409 := "-"
-			if sc.name == "inflight" {
-				c409 = fmtDur(m.Cand.ByCode[409].P99)
-			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.0f | **%.2f×** | %s | %s | %s |\n",
-				p.Store, fmtCount(p.Records), sc.label, m.Base.RPS, m.Cand.RPS, m.Ratio(), fmtDur(m.Base.P99), fmtDur(m.Cand.P99), c409)
 		}
-	}
-	b.WriteString("\nSize per record:\n\n| store | records | fill | per record | detail |\n|---|---:|---:|---:|---|\n")
-	for _, p := range r.Points {
-		switch {
-		case p.PG != nil:
-			n := float64(p.Records)
-			fmt.Fprintf(&b, "| postgres | %s | %.0f s | %.0f B | idempotency_records: table %.0f B + indexes %.0f B (total with TOAST %.0f B); idempotency_claims %.0f B (indexes %.0f B) |\n",
-				fmtCount(p.Records), p.FillSeconds, p.PG.PerRecord, p.PG.RecordsHeap/n, p.PG.RecordsIndexes/n, p.PG.RecordsTotal/n, p.PG.ClaimsTotal/n, p.PG.ClaimsIndexes/n)
-		case p.Redis != nil:
-			fmt.Fprintf(&b, "| redis | %s | %.0f s | %.0f B | used_memory +%.1f MiB; MEMORY USAGE of one record %d B, encoding %s |\n",
-				fmtCount(p.Records), p.FillSeconds, p.Redis.PerRecord, float64(p.Redis.UsedDelta)/(1<<20), p.Redis.SampleBytes, p.Redis.Encoding)
+		b.WriteString("\nSize per record:\n\n| store | records | fill | per record | detail |\n|---|---:|---:|---:|---|\n")
+		for _, p := range r.Points {
+			switch {
+			case p.PG != nil:
+				n := float64(p.Records)
+				fmt.Fprintf(&b, "| postgres | %s | %.0f s | %.0f B | idempotency_records: table %.0f B + indexes %.0f B (total with TOAST %.0f B); idempotency_claims %.0f B (indexes %.0f B) |\n",
+					fmtCount(p.Records), p.FillSeconds, p.PG.PerRecord, p.PG.RecordsHeap/n, p.PG.RecordsIndexes/n, p.PG.RecordsTotal/n, p.PG.ClaimsTotal/n, p.PG.ClaimsIndexes/n)
+			case p.Redis != nil:
+				fmt.Fprintf(&b, "| redis | %s | %.0f s | %.0f B | used_memory +%.1f MiB; MEMORY USAGE of one record %d B, encoding %s |\n",
+					fmtCount(p.Records), p.FillSeconds, p.Redis.PerRecord, float64(p.Redis.UsedDelta)/(1<<20), p.Redis.SampleBytes, p.Redis.Encoding)
+			}
 		}
 	}
 	var jan bool
@@ -183,6 +186,9 @@ func (r *scaleReport) markdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %.0f | %.0f / %.0f | %s / %s | **%.2f×** | %d | %.0f | %s |\n",
 			fmtCount(p.Records), fmtCount(j.Backlog), j.Base.RPS, j.Without.RPS, j.With.RPS, fmtDur(j.Without.P99), fmtDur(j.With.P99),
 			j.P99Factor(), j.Deleted, j.Rate(), cleared)
+	}
+	if r.Jobs != nil {
+		b.WriteString(r.Jobs.markdown())
 	}
 	if len(r.Plots) > 0 {
 		b.WriteString("\nPlots: " + strings.Join(r.Plots, ", ") + "\n")
