@@ -114,15 +114,14 @@ type jobsGrowth struct {
 	Backlog int64 `json:"backlog"`
 	// Deleted counts the janitor's deletions: jobs (with their ledger and
 	// callbacks), executions, and ledger rows of tasks without a job.
-	Deleted    map[string]int64 `json:"deleted"`
-	JanitorRun int64            `json:"janitor_batches"`
-	Samples    []jobsSample     `json:"samples"`
+	Deleted        map[string]int64 `json:"deleted"`
+	JanitorBatches int64            `json:"janitor_batches"`
+	Samples        []jobsSample     `json:"samples"`
 	// Bound is the most jobs rows the steady state holds: the rate times
 	// the retention, one interval and one sample, plus the 120 kept jobs.
-	Bound   int64          `json:"jobs_rows_bound"`
-	Tables  []jobsVerdict  `json:"tables"`
-	Check   jobsCheck      `json:"check"`
-	PGNotes map[string]any `json:"postgres,omitempty"`
+	Bound  int64         `json:"jobs_rows_bound"`
+	Tables []jobsVerdict `json:"tables"`
+	Check  jobsCheck     `json:"check"`
 }
 
 type jobsSample struct {
@@ -375,7 +374,7 @@ loop:
 	stopped := time.Now()
 	rep.Seconds = stopped.Sub(start).Seconds()
 	rep.Written = next
-	rep.JanitorRun = jan.batches.Load()
+	rep.JanitorBatches = jan.batches.Load()
 	rep.Vacuums = vacuums.Load()
 	rep.Deleted["jobs"] = jan.jobsGone.Load()
 	rep.Deleted["job_executions"] = jan.execGone.Load()
@@ -503,7 +502,7 @@ func (r *jobsGrowth) markdown() string {
 	var b []byte
 	b = fmt.Appendf(b, "\nJobs tables under the retention janitor: %.0f final jobs/s for %.0f s, retention %s, janitor every %s, batch %d; %d jobs written (%d of them a backlog at the start), deleted: %d jobs, %d executions, %d ledger rows without a job, in %d batches. Vacuum: %s.\n\n",
 		r.Rate, r.Seconds, r.Retention, r.Interval, r.Batch, r.Written, r.Backlog,
-		r.Deleted["jobs"], r.Deleted["job_executions"], r.Deleted["job_attempts (no job)"], r.JanitorRun, r.Vacuum)
+		r.Deleted["jobs"], r.Deleted["job_executions"], r.Deleted["job_attempts (no job)"], r.JanitorBatches, r.Vacuum)
 	b = append(b, "| s | written |"...)
 	for _, t := range jobsTables {
 		b = fmt.Appendf(b, " %s rows | size |", t)
