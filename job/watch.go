@@ -2,8 +2,6 @@ package job
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgate/idemgate/pglisten"
 )
 
 // Channel is the LISTEN/NOTIFY channel on which the jobs table announces
@@ -41,12 +41,6 @@ const (
 	// document is read again: the read must find now() past it.
 	watchDueSlack = 20 * time.Millisecond
 )
-
-// errNotDelivered: the listener's connection took the LISTEN but a
-// notification sent on the database did not reach it, as through a
-// transaction pooler, which lends the server connection that ran the
-// LISTEN to other clients.
-var errNotDelivered = errors.New("job: watcher: a notification sent on the database did not reach the listener's connection")
 
 // WatcherOptions configures a Watcher. A zero field takes its default.
 type WatcherOptions struct {
@@ -370,7 +364,7 @@ func (w *Watcher) listen(ctx context.Context) {
 	backoff := watchMinBackoff
 	for {
 		conn, err := w.connect(ctx)
-		if errors.Is(err, errNotDelivered) {
+		if errors.Is(err, pglisten.ErrNotDelivered) {
 			w.opts.Logger.Warn("job: watcher: notifications cannot reach the listener: its connection goes through a "+
 				"transaction pooler; waits on jobs find their changes by polling. "+
 				"Give the listener a direct connection to the database (idemgate: database_direct_url)", "err", err)
@@ -415,51 +409,13 @@ func (w *Watcher) connect(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("job: watcher: connect: %w", err)
 	}
-	err = w.probe(ctx, conn)
-	if err == nil {
-		if _, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
-			err = fmt.Errorf("job: watcher: listen: %w", err)
-		}
-	}
-	if err != nil {
+	if err := pglisten.Listen(ctx, conn, w.db, Channel, "idemgate_jobs_probe_", watchProbeTimeout); err != nil {
 		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = conn.Close(closeCtx)
-		return nil, err
+		return nil, fmt.Errorf("job: watcher: %w", err)
 	}
 	return conn, nil
-}
-
-// probe listens on a channel of its own, notifies it through db, as the
-// jobs' writers will, and waits for the notification.
-func (w *Watcher) probe(ctx context.Context, conn *pgx.Conn) error {
-	var b [8]byte
-	_, _ = crand.Read(b[:])
-	ch := "idemgate_jobs_probe_" + hex.EncodeToString(b[:])
-	if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
-		return fmt.Errorf("job: watcher: listen: %w", err)
-	}
-	if _, err := w.db.Exec(ctx, "SELECT pg_notify($1, $2)", ch, ch); err != nil {
-		return fmt.Errorf("job: watcher: test notification: %w", err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, watchProbeTimeout)
-	defer cancel()
-	for {
-		n, err := conn.WaitForNotification(wctx)
-		switch {
-		case err == nil && n.Channel == ch:
-			if _, err := conn.Exec(ctx, "UNLISTEN "+ch); err != nil {
-				return fmt.Errorf("job: watcher: unlisten: %w", err)
-			}
-			return nil
-		case err == nil:
-			continue
-		case ctx.Err() == nil && wctx.Err() != nil:
-			return errNotDelivered
-		default:
-			return fmt.Errorf("job: watcher: test notification: %w", err)
-		}
-	}
 }
 
 // receive returns when the connection fails or ctx ends. An idle

@@ -58,7 +58,7 @@ DROP INDEX job_attempts_ended;
 CREATE INDEX job_attempts_jobless ON job_attempts (ended_at) WHERE job_id = '' AND ended_at IS NOT NULL;
 
 -- The executions retention deletes final executions oldest first.
-CREATE INDEX job_executions_finished ON job_executions (finished_at) WHERE status IN ('succeeded', 'failed');
+CREATE INDEX job_executions_finished ON job_executions (finished_at) WHERE status IN ('succeeded', 'failed', 'cancelled');
 
 -- +goose Down
 DROP INDEX job_executions_finished;

@@ -30,12 +30,15 @@ func TestDeleteFinishedExecutions(t *testing.T) {
 	if err := store.MarkFailed(ctx, "acme", "old-failed", take("old-failed"), "declined"); err != nil {
 		t.Fatal(err)
 	}
+	if err := store.MarkCancelled(ctx, "acme", "old-cancelled", take("old-cancelled"), "cancelled"); err != nil {
+		t.Fatal(err)
+	}
 	if err := store.MarkSucceeded(ctx, "acme", "recent", take("recent"), "inv-2"); err != nil {
 		t.Fatal(err)
 	}
 	take("running")
 	if _, err := pool.Exec(ctx, `UPDATE job_executions SET finished_at = now() - interval '100 days' + make_interval(secs => CASE key WHEN 'old-ok' THEN 0 ELSE 1 END),
-       updated_at = now() - interval '100 days' WHERE key IN ('old-ok', 'old-failed', 'running')`); err != nil {
+       updated_at = now() - interval '100 days' WHERE key IN ('old-ok', 'old-failed', 'old-cancelled', 'running')`); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := store.DeleteFinished(ctx, execution.DefaultRetention, 1); err != nil || n != 1 {
@@ -44,10 +47,10 @@ func TestDeleteFinishedExecutions(t *testing.T) {
 	if _, err := store.Get(ctx, "acme", "old-ok"); err == nil {
 		t.Error("the oldest execution is still there after the first batch")
 	}
-	if n, err := store.DeleteFinished(ctx, execution.DefaultRetention, 10); err != nil || n != 1 {
-		t.Fatalf("the rest: deleted %d (%v), want 1", n, err)
+	if n, err := store.DeleteFinished(ctx, execution.DefaultRetention, 10); err != nil || n != 2 {
+		t.Fatalf("the rest: deleted %d (%v), want 2 (the failed and the cancelled one)", n, err)
 	}
-	for key, want := range map[string]bool{"old-ok": false, "old-failed": false, "recent": true, "running": true} {
+	for key, want := range map[string]bool{"old-ok": false, "old-failed": false, "old-cancelled": false, "recent": true, "running": true} {
 		_, err := store.Get(ctx, "acme", key)
 		if got := err == nil; got != want {
 			t.Errorf("%s kept: %v, want %v (%v)", key, got, want, err)

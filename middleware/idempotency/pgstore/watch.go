@@ -2,8 +2,6 @@ package pgstore
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -13,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/pglisten"
 )
 
 // Listener timing. The backoff is short at first because a dropped
@@ -30,13 +29,6 @@ const (
 	// one round trip.
 	deliveryTimeout = 5 * time.Second
 )
-
-// errNotDelivered: the listener's connection took the LISTEN, but a
-// notification sent on the database did not reach it. That is a
-// transaction pooler (PgBouncer in pool_mode transaction) in between: it
-// lent the server connection that ran the LISTEN to other clients once the
-// statement ended.
-var errNotDelivered = errors.New("pgstore: listener: a notification sent on the database did not reach the listener's connection")
 
 type watcher struct {
 	ch chan struct{} // buffered 1: a pending wake-up absorbs later ones
@@ -156,7 +148,7 @@ func (s *Store) listen(ctx context.Context) {
 	backoff := minBackoff
 	for {
 		conn, err := s.connectListener(ctx)
-		if errors.Is(err, errNotDelivered) {
+		if errors.Is(err, pglisten.ErrNotDelivered) {
 			s.deaf.Store(true)
 			s.log.Warn("pgstore: notifications cannot reach the listener: its connection goes through a "+
 				"transaction pooler; duplicates waiting for a request in flight find its end by polling. "+
@@ -195,8 +187,9 @@ func (s *Store) listen(ctx context.Context) {
 // connectListener opens the listener's connection: with the
 // WithListenConfig configuration when there is one, else by taking a
 // connection out of the pool for good, so it runs the pool's connect hooks
-// yet does not occupy one of its slots. It returns errNotDelivered when
-// the connection took the LISTEN but cannot receive notifications.
+// yet does not occupy one of its slots. Its error wraps
+// pglisten.ErrNotDelivered when the connection took the LISTEN but cannot
+// receive notifications.
 func (s *Store) connectListener(ctx context.Context) (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
@@ -214,56 +207,13 @@ func (s *Store) connectListener(ctx context.Context) (*pgx.Conn, error) {
 		}
 		conn = pc.Hijack()
 	}
-	err := s.checkDelivery(ctx, conn)
-	if err == nil {
-		_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize())
-		if err != nil {
-			err = fmt.Errorf("pgstore: listener: listen: %w", err)
-		}
-	}
-	if err != nil {
+	if err := pglisten.Listen(ctx, conn, s.pool, s.channel, "pgstore_probe_", deliveryTimeout); err != nil {
 		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = conn.Close(closeCtx)
-		return nil, err
+		return nil, fmt.Errorf("pgstore: listener: %w", err)
 	}
 	return conn, nil
-}
-
-// checkDelivery finds whether notifications reach conn: it listens on a
-// channel of its own, notifies it from the pool, as the Store's writes
-// will, and waits for the notification. Through a transaction pooler the
-// LISTEN stays on a server connection that conn no longer holds, and
-// nothing comes. The channel is private so that other listeners of the
-// Store's channel, on other gateway instances, never see the test.
-func (s *Store) checkDelivery(ctx context.Context, conn *pgx.Conn) error {
-	var b [8]byte
-	_, _ = crand.Read(b[:])
-	probe := "pgstore_probe_" + hex.EncodeToString(b[:])
-	if _, err := conn.Exec(ctx, "LISTEN "+probe); err != nil {
-		return fmt.Errorf("pgstore: listener: listen: %w", err)
-	}
-	if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", probe, probe); err != nil {
-		return fmt.Errorf("pgstore: listener: test notification: %w", err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, deliveryTimeout)
-	defer cancel()
-	for {
-		n, err := conn.WaitForNotification(wctx)
-		switch {
-		case err == nil && n.Channel == probe:
-			if _, err := conn.Exec(ctx, "UNLISTEN "+probe); err != nil {
-				return fmt.Errorf("pgstore: listener: unlisten: %w", err)
-			}
-			return nil
-		case err == nil:
-			continue // a notification the connection heard before: not the test's
-		case ctx.Err() == nil && wctx.Err() != nil:
-			return errNotDelivered
-		default:
-			return fmt.Errorf("pgstore: listener: test notification: %w", err)
-		}
-	}
 }
 
 // receive returns when the connection fails or ctx ends.
