@@ -457,9 +457,6 @@ func (r *jobsGrowth) judge(o jobsOptions) {
 			}
 		}
 		v.Flat = v.RowsBound && v.Growth <= o.sizeBound
-		if t == "job_executions" && r.Check.CancelledExecutions > 0 {
-			v.Note = fmt.Sprintf("%d cancelled executions past the retention are kept: the executions retention deletes only succeeded and failed ones", r.Check.CancelledExecutions)
-		}
 		r.Tables = append(r.Tables, v)
 	}
 }

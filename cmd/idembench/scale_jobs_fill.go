@@ -168,9 +168,6 @@ type jobsCheck struct {
 	// keeps up); the pending callbacks' jobs are not counted.
 	StaleJobs       int64 `json:"stale_jobs"`
 	StaleExecutions int64 `json:"stale_executions"`
-	// CancelledExecutions is the cancelled executions past the retention:
-	// the executions retention deletes only succeeded and failed ones.
-	CancelledExecutions int64 `json:"cancelled_executions_past_retention"`
 	// Orphans is the ledger and callback rows whose job is gone, and
 	// Missing the attempt rows the remaining jobs count but lack (both 0:
 	// a job's rows go with it, and only with it).
@@ -209,17 +206,16 @@ func checkJobs(ctx context.Context, pool *pgxpool.Pool, prefix string, batches [
 	err := pool.QueryRow(ctx, `
 SELECT (SELECT count(*) FROM jobs WHERE finished_at > $1 AND idempotency_key NOT LIKE $2 || 'kept-%'),
        (SELECT count(*) FROM jobs WHERE idempotency_key LIKE $2 || 'kept-%')
-     + (SELECT count(*) FROM job_executions WHERE status = $5),
+     + (SELECT count(*) FROM job_executions WHERE status = $4),
        (SELECT count(*) FROM jobs WHERE finished_at < $3 AND idempotency_key NOT LIKE $2 || 'kept-%'),
-       (SELECT count(*) FROM job_executions WHERE status IN ($6, $7) AND finished_at < $3),
-       (SELECT count(*) FROM job_executions WHERE status = $8 AND finished_at < $4),
+       (SELECT count(*) FROM job_executions WHERE status IN ($5, $6, $7) AND finished_at < $3),
        (SELECT count(*) FROM job_attempts a WHERE a.job_id <> '' AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = a.job_id))
      + (SELECT count(*) FROM job_callbacks c WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = c.job_id))
      + (SELECT count(*) FROM job_callback_attempts c WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = c.job_id)),
        (SELECT coalesce(sum(attempts), 0) FROM jobs) - (SELECT count(*) FROM job_attempts WHERE job_id <> '')`,
-		since, prefix, since.Add(-2*interval), since,
+		since, prefix, since.Add(-2*interval),
 		job.StatusProcessing, job.StatusSucceeded, job.StatusFailed, job.StatusCancelled).
-		Scan(&c.RecentLeft, &c.KeptLeft, &c.StaleJobs, &c.StaleExecutions, &c.CancelledExecutions, &c.Orphans, &c.Missing)
+		Scan(&c.RecentLeft, &c.KeptLeft, &c.StaleJobs, &c.StaleExecutions, &c.Orphans, &c.Missing)
 	if err != nil {
 		return c, fmt.Errorf("check the jobs tables: %w", err)
 	}
