@@ -398,8 +398,7 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 		lease.Abandon()
 		return err
 	}
-	h.releaseLimits(ctx, log, resource, hold)
-	h.release(ctx, log, lease)
+	h.releaseWithLimits(ctx, log, lease, resource, hold)
 	return err
 }
 

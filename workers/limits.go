@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/limit"
+	"github.com/idemgate/idemgate/workers/lock"
 )
 
 // ClassLimited: a flow limit sent the delivery back before it started;
@@ -236,22 +238,34 @@ func (h *handler[T]) takeLimits(ctx, lctx context.Context, log *slog.Logger, tas
 	return hold, nil
 }
 
-// releaseLimits gives the attempt's slots back, however it ended. It is a
-// call of its own after the attempt (one pipeline of ZREMs): the take
-// could not carry it, and waiting for the lock's release to share a round
-// trip would keep the slot held for nothing. A failed release frees the
-// slot at its lease's end.
-func (h *handler[T]) releaseLimits(ctx context.Context, log *slog.Logger, resource string, hold *limit.Hold) {
+// releaseWithLimits releases the job's lock and gives the attempt's
+// slots back, however it ended, in one round trip: the slots' ZREMs ride
+// on the pipeline that deletes the lock (lock.Lease.ReleaseWith), so a
+// limit costs an attempt the take's round trip and nothing more. A
+// release that fails frees the lock at its TTL and the slots at their
+// lease's end.
+func (h *handler[T]) releaseWithLimits(ctx context.Context, log *slog.Logger, lease *lock.Lease, resource string, hold *limit.Hold) {
 	l := h.limits
 	if l == nil || hold == nil || !hold.Slots() {
+		h.release(ctx, log, lease)
 		return
 	}
 	l.held.Delete(resource)
 	l.countHeld(-1)
 	fctx, cancel := finishContext(ctx)
 	defer cancel()
-	if err := hold.Release(fctx); err != nil {
-		log.WarnContext(ctx, "giving back the limits' slots failed: they free at their lease's end", "error", err)
+	sent, err := lease.ReleaseWith(fctx, func(pipe redis.Pipeliner) { hold.ReleaseIn(fctx, pipe) })
+	if err != nil {
+		log.WarnContext(ctx, "releasing the lock and the limits' slots failed: they free at their TTL and lease's end",
+			"lock_event", "release_failed", "error", err)
+	} else {
+		log.DebugContext(ctx, "lock released", "lock_event", "released")
+	}
+	if !sent {
+		// A client that cannot pipeline: the slots go on their own.
+		if err := hold.Release(fctx); err != nil {
+			log.WarnContext(ctx, "giving back the limits' slots failed: they free at their lease's end", "error", err)
+		}
 	}
 }
 

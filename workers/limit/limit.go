@@ -364,11 +364,19 @@ func (h *Hold) Release(ctx context.Context) error {
 		return nil
 	}
 	pipe := h.l.client.Pipeline()
-	for _, s := range h.slots {
-		pipe.ZRem(ctx, s, h.holder)
-	}
+	h.ReleaseIn(ctx, pipe)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("limit: release: %w", err)
 	}
 	return nil
+}
+
+// ReleaseIn queues the slots' release on pipe, a pipeline of the same
+// Redis, so that it shares a round trip with other writes: the worker
+// sends it with the release of the job's lock. The slots are free once
+// pipe has run.
+func (h *Hold) ReleaseIn(ctx context.Context, pipe redis.Pipeliner) {
+	for _, s := range h.slots {
+		pipe.ZRem(ctx, s, h.holder)
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Lease is a held lock. Its goroutine renews the key every TTL/3 until the
@@ -72,6 +74,30 @@ func (l *Lease) Release(ctx context.Context) error {
 		return fmt.Errorf("lock: release %s: %w", l.key, err)
 	}
 	return nil
+}
+
+// ReleaseWith is Release with more writes in the same round trip: more
+// queues them on the pipeline that deletes the lock (the worker gives a
+// job's flow-limit slots back this way). A client that cannot pipeline
+// releases the lock alone, and more is not run: ReleaseWith reports
+// false, and the caller sends its writes itself.
+func (l *Lease) ReleaseWith(ctx context.Context, more func(redis.Pipeliner)) (bool, error) {
+	p, ok := l.locker.client.(interface{ Pipeline() redis.Pipeliner })
+	if !ok {
+		return false, l.Release(ctx)
+	}
+	l.stop(ErrReleased)
+	pipe := p.Pipeline()
+	released := l.locker.release.Eval(ctx, pipe, []string{l.key}, l.token)
+	more(pipe)
+	_, err := pipe.Exec(ctx)
+	if rerr := released.Err(); rerr != nil {
+		return true, fmt.Errorf("lock: release %s: %w", l.key, rerr)
+	}
+	if err != nil {
+		return true, fmt.Errorf("lock: release %s: with it: %w", l.key, err)
+	}
+	return true, nil
 }
 
 // Abandon stops renewing and waits for the renewal goroutine to return, but

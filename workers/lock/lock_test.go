@@ -256,6 +256,53 @@ func TestReleaseDeletesOwnKey(t *testing.T) {
 	acquire(t, l, "order:4")
 }
 
+// ReleaseWith deletes the lock and runs the writes it is given in the
+// same pipeline (the worker gives a job's limit slots back with it); an
+// old owner's ReleaseWith leaves the new owner's key alone but still
+// sends its own writes.
+func TestReleaseWithSendsMoreWrites(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	prefix := testenv.Prefix()
+	l := newLocker(t, rdb, lock.Options{Prefix: prefix, TTL: 20 * time.Second})
+	lease := acquire(t, l, "order:6")
+	slots := prefix + "slots"
+	rdb.ZAdd(t.Context(), slots, redis.Z{Score: 1, Member: "holder-1"})
+	sent, err := lease.ReleaseWith(t.Context(), func(pipe redis.Pipeliner) { pipe.ZRem(t.Context(), slots, "holder-1") })
+	if err != nil || !sent {
+		t.Fatalf("ReleaseWith = %v, %v; want sent, nil", sent, err)
+	}
+	if n := rdb.Exists(t.Context(), l.Key("order:6")).Val(); n != 0 {
+		t.Fatal("lock key still present after ReleaseWith")
+	}
+	if n := rdb.ZCard(t.Context(), slots).Val(); n != 0 {
+		t.Fatalf("the write given to ReleaseWith did not run: %d members left", n)
+	}
+	if !errors.Is(lease.Err(), lock.ErrReleased) {
+		t.Fatalf("Err() after ReleaseWith = %v, want ErrReleased", lease.Err())
+	}
+
+	old := acquire(t, l, "order:7")
+	if err := rdb.Del(t.Context(), l.Key("order:7")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	current := acquire(t, l, "order:7")
+	owner := rdb.Get(t.Context(), l.Key("order:7")).Val()
+	rdb.ZAdd(t.Context(), slots, redis.Z{Score: 1, Member: "holder-2"})
+	if _, err := old.ReleaseWith(t.Context(), func(pipe redis.Pipeliner) { pipe.ZRem(t.Context(), slots, "holder-2") }); err != nil {
+		t.Fatalf("ReleaseWith by the old owner: %v", err)
+	}
+	if got := rdb.Get(t.Context(), l.Key("order:7")).Val(); got != owner {
+		t.Fatalf("new owner's key = %q after the old owner's ReleaseWith, want %q", got, owner)
+	}
+	if n := rdb.ZCard(t.Context(), slots).Val(); n != 0 {
+		t.Fatalf("the old owner's write did not run: %d members left", n)
+	}
+	if err := current.Err(); err != nil {
+		t.Fatalf("new owner's lease ended: %v", err)
+	}
+}
+
 func TestReleaseByNonOwnerDoesNothing(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.Redis(t)
