@@ -86,15 +86,6 @@ type cancelDoc struct {
 	FinishedAt        *time.Time `json:"finished_at"`
 }
 
-func decodeCancel(t *testing.T, r resp) cancelDoc {
-	t.Helper()
-	var d cancelDoc
-	if err := json.Unmarshal(r.body, &d); err != nil {
-		t.Fatalf("job document %s: %v", r.body, err)
-	}
-	return d
-}
-
 // TestCancelEndToEnd cancels jobs through a real gateway, a real worker,
 // Redis and PostgreSQL, by each way a user has (the tenant's endpoint,
 // the admin endpoint, `idemgate jobs cancel`), in each status, against a
@@ -117,7 +108,7 @@ func TestCancelEndToEnd(t *testing.T) {
 		if r.status != http.StatusOK {
 			t.Fatalf("GET %s: %d %s", id, r.status, r.body)
 		}
-		return decodeCancel(t, r)
+		return decodeDoc[cancelDoc](t, r)
 	}
 	awaitStatus := func(id, want string) cancelDoc {
 		t.Helper()
@@ -129,13 +120,13 @@ func TestCancelEndToEnd(t *testing.T) {
 	// Queued (no worker yet): cancelled at once; again, unchanged.
 	queued := submit("q-" + run)
 	r := cancelReq(t, g, queued, "acme-key")
-	first := decodeCancel(t, r)
+	first := decodeDoc[cancelDoc](t, r)
 	if r.status != http.StatusOK || first.Status != "cancelled" || first.CancelRequestedAt == nil || first.FinishedAt == nil ||
 		r.header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("cancel of a queued job: %d %s, want 200 cancelled with cancel_requested_at and finished_at", r.status, r.body)
 	}
 	r = cancelReq(t, g, queued, "acme-key")
-	if again := decodeCancel(t, r); r.status != http.StatusOK || again.Status != "cancelled" || !again.CancelRequestedAt.Equal(*first.CancelRequestedAt) {
+	if again := decodeDoc[cancelDoc](t, r); r.status != http.StatusOK || again.Status != "cancelled" || !again.CancelRequestedAt.Equal(*first.CancelRequestedAt) {
 		t.Fatalf("second cancel: %d %s, want 200, unchanged", r.status, r.body)
 	}
 	if r := cancelReq(t, g, queued, "globex-key"); r.status != http.StatusNotFound || r.problemType(t) != "not-found" {
@@ -155,14 +146,14 @@ func TestCancelEndToEnd(t *testing.T) {
 	won := submit("hold-won-" + run)
 	waitFor(t, "the delivery of "+won, 60*time.Second, func() bool { return rcv.sent("hold-won-"+run) == 1 })
 	r = adminDo(t, g, http.MethodPost, "/admin/jobs/"+won+"/cancel", adminToken)
-	if d := decodeCancel(t, r); r.status != http.StatusAccepted || d.Status != "cancelling" || d.CancelRequestedAt == nil {
+	if d := decodeDoc[cancelDoc](t, r); r.status != http.StatusAccepted || d.Status != "cancelling" || d.CancelRequestedAt == nil {
 		t.Fatalf("admin cancel in flight: %d %s, want 202 cancelling", r.status, r.body)
 	}
 	if r := adminDo(t, g, http.MethodPost, "/admin/jobs/"+won+"/cancel", ""); r.status != http.StatusUnauthorized {
 		t.Fatalf("admin cancel without the token: %d, want 401", r.status)
 	}
 	r = cancelReq(t, g, won, "acme-key")
-	if d := decodeCancel(t, r); r.status != http.StatusOK || d.Status != "cancelling" {
+	if d := decodeDoc[cancelDoc](t, r); r.status != http.StatusOK || d.Status != "cancelling" {
 		t.Fatalf("cancel of a cancelling job: %d %s, want 200 cancelling", r.status, r.body)
 	}
 	rcv.answer("hold-won-" + run) <- http.StatusOK

@@ -29,11 +29,17 @@ type jobDoc struct {
 
 func decodeJob(t *testing.T, r resp) jobDoc {
 	t.Helper()
-	var j jobDoc
-	if err := json.Unmarshal(r.body, &j); err != nil {
+	return decodeDoc[jobDoc](t, r)
+}
+
+// decodeDoc decodes a job document answer into D, the fields a test reads.
+func decodeDoc[D any](t *testing.T, r resp) D {
+	t.Helper()
+	var d D
+	if err := json.Unmarshal(r.body, &d); err != nil {
 		t.Fatalf("job document %s: %v", r.body, err)
 	}
-	return j
+	return d
 }
 
 func getJob(t *testing.T, base, id, apiKey string) resp {

@@ -24,15 +24,6 @@ type scheduledDoc struct {
 	NotBefore *time.Time `json:"not_before"`
 }
 
-func decodeScheduled(t *testing.T, r resp) scheduledDoc {
-	t.Helper()
-	var d scheduledDoc
-	if err := json.Unmarshal(r.body, &d); err != nil {
-		t.Fatalf("job document %s: %v", r.body, err)
-	}
-	return d
-}
-
 // clockedReceiver answers every delivery 200 and notes when each order's
 // deliveries came in.
 type clockedReceiver struct {
@@ -121,7 +112,7 @@ func TestScheduledJobEndToEnd(t *testing.T) {
 	// Worker A runs a job whose time has passed at once.
 	stopA := startWorker(t, cfg)
 	past := post("past-"+run, "past-"+run, "Idemgate-Not-Before", time.Now().Add(-time.Hour).Format(time.RFC3339))
-	if d := decodeScheduled(t, past); past.status != http.StatusAccepted || d.Status != "queued" || d.NotBefore == nil {
+	if d := decodeDoc[scheduledDoc](t, past); past.status != http.StatusAccepted || d.Status != "queued" || d.NotBefore == nil {
 		t.Fatalf("a time past: %d %s, want 202 queued with its not_before", past.status, past.body)
 	}
 	waitFor(t, "worker A ran the job due at once", time.Minute, func() bool { return len(rcv.of("past-"+run)) == 1 })
@@ -129,7 +120,7 @@ func TestScheduledJobEndToEnd(t *testing.T) {
 	// The job scheduled 3 s ahead.
 	key, order := "sched-"+run, "sched-"+run
 	first := post(key, order, "Idemgate-Delay", "3")
-	j := decodeScheduled(t, first)
+	j := decodeDoc[scheduledDoc](t, first)
 	if first.status != http.StatusAccepted || j.Status != "scheduled" || j.NotBefore == nil || !j.NotBefore.Equal(j.CreatedAt.Add(3*time.Second)) {
 		t.Fatalf("Idemgate-Delay: 3: %d %s, want 202 scheduled with not_before = created_at + 3s", first.status, first.body)
 	}
@@ -158,7 +149,7 @@ func TestScheduledJobEndToEnd(t *testing.T) {
 
 	var got scheduledDoc
 	waitFor(t, "the scheduled job succeeded", 2*time.Minute, func() bool {
-		got = decodeScheduled(t, getJob(t, g.public, j.ID, "acme-key"))
+		got = decodeDoc[scheduledDoc](t, getJob(t, g.public, j.ID, "acme-key"))
 		return got.Status == "succeeded" || got.Status == "failed"
 	})
 	if got.Status != "succeeded" || got.Attempts != 1 || got.NotBefore == nil || !got.NotBefore.Equal(notBefore) {
@@ -194,8 +185,8 @@ func TestScheduledJobEndToEnd(t *testing.T) {
 	}
 
 	// A retry long after still replays the job, with its not_before.
-	if r := post(key, order, "Idemgate-Delay", "3"); r.status != http.StatusAccepted || decodeScheduled(t, r).ID != j.ID ||
-		!decodeScheduled(t, r).NotBefore.Equal(notBefore) {
+	if r := post(key, order, "Idemgate-Delay", "3"); r.status != http.StatusAccepted || decodeDoc[scheduledDoc](t, r).ID != j.ID ||
+		!decodeDoc[scheduledDoc](t, r).NotBefore.Equal(notBefore) {
 		t.Errorf("a retry after the run: %d %s", r.status, r.body)
 	}
 }
@@ -216,7 +207,7 @@ func TestReconcileScheduledJob(t *testing.T) {
 	if r.status != http.StatusAccepted {
 		t.Fatalf("submit: %d %s", r.status, r.body)
 	}
-	id := decodeScheduled(t, r).ID
+	id := decodeDoc[scheduledDoc](t, r).ID
 	if _, err := pool.Exec(context.Background(), `UPDATE jobs SET updated_at = now() - interval '3 hours' WHERE id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
