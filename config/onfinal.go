@@ -1,8 +1,6 @@
 package config
 
 import (
-	"time"
-
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -16,19 +14,10 @@ type OnFinal struct {
 }
 
 // OnFinalHTTP is on_final.http: deliver.http's url, secret, timeout and
-// headers, checked the same way, and a bound of its own.
+// headers, checked the same way (the headers may not replace those the
+// callback sets itself), and a bound of its own.
 type OnFinalHTTP struct {
-	// URL is the receiver's absolute http:// or https:// URL. Required.
-	URL string `yaml:"url"`
-	// Secret is "whsec_" + the base64 of at least 16 random bytes, or
-	// several such secrets separated by spaces while one rotates.
-	// Required.
-	Secret string `yaml:"secret"`
-	// Timeout bounds one attempt. Default 30s.
-	Timeout *time.Duration `yaml:"timeout"`
-	// Headers are added to every callback; they may not replace the
-	// headers the callback sets itself.
-	Headers map[string]string `yaml:"headers"`
+	DeliverHTTP `yaml:",inline"`
 	// MaxAttempts bounds the POSTs of one event; after the last one
 	// fails, the callback is abandoned (and `explain` shows it). Default
 	// job.DefaultCallbackMaxAttempts, 10: with the backoff (10s doubling,
@@ -44,7 +33,7 @@ func onFinal(o *OnFinal, at string, bad badFunc) *job.Callback {
 		return nil
 	}
 	h := o.HTTP
-	d := deliverHTTP(&DeliverHTTP{URL: h.URL, Secret: h.Secret, Timeout: h.Timeout, Headers: h.Headers}, at+".http", bad)
+	d := deliverHTTP(&h.DeliverHTTP, at+".http", bad)
 	if h.MaxAttempts < 1 {
 		bad(at+".http.max_attempts", "must be at least 1, not %d", h.MaxAttempts)
 	}
