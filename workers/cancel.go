@@ -3,11 +3,18 @@ package workers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/idemgate/idemgate/job"
+	"github.com/idemgate/idemgate/workers/execution"
+	"github.com/idemgate/idemgate/workers/fence"
 )
 
 // ErrJobCancelled is the cause of a Go handler's context cancelled because
@@ -153,4 +160,67 @@ func (w *CancelWatcher) requested(ctx context.Context, id string, a *watched) bo
 // Deps.Cancels names, for as long as it runs, and wait for it.
 func WithCancelWatcher(w *CancelWatcher) ServerOption {
 	return func(s *Server) { s.cancels = w }
+}
+
+// The attempts of a cancelled job: a delivery refused before it started,
+// and an attempt that did not succeed after its job was cancelled.
+
+// cancelRequested reports whether the job of an attempt that did not
+// succeed was cancelled while it ran.
+func (r *run[T]) cancelRequested(ctx context.Context) bool {
+	jobID := r.task.Headers()[job.HeaderID]
+	if jobID == "" || r.h.cancels == nil {
+		return false
+	}
+	return r.h.cancels.requested(ctx, jobID, r.watched)
+}
+
+// cancelled ends an attempt that did not succeed after its job was
+// cancelled: the execution and the ledger row end cancelled, saying how
+// (the context cancelled, the write fenced out by the cancel's token, no
+// answer from the receiver), the job cancelled, and the task is acked.
+func (r *run[T]) cancelled(ctx, fctx context.Context, err error) error {
+	h := r.h
+	how, reason := cancelledHow(err)
+	if merr := h.store.MarkCancelled(fctx, r.id.tenant, r.id.key, r.token, how+": "+err.Error()); merr != nil {
+		if lost := r.lost(ctx, merr, execution.OutcomeStaleToken); lost != nil {
+			return lost
+		}
+		// Not recorded: the retry's take finds the job cancelled and ends
+		// it.
+		h.obs.Attempt(h.kind, ClassTransient)
+		r.log.WarnContext(ctx, "recording the cancel failed: will retry", "error", merr, "cause", err)
+		return fmt.Errorf("workers: %s %s: record cancel: %w", h.kind, r.id.key, errors.Join(merr, err))
+	}
+	if errors.Is(err, fence.ErrStaleToken) {
+		h.obs.FencingRejected()
+	}
+	h.obs.Attempt(h.kind, ClassCancelled)
+	h.obs.JobFinished(h.kind, job.StatusCancelled)
+	h.status(fctx, r.task, r.id.key, job.StatusCancelled, r.attempts, "", reason)
+	r.log.InfoContext(ctx, "job cancelled while its attempt ran: acking", "how", how, "error", err)
+	return nil
+}
+
+// cancelledHow says how an attempt a cancel stopped ended: in the ledger
+// (how) and to the job's tenant (reason).
+func cancelledHow(err error) (how, reason string) {
+	switch {
+	case errors.Is(err, fence.ErrStaleToken):
+		return execution.CancelledFenced, reasonCancelled
+	case unanswered(err):
+		return execution.CancelledNoAnswer, reasonNoAnswer
+	}
+	return execution.CancelledStopped, reasonCancelled
+}
+
+// refuseCancelled acks a delivery of a job cancelled before it could
+// start: the take refused it and released the key. The job's record says
+// cancelled (a cancelling job whose attempt never recorded its end is
+// cancelled now).
+func (h *handler[T]) refuseCancelled(ctx context.Context, log *slog.Logger, task *asynq.Task, id execID) error {
+	h.obs.Attempt(h.kind, ClassCancelled)
+	h.status(ctx, task, id.key, job.StatusCancelled, 0, "", "")
+	log.InfoContext(ctx, "job cancelled: acking the delivery without an attempt")
+	return nil
 }
