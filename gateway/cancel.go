@@ -89,10 +89,12 @@ func (g *Gateway) cancelJob(w http.ResponseWriter, r *http.Request, id string, c
 	}
 	infoFrom(r.Context()).job = rec.ID
 	g.opts.Logger.InfoContext(r.Context(), "job cancel", "job_id", rec.ID, "tenant", rec.Tenant, "status", string(rec.Status))
+	doc := jobDocument(rec)
+	w.Header().Set("ETag", jobETag(doc))
 	w.Header().Set("Cache-Control", "no-store")
 	status := http.StatusOK
 	if stopping {
 		status = http.StatusAccepted
 	}
-	writeJSON(w, status, jobDocument(rec))
+	writeJSON(w, status, doc)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/idemgate/idemgate/job"
+	"github.com/idemgate/idemgate/openapi"
 )
 
 // fakeCanceller is fakeJobs that also cancels: each job id answers as
@@ -87,6 +88,17 @@ func TestCancelAnswers(t *testing.T) {
 				}
 				if resp.StatusCode < 300 && doc.Status != tc.want || resp.StatusCode >= 300 && !strings.HasSuffix(doc.Type, "/"+tc.want) {
 					t.Fatalf("POST %s: %s, want %s", side.path, body, tc.want)
+				}
+				// A cancel answers with the job document, and so with its
+				// ETag, the one GET gives the same document.
+				if resp.StatusCode < 300 {
+					var d openapi.Job
+					if err := json.Unmarshal([]byte(body), &d); err != nil {
+						t.Fatal(err)
+					}
+					if got, want := resp.Header.Get("ETag"), jobETag(d); got != want || got == "" {
+						t.Fatalf("POST %s: ETag %q, want %q", side.path, got, want)
+					}
 				}
 			})
 		}

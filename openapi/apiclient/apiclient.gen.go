@@ -1335,12 +1335,14 @@ type ClientWithResponsesInterface interface {
 // AdminCancelJobResponse200Headers the declared response headers of an HTTP 200 response for AdminCancelJob
 type AdminCancelJobResponse200Headers struct {
 	CacheControl *string
+	ETag         string
 	XRequestId   string
 }
 
 // AdminCancelJobResponse202Headers the declared response headers of an HTTP 202 response for AdminCancelJob
 type AdminCancelJobResponse202Headers struct {
 	CacheControl *string
+	ETag         string
 	XRequestId   string
 }
 
@@ -2552,12 +2554,14 @@ func (r GetJobResponse) ContentType() string {
 // CancelJobResponse200Headers the declared response headers of an HTTP 200 response for CancelJob
 type CancelJobResponse200Headers struct {
 	CacheControl *string
+	ETag         string
 	XRequestId   string
 }
 
 // CancelJobResponse202Headers the declared response headers of an HTTP 202 response for CancelJob
 type CancelJobResponse202Headers struct {
 	CacheControl *string
+	ETag         string
 	XRequestId   string
 }
 
@@ -3020,6 +3024,13 @@ func ParseAdminCancelJobResponse(rsp *http.Response) (*AdminCancelJobResponse, e
 			}
 			headers.CacheControl = &value
 		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -3036,6 +3047,13 @@ func ParseAdminCancelJobResponse(rsp *http.Response) (*AdminCancelJobResponse, e
 				return nil, err
 			}
 			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -4570,6 +4588,13 @@ func ParseCancelJobResponse(rsp *http.Response) (*CancelJobResponse, error) {
 			}
 			headers.CacheControl = &value
 		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -4586,6 +4611,13 @@ func ParseCancelJobResponse(rsp *http.Response) (*CancelJobResponse, error) {
 				return nil, err
 			}
 			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string

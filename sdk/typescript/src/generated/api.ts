@@ -1451,6 +1451,7 @@ export interface operations {
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
+                    ETag: components["headers"]["JobETag"];
                     /** @description Always `no-store`; a job's status changes. */
                     "Cache-Control"?: "no-store";
                     [name: string]: unknown;
@@ -1471,6 +1472,7 @@ export interface operations {
             202: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
+                    ETag: components["headers"]["JobETag"];
                     /** @description Always `no-store`; a job's status changes. */
                     "Cache-Control"?: "no-store";
                     [name: string]: unknown;
@@ -1742,6 +1744,7 @@ export interface operations {
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
+                    ETag: components["headers"]["JobETag"];
                     /** @description Always `no-store`; a job's status changes. */
                     "Cache-Control"?: "no-store";
                     [name: string]: unknown;
@@ -1762,6 +1765,7 @@ export interface operations {
             202: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
+                    ETag: components["headers"]["JobETag"];
                     /** @description Always `no-store`; a job's status changes. */
                     "Cache-Control"?: "no-store";
                     [name: string]: unknown;
