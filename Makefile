@@ -8,8 +8,9 @@ SERVICES := deploy/local/services.sh
 CONFIG   ?= deploy/local/idemgate.yaml
 # Each target that needs Redis and PostgreSQL starts them (when they are not
 # already up) and exports their URLs; tests read the TEST_* names.
-# TEST_TOPOLOGY=1 tells the topology tests that nginx and PgBouncer are
-# installed, so they run instead of skipping.
+# TEST_TOPOLOGY=1 tells the topology tests that nginx and PgBouncer (and the
+# console's browser test that chromium) are installed, so they run instead
+# of skipping.
 WITH_SERVICES = eval "$$($(SERVICES) --cluster --topology)"; export REDIS_URL DATABASE_URL REDIS_CLUSTER_URL; \
 	export TEST_REDIS_URL="$$REDIS_URL" TEST_DATABASE_URL="$$DATABASE_URL" TEST_REDIS_CLUSTER_URL="$$REDIS_CLUSTER_URL" TEST_TOPOLOGY=1;
 
@@ -56,6 +57,15 @@ test: node ## start the services, then go vet and go test -race every package (i
 	  (cd deploy/manifests && $(GO) vet ./... && IDEMGATE_BIN=$(CURDIR)/bin/idemgate IDEMGATE_EXAMPLES_BIN=$(CURDIR)/bin/idemgate-examples $(GO) test -count=1 ./...); \
 	  (cd sdk/typescript && IDEMGATE_BIN=$(CURDIR)/bin/idemgate npm test --silent); \
 	  $(GO) test -race -count=1 -timeout 20m ./...
+
+# The console's pages as the README shows them: the browser test run alone,
+# saving docs/console-*.png.
+.PHONY: screenshots
+screenshots: ## run the console's browser test in headless Chromium and save its screenshots to docs/console-*.png
+	@$(WITH_SERVICES) \
+	  $(GO) build -o bin/idemgate-examples ./examples/cmd/idemgate-examples; \
+	  IDEMGATE_SCREENSHOTS=1 IDEMGATE_EXAMPLES_BIN=$(CURDIR)/bin/idemgate-examples \
+	  $(GO) test -count=1 -run '^TestConsoleInBrowser$$' -v ./internal/console/browsertest
 
 .PHONY: test-short
 test-short: ## unit tests only, no services needed

@@ -17,7 +17,7 @@ for arg in "$@"; do
     -h|--help)
       sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
       echo "Options: --cluster   also start a Redis Cluster on 127.0.0.1:7000-7002"
-      echo "         --topology  also install nginx and pgbouncer (the topology tests start their own)"
+      echo "         --topology  also install nginx, pgbouncer (the topology tests start their own) and chromium (the console's browser test)"
       exit 0 ;;
     *) echo "services.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
@@ -136,11 +136,14 @@ ensure_postgres() {
 
 # The topology tests start private nginx, PgBouncer and Redis Sentinel
 # processes on free ports; they need only the binaries. Package scripts must
-# not start the system's own copies, so invoke-rc.d is told not to.
+# not start the system's own copies, so invoke-rc.d is told not to. The
+# console's browser test (internal/console/browsertest) drives Debian's
+# headless chromium.
 ensure_topology_binaries() {
   local missing=()
   [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || missing+=(nginx)
   [ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null || missing+=(pgbouncer)
+  [ -x /usr/bin/chromium ] || command -v chromium >/dev/null || missing+=(chromium)
   [ ${#missing[@]} = 0 ] && return
   local policy=/usr/sbin/policy-rc.d added=0
   if [ "$(id -u)" = 0 ] && [ ! -e "$policy" ]; then
