@@ -65,7 +65,7 @@ screenshots: ## run the console's browser test in headless Chromium and save its
 	@$(WITH_SERVICES) \
 	  $(GO) build -o bin/idemgate-examples ./examples/cmd/idemgate-examples; \
 	  IDEMGATE_SCREENSHOTS=1 IDEMGATE_EXAMPLES_BIN=$(CURDIR)/bin/idemgate-examples \
-	  $(GO) test -count=1 -run '^TestConsoleInBrowser$$' -v ./internal/console/browsertest
+	  $(GO) test -count=1 -run '^TestConsoleInBrowser$$' -v ./internal/browsertest
 
 .PHONY: test-short
 test-short: ## unit tests only, no services needed

@@ -137,7 +137,7 @@ ensure_postgres() {
 # The topology tests start private nginx, PgBouncer and Redis Sentinel
 # processes on free ports; they need only the binaries. Package scripts must
 # not start the system's own copies, so invoke-rc.d is told not to. The
-# console's browser test (internal/console/browsertest) drives Debian's
+# console's browser test (internal/browsertest) drives Debian's
 # headless chromium.
 ensure_topology_binaries() {
   local missing=()

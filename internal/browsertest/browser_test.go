@@ -161,22 +161,28 @@ func (tb *tab) status(u string) (int, bool) {
 
 // open navigates to the console page at path (under the admin origin)
 // and waits until its document has loaded.
-func (tb *tab) open(path string) {
-	tb.b.t.Helper()
+func (tb *tab) open(t testing.TB, path string) {
+	t.Helper()
+	tb.openURL(t, tb.b.origin+path)
+}
+
+// openURL navigates to u and waits until its document has loaded.
+func (tb *tab) openURL(t testing.TB, u string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(tb.ctx, 30*time.Second)
 	defer cancel()
-	if err := chromedp.Do(ctx, chromedp.Navigate(tb.b.origin+path)); err != nil {
-		tb.b.t.Fatalf("open %s: %v", path, err)
+	if err := chromedp.Do(ctx, chromedp.Navigate(u)); err != nil {
+		t.Fatalf("open %s: %v", u, err)
 	}
 }
 
 // click clicks the element sel once it is visible.
-func (tb *tab) click(sel string) {
-	tb.b.t.Helper()
+func (tb *tab) click(t testing.TB, sel string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(tb.ctx, 20*time.Second)
 	defer cancel()
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible)); err != nil {
-		tb.b.t.Fatalf("click %s on %s: %v\n%s", sel, tb.location(), err, tb.bodyText())
+		t.Fatalf("click %s on %s: %v\n%s", sel, tb.location(), err, tb.bodyText())
 	}
 }
 
@@ -190,8 +196,8 @@ func eval[T any](tb *tab, expr string) (T, error) {
 
 // waitFor evaluates the JavaScript predicate until it is true, failing
 // after d with what the page shows.
-func (tb *tab) waitFor(what string, d time.Duration, predicate string) {
-	tb.b.t.Helper()
+func (tb *tab) waitFor(t testing.TB, what string, d time.Duration, predicate string) {
+	t.Helper()
 	deadline := time.Now().Add(d)
 	var last error
 	for {
@@ -201,33 +207,33 @@ func (tb *tab) waitFor(what string, d time.Duration, predicate string) {
 		}
 		last = err
 		if time.Now().After(deadline) {
-			tb.b.t.Fatalf("%s: not within %s (at %s, last error %v); the page shows:\n%s", what, d, tb.location(), last, tb.bodyText())
+			t.Fatalf("%s: not within %s (at %s, last error %v); the page shows:\n%s", what, d, tb.location(), last, tb.bodyText())
 		}
 		select {
 		case <-tb.ctx.Done():
-			tb.b.t.Fatalf("%s: %v", what, tb.ctx.Err())
+			t.Fatalf("%s: %v", what, tb.ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
 // text is the trimmed text of the first element matching sel, or "".
-func (tb *tab) text(sel string) string {
-	tb.b.t.Helper()
+func (tb *tab) text(t testing.TB, sel string) string {
+	t.Helper()
 	s, err := eval[string](tb, fmt.Sprintf(`(() => { const e = document.querySelector(%s); return e ? e.textContent.trim() : "" })()`, jsString(sel)))
 	if err != nil {
-		tb.b.t.Fatalf("text of %s: %v", sel, err)
+		t.Fatalf("text of %s: %v", sel, err)
 	}
 	return s
 }
 
 // items reads the data attributes of every element matching sel, in
 // document order.
-func (tb *tab) items(sel string) []map[string]string {
-	tb.b.t.Helper()
+func (tb *tab) items(t testing.TB, sel string) []map[string]string {
+	t.Helper()
 	out, err := eval[[]map[string]string](tb, fmt.Sprintf(`Array.from(document.querySelectorAll(%s)).map(e => Object.assign({}, e.dataset))`, jsString(sel)))
 	if err != nil {
-		tb.b.t.Fatalf("items %s: %v", sel, err)
+		t.Fatalf("items %s: %v", sel, err)
 	}
 	return out
 }
@@ -258,8 +264,8 @@ func jsString(s string) string {
 
 // screenshot saves the whole page as docs/NAME.png when screenshots are
 // asked for.
-func (tb *tab) screenshot(name string) {
-	tb.b.t.Helper()
+func (tb *tab) screenshot(t testing.TB, name string) {
+	t.Helper()
 	if tb.b.shots == "" {
 		return
 	}
@@ -267,13 +273,13 @@ func (tb *tab) screenshot(name string) {
 	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
-		tb.b.t.Fatalf("screenshot %s: %v", name, err)
+		t.Fatalf("screenshot %s: %v", name, err)
 	}
 	path := filepath.Join(tb.b.shots, name+".png")
 	if err := os.WriteFile(path, png, 0o644); err != nil {
-		tb.b.t.Fatal(err)
+		t.Fatal(err)
 	}
-	tb.b.t.Logf("screenshot: %s", path)
+	t.Logf("screenshot: %s", path)
 }
 
 // docsDir is the repository's docs/ directory: the screenshots are
