@@ -31,6 +31,8 @@ type Config struct {
 	TLS *TLSFiles `yaml:"tls"`
 	// AdminTLS is TLS for the admin listener. Default none.
 	AdminTLS *TLSFiles `yaml:"admin_tls"`
+	// Admin configures what the admin listener serves beyond the admin API.
+	Admin Admin `yaml:"admin"`
 	// ProblemBase prefixes every problem+json type. An absolute URL ending
 	// in "/". Default idempotency.DefaultProblemBase,
 	// "https://idemgate.dev/problems/".
@@ -118,6 +120,14 @@ type Config struct {
 
 // claimedListener is an address a claimed setting names.
 type claimedListener struct{ key, addr string }
+
+// Admin configures what the admin listener serves beyond the admin API.
+type Admin struct {
+	// UI serves the operator console at /admin/ui/ (behind the admin
+	// token, like the rest of the listener). Default true; it is served
+	// only while admin_listen is set.
+	UI bool `yaml:"ui"`
+}
 
 // Log configures the process logger.
 type Log struct {

@@ -155,6 +155,9 @@ func TestDefaultsOfAnEmptyFile(t *testing.T) {
 	if cfg.AdminListen != "" {
 		t.Errorf(`admin_listen: "" gave %q, want the admin listener off`, cfg.AdminListen)
 	}
+	if !cfg.Admin.UI {
+		t.Error("admin.ui defaults to false, want the console on")
+	}
 	if cfg.Worker.AdminListen != "127.0.0.1:9091" || cfg.Worker.Concurrency != 10 || cfg.Worker.MaxAttempts != 10 ||
 		cfg.Worker.LockTTL != 30*time.Second {
 		t.Errorf("worker defaults: %+v", cfg.Worker)
@@ -162,6 +165,17 @@ func TestDefaultsOfAnEmptyFile(t *testing.T) {
 	d := cfg.Idempotency
 	if !slices.Equal(d.Methods, []string{"POST", "PATCH"}) || d.Lease != 30*time.Second || d.Retention != 24*time.Hour {
 		t.Errorf("idempotency defaults: %+v", d)
+	}
+
+	off, err := Parse([]byte(minimal+"admin:\n  ui: false\n"), "ui.yaml", nil)
+	if err != nil {
+		t.Fatalf("Parse with admin.ui: false: %v", err)
+	}
+	if off.Admin.UI {
+		t.Error("admin.ui: false left the console on")
+	}
+	if _, err := Parse([]byte(minimal+"admin:\n  ui: maybe\n"), "ui.yaml", nil); err == nil || !strings.Contains(err.Error(), "admin.ui") {
+		t.Errorf("admin.ui: maybe: err = %v, want an error naming admin.ui", err)
 	}
 
 	// Without the key, the admin listener is on and needs a token.

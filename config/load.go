@@ -40,7 +40,7 @@ func Parse(data []byte, name string, getenv func(string) string, opts ...Option)
 	expanded, refs := expand(data, getenv)
 	// Keys whose empty value means "off" start at their default, so that
 	// only an explicit "" clears them; so do keys whose zero is refused.
-	cfg := &Config{AdminListen: defaultAdminListen, Worker: defaultWorker()}
+	cfg := &Config{AdminListen: defaultAdminListen, Admin: Admin{UI: true}, Worker: defaultWorker()}
 	doc := strictyaml.Decode(expanded, cfg, "listen", "store", "routes")
 	r := &report{file: name, doc: doc, unread: map[string]bool{}, fromEnv: map[string]string{}}
 	claimed := map[string]bool{}

@@ -129,6 +129,9 @@ type Gateway struct {
 	drainOnce sync.Once
 	// inFlight counts the public requests being handled (shedOverload).
 	inFlight atomic.Int64
+	// recent counts the requests of each tenant and route over the last
+	// minutes, for the operator console.
+	recent *RecentRequests
 }
 
 // New builds the whole middleware chain once, validating as it goes.
@@ -154,7 +157,8 @@ func New(opts Options) (*Gateway, error) {
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = DefaultMaxWait
 	}
-	g := &Gateway{opts: opts, problems: NewProblemWriter(opts.ProblemBase, opts.Logger), drained: make(chan struct{})}
+	g := &Gateway{opts: opts, problems: NewProblemWriter(opts.ProblemBase, opts.Logger), drained: make(chan struct{}),
+		recent: NewRecentRequests(nil)}
 	if opts.AdminTokenSHA256 != "" {
 		b, err := hex.DecodeString(opts.AdminTokenSHA256)
 		if err != nil || len(b) != sha256.Size {
@@ -212,6 +216,10 @@ func (g *Gateway) Close(ctx context.Context) error {
 	errs = append(errs, g.limiter.Close(ctx))
 	return errors.Join(errs...)
 }
+
+// Recent is the count of the requests of each tenant and route over the
+// last RecentWindow (the operator console's overview).
+func (g *Gateway) Recent() *RecentRequests { return g.recent }
 
 // Handler serves the public listener.
 func (g *Gateway) Handler() http.Handler { return g.public }
@@ -310,7 +318,7 @@ func (g *Gateway) publicRoutes() http.Handler {
 	r.MethodNotAllowed(g.handleTable())
 	g.publicMux = r
 	var h http.Handler = r
-	h = accessLog(g.opts.Logger, g.opts.Metrics, h)
+	h = accessLog(g.opts.Logger, g.opts.Metrics, g.recent, h)
 	h = g.recoverPanics(h)
 	h = g.closeWhileDraining(h)
 	h = g.shedOverload(h)

@@ -126,7 +126,7 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // accessLog writes one line per request and counts it.
-func accessLog(logger *slog.Logger, m *Metrics, next http.Handler) http.Handler {
+func accessLog(logger *slog.Logger, m *Metrics, recent *RecentRequests, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
@@ -147,6 +147,7 @@ func accessLog(logger *slog.Logger, m *Metrics, next http.Handler) http.Handler 
 			outcome = "passthrough"
 		}
 		m.request(in.route, outcome, d)
+		recent.observe(in.tenant, in.route, outcome, in.stored)
 		if !logger.Enabled(r.Context(), slog.LevelInfo) {
 			return
 		}

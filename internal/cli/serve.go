@@ -171,7 +171,10 @@ func buildGateway(ctx context.Context, ext extension.Set, cfg *config.Config, lo
 		}
 		mon := asynqmon.New(asynqmon.Options{RootPath: queuesPath, RedisConnOpt: opt})
 		cl.push(func() { _ = mon.Close() })
-		g.AdminMount(queuesPath, mon)
+		g.AdminMount(queuesPath, withQueuesCSP(mon))
+	}
+	if err := mountConsole(g, cfg, deps, opts, svc, logger); err != nil {
+		return nil, err
 	}
 	return bg, nil
 }

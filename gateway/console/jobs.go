@@ -1,0 +1,319 @@
+package console
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/internal/explain"
+	"github.com/idemgate/idemgate/job"
+)
+
+// jobsPage is the job list.
+type jobsPage struct {
+	Statuses []job.Status
+	Filter   job.ListFilter
+	// OlderThan is the filter as typed ("10m").
+	OlderThan string
+	Jobs      []job.Record
+	Next      string
+	NoJobs    string
+	Now       time.Time
+}
+
+// pageSize is how many jobs or keys a list shows at once.
+const pageSize = 50
+
+func (c *console) handleJobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p := jobsPage{Statuses: job.Statuses(), OlderThan: q.Get("older_than"), Now: c.opts.Now()}
+	p.Filter = job.ListFilter{Status: job.Status(q.Get("status")), Task: q.Get("task"), Tenant: q.Get("tenant"), After: job.Cursor(q.Get("after"))}
+	if p.Filter.Status != "" && !validStatus(p.Filter.Status) {
+		c.fail(w, r, http.StatusBadRequest, "Unknown job status "+string(p.Filter.Status)+".")
+		return
+	}
+	if p.OlderThan != "" {
+		d, err := time.ParseDuration(p.OlderThan)
+		if err != nil || d < 0 {
+			c.fail(w, r, http.StatusBadRequest, "older_than is a duration such as 10m or 2h, not "+p.OlderThan+".")
+			return
+		}
+		p.Filter.OlderThan = d
+	}
+	if c.opts.Jobs == nil {
+		p.NoJobs = "Jobs are kept in PostgreSQL, and this gateway has no database_url."
+		c.render(w, r, http.StatusOK, "jobs", "Jobs", page{Data: p})
+		return
+	}
+	jobs, next, err := c.opts.Jobs.List(r.Context(), p.Filter, pageSize)
+	switch {
+	case errors.Is(err, job.ErrBadCursor):
+		c.fail(w, r, http.StatusBadRequest, "The page cursor (after=) is not one this console made; start from the first page.")
+		return
+	case err != nil:
+		c.storeFailed(w, r, "listing jobs", err)
+		return
+	}
+	p.Jobs = jobs
+	if next != "" {
+		nq := url.Values{}
+		for _, k := range []string{"status", "task", "tenant", "older_than"} {
+			if v := q.Get(k); v != "" {
+				nq.Set(k, v)
+			}
+		}
+		nq.Set("after", string(next))
+		p.Next = c.opts.Prefix + "/jobs?" + nq.Encode()
+	}
+	c.render(w, r, http.StatusOK, "jobs", "Jobs", page{Data: p})
+}
+
+func validStatus(s job.Status) bool {
+	for _, v := range job.Statuses() {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// jobView is the job page.
+type jobView struct {
+	Story    *explain.Story
+	Document string
+	Payload  string
+	// Version changes whenever anything the page shows does.
+	Version string
+	Final   bool
+	// The actions that apply.
+	CanRequeue, CanReplay, CanDelete bool
+	KeyURL                           string
+}
+
+// jobStory reads everything the job page shows.
+func (c *console) jobStory(r *http.Request, id string) (jobView, int, error) {
+	story, err := c.opts.Stories.Job(r.Context(), id)
+	switch {
+	case errors.Is(err, explain.ErrNotFound):
+		return jobView{}, http.StatusNotFound, err
+	case err != nil:
+		return jobView{}, http.StatusServiceUnavailable, err
+	}
+	v := jobView{Story: story}
+	if c.opts.Jobs != nil {
+		rec, err := c.opts.Jobs.ByID(r.Context(), id)
+		switch {
+		case errors.Is(err, job.ErrNotFound):
+			return jobView{}, http.StatusNotFound, explain.ErrNotFound
+		case err != nil:
+			return jobView{}, http.StatusServiceUnavailable, err
+		}
+		v.Document = pretty(gateway.JobDocument(rec))
+		if b, ok := prettyJSON(rec.Payload); ok {
+			v.Payload = string(b)
+		} else {
+			v.Payload = string(rec.Payload)
+		}
+	}
+	st := job.Status(story.Job.Status)
+	v.Final = st.Final()
+	v.CanRequeue = c.opts.Requeue != nil && !st.Final()
+	v.CanReplay = c.opts.DeadLetters != nil && st == job.StatusFailed
+	v.CanDelete = c.opts.DeadLetters != nil && st == job.StatusFailed
+	v.KeyURL = c.keyURL(scopeOfJob(story))
+	v.Version = version(story)
+	return v, http.StatusOK, nil
+}
+
+// version fingerprints what a page shows, for the live check.
+func version(v any) string {
+	b, _ := json.Marshal(v)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+func (c *console) handleJob(w http.ResponseWriter, r *http.Request) {
+	id := param(r, "id")
+	v, status, err := c.jobStory(r, id)
+	if err != nil {
+		c.storyFailed(w, r, status, "job "+id, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "job", "Job "+id, page{Data: v, Flash: flashOf(r), Live: c.jobURL(id) + "/live", Version: v.Version})
+}
+
+// storyFailed renders why a story could not be told.
+func (c *console) storyFailed(w http.ResponseWriter, r *http.Request, status int, what string, err error) {
+	if status == http.StatusNotFound {
+		c.fail(w, r, status, "No "+what+" (or it was deleted).")
+		return
+	}
+	c.storeFailed(w, r, "reading "+what, err)
+}
+
+// live is what a job or key page polls: it reloads its parts when Version
+// changes.
+type live struct {
+	Version string `json:"version"`
+	Status  string `json:"status"`
+	Final   bool   `json:"final"`
+}
+
+func (c *console) handleJobLive(w http.ResponseWriter, r *http.Request) {
+	v, status, err := c.jobStory(r, param(r, "id"))
+	if err != nil {
+		writeLive(w, status, live{})
+		return
+	}
+	writeLive(w, http.StatusOK, live{Version: v.Version, Status: string(v.Story.Job.Status), Final: v.Final})
+}
+
+func writeLive(w http.ResponseWriter, status int, l live) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(l)
+}
+
+// jobAction is one action on a job: what the confirmation says it does.
+type jobAction struct {
+	Name, Label, Explains string
+	applies               func(jobView) bool
+}
+
+func jobActions() []jobAction {
+	return []jobAction{
+		{"requeue", "Requeue",
+			"Requeue looks the job's task up in the queue (Redis) and, when the queue no longer holds it, enqueues it again from the payload recorded in PostgreSQL, as `idemgate jobs requeue` does. A task the queue still holds is left alone. The job's record is not changed; the worker's fencing token keeps a second run from repeating the effect.",
+			func(v jobView) bool { return v.CanRequeue }},
+		{"replay", "Replay",
+			"Replay runs the failed job again, as `idemgate dlq replay` does: its archived task goes back to pending in the queue (or a new task with the same id is enqueued from the recorded payload when the archive no longer has it), and its record in PostgreSQL goes back to queued.",
+			func(v jobView) bool { return v.CanReplay }},
+		{"delete", "Delete",
+			"Delete removes the failed job, as `idemgate dlq delete` does: its archived task from the queue and its record from the jobs table. The attempt ledger and the execution of its business key stay; the idempotency record of its request is not touched.",
+			func(v jobView) bool { return v.CanDelete }},
+	}
+}
+
+func findJobAction(name string) (jobAction, bool) {
+	for _, a := range jobActions() {
+		if a.Name == name {
+			return a, true
+		}
+	}
+	return jobAction{}, false
+}
+
+// confirmView is the confirmation step of an action.
+type confirmView struct {
+	Action, Label, Explains, Subject, Back string
+}
+
+func (c *console) handleJobConfirm(w http.ResponseWriter, r *http.Request) {
+	id := param(r, "id")
+	a, ok := findJobAction(param(r, "action"))
+	if !ok {
+		c.fail(w, r, http.StatusNotFound, "No such action on a job.")
+		return
+	}
+	v, status, err := c.jobStory(r, id)
+	if err != nil {
+		c.storyFailed(w, r, status, "job "+id, err)
+		return
+	}
+	if !a.applies(v) {
+		c.fail(w, r, http.StatusConflict, a.Label+" does not apply to job "+id+", which is "+string(v.Story.Job.Status)+".")
+		return
+	}
+	c.render(w, r, http.StatusOK, "confirm", a.Label+" job "+id, page{Data: confirmView{
+		Action: a.Name, Label: a.Label, Explains: a.Explains, Subject: "job " + id, Back: c.jobURL(id)}})
+}
+
+func (c *console) handleJobAction(w http.ResponseWriter, r *http.Request) {
+	id := param(r, "id")
+	a, ok := findJobAction(param(r, "action"))
+	if !ok {
+		c.fail(w, r, http.StatusNotFound, "No such action on a job.")
+		return
+	}
+	ctx := r.Context()
+	log := c.opts.Logger.With("job_id", id, "action", a.Name)
+	switch a.Name {
+	case "requeue":
+		if c.opts.Requeue == nil {
+			break
+		}
+		rec, sent, err := c.opts.Requeue.Requeue(ctx, id)
+		switch {
+		case errors.Is(err, job.ErrNotFound):
+			c.fail(w, r, http.StatusNotFound, "No job "+id+".")
+		case errors.Is(err, job.ErrFinished) && rec.Status == job.StatusSucceeded:
+			seeOther(w, r, c.jobURL(id), "already-succeeded")
+		case errors.Is(err, job.ErrFinished):
+			c.fail(w, r, http.StatusConflict, "Job "+id+" is "+string(rec.Status)+" and was not requeued"+finishedHint(rec.Status)+".")
+		case err != nil:
+			c.actionFailed(w, r, "requeue", err)
+		case sent:
+			log.InfoContext(ctx, "job requeued by an operator from the console")
+			seeOther(w, r, c.jobURL(id), "requeued")
+		default:
+			seeOther(w, r, c.jobURL(id), "present")
+		}
+		return
+	case "replay":
+		if c.opts.DeadLetters == nil {
+			break
+		}
+		_, err := c.opts.DeadLetters.Replay(ctx, id)
+		if c.deadLetterFailed(w, r, id, "replay", err) {
+			return
+		}
+		log.InfoContext(ctx, "failed job replayed by an operator from the console")
+		seeOther(w, r, c.jobURL(id), "replayed")
+		return
+	case "delete":
+		if c.opts.DeadLetters == nil {
+			break
+		}
+		err := c.opts.DeadLetters.Delete(ctx, id)
+		if c.deadLetterFailed(w, r, id, "delete", err) {
+			return
+		}
+		log.InfoContext(ctx, "failed job deleted by an operator from the console")
+		seeOther(w, r, c.opts.Prefix+"/jobs", "job-deleted")
+		return
+	}
+	c.fail(w, r, http.StatusConflict, a.Label+" needs the queue: this gateway has no redis_url.")
+}
+
+func finishedHint(s job.Status) string {
+	if s == job.StatusFailed {
+		return ": a failed job is replayed instead"
+	}
+	return ": a cancelled job does not run again"
+}
+
+// deadLetterFailed renders a failed replay or delete and reports whether
+// it did.
+func (c *console) deadLetterFailed(w http.ResponseWriter, r *http.Request, id, op string, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, job.ErrNotFound):
+		c.fail(w, r, http.StatusNotFound, "No job "+id+".")
+	case errors.Is(err, job.ErrNotFailed):
+		c.fail(w, r, http.StatusConflict, "Job "+id+" has not failed: only a failed job can be replayed or deleted.")
+	default:
+		c.actionFailed(w, r, op, err)
+	}
+	return true
+}
+
+func (c *console) actionFailed(w http.ResponseWriter, r *http.Request, op string, err error) {
+	c.opts.Logger.WarnContext(r.Context(), "console: "+op+" failed", "err", err)
+	c.fail(w, r, http.StatusServiceUnavailable, "The "+op+" failed: a store could not be reached. Nothing may have changed; look at the page again and retry.")
+}

@@ -1,0 +1,248 @@
+package console
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+
+	"github.com/idemgate/idemgate/internal/explain"
+	"github.com/idemgate/idemgate/job"
+	"github.com/idemgate/idemgate/middleware/idempotency"
+)
+
+func scopeOfJob(s *explain.Story) idempotency.Scope {
+	return idempotency.Scope{Tenant: s.Job.Tenant, Route: s.Job.Route, Key: s.Job.IdempotencyKey}
+}
+
+// keyStates are the states the key list filters by.
+func keyStates() []idempotency.State {
+	return []idempotency.State{idempotency.StateInFlight, idempotency.StateCompleted, idempotency.StateReleased, idempotency.StateUnknown}
+}
+
+// keysPage is the key lookup and the list of recent keys.
+type keysPage struct {
+	Tenant, Route, Key string
+	State              idempotency.State
+	States             []idempotency.State
+	Routes             []string
+	// Listed is set when a tenant and route were given and the store can
+	// list; NoList says why it cannot.
+	Listed bool
+	NoList string
+	Keys   []keyRow
+}
+
+type keyRow struct {
+	Record idempotency.Record
+	URL    string
+}
+
+func (c *console) handleKeys(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p := keysPage{Tenant: q.Get("tenant"), Route: q.Get("route"), Key: q.Get("key"), State: idempotency.State(q.Get("state")),
+		States: keyStates(), Routes: c.opts.Routes}
+	if p.Tenant != "" && p.Route != "" && p.Key != "" {
+		http.Redirect(w, r, c.keyURL(idempotency.Scope{Tenant: p.Tenant, Route: p.Route, Key: p.Key}), http.StatusSeeOther)
+		return
+	}
+	if p.State != "" && !validState(p.State) {
+		c.fail(w, r, http.StatusBadRequest, "Unknown key state "+string(p.State)+".")
+		return
+	}
+	if p.Tenant != "" && p.Route != "" {
+		recent, ok := c.opts.Keys.(RecentKeys)
+		if !ok {
+			p.NoList = "Listing keys needs store postgres or memory; store " + c.opts.StoreName + " keeps no index to list from. Look a key up by tenant, route and key."
+		} else {
+			recs, err := recent.Recent(r.Context(), p.Tenant, p.Route, p.State, pageSize)
+			if err != nil {
+				c.storeFailed(w, r, "listing keys", err)
+				return
+			}
+			p.Listed = true
+			for _, rec := range recs {
+				p.Keys = append(p.Keys, keyRow{Record: rec, URL: c.keyURL(rec.Scope)})
+			}
+		}
+	}
+	c.render(w, r, http.StatusOK, "keys", "Keys", page{Data: p, Flash: flashOf(r)})
+}
+
+func validState(s idempotency.State) bool {
+	for _, v := range keyStates() {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// keyView is the key page.
+type keyView struct {
+	Scope   idempotency.Scope
+	Story   *explain.Story
+	Record  *idempotency.Record
+	Headers []headerLine
+	Body    bodyView
+	JobURL  string
+	Version string
+	// Final: nothing on the page changes by itself any more.
+	Final                 bool
+	CanResolve, CanDelete bool
+}
+
+func scopeParam(r *http.Request) idempotency.Scope {
+	return idempotency.Scope{Tenant: param(r, "tenant"), Route: param(r, "route"), Key: param(r, "key")}
+}
+
+func (c *console) keyStory(r *http.Request, scope idempotency.Scope) (keyView, int, error) {
+	v := keyView{Scope: scope}
+	story, err := c.opts.Stories.Key(r.Context(), scope)
+	switch {
+	case errors.Is(err, explain.ErrNotFound):
+		return v, http.StatusNotFound, err
+	case err != nil:
+		return v, http.StatusServiceUnavailable, err
+	}
+	v.Story = story
+	rec, err := c.opts.Keys.Get(r.Context(), scope)
+	switch {
+	case errors.Is(err, idempotency.ErrNotFound):
+	case err != nil:
+		return v, http.StatusServiceUnavailable, err
+	default:
+		v.Record = &rec
+		if rec.Response != nil {
+			v.Headers = headerLines(rec.Response.Header)
+			v.Body = viewBody(rec.Response.Body, rec.Response.BodyOmitted)
+		}
+		v.CanDelete = true
+		v.CanResolve = rec.State == idempotency.StateUnknown
+	}
+	if story.Job != nil {
+		v.JobURL = c.jobURL(string(story.Job.Id))
+	}
+	v.Final = v.Record == nil || v.Record.State != idempotency.StateInFlight
+	if story.Job != nil {
+		v.Final = v.Final && job.Status(story.Job.Status).Final()
+	}
+	v.Version = version(struct {
+		S *explain.Story
+		R *idempotency.Record
+	}{story, v.Record})
+	return v, http.StatusOK, nil
+}
+
+func (c *console) handleKey(w http.ResponseWriter, r *http.Request) {
+	scope := scopeParam(r)
+	v, status, err := c.keyStory(r, scope)
+	if err != nil {
+		c.storyFailed(w, r, status, "idempotency key "+scope.Key+" of "+scope.Tenant+"/"+scope.Route, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "key", "Key "+scope.Key, page{Data: v, Flash: flashOf(r), Live: c.keyURL(scope) + "/live", Version: v.Version})
+}
+
+func (c *console) handleKeyLive(w http.ResponseWriter, r *http.Request) {
+	v, status, err := c.keyStory(r, scopeParam(r))
+	if err != nil {
+		writeLive(w, status, live{})
+		return
+	}
+	state := ""
+	if v.Record != nil {
+		state = string(v.Record.State)
+	}
+	writeLive(w, http.StatusOK, live{Version: v.Version, Status: state, Final: v.Final})
+}
+
+// keyAction is one action on a key.
+type keyAction struct {
+	Name, Label, Explains string
+	applies               func(keyView) bool
+}
+
+func keyActions() []keyAction {
+	return []keyAction{
+		{"resolve", "Resolve",
+			"Resolve marks the key's unknown outcome as not processed: the record in the idempotency store goes from unknown to released, as POST /admin/keys/…/resolve does, and the next request with this key and the same body runs again, with a higher fencing token. Do it only once you know the first attempt had no effect.",
+			func(v keyView) bool { return v.CanResolve }},
+		{"delete", "Delete",
+			"Delete removes the idempotency record from the store whatever its state, as DELETE /admin/keys/… does, and forgets it in this gateway's replay cache: the next request with this key runs as a new one. A job the key created, and the claim ledger, stay.",
+			func(v keyView) bool { return v.CanDelete }},
+	}
+}
+
+func findKeyAction(name string) (keyAction, bool) {
+	for _, a := range keyActions() {
+		if a.Name == name {
+			return a, true
+		}
+	}
+	return keyAction{}, false
+}
+
+func (c *console) handleKeyConfirm(w http.ResponseWriter, r *http.Request) {
+	scope := scopeParam(r)
+	a, ok := findKeyAction(param(r, "action"))
+	if !ok {
+		c.fail(w, r, http.StatusNotFound, "No such action on a key.")
+		return
+	}
+	what := "idempotency key " + scope.Key + " of " + scope.Tenant + "/" + scope.Route
+	v, status, err := c.keyStory(r, scope)
+	if err != nil {
+		c.storyFailed(w, r, status, what, err)
+		return
+	}
+	if !a.applies(v) {
+		state := "gone"
+		if v.Record != nil {
+			state = string(v.Record.State)
+		}
+		c.fail(w, r, http.StatusConflict, a.Label+" does not apply to "+what+", whose record is "+state+".")
+		return
+	}
+	c.render(w, r, http.StatusOK, "confirm", a.Label+" key "+scope.Key, page{Data: confirmView{
+		Action: a.Name, Label: a.Label, Explains: a.Explains, Subject: what, Back: c.keyURL(scope)}})
+}
+
+func (c *console) handleKeyAction(w http.ResponseWriter, r *http.Request) {
+	scope := scopeParam(r)
+	a, ok := findKeyAction(param(r, "action"))
+	if !ok {
+		c.fail(w, r, http.StatusNotFound, "No such action on a key.")
+		return
+	}
+	ctx := r.Context()
+	log := c.opts.Logger.With("tenant", scope.Tenant, "route", scope.Route, "idempotency_key", scope.Key)
+	switch a.Name {
+	case "resolve":
+		err := c.opts.Keys.Resolve(ctx, scope)
+		switch {
+		case errors.Is(err, idempotency.ErrNotFound):
+			c.fail(w, r, http.StatusNotFound, "No idempotency record for this key.")
+		case errors.Is(err, idempotency.ErrNotUnknown):
+			c.fail(w, r, http.StatusConflict, "Only a record whose outcome is unknown can be resolved; delete it instead.")
+		case err != nil:
+			c.actionFailed(w, r, "resolve", err)
+		default:
+			log.InfoContext(ctx, "unknown outcome released by an operator from the console")
+			seeOther(w, r, c.keyURL(scope), "resolved")
+		}
+	case "delete":
+		if _, err := c.opts.Keys.Get(ctx, scope); errors.Is(err, idempotency.ErrNotFound) {
+			c.fail(w, r, http.StatusNotFound, "No idempotency record for this key.")
+			return
+		}
+		if err := c.opts.Keys.Delete(ctx, scope); err != nil {
+			c.actionFailed(w, r, "delete", err)
+			return
+		}
+		if c.opts.Forget != nil {
+			c.opts.Forget(scope)
+		}
+		log.InfoContext(ctx, "idempotency record deleted by an operator from the console")
+		seeOther(w, r, c.opts.Prefix+"/keys?tenant="+url.QueryEscape(scope.Tenant)+"&route="+url.QueryEscape(scope.Route), "key-deleted")
+	}
+}

@@ -1,0 +1,201 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"html/template"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// MaxBodyPreview caps the stored body a key page shows.
+const MaxBodyPreview = 64 << 10
+
+// masked replaces what the console never shows.
+const masked = "•••• (hidden)"
+
+func (c *console) funcs() template.FuncMap {
+	return template.FuncMap{
+		"jobURL":  c.jobURL,
+		"keyHref": c.keyURL,
+		"time":   formatTime,
+		"ago":    func(t time.Time) string { return ago(c.opts.Now(), t) },
+		"deref": func(p any) any {
+			switch v := p.(type) {
+			case *string:
+				if v == nil {
+					return ""
+				}
+				return *v
+			case *int64:
+				if v == nil {
+					return ""
+				}
+				return *v
+			case *int:
+				if v == nil {
+					return ""
+				}
+				return *v
+			case *time.Time:
+				if v == nil {
+					return ""
+				}
+				return formatTime(*v)
+			}
+			return p
+		},
+	}
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000Z")
+}
+
+// ago is how long before now t was, rounded for a reader.
+func ago(now, t time.Time) string {
+	d := now.Sub(t)
+	switch {
+	case d < time.Minute:
+		return d.Round(time.Second).String() + " ago"
+	case d < time.Hour:
+		return d.Round(time.Minute).String() + " ago"
+	default:
+		return d.Round(time.Hour).String() + " ago"
+	}
+}
+
+// secretHeader reports whether a stored header's values are hidden: the
+// credentials a request or answer may carry.
+func secretHeader(name string) bool {
+	n := strings.ToLower(name)
+	switch n {
+	case "authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key":
+		return true
+	}
+	return strings.Contains(n, "secret") || strings.Contains(n, "signature") || strings.Contains(n, "password")
+}
+
+// secretField reports whether a JSON member's value is hidden in a
+// payload or body the console shows.
+func secretField(name string) bool {
+	n := strings.ToLower(name)
+	return strings.Contains(n, "secret") || strings.Contains(n, "password") || n == "api_key" || n == "apikey" ||
+		n == "authorization" || strings.HasSuffix(n, "_sha256") || n == "api_key_hash"
+}
+
+// headerLine is one stored header as the key page lists it.
+type headerLine struct{ Name, Value string }
+
+func headerLines(h http.Header) []headerLine {
+	names := make([]string, 0, len(h))
+	for k := range h {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	var out []headerLine
+	for _, k := range names {
+		for _, v := range h[k] {
+			if secretHeader(k) {
+				v = masked
+			}
+			out = append(out, headerLine{k, v})
+		}
+	}
+	return out
+}
+
+// bodyView is a stored body as the key page shows it: pretty JSON when it
+// is JSON, else text, capped at MaxBodyPreview. html/template escapes it
+// wherever it is written.
+type bodyView struct {
+	Text    string
+	JSON    bool
+	Size    int
+	Capped  bool
+	Omitted bool
+	Binary  bool
+}
+
+func viewBody(b []byte, omitted bool) bodyView {
+	v := bodyView{Size: len(b), Omitted: omitted}
+	if pretty, ok := prettyJSON(b); ok {
+		v.JSON, b = true, pretty
+	}
+	if len(b) > MaxBodyPreview {
+		b, v.Capped = b[:MaxBodyPreview], true
+		for i := 0; i < utf8.UTFMax && len(b) > 0; i++ { // a rune cut in two
+			if r, size := utf8.DecodeLastRune(b); r != utf8.RuneError || size != 1 {
+				break
+			}
+			b = b[:len(b)-1]
+		}
+	}
+	if !utf8.Valid(b) {
+		v.Binary = true
+		b = []byte(strings.ToValidUTF8(string(b), "\uFFFD"))
+	}
+	v.Text = string(b)
+	return v
+}
+
+// prettyJSON indents a JSON document and hides the values of members
+// whose names say they are secrets; ok is false for anything that is not
+// one JSON value.
+func prettyJSON(b []byte) ([]byte, bool) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || !json.Valid(b) {
+		return nil, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, false
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // html/template escapes it where it is written
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(maskJSON(v)); err != nil {
+		return nil, false
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), true
+}
+
+func maskJSON(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if secretField(k) {
+				x[k] = masked
+			} else {
+				x[k] = maskJSON(e)
+			}
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = maskJSON(e)
+		}
+	}
+	return v
+}
+
+// pretty is v as indented JSON, secrets hidden, for a <pre>.
+func pretty(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	out, ok := prettyJSON(b)
+	if !ok {
+		return string(b)
+	}
+	return string(out)
+}
