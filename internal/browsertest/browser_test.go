@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
@@ -260,6 +261,24 @@ func (tb *tab) bodyText() string {
 func jsString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// prefersColorScheme makes the tab's pages see the system setting
+// "light" or "dark", and returns the page's background brightness (the
+// mean of its red, green and blue, 0 to 255).
+func (tb *tab) prefersColorScheme(t testing.TB, scheme string) float64 {
+	t.Helper()
+	_, err := chromedp.Call(tb.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+		Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}},
+	})
+	if err != nil {
+		t.Fatalf("emulate prefers-color-scheme %s: %v", scheme, err)
+	}
+	v, err := eval[float64](tb, `(() => { const c = getComputedStyle(document.body).backgroundColor.match(/[\d.]+/g).map(Number); return (c[0] + c[1] + c[2]) / 3 })()`)
+	if err != nil {
+		t.Fatalf("the page's background: %v", err)
+	}
+	return v
 }
 
 // screenshot saves the whole page as docs/NAME.png when screenshots are
