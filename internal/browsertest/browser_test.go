@@ -187,6 +187,16 @@ func (tb *tab) click(t testing.TB, sel string) {
 	}
 }
 
+// typeInto types text into the input sel, as a keyboard does.
+func (tb *tab) typeInto(t testing.TB, sel, text string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(sel), text, chromedp.NodeVisible)); err != nil {
+		t.Fatalf("type into %s: %v", sel, err)
+	}
+}
+
 // eval evaluates a JavaScript expression and decodes its JSON value into
 // T; a page that is navigating makes it fail, so callers retry.
 func eval[T any](tb *tab, expr string) (T, error) {

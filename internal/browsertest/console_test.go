@@ -110,6 +110,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	})
 
 	t.Run("overview and lists", func(t *testing.T) { overview(t, ops) })
+	t.Run("key lookup", func(t *testing.T) { keyLookup(t, ops, "takeover-"+run) })
 
 	t.Run("no request to another origin", func(t *testing.T) {
 		foreign, total := b.foreignRequests()
@@ -335,6 +336,23 @@ func overview(t *testing.T, tb *tab) {
 	tb.open(t, "/admin/ui/jobs?status=succeeded")
 	tb.waitFor(t, "the succeeded jobs listed", 20*time.Second, `document.querySelectorAll('#jobs tr.job[data-status="succeeded"] a.job-link').length >= 3`)
 	tb.screenshot(t, "console-jobs")
+}
+
+// keyLookup: the lookup form, filled in as an operator types, opens the
+// key's page; the recent keys of the route list it with its state.
+func keyLookup(t *testing.T, tb *tab, key string) {
+	tb.open(t, "/admin/ui/keys")
+	tb.typeInto(t, `form#key-lookup input[name="tenant"]`, tenant)
+	tb.typeInto(t, `form#key-lookup input[name="route"]`, "slow")
+	tb.typeInto(t, `form#key-lookup input[name="key"]`, key)
+	tb.click(t, `form#key-lookup button[type="submit"]`)
+	tb.waitFor(t, "the looked-up key's page", 20*time.Second,
+		fmt.Sprintf(`location.pathname === %s && document.querySelectorAll("ol#claims li.claim").length === 2`, jsString("/admin/ui/keys/"+tenant+"/slow/"+key)))
+
+	tb.open(t, "/admin/ui/keys?tenant="+tenant+"&route=slow&state=completed")
+	tb.waitFor(t, "the key among the route's completed keys", 20*time.Second,
+		fmt.Sprintf(`document.querySelector('#keys tr.key[data-key=%s][data-state="completed"]')`, jsString(key)))
+	tb.screenshot(t, "console-keys")
 }
 
 // adminStatus is the status of an authorized GET on the admin API.
