@@ -21,8 +21,8 @@ func (c *console) funcs() template.FuncMap {
 	return template.FuncMap{
 		"jobURL":  c.jobURL,
 		"keyHref": c.keyURL,
-		"time":   formatTime,
-		"ago":    func(t time.Time) string { return ago(c.opts.Now(), t) },
+		"time":    formatTime,
+		"ago":     func(t time.Time) string { return ago(c.opts.Now(), t) },
 		"deref": func(p any) any {
 			switch v := p.(type) {
 			case *string:
