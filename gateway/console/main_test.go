@@ -23,6 +23,7 @@ import (
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
 	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/reconcile"
@@ -261,3 +262,9 @@ func text(n *html.Node) string {
 	}
 	return strings.Join(strings.Fields(b.String()), " ")
 }
+
+// The stores that can list keys do, as the console expects.
+var (
+	_ console.RecentKeys = (*pgstore.Store)(nil)
+	_ console.RecentKeys = (*memstore.Store)(nil)
+)
