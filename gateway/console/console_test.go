@@ -136,8 +136,8 @@ func TestStoredBodyIsTextAndSecretsAreMasked(t *testing.T) {
 	if !strings.Contains(body, "&lt;script&gt;document.title") {
 		t.Error("the stored body is not shown escaped")
 	}
-	if strings.Contains(body, "s3cr3t-cookie") {
-		t.Error("the stored Set-Cookie value is shown")
+	if strings.Contains(body, "s3cr3t") {
+		t.Error("a stored credential header's value is shown")
 	}
 	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
 		t.Errorf("Content-Security-Policy %q", csp)
@@ -149,10 +149,42 @@ func TestStoredBodyIsTextAndSecretsAreMasked(t *testing.T) {
 	if find(byID(doc, "stored-body"), func(n *html.Node) bool { return n.Data == "script" || n.Data == "b" }) != nil {
 		t.Error("#stored-body holds elements")
 	}
+	headers := map[string]string{}
+	for _, row := range find(byID(doc, "stored-headers"), func(n *html.Node) bool { return n.Data == "tr" }) {
+		if cells := find(row, func(n *html.Node) bool { return n.Data == "td" || n.Data == "th" }); len(cells) == 2 {
+			headers[text(cells[0])] = text(cells[1])
+		}
+	}
+	if headers["Content-Type"] != "text/html" || headers["Authorization"] == "" || headers["X-Partner-Secret"] == "" {
+		t.Errorf("stored headers %v, want Content-Type shown and the credentials listed, masked", headers)
+	}
 	scripts := find(doc, func(n *html.Node) bool { return n.Data == "script" })
 	for _, s := range scripts {
 		if src, _ := attr(s, "src"); src != "/admin/ui/static/console.js" {
 			t.Errorf("a script other than the console's: src %q", src)
+		}
+	}
+}
+
+// A JSON body is shown indented, its secret-named members masked, its
+// markup as text.
+func TestStoredJSONBodyIsIndentedAndMasked(t *testing.T) {
+	v := setup(t)
+	if resp := v.call(t, "acme", "/v1/pages", "page-json", `{"want":"json"}`); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("proxied call: %d", resp.StatusCode)
+	}
+	resp, body := v.adminDo(t, http.MethodGet, "/admin/ui/keys/acme/pages/page-json")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("key page: %d", resp.StatusCode)
+	}
+	if strings.Contains(body, "s3cr3t") || strings.Contains(body, "<i>Ann") {
+		t.Error("a secret member, or the body's markup, reached the page")
+	}
+	doc, _ := html.Parse(strings.NewReader(body))
+	got := text(byID(doc, "stored-body"))
+	for _, want := range []string{`"id": "p-1"`, `"client_secret": "•••• (hidden)"`, `"password": "•••• (hidden)"`, `"name": "<i>Ann</i>"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("#stored-body %q lacks %q", got, want)
 		}
 	}
 }

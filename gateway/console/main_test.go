@@ -34,7 +34,8 @@ const adminToken = "console-test-token"
 // env is a gateway on real PostgreSQL and Redis with the console mounted
 // on its admin listener, as `idemgate serve` mounts it: an enqueue route
 // (invoices, on a private queue) and a proxied route (pages) whose
-// upstream answers HTML with a cookie.
+// upstream answers HTML, or JSON when the request mentions json, with
+// a secret header and credentials.
 type env struct {
 	g         *gateway.Gateway
 	store     *pgstore.Store
@@ -66,8 +67,16 @@ func setup(t *testing.T) *env {
 	sub.Inspector = inspector
 
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Partner-Secret", "s3cr3t-header")
+		w.Header().Set("Authorization", "Bearer s3cr3t-bearer")
+		if strings.Contains(string(body), "json") {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, `{"id":"p-1","client_secret":"s3cr3t-member","owner":{"password":"s3cr3t-nested","name":"<i>Ann</i>"}}`)
+			return
+		}
 		w.Header().Set("Content-Type", "text/html")
-		w.Header().Set("Set-Cookie", "session=s3cr3t-cookie")
 		w.WriteHeader(http.StatusCreated)
 		_, _ = io.WriteString(w, `<script>document.title="pwned"</script><b>made</b>`)
 	}))
