@@ -47,7 +47,7 @@ func (c *console) handleJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	if c.opts.Jobs == nil {
 		p.NoJobs = "Jobs are kept in PostgreSQL, and this gateway has no database_url."
-		c.render(w, r, http.StatusOK, "jobs", "Jobs", page{Data: p})
+		c.render(w, r, http.StatusOK, "jobs", "Jobs", page{Data: p, Flash: flashOf(r)})
 		return
 	}
 	jobs, next, err := c.opts.Jobs.List(r.Context(), p.Filter, pageSize)
@@ -70,7 +70,7 @@ func (c *console) handleJobs(w http.ResponseWriter, r *http.Request) {
 		nq.Set("after", string(next))
 		p.Next = c.opts.Prefix + "/jobs?" + nq.Encode()
 	}
-	c.render(w, r, http.StatusOK, "jobs", "Jobs", page{Data: p})
+	c.render(w, r, http.StatusOK, "jobs", "Jobs", page{Data: p, Flash: flashOf(r)})
 }
 
 func validStatus(s job.Status) bool {

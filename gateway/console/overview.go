@@ -13,8 +13,8 @@ import (
 
 // overview is the first page.
 type overview struct {
-	Window   time.Duration
-	Requests []gateway.RecentRow
+	WindowMinutes int
+	Requests      []gateway.RecentRow
 	// Statuses counts jobs by status; NoJobs says why there are none.
 	Statuses []statusCount
 	NoJobs   string
@@ -36,7 +36,7 @@ type stuckJob struct {
 const maxStuckShown = 50
 
 func (c *console) handleOverview(w http.ResponseWriter, r *http.Request) {
-	o := overview{Window: gateway.RecentWindow, Requests: c.opts.Requests.Rows()}
+	o := overview{WindowMinutes: int(gateway.RecentWindow / time.Minute), Requests: c.opts.Requests.Rows()}
 	if c.opts.Jobs == nil {
 		o.NoJobs = "Jobs are kept in PostgreSQL, and this gateway has no database_url."
 	} else {

@@ -21,8 +21,8 @@ func (c *console) funcs() template.FuncMap {
 	return template.FuncMap{
 		"jobURL":  c.jobURL,
 		"keyHref": c.keyURL,
-		"time":   formatTime,
-		"ago":    func(t time.Time) string { return ago(c.opts.Now(), t) },
+		"time":    formatTime,
+		"ago":     func(t time.Time) string { return ago(c.opts.Now(), t) },
 		"deref": func(p any) any {
 			switch v := p.(type) {
 			case *string:
@@ -145,9 +145,9 @@ func viewBody(b []byte, omitted bool) bodyView {
 	return v
 }
 
-// prettyJSON indents a JSON document and hides the values of members
-// whose names say they are secrets; ok is false for anything that is not
-// one JSON value.
+// prettyJSON indents a JSON document, members in the order written, and
+// hides the values of members whose names say they are secrets; ok is
+// false for anything that is not one JSON value.
 func prettyJSON(b []byte) ([]byte, bool) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || !json.Valid(b) {
@@ -155,36 +155,82 @@ func prettyJSON(b []byte) ([]byte, bool) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	var out bytes.Buffer
+	if err := writeValue(&out, dec, 0); err != nil {
 		return nil, false
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false) // html/template escapes it where it is written
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(maskJSON(v)); err != nil {
-		return nil, false
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), true
+	return out.Bytes(), true
 }
 
-func maskJSON(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			if secretField(k) {
-				x[k] = masked
-			} else {
-				x[k] = maskJSON(e)
+// writeValue copies the next JSON value of dec to out, indented by depth.
+func writeValue(out *bytes.Buffer, dec *json.Decoder, depth int) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	delim, ok := tok.(json.Delim)
+	if !ok {
+		return writeScalar(out, tok)
+	}
+	closing := byte(']')
+	if delim == '{' {
+		closing = '}'
+	}
+	out.WriteByte(byte(delim))
+	n := 0
+	for dec.More() {
+		if n > 0 {
+			out.WriteByte(',')
+		}
+		n++
+		out.WriteByte('\n')
+		out.WriteString(strings.Repeat("  ", depth+1))
+		if delim == '{' {
+			name, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			key, _ := name.(string)
+			if err := writeScalar(out, key); err != nil {
+				return err
+			}
+			out.WriteString(": ")
+			if secretField(key) {
+				var skip json.RawMessage
+				if err := dec.Decode(&skip); err != nil {
+					return err
+				}
+				_ = writeScalar(out, masked)
+				continue
 			}
 		}
-	case []any:
-		for i, e := range x {
-			x[i] = maskJSON(e)
+		if err := writeValue(out, dec, depth+1); err != nil {
+			return err
 		}
 	}
-	return v
+	if _, err := dec.Token(); err != nil { // the closing delimiter
+		return err
+	}
+	if n > 0 {
+		out.WriteByte('\n')
+		out.WriteString(strings.Repeat("  ", depth))
+	}
+	out.WriteByte(closing)
+	return nil
+}
+
+func writeScalar(out *bytes.Buffer, v any) error {
+	if n, ok := v.(json.Number); ok {
+		out.WriteString(n.String())
+		return nil
+	}
+	enc := json.NewEncoder(out)
+	enc.SetEscapeHTML(false) // html/template escapes it where it is written
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	out.Truncate(out.Len() - 1) // Encode's newline
+	return nil
 }
 
 // pretty is v as indented JSON, secrets hidden, for a <pre>.

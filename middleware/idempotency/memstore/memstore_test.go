@@ -21,3 +21,8 @@ func TestConformance(t *testing.T) {
 func TestConformanceBounded(t *testing.T) {
 	idempotencytest.Run(t, func(*testing.T) idempotency.Store { return memstore.New(memstore.WithMaxBytes(1 << 30)) }, idempotencytest.TokensFromOne())
 }
+
+func TestRecent(t *testing.T) {
+	t.Parallel()
+	idempotencytest.Recent(t, memstore.New())
+}

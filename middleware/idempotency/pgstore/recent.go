@@ -7,27 +7,28 @@ import (
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
-// RecentScan bounds Recent: it reads at most this many of the most
-// recently written live records of every route, through the expires_at
-// index the janitor uses, and keeps those of the tenant and route asked.
+// RecentScan bounds Recent: it reads at most this many live records of
+// every route, those that expire last, through the expires_at index the
+// janitor uses, and keeps those of the tenant and route asked.
 const RecentScan = 20000
 
 // Recent returns at most limit live records of tenant and route, the most
 // recently written first, in state when state is not "" (the operator
-// console's list of keys). A record's expires_at is its last write plus
-// its route's retention, so within one route it orders records by their
-// last write, and the table's expires_at index serves the scan without an
-// index of its own on the hot path's table. The scan is bounded by
-// RecentScan: a route quiet while others are busy may show fewer keys than
-// it has; any of them is still found by its key. Stored bodies are not
-// read: the list shows the stored status only.
+// console's list of keys). A record's expires_at follows its claim or its
+// completion by its route's retention, so the records that expire last are
+// the recent ones, and the table's expires_at index finds them without an
+// index of its own on the hot path's table (a new index there would cost
+// every claim). The scan is bounded by RecentScan: a route quiet while
+// others are busy may show fewer keys than it has; any of them is still
+// found by its key. Stored bodies are not read: the list shows the stored
+// status only.
 func (s *Store) Recent(ctx context.Context, tenant, route string, state idempotency.State, limit int) ([]idempotency.Record, error) {
 	const q = `
 SELECT key, fingerprint, state, fencing_token, owner, lease_until,
 	coalesce(response_status, 0), response_headers, NULL::bytea, body_omitted, created_at, updated_at, expires_at
 FROM (SELECT * FROM idempotency_records WHERE expires_at > now() ORDER BY expires_at DESC LIMIT $5) r
 WHERE tenant = $1 AND route = $2 AND ($3 = '' OR state = $3)
-ORDER BY expires_at DESC, key
+ORDER BY updated_at DESC, key
 LIMIT $4`
 	if limit <= 0 {
 		return nil, nil
