@@ -59,10 +59,11 @@ test: node ## start the services, then go vet and go test -race every package (i
 	  $(GO) test -race -count=1 -timeout 20m ./...
 
 # The console's pages as the README shows them: the browser test run alone,
-# saving docs/console-*.png.
+# saving docs/console-*.png. It needs Redis, PostgreSQL and chromium (which
+# --topology installs), not the Redis Cluster.
 .PHONY: screenshots
 screenshots: ## run the console's browser test in headless Chromium and save its screenshots to docs/console-*.png
-	@$(WITH_SERVICES) \
+	@eval "$$($(SERVICES) --topology)"; export TEST_REDIS_URL="$$REDIS_URL" TEST_DATABASE_URL="$$DATABASE_URL" TEST_TOPOLOGY=1; \
 	  $(GO) build -o bin/idemgate-examples ./examples/cmd/idemgate-examples; \
 	  IDEMGATE_SCREENSHOTS=1 IDEMGATE_EXAMPLES_BIN=$(CURDIR)/bin/idemgate-examples \
 	  $(GO) test -count=1 -run '^TestConsoleInBrowser$$' -v ./internal/browsertest
