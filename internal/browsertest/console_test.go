@@ -60,6 +60,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	live := b.newTab(true)
 	live.open(t, "/admin/ui/jobs/"+liveID)
 	live.waitFor(t, "the live payment's page says processing", 20*time.Second, statusIs("processing"))
+	// The third attempt is on the timeline, still running: its worker
+	// died without ending it.
+	if got := outcomesOf(live.items(t, "ol#attempts li.attempt")); got != "unavailable,unavailable," {
+		t.Errorf("attempts while the worker is dead: %q, want two unavailable and one running", got)
+	}
 	opened := live.navigations()
 	if _, err := eval[bool](live, "window.__openedOnce = true"); err != nil {
 		t.Fatal(err)
@@ -86,6 +91,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Logf("attempts: %v", attempts)
 		if got := strings.Join(outcomes, ","); got != "unavailable,unavailable,crashed,succeeded" {
 			t.Errorf("attempts on the timeline: %s, want unavailable,unavailable,crashed,succeeded", got)
+		}
+		if len(attempts) == 0 {
+			t.FailNow()
 		}
 		last := attempts[len(attempts)-1]["token"]
 		if v := live.text(t, "#verdict"); !strings.Contains(v, "succeeded once") || !strings.Contains(v, "token "+last) {
@@ -127,6 +135,15 @@ func TestConsoleInBrowser(t *testing.T) {
 // statusIs is the predicate: #job-status says status.
 func statusIs(status string) string {
 	return fmt.Sprintf(`document.querySelector("#job-status") && document.querySelector("#job-status").textContent.trim() === %s`, jsString(status))
+}
+
+// outcomesOf is the attempts' outcomes, comma-separated.
+func outcomesOf(attempts []map[string]string) string {
+	var out []string
+	for _, a := range attempts {
+		out = append(out, a["outcome"])
+	}
+	return strings.Join(out, ",")
 }
 
 // risingTokens checks the attempts' tokens rise along the timeline and
