@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/hibiken/asynq"
+	"go.uber.org/goleak"
 	"golang.org/x/net/html"
 
 	"github.com/idemgate/idemgate/examples/schemas"
@@ -28,6 +29,9 @@ import (
 	"github.com/idemgate/idemgate/openapi"
 	"github.com/idemgate/idemgate/reconcile"
 )
+
+// TestMain fails the package when a test leaves a goroutine behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const adminToken = "console-test-token"
 
