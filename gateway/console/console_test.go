@@ -60,8 +60,8 @@ func TestPagesShowWhatTheStoresHold(t *testing.T) {
 	if d := text(byID(doc, "job-document")); !strings.Contains(d, id) {
 		t.Errorf("#job-document = %q, want the job's document", d)
 	}
-	if byID(doc, "action-requeue") == nil || byID(doc, "action-replay") != nil || byID(doc, "action-delete") != nil {
-		t.Error("a queued job's page: want requeue only")
+	if byID(doc, "action-requeue") == nil || byID(doc, "action-cancel") == nil || byID(doc, "action-replay") != nil || byID(doc, "action-delete") != nil {
+		t.Error("a queued job's page: want requeue and cancel only")
 	}
 	main := find(doc, func(n *html.Node) bool { return n.Data == "main" })[0]
 	if live, _ := attr(main, "data-live"); live != "/admin/ui/jobs/"+id+"/live" {
@@ -231,6 +231,21 @@ func TestJobActions(t *testing.T) {
 	}
 	if info, err := v.inspector.GetTaskInfo(v.queue, failed); err != nil || info.State.String() != "pending" {
 		t.Errorf("after replay the task is %v, %v; want pending", info, err)
+	}
+
+	cancelled := v.invoice(t, "acme", "cancel-1", "o-4")
+	resp = v.post(t, "/admin/ui/jobs/"+cancelled+"/cancel")
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc != "/admin/ui/jobs/"+cancelled+"?done=cancelled" {
+		t.Fatalf("cancel: %d Location %q", resp.StatusCode, loc)
+	}
+	if rec, err := v.records.ByID(ctx, cancelled); err != nil || rec.Status != job.StatusCancelled {
+		t.Errorf("after cancel the job is %v, %v; want cancelled", rec.Status, err)
+	}
+	if info, err := v.inspector.GetTaskInfo(v.queue, cancelled); err == nil {
+		t.Errorf("the cancelled job's task is still queued: %v", info.State)
+	}
+	if doc := v.page(t, "/admin/ui/jobs/"+cancelled); byID(doc, "action-cancel") != nil || byID(doc, "action-requeue") != nil {
+		t.Error("a cancelled job's page offers cancel or requeue")
 	}
 
 	dead := v.invoice(t, "acme", "failed-2", "o-3")

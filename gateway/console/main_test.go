@@ -118,6 +118,7 @@ func setup(t *testing.T) *env {
 		Jobs:        job.NewRecords(pool),
 		Requeue:     job.NewRelay(sub, inspector, job.RelayOptions{}),
 		DeadLetters: job.NewDeadLetters(sub, inspector),
+		Cancel:      sub,
 		Stuck:       console.StuckJobs(pool, reconcile.Options{StuckAfter: explain.DefaultStuckAfter}),
 		QueuesPath:  "/admin/queues",
 		Logger:      slog.New(slog.DiscardHandler),
