@@ -196,9 +196,19 @@ func TestJobActions(t *testing.T) {
 	v := setup(t)
 	ctx := t.Context()
 	stuck := v.invoice(t, "acme", "stuck-1", "o-1")
-	// The broker lost its task.
+	// The broker lost its task, and the job has been waiting for an hour.
 	if err := v.inspector.DeleteTask(v.queue, stuck); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := v.pool.Exec(ctx, `UPDATE jobs SET updated_at = now() - interval '1 hour' WHERE id = $1`, stuck); err != nil {
+		t.Fatal(err)
+	}
+	links := find(byID(v.page(t, "/admin/ui/"), "stuck-jobs"), func(n *html.Node) bool { return n.Data == "a" })
+	if len(links) != 1 || text(links[0]) != stuck {
+		t.Fatalf("#stuck-jobs lists %d links, want the one stuck job", len(links))
+	}
+	if href, _ := attr(links[0], "href"); href != "/admin/ui/jobs/"+stuck {
+		t.Errorf("stuck job link %q", href)
 	}
 	resp := v.post(t, "/admin/ui/jobs/"+stuck+"/requeue")
 	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc != "/admin/ui/jobs/"+stuck+"?done=requeued" {
