@@ -55,6 +55,12 @@ type Requeuer interface {
 	Requeue(ctx context.Context, id string) (job.Record, bool, error)
 }
 
+// Canceller cancels a job whatever its tenant (*job.Submitter, what
+// `idemgate jobs cancel` and POST /admin/jobs/{id}/cancel run).
+type Canceller interface {
+	CancelByID(ctx context.Context, id string) (job.Record, bool, error)
+}
+
 // DeadLetters replays and deletes failed jobs (*job.DeadLetters, what
 // `idemgate dlq` runs).
 type DeadLetters interface {
@@ -80,6 +86,8 @@ type Options struct {
 	// (the gateway has no Redis).
 	Requeue     Requeuer
 	DeadLetters DeadLetters
+	// Cancel cancels jobs; nil leaves the action out.
+	Cancel Canceller
 	// Stuck lists the stuck jobs (StuckJobs); nil leaves them out.
 	Stuck func(ctx context.Context) ([]reconcile.Violation, error)
 	// Requests are the gateway's recent requests by tenant and route.
@@ -308,6 +316,10 @@ func flashOf(r *http.Request) string {
 		return "Nothing to requeue: the job already succeeded."
 	case "replayed":
 		return "Replayed: the failed job is queued again and its task is back in the queue."
+	case "cancelled":
+		return "Cancelled: no attempt of the job starts any more."
+	case "cancelling":
+		return "Cancelling: an attempt is in flight; its end decides between succeeded and cancelled."
 	case "job-deleted":
 		return "Deleted: the failed job's record and its task are gone."
 	case "resolved":

@@ -60,8 +60,8 @@ func TestPagesShowWhatTheStoresHold(t *testing.T) {
 	if d := text(byID(doc, "job-document")); !strings.Contains(d, id) {
 		t.Errorf("#job-document = %q, want the job's document", d)
 	}
-	if byID(doc, "action-requeue") == nil || byID(doc, "action-replay") != nil || byID(doc, "action-delete") != nil {
-		t.Error("a queued job's page: want requeue only")
+	if byID(doc, "action-requeue") == nil || byID(doc, "action-cancel") == nil || byID(doc, "action-replay") != nil || byID(doc, "action-delete") != nil {
+		t.Error("a queued job's page: want requeue and cancel only")
 	}
 	main := find(doc, func(n *html.Node) bool { return n.Data == "main" })[0]
 	if live, _ := attr(main, "data-live"); live != "/admin/ui/jobs/"+id+"/live" {
@@ -196,9 +196,19 @@ func TestJobActions(t *testing.T) {
 	v := setup(t)
 	ctx := t.Context()
 	stuck := v.invoice(t, "acme", "stuck-1", "o-1")
-	// The broker lost its task.
+	// The broker lost its task, and the job has been waiting for an hour.
 	if err := v.inspector.DeleteTask(v.queue, stuck); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := v.pool.Exec(ctx, `UPDATE jobs SET updated_at = now() - interval '1 hour' WHERE id = $1`, stuck); err != nil {
+		t.Fatal(err)
+	}
+	links := find(byID(v.page(t, "/admin/ui/"), "stuck-jobs"), func(n *html.Node) bool { return n.Data == "a" })
+	if len(links) != 1 || text(links[0]) != stuck {
+		t.Fatalf("#stuck-jobs lists %d links, want the one stuck job", len(links))
+	}
+	if href, _ := attr(links[0], "href"); href != "/admin/ui/jobs/"+stuck {
+		t.Errorf("stuck job link %q", href)
 	}
 	resp := v.post(t, "/admin/ui/jobs/"+stuck+"/requeue")
 	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc != "/admin/ui/jobs/"+stuck+"?done=requeued" {
@@ -231,6 +241,21 @@ func TestJobActions(t *testing.T) {
 	}
 	if info, err := v.inspector.GetTaskInfo(v.queue, failed); err != nil || info.State.String() != "pending" {
 		t.Errorf("after replay the task is %v, %v; want pending", info, err)
+	}
+
+	cancelled := v.invoice(t, "acme", "cancel-1", "o-4")
+	resp = v.post(t, "/admin/ui/jobs/"+cancelled+"/cancel")
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc != "/admin/ui/jobs/"+cancelled+"?done=cancelled" {
+		t.Fatalf("cancel: %d Location %q", resp.StatusCode, loc)
+	}
+	if rec, err := v.records.ByID(ctx, cancelled); err != nil || rec.Status != job.StatusCancelled {
+		t.Errorf("after cancel the job is %v, %v; want cancelled", rec.Status, err)
+	}
+	if info, err := v.inspector.GetTaskInfo(v.queue, cancelled); err == nil {
+		t.Errorf("the cancelled job's task is still queued: %v", info.State)
+	}
+	if doc := v.page(t, "/admin/ui/jobs/"+cancelled); byID(doc, "action-cancel") != nil || byID(doc, "action-requeue") != nil {
+		t.Error("a cancelled job's page offers cancel or requeue")
 	}
 
 	dead := v.invoice(t, "acme", "failed-2", "o-3")

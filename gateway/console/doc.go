@@ -7,8 +7,8 @@
 // its effects and the verdict (internal/explain) — and acts through the
 // same code as the command line: requeue (job.Relay.Requeue, `idemgate
 // jobs requeue`), replay and delete of a failed job (job.DeadLetters,
-// `idemgate dlq`), resolve and delete of a key (the store, as the admin
-// API).
+// `idemgate dlq`), cancel (job.Submitter.CancelByID, `idemgate jobs
+// cancel`), resolve and delete of a key (the store, as the admin API).
 //
 // Every page is html/template output, readable without JavaScript; the
 // stylesheet and one small script are embedded and served from

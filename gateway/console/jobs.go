@@ -91,8 +91,8 @@ type jobView struct {
 	Version string
 	Final   bool
 	// The actions that apply.
-	CanRequeue, CanReplay, CanDelete bool
-	KeyURL                           string
+	CanRequeue, CanReplay, CanDelete, CanCancel bool
+	KeyURL                                      string
 }
 
 // jobStory reads everything the job page shows.
@@ -125,6 +125,7 @@ func (c *console) jobStory(r *http.Request, id string) (jobView, int, error) {
 	v.CanRequeue = c.opts.Requeue != nil && !st.Final()
 	v.CanReplay = c.opts.DeadLetters != nil && st == job.StatusFailed
 	v.CanDelete = c.opts.DeadLetters != nil && st == job.StatusFailed
+	v.CanCancel = c.opts.Cancel != nil && st.Runnable()
 	v.KeyURL = c.keyURL(scopeOfJob(story))
 	v.Version = version(story)
 	return v, http.StatusOK, nil
@@ -196,6 +197,9 @@ func jobActions() []jobAction {
 		{"delete", "Delete",
 			"Delete removes the failed job, as `idemgate dlq delete` does: its archived task from the queue and its record from the jobs table. The attempt ledger and the execution of its business key stay; the idempotency record of its request is not touched.",
 			func(v jobView) bool { return v.CanDelete }},
+		{"cancel", "Cancel",
+			"Cancel stops the job, as `idemgate jobs cancel` and POST /admin/jobs/{id}/cancel do: a job waiting for a worker (scheduled, queued, retrying) becomes cancelled at once and its task is deleted from the queue; a job whose attempt is in flight becomes cancelling, its resource's fencing token moves past the attempt's so the attempt cannot commit a fenced write, and the attempt's end decides between succeeded and cancelled.",
+			func(v jobView) bool { return v.CanCancel }},
 	}
 }
 
@@ -274,6 +278,26 @@ func (c *console) handleJobAction(w http.ResponseWriter, r *http.Request) {
 		}
 		log.InfoContext(ctx, "failed job replayed by an operator from the console")
 		seeOther(w, r, c.jobURL(id), "replayed")
+		return
+	case "cancel":
+		if c.opts.Cancel == nil {
+			break
+		}
+		rec, _, err := c.opts.Cancel.CancelByID(ctx, id)
+		switch {
+		case errors.Is(err, job.ErrNotFound):
+			c.fail(w, r, http.StatusNotFound, "No job "+id+".")
+		case errors.Is(err, job.ErrNotCancellable):
+			c.fail(w, r, http.StatusConflict, "Job "+id+" is "+string(rec.Status)+" and cannot be cancelled: its end is already decided.")
+		case err != nil:
+			c.actionFailed(w, r, "cancel", err)
+		case rec.Status == job.StatusCancelling:
+			log.InfoContext(ctx, "job cancel requested by an operator from the console; an attempt is in flight")
+			seeOther(w, r, c.jobURL(id), "cancelling")
+		default:
+			log.InfoContext(ctx, "job cancelled by an operator from the console")
+			seeOther(w, r, c.jobURL(id), "cancelled")
+		}
 		return
 	case "delete":
 		if c.opts.DeadLetters == nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 	"golang.org/x/net/html"
 
@@ -42,6 +43,7 @@ const adminToken = "console-test-token"
 // a secret header and credentials.
 type env struct {
 	g         *gateway.Gateway
+	pool      *pgxpool.Pool
 	store     *pgstore.Store
 	records   *job.Records
 	inspector *asynq.Inspector
@@ -118,6 +120,7 @@ func setup(t *testing.T) *env {
 		Jobs:        job.NewRecords(pool),
 		Requeue:     job.NewRelay(sub, inspector, job.RelayOptions{}),
 		DeadLetters: job.NewDeadLetters(sub, inspector),
+		Cancel:      sub,
 		Stuck:       console.StuckJobs(pool, reconcile.Options{StuckAfter: explain.DefaultStuckAfter}),
 		QueuesPath:  "/admin/queues",
 		Logger:      slog.New(slog.DiscardHandler),
@@ -126,7 +129,7 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	g.AdminMount(console.DefaultPrefix, h)
-	v := &env{g: g, store: store, records: job.NewRecords(pool), inspector: inspector, queue: queue,
+	v := &env{g: g, pool: pool, store: store, records: job.NewRecords(pool), inspector: inspector, queue: queue,
 		public: httptest.NewServer(g.Handler()), admin: httptest.NewServer(g.AdminHandler())}
 	t.Cleanup(v.public.Close)
 	t.Cleanup(v.admin.Close)

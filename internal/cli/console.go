@@ -53,7 +53,11 @@ func mountConsole(g *gateway.Gateway, cfg *config.Config, deps gatewayDeps, opts
 				}
 				sub = job.NewSubmitter(deps.pool, client)
 			}
+			if sub.Inspector == nil {
+				sub.Inspector = inspector
+			}
 			co.Requeue = job.NewRelay(sub, inspector, job.RelayOptions{})
+			co.Cancel = sub
 			co.DeadLetters = job.NewDeadLetters(sub, inspector)
 			co.QueuesPath = queuesPath
 		}
