@@ -71,6 +71,8 @@ const (
 	maxTrimmed = 5
 	// maxTrimChecks bounds the checks of one key's trim.
 	maxTrimChecks = 300
+	// maxListed is how many other keys a result names.
+	maxListed = 20
 )
 
 // Result is what Check found.
@@ -118,7 +120,19 @@ func (r Result) String() string {
 		b.WriteString(v.Text)
 	}
 	if n := len(r.Violating) - len(r.Violations); n > 0 {
-		fmt.Fprintf(&b, "… and %d more violating keys: %s\n", n, strings.Join(r.Violating[len(r.Violations):], ", "))
+		more := r.Violating[len(r.Violations):]
+		fmt.Fprintf(&b, "… and %d more violating keys: %s", n, strings.Join(more[:min(len(more), maxListed)], ", "))
+		if len(more) > maxListed {
+			b.WriteString(", …")
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Unchecked) > 0 {
+		fmt.Fprintf(&b, "not checked in time: %s", strings.Join(r.Unchecked[:min(len(r.Unchecked), maxListed)], ", "))
+		if len(r.Unchecked) > maxListed {
+			b.WriteString(", …")
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }
