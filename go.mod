@@ -3,6 +3,7 @@ module github.com/idemgate/idemgate
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/chromedp/cdproto v0.160.1
 	github.com/chromedp/chromedp v0.23.1
 	github.com/exaring/otelpgx v0.13.0

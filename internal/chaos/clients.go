@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemgate/idemgate/history"
 	"github.com/idemgate/idemgate/internal/proc"
 )
 
@@ -51,6 +52,9 @@ type loadResult struct {
 	start, lastLaunch time.Time
 	keys              []keyResult
 	successes         []time.Time // every 2xx any client received, replays included
+	// history has every exchange of every client: its key, when it was
+	// sent, when and what it was answered (the key model's Requests).
+	history *history.Recorder
 }
 
 // runLoad sends keys and returns when every client has finished (a final
@@ -60,7 +64,7 @@ func runLoad(ctx context.Context, l load, keys []string) *loadResult {
 	defer transport.CloseIdleConnections()
 	client := &http.Client{Transport: transport, Timeout: l.attemptTimeout}
 
-	res := &loadResult{start: time.Now(), keys: make([]keyResult, len(keys))}
+	res := &loadResult{start: time.Now(), keys: make([]keyResult, len(keys)), history: history.NewRecorder()}
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
@@ -86,7 +90,7 @@ func runLoad(ctx context.Context, l load, keys []string) *loadResult {
 		var kwg sync.WaitGroup
 		answers := make([]*answer, clientsPerKey)
 		for c := range clientsPerKey {
-			kwg.Go(func() { answers[c] = l.send(kctx, client, key, c, success) })
+			kwg.Go(func() { answers[c] = l.send(kctx, client, res.history, key, c, success) })
 		}
 		wg.Go(func() {
 			kwg.Wait()
@@ -111,12 +115,14 @@ func runLoad(ctx context.Context, l load, keys []string) *loadResult {
 // send is one client: it retries on connection errors, 409, 429 and 5xx
 // with the same key and body, honouring Retry-After, and alternates
 // between the gateways as a load balancer would. It returns nil when no
-// final answer came before ctx ended.
-func (l load) send(ctx context.Context, client *http.Client, key string, c int, success func(time.Time)) *answer {
+// final answer came before ctx ended. Each exchange goes into rec.
+func (l load) send(ctx context.Context, client *http.Client, rec *history.Recorder, key string, c int, success func(time.Time)) *answer {
 	body := l.body(key)
 	for attempt := 0; ; attempt++ {
 		url := l.gateways[(c+attempt)%len(l.gateways)] + l.path
+		done := rec.Begin(c, key, history.Request{})
 		status, retryAfter, id := l.exchange(ctx, client, url, key, body)
+		done(history.Answer{Status: status, ID: id})
 		now := time.Now()
 		if status >= 200 && status < 300 {
 			success(now)

@@ -11,7 +11,9 @@
 // (bin/idemgate serve and worker). Clients send each key three times at
 // once and retry on 409, 429, 5xx and connection errors until a final
 // answer. The fault comes under that load; then each row of the report
-// is checked against one list of guarantees (guarantees.go).
+// is checked against one list of guarantees (guarantees.go), one of them
+// that every key's history — each client exchange, each upstream
+// application with its token — is explained by history.KeyModel.
 //
 //	rep, err := chaos.Run(ctx, chaos.Options{Idemgate: "bin/idemgate", Short: true})
 //	if err != nil {

@@ -3,6 +3,8 @@ package chaos
 import (
 	"fmt"
 	"slices"
+
+	"github.com/idemgate/idemgate/history"
 )
 
 // guarantee is one promise the suite checks: the measured value must be 0
@@ -24,10 +26,29 @@ var guarantees = []guarantee{
 	// checked below). An upstream that honours the key answers as before;
 	// the suite's naive one answers anew. README: "store: redis is as
 	// durable as your Redis".
-	{name: "0 split answers", except: []string{"redis-store-loss"}, value: func(r *Row) *int { return &r.SplitAnswers }},
+	{name: splitAnswers, except: []string{"redis-store-loss"}, value: func(r *Row) *int { return &r.SplitAnswers }},
+	// The key model (package history) over every exchange and every
+	// application: its answers rule is the split-answer guarantee, so it
+	// is left out where that one is excepted (keyRules); its tokens rule
+	// holds everywhere, a lost Redis store included.
+	{name: "0 history violations", value: func(r *Row) *int { return r.HistoryViolations }},
 	{name: "0 re-runs", scenarios: []string{"pg-restart-fast", "pg-restart-immediate"}, value: func(r *Row) *int { return r.Reruns }},
 	{name: "0 lost accepted jobs", scenarios: []string{"broker-wipe", "broker-wipe-submit", "worker-sigkill"}, value: func(r *Row) *int { return r.LostJobs }},
 	{name: "tokens rise across the loss", scenarios: []string{"redis-store-loss"}, value: func(r *Row) *int { return r.TokensNotRising }},
+}
+
+const splitAnswers = "0 split answers"
+
+// keyRules is what the key model checks in a scenario: tokens always,
+// answers where the split-answer guarantee holds.
+func keyRules(scenario string) history.KeyRules {
+	rules := history.KeyRules{Answers: true, Tokens: true}
+	for _, g := range guarantees {
+		if g.name == splitAnswers && slices.Contains(g.except, scenario) {
+			rules.Answers = false
+		}
+	}
+	return rules
 }
 
 // check returns the guarantees r breaks, each with its measured value.
