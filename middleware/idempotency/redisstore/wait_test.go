@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/redisstore"
 )
@@ -32,17 +33,17 @@ func newWaitStore(t *testing.T, client redis.UniversalClient, timeout time.Durat
 }
 
 // stateOn is the state of sc's record as r holds it ("" when it has none).
-func stateOn(t *testing.T, r *privateRedis, sc idempotency.Scope) string {
+func stateOn(t *testing.T, r *testenv.PrivateRedis, sc idempotency.Scope) string {
 	t.Helper()
 	// READONLY lets a cluster replica answer; a plain replica ignores it.
 	// One pipeline is one connection, so the HGET follows it.
-	pipe := r.client.Pipeline()
+	pipe := r.Client.Pipeline()
 	pipe.ReadOnly(t.Context())
 	get := pipe.HGet(t.Context(), redisstore.RecordKey(waitPrefix, sc), "state")
 	_, _ = pipe.Exec(t.Context())
 	st, err := get.Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		t.Fatalf("HGET on %s: %v", r.addr(), err)
+		t.Fatalf("HGET on %s: %v", r.Addr(), err)
 	}
 	return st
 }
@@ -63,8 +64,8 @@ func wantNotDurable(t *testing.T, what string, err error) {
 // new claim nor a record another gateway completed meanwhile is answered,
 // since a failover could lose what it would promise.
 func TestWaitReplicas(t *testing.T) {
-	primary, replica := startReplicated(t)
-	s := newWaitStore(t, primary.client, 500*time.Millisecond)
+	primary, replica := testenv.RedisReplicated(t)
+	s := newWaitStore(t, primary.Client, 500*time.Millisecond)
 	ctx := t.Context()
 	done, late := scope("done"), scope("late")
 
@@ -80,10 +81,10 @@ func TestWaitReplicas(t *testing.T) {
 	}
 	claim(t, s, late, "owner-2", 10*time.Second, time.Hour)
 
-	resume := replica.stop(t)
+	resume := replica.Stop(t)
 	// Another gateway, on connections of its own that wrote nothing the
 	// replica lacks: what it reads must wait all the same.
-	other := redis.NewClient(&redis.Options{Addr: primary.addr()})
+	other := redis.NewClient(&redis.Options{Addr: primary.Addr()})
 	t.Cleanup(func() { _ = other.Close() })
 	s2 := newWaitStore(t, other, 500*time.Millisecond)
 	wantNotDurable(t, "Complete, replica stopped", s.Complete(ctx, late, "owner-2", idempotency.Response{Status: 201}, time.Hour))
@@ -106,15 +107,15 @@ func TestWaitReplicas(t *testing.T) {
 // someone else's, and it succeeds once the replica acknowledges it. A
 // release does not wait.
 func TestWaitSettleAgain(t *testing.T) {
-	primary, replica := startReplicated(t)
-	s := newWaitStore(t, primary.client, 500*time.Millisecond)
+	primary, replica := testenv.RedisReplicated(t)
+	s := newWaitStore(t, primary.Client, 500*time.Millisecond)
 	ctx := t.Context()
 	completed, held, released := scope("completed"), scope("held"), scope("released")
 	claim(t, s, completed, "c", 10*time.Second, time.Hour)
 	claim(t, s, held, "h", 10*time.Second, time.Hour)
 	claim(t, s, released, "r", 10*time.Second, time.Hour)
 
-	resume := replica.stop(t)
+	resume := replica.Stop(t)
 	resp := idempotency.Response{Status: 201, Body: []byte("made")}
 	for range 2 {
 		wantNotDurable(t, "Complete, replica stopped", s.Complete(ctx, completed, "c", resp, time.Hour))
@@ -125,7 +126,7 @@ func TestWaitSettleAgain(t *testing.T) {
 	}
 
 	resume()
-	waitInSync(t, primary, replica)
+	testenv.WaitInSync(t, primary, replica)
 	if err := s.Complete(ctx, completed, "someone-else", resp, time.Hour); !errors.Is(err, idempotency.ErrNotOwner) {
 		t.Fatalf("Complete by another owner: %v, want ErrNotOwner", err)
 	}
@@ -151,8 +152,8 @@ func TestWaitSettleAgain(t *testing.T) {
 // one WAIT covers each: fewer WAITs than scripts, every record on the
 // replica.
 func TestWaitBatch(t *testing.T) {
-	primary, replica := startReplicated(t)
-	s := newWaitStore(t, primary.client, time.Second)
+	primary, replica := testenv.RedisReplicated(t)
+	s := newWaitStore(t, primary.Client, time.Second)
 	const n = 64
 	var wg sync.WaitGroup
 	errs := make([]error, n)
@@ -186,8 +187,8 @@ func TestWaitBatch(t *testing.T) {
 // that owns its key, so a stopped replica holds back the keys of its own
 // primary only, also within one batch.
 func TestWaitCluster(t *testing.T) {
-	primaries, replicas := startCluster(t)
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{primaries[0].addr(), primaries[1].addr()}})
+	primaries, replicas := testenv.RedisClusterReplicated(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{primaries[0].Addr(), primaries[1].Addr()}})
 	t.Cleanup(func() { _ = cc.Close() })
 	s := newWaitStore(t, cc, 500*time.Millisecond)
 	ctx := t.Context()
@@ -201,7 +202,7 @@ func TestWaitCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := 0
-		if strings.HasSuffix(node.Options().Addr, primaries[1].addr()) {
+		if strings.HasSuffix(node.Options().Addr, primaries[1].Addr()) {
 			p = 1
 		}
 		if on[p] == (idempotency.Scope{}) {
@@ -209,7 +210,7 @@ func TestWaitCluster(t *testing.T) {
 		}
 	}
 
-	resume := replicas[0].stop(t)
+	resume := replicas[0].Stop(t)
 	defer resume()
 	var wg sync.WaitGroup
 	var errs [2]error
@@ -234,8 +235,8 @@ func TestWaitCluster(t *testing.T) {
 // (503), stored once the replica is back, and replayed to the retry: one
 // run, one answer.
 func TestWaitMiddleware(t *testing.T) {
-	primary, replica := startReplicated(t)
-	s := newWaitStore(t, primary.client, 200*time.Millisecond)
+	primary, replica := testenv.RedisReplicated(t)
+	s := newWaitStore(t, primary.Client, 200*time.Millisecond)
 
 	var calls atomic.Int64
 	var stopDuring atomic.Bool
@@ -243,7 +244,7 @@ func TestWaitMiddleware(t *testing.T) {
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
 		if stopDuring.Load() {
-			resume = replica.stop(t) // the replica falls behind while the request runs
+			resume = replica.Stop(t) // the replica falls behind while the request runs
 		}
 		w.WriteHeader(http.StatusCreated)
 		_, _ = io.WriteString(w, "made")
@@ -278,14 +279,14 @@ func TestWaitMiddleware(t *testing.T) {
 
 	closed, open := newHandler(idempotency.FailClosed), newHandler(idempotency.FailOpen)
 	t.Run("claim", func(t *testing.T) {
-		resume := replica.stop(t)
+		resume := replica.Stop(t)
 		want503("claim, fail_closed", do(closed, "claim-1"))
 		want503("claim, fail_open", do(open, "claim-2"))
 		if n := calls.Load(); n != 0 {
 			t.Fatalf("the handler ran %d times, want 0", n)
 		}
 		resume()
-		waitInSync(t, primary, replica)
+		testenv.WaitInSync(t, primary, replica)
 		// The refused claim was let go: the retry runs, now.
 		if w := do(closed, "claim-1"); w.Code != http.StatusCreated {
 			t.Fatalf("retry once the replica is back: %d %s, want 201", w.Code, w.Body)
@@ -299,9 +300,9 @@ func TestWaitMiddleware(t *testing.T) {
 		stopDuring.Store(false)
 		want503("retry, replica still stopped", do(closed, "done-1"))
 		resume()
-		waitInSync(t, primary, replica)
+		testenv.WaitInSync(t, primary, replica)
 		var w *httptest.ResponseRecorder
-		eventually(t, "the held answer", func(context.Context) error {
+		testenv.Eventually(t, "the held answer", func(context.Context) error {
 			w = do(closed, "done-1")
 			if w.Code == http.StatusServiceUnavailable {
 				return fmt.Errorf("still 503: %s", w.Body)

@@ -1,4 +1,4 @@
-package redisstore_test
+package testenv
 
 import (
 	"context"
@@ -16,20 +16,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// privateRedis is a redis-server of the test's own, on a free loopback
-// port, without persistence, stopped when the test ends. The tests of
-// WithWait need replicas they can stop, which the shared Redis has not.
-type privateRedis struct {
-	port   int
+// PrivateRedis is a redis-server of the test's own, on a free loopback
+// port, without persistence, stopped when the test ends: for the tests
+// that need replicas they can stop (waits for replicas: redisstore's
+// WithWait, job.BrokerWait), which the shared Redis has not.
+type PrivateRedis struct {
+	Port   int
+	Client *redis.Client
 	cmd    *exec.Cmd
-	client *redis.Client
 }
 
-func (r *privateRedis) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
+// Addr is the server's host:port.
+func (r *PrivateRedis) Addr() string { return "127.0.0.1:" + strconv.Itoa(r.Port) }
 
 // startRedis starts a redis-server with extra arguments. A missing binary
 // skips the test, unless TEST_TOPOLOGY says the binaries are installed.
-func startRedis(t *testing.T, extra ...string) *privateRedis {
+func startRedis(t *testing.T, extra ...string) *PrivateRedis {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -52,10 +54,10 @@ func startRedis(t *testing.T, extra ...string) *privateRedis {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	r := &privateRedis{port: port, cmd: cmd}
-	r.client = redis.NewClient(&redis.Options{Addr: r.addr()})
+	r := &PrivateRedis{Port: port, cmd: cmd}
+	r.Client = redis.NewClient(&redis.Options{Addr: r.Addr()})
 	t.Cleanup(func() {
-		_ = r.client.Close()
+		_ = r.Client.Close()
 		_ = cmd.Process.Signal(syscall.SIGCONT) // a test that failed while it was stopped
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
@@ -65,7 +67,7 @@ func startRedis(t *testing.T, extra ...string) *privateRedis {
 			}
 		}
 	})
-	eventually(t, fmt.Sprintf("redis on %d", port), func(ctx context.Context) error { return r.client.Ping(ctx).Err() })
+	Eventually(t, fmt.Sprintf("redis on %d", port), func(ctx context.Context) error { return r.Client.Ping(ctx).Err() })
 	return r
 }
 
@@ -77,7 +79,7 @@ func lastLines(s string, n int) string {
 // stop freezes the server (SIGSTOP) until the returned function, or the
 // test's end, lets it go on: a replica that stops acknowledging, as one
 // stuck behind a slow link or a long pause does.
-func (r *privateRedis) stop(t *testing.T) (resume func()) {
+func (r *PrivateRedis) Stop(t *testing.T) (resume func()) {
 	t.Helper()
 	if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -85,35 +87,35 @@ func (r *privateRedis) stop(t *testing.T) (resume func()) {
 	return func() { _ = r.cmd.Process.Signal(syscall.SIGCONT) }
 }
 
-// startReplicated starts a primary and a replica of it, and returns once
+// RedisReplicated starts a primary and a replica of it, and returns once
 // the replica is in sync.
-func startReplicated(t *testing.T) (primary, replica *privateRedis) {
+func RedisReplicated(t *testing.T) (primary, replica *PrivateRedis) {
 	t.Helper()
 	primary = startRedis(t)
-	replica = startRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.port))
-	waitInSync(t, primary, replica)
+	replica = startRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
+	WaitInSync(t, primary, replica)
 	return primary, replica
 }
 
-// waitInSync waits until primary counts replica as online: WAIT counts
+// WaitInSync waits until primary counts replica as online: WAIT counts
 // only such replicas (after a full sync, a replica is online once its
 // first acknowledgement arrives, not when its own link is up).
-func waitInSync(t *testing.T, primary, replica *privateRedis) {
+func WaitInSync(t *testing.T, primary, replica *PrivateRedis) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("replica %d online", replica.port), func(ctx context.Context) error {
-		info, err := primary.client.Info(ctx, "replication").Result()
+	Eventually(t, fmt.Sprintf("replica %d online", replica.Port), func(ctx context.Context) error {
+		info, err := primary.Client.Info(ctx, "replication").Result()
 		if err != nil {
 			return err
 		}
-		if !strings.Contains(info, "port="+strconv.Itoa(replica.port)+",state=online") {
+		if !strings.Contains(info, "port="+strconv.Itoa(replica.Port)+",state=online") {
 			return fmt.Errorf("not online: %s", info)
 		}
 		return nil
 	})
 }
 
-// eventually retries check until it succeeds, for at most 30 seconds.
-func eventually(t *testing.T, what string, check func(context.Context) error) {
+// Eventually retries check until it succeeds, for at most 30 seconds.
+func Eventually(t *testing.T, what string, check func(context.Context) error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -130,43 +132,43 @@ func eventually(t *testing.T, what string, check func(context.Context) error) {
 	}
 }
 
-// startCluster starts a Redis Cluster of two primaries, each with a
+// RedisClusterReplicated starts a Redis Cluster of two primaries, each with a
 // replica, the slots split between the primaries, and returns once every
 // node agrees the cluster is up.
-func startCluster(t *testing.T) (primaries, replicas [2]*privateRedis) {
+func RedisClusterReplicated(t *testing.T) (primaries, replicas [2]*PrivateRedis) {
 	t.Helper()
 	ctx := t.Context()
-	node := func() *privateRedis {
+	node := func() *PrivateRedis {
 		return startRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "5000")
 	}
 	for i := range primaries {
 		primaries[i], replicas[i] = node(), node()
 	}
-	all := []*privateRedis{primaries[0], primaries[1], replicas[0], replicas[1]}
+	all := []*PrivateRedis{primaries[0], primaries[1], replicas[0], replicas[1]}
 	for _, r := range all[1:] {
-		if err := all[0].client.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(r.port)).Err(); err != nil {
+		if err := all[0].Client.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(r.Port)).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := primaries[0].client.Do(ctx, "cluster", "addslotsrange", 0, 8191).Err(); err != nil {
+	if err := primaries[0].Client.Do(ctx, "cluster", "addslotsrange", 0, 8191).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := primaries[1].client.Do(ctx, "cluster", "addslotsrange", 8192, 16383).Err(); err != nil {
+	if err := primaries[1].Client.Do(ctx, "cluster", "addslotsrange", 8192, 16383).Err(); err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range replicas {
-		id, err := primaries[i].client.ClusterMyID(ctx).Result()
+		id, err := primaries[i].Client.ClusterMyID(ctx).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "replica knows its primary", func(ctx context.Context) error {
-			return r.client.ClusterReplicate(ctx, id).Err()
+		Eventually(t, "replica knows its primary", func(ctx context.Context) error {
+			return r.Client.ClusterReplicate(ctx, id).Err()
 		})
 	}
 	for _, r := range all {
-		eventually(t, fmt.Sprintf("cluster ok on %d", r.port), func(ctx context.Context) error {
-			info, err := r.client.ClusterInfo(ctx).Result()
+		Eventually(t, fmt.Sprintf("cluster ok on %d", r.Port), func(ctx context.Context) error {
+			info, err := r.Client.ClusterInfo(ctx).Result()
 			if err != nil {
 				return err
 			}
@@ -177,7 +179,7 @@ func startCluster(t *testing.T) (primaries, replicas [2]*privateRedis) {
 		})
 	}
 	for i, r := range replicas {
-		waitInSync(t, primaries[i], r)
+		WaitInSync(t, primaries[i], r)
 	}
 	return primaries, replicas
 }
