@@ -31,7 +31,7 @@ func (r *PrivateRedis) Addr() string { return "127.0.0.1:" + strconv.Itoa(r.Port
 
 // startRedis starts a redis-server with extra arguments. A missing binary
 // skips the test, unless TEST_TOPOLOGY says the binaries are installed.
-func startRedis(t *testing.T, extra ...string) *PrivateRedis {
+func startRedis(t testing.TB, extra ...string) *PrivateRedis {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -79,7 +79,7 @@ func lastLines(s string, n int) string {
 // stop freezes the server (SIGSTOP) until the returned function, or the
 // test's end, lets it go on: a replica that stops acknowledging, as one
 // stuck behind a slow link or a long pause does.
-func (r *PrivateRedis) Stop(t *testing.T) (resume func()) {
+func (r *PrivateRedis) Stop(t testing.TB) (resume func()) {
 	t.Helper()
 	if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func (r *PrivateRedis) Stop(t *testing.T) (resume func()) {
 
 // RedisReplicated starts a primary and a replica of it, and returns once
 // the replica is in sync.
-func RedisReplicated(t *testing.T) (primary, replica *PrivateRedis) {
+func RedisReplicated(t testing.TB) (primary, replica *PrivateRedis) {
 	t.Helper()
 	primary = startRedis(t)
 	replica = startRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
@@ -100,7 +100,7 @@ func RedisReplicated(t *testing.T) (primary, replica *PrivateRedis) {
 // WaitInSync waits until primary counts replica as online: WAIT counts
 // only such replicas (after a full sync, a replica is online once its
 // first acknowledgement arrives, not when its own link is up).
-func WaitInSync(t *testing.T, primary, replica *PrivateRedis) {
+func WaitInSync(t testing.TB, primary, replica *PrivateRedis) {
 	t.Helper()
 	Eventually(t, fmt.Sprintf("replica %d online", replica.Port), func(ctx context.Context) error {
 		info, err := primary.Client.Info(ctx, "replication").Result()
@@ -115,7 +115,7 @@ func WaitInSync(t *testing.T, primary, replica *PrivateRedis) {
 }
 
 // Eventually retries check until it succeeds, for at most 30 seconds.
-func Eventually(t *testing.T, what string, check func(context.Context) error) {
+func Eventually(t testing.TB, what string, check func(context.Context) error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -135,7 +135,7 @@ func Eventually(t *testing.T, what string, check func(context.Context) error) {
 // RedisClusterReplicated starts a Redis Cluster of two primaries, each with a
 // replica, the slots split between the primaries, and returns once every
 // node agrees the cluster is up.
-func RedisClusterReplicated(t *testing.T) (primaries, replicas [2]*PrivateRedis) {
+func RedisClusterReplicated(t testing.TB) (primaries, replicas [2]*PrivateRedis) {
 	t.Helper()
 	ctx := t.Context()
 	node := func() *PrivateRedis {
