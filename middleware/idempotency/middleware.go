@@ -130,11 +130,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	m.execute(w, r, next, req, res, sent)
 }
 
-// claim makes one Claim call bounded by StoreTimeout and returns when it
+// claim makes one Claim call bounded by CommitTimeout and returns when it
 // was sent, where the lease it may grant begins.
 func (m *Middleware) claim(ctx context.Context, req ClaimRequest) (ClaimResult, time.Time, error) {
 	sent := time.Now()
-	ctx, cancel := m.storeContext(ctx)
+	ctx, cancel := m.commitContext(ctx)
 	defer cancel()
 	res, err := m.store.Claim(ctx, req)
 	return res, sent, err
@@ -489,12 +489,13 @@ func newOwner() string {
 	return string(h[:])
 }
 
-// storeContext bounds one store call by StoreTimeout, except for a store
-// that never blocks (Immediate), which could not overrun it: the deadline
-// would cost a timer and two contexts per call for nothing.
-func (m *Middleware) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+// commitContext bounds one store write that commits by CommitTimeout
+// (see Config.CommitTimeout), except for a store that never blocks
+// (Immediate), which could not overrun it: the deadline would cost a timer
+// and two contexts per call for nothing.
+func (m *Middleware) commitContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if m.immediate {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	return context.WithTimeout(ctx, m.cfg.CommitTimeout)
 }

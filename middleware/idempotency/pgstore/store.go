@@ -50,6 +50,9 @@ type Store struct {
 	batchTimeout time.Duration
 	batch        *batcher // nil: batching off
 	instance     string   // names this gateway in the claim ledger
+	// resolveTimeout bounds the settling of an ambiguous write
+	// (ambiguous.go); 0: off.
+	resolveTimeout time.Duration
 
 	mu       sync.Mutex
 	watchers map[string]map[*watcher]struct{} // by scope id
@@ -121,14 +124,15 @@ func defaultInstance() string {
 // New returns a Store on pool, whose database has the migrations applied.
 func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	s := &Store{
-		pool:         pool,
-		instance:     defaultInstance(),
-		channel:      DefaultChannel,
-		log:          slog.Default(),
-		watchers:     make(map[string]map[*watcher]struct{}),
-		flushers:     defaultFlushers,
-		maxBatch:     defaultMaxBatch,
-		batchTimeout: defaultBatchTimeout,
+		pool:           pool,
+		instance:       defaultInstance(),
+		channel:        DefaultChannel,
+		log:            slog.Default(),
+		watchers:       make(map[string]map[*watcher]struct{}),
+		flushers:       defaultFlushers,
+		maxBatch:       defaultMaxBatch,
+		batchTimeout:   defaultBatchTimeout,
+		resolveTimeout: defaultResolveTimeout,
 	}
 	for _, opt := range opts {
 		opt(s)
@@ -140,28 +144,50 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 }
 
 // exec runs a write through the batcher when viaBatch (and batching is
-// on), else on its own.
-func (s *Store) exec(ctx context.Context, viaBatch bool, order, sql string, args ...any) (pgconn.CommandTag, error) {
+// on), else on its own. It reports the backend the statement was sent to,
+// 0 when it never left the process, so that a write whose context ended
+// while it may have committed can be settled (resolve).
+func (s *Store) exec(ctx context.Context, viaBatch bool, order, sql string, args ...any) (pgconn.CommandTag, uint32, error) {
 	if viaBatch && s.batch != nil {
 		o := &op{sql: sql, args: args, order: order}
 		if err, ok := s.batch.do(ctx, o); ok {
 			if err != nil {
-				return pgconn.CommandTag{}, err
+				return pgconn.CommandTag{}, sentTo(o), err
 			}
-			return o.tag, nil
+			return o.tag, sentTo(o), nil
 		}
 	}
-	return s.pool.Exec(ctx, sql, args...)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, 0, err
+	}
+	defer conn.Release()
+	tag, err := conn.Exec(ctx, sql, args...)
+	return tag, conn.Conn().PgConn().PID(), err
 }
 
 // queryRow is exec for a statement that returns one row.
-func (s *Store) queryRow(ctx context.Context, viaBatch bool, order, sql string, scan func(pgx.Row) error, args ...any) error {
+func (s *Store) queryRow(ctx context.Context, viaBatch bool, order, sql string, scan func(pgx.Row) error, args ...any) (uint32, error) {
 	if viaBatch && s.batch != nil {
-		if err, ok := s.batch.do(ctx, &op{sql: sql, args: args, order: order, scan: scan}); ok {
-			return err
+		o := &op{sql: sql, args: args, order: order, scan: scan}
+		if err, ok := s.batch.do(ctx, o); ok {
+			return sentTo(o), err
 		}
 	}
-	return scan(s.pool.QueryRow(ctx, sql, args...))
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	return conn.Conn().PgConn().PID(), scan(conn.QueryRow(ctx, sql, args...))
+}
+
+// sentTo is the backend o was sent to, 0 when it was not.
+func sentTo(o *op) uint32 {
+	if pid := o.backend.Load(); pid != gaveUp {
+		return pid
+	}
+	return 0
 }
 
 // rerun reports whether err is a failed batch, whose statement must now
@@ -177,6 +203,17 @@ func rerun(err error, viaBatch *bool, lost *int) bool {
 	}
 	return true
 }
+
+// clockToken is PostgreSQL's clock in microseconds since 1970, the least
+// fencing token a claim gets. now(), the transaction's start, not
+// clock_timestamp(): a token lost in a failover was issued in a transaction
+// that started before the promotion, and every claim on the promoted
+// primary starts after it, so transaction time already orders them; one
+// value per statement keeps the claim's reads of it consistent, and the
+// previous token plus one keeps the claims of one batch (one transaction,
+// one now()) rising. Microseconds since 1970 stay below 2^53 until the
+// year 2255, so a JavaScript number holds every token exactly.
+const clockToken = `(extract(epoch FROM now()) * 1000000)::bigint`
 
 // maxRaceRetries bounds how often Claim runs again when a concurrent writer
 // changed the row between its snapshot and its upsert.
@@ -197,9 +234,15 @@ const maxRaceRetries = 5
 // answered from it: what it says was true at the snapshot, as if this
 // request had come a moment earlier.
 //
-// A take-over bumps fencing_token. A record whose retention passed starts
-// afresh at token 1, exactly as if the janitor had deleted it first, so
-// whether the janitor ran does not change what the next claim gets.
+// The fencing token is the record's previous token plus one or the
+// database clock in microseconds (clockToken), whichever is higher: for a
+// new record, a take-over and a record whose retention passed alike, as
+// the Redis store does. Counting alone would restart a key at 1 when a
+// failover to a standby that lacked the last writes lost its row, and the
+// upstream could not refuse the re-run, which carries the token the lost
+// claim had; the clock has moved on since any lost token was issued. A
+// take-over keeps created_at and a fresh record sets it to now(), so
+// created_at < updated_at tells a take-over (tokens say nothing now).
 const claimSQL = `
 WITH cur AS (
 	SELECT fingerprint, state, fencing_token, owner, lease_until,
@@ -211,13 +254,13 @@ WITH cur AS (
 ), ins AS (
 	INSERT INTO idempotency_records AS r
 		(tenant, route, key, fingerprint, state, owner, fencing_token, lease_until, expires_at)
-	SELECT $1, $2, $3, $4, 'in_flight', $5::text, 1, now() + $6::interval, now() + greatest($6::interval, $7::interval)
+	SELECT $1, $2, $3, $4, 'in_flight', $5::text, ` + clockToken + `, now() + $6::interval, now() + greatest($6::interval, $7::interval)
 	WHERE NOT EXISTS (SELECT 1 FROM cur WHERE NOT claimable)
 	ON CONFLICT (tenant, route, key) DO UPDATE SET
 		fingerprint      = excluded.fingerprint,
 		state            = 'in_flight',
 		owner            = excluded.owner,
-		fencing_token    = CASE WHEN r.expires_at <= now() THEN 1 ELSE r.fencing_token + 1 END,
+		fencing_token    = greatest(r.fencing_token + 1, ` + clockToken + `),
 		lease_until      = excluded.lease_until,
 		response_status  = NULL,
 		response_headers = NULL,
@@ -230,7 +273,7 @@ WITH cur AS (
 	WHERE (r.state <> 'in_flight' OR r.lease_until <= now())
 	  AND (r.expires_at <= now()
 	       OR (r.fingerprint = excluded.fingerprint AND r.state IN ('released', 'in_flight')))
-	RETURNING fingerprint, fencing_token, owner, lease_until, created_at, updated_at, expires_at
+	RETURNING fingerprint, fencing_token, owner, lease_until, created_at, updated_at, expires_at, created_at < updated_at AS takeover
 ), taken AS (
 	UPDATE idempotency_claims c SET outcome = 'taken_over', ended_at = now()
 	FROM ins
@@ -239,11 +282,11 @@ WITH cur AS (
 	INSERT INTO idempotency_claims (tenant, route, key, fencing_token, owner, instance)
 	SELECT $1, $2, $3, fencing_token, owner, $8::text FROM ins
 )
-SELECT true, false, fingerprint, 'in_flight', fencing_token, owner, lease_until,
+SELECT true, false, takeover, fingerprint, 'in_flight', fencing_token, owner, lease_until,
 	0, NULL::jsonb, NULL::bytea, false, created_at, updated_at, expires_at
 FROM ins
 UNION ALL
-SELECT false, coalesce(claimable, false), fingerprint, state, fencing_token, owner, lease_until,
+SELECT false, coalesce(claimable, false), created_at < updated_at, fingerprint, state, fencing_token, owner, lease_until,
 	coalesce(response_status, 0), response_headers, response_body, body_omitted, created_at, updated_at, expires_at
 FROM cur
 WHERE NOT EXISTS (SELECT 1 FROM ins)`
@@ -263,15 +306,18 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	var r row
 	scan := func(row pgx.Row) error {
 		r = row0
-		return row.Scan(&r.claimed, &r.stale, &r.rec.Fingerprint, &r.state, &r.rec.FencingToken, &r.rec.Owner,
+		return row.Scan(&r.claimed, &r.stale, &r.takeover, &r.rec.Fingerprint, &r.state, &r.rec.FencingToken, &r.rec.Owner,
 			&r.lease, &r.status, &r.headers, &r.body, &r.omitted,
 			&r.rec.CreatedAt, &r.rec.UpdatedAt, &r.rec.ExpiresAt)
 	}
 	order := scopeOrder(sc)
 	races, lost, viaBatch := 0, 0, true
 	for {
-		err := s.queryRow(ctx, viaBatch, order, claimSQL, scan,
+		pid, err := s.queryRow(ctx, viaBatch, order, claimSQL, scan,
 			sc.Tenant, sc.Route, sc.Key, req.Fingerprint, req.Owner, req.Lease, req.Retention, s.instance)
+		if ambiguous(ctx, err, pid) {
+			return s.resolveClaim(ctx, pid, req, err)
+		}
 		if err == nil {
 			rec, err := r.record(sc)
 			if err != nil {
@@ -279,9 +325,7 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 			}
 			mine := rec.State == idempotency.StateInFlight && rec.Owner == req.Owner
 			if r.claimed || mine {
-				// Only a take-over continues a record's tokens; a new record,
-				// or one whose retention had passed, starts at 1.
-				return idempotency.ClaimResult{Claimed: true, TakeOver: rec.FencingToken > 1, Record: rec}, nil
+				return idempotency.ClaimResult{Claimed: true, TakeOver: r.takeover, Record: rec}, nil
 			}
 			if !r.stale {
 				return idempotency.ClaimResult{Record: rec}, nil
@@ -371,10 +415,13 @@ func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner str
 	id := scopeID(scope)
 	lost, viaBatch := 0, true
 	for {
-		tag, err := s.exec(ctx, viaBatch, scopeOrder(scope), completeSQL,
+		tag, pid, err := s.exec(ctx, viaBatch, scopeOrder(scope), completeSQL,
 			scope.Tenant, scope.Route, scope.Key, owner,
 			resp.Status, headers, body, resp.BodyOmitted, retention,
 			lost > 0, s.channel, id)
+		if ambiguous(ctx, err, pid) {
+			return s.resolveEnd(ctx, pid, "complete", scope, owner, idempotency.StateCompleted, err)
+		}
 		if err != nil {
 			if rerun(err, &viaBatch, &lost) || s.retryable(ctx, err, &lost) {
 				continue
@@ -437,8 +484,11 @@ func (s *Store) end(ctx context.Context, op string, scope idempotency.Scope, own
 	id := scopeID(scope)
 	lost, viaBatch := 0, true
 	for {
-		tag, err := s.exec(ctx, viaBatch, scopeOrder(scope), endSQL,
+		tag, pid, err := s.exec(ctx, viaBatch, scopeOrder(scope), endSQL,
 			scope.Tenant, scope.Route, scope.Key, owner, string(state), lost > 0, s.channel, id, idempotency.ReleaseReason(ctx))
+		if ambiguous(ctx, err, pid) {
+			return s.resolveEnd(ctx, pid, op, scope, owner, state, err)
+		}
 		if err != nil {
 			if rerun(err, &viaBatch, &lost) || s.retryable(ctx, err, &lost) {
 				continue
@@ -559,14 +609,14 @@ func (s *Store) Resolve(ctx context.Context, scope idempotency.Scope) error {
 // need a destination. getSQL and claimSQL (after its two flags) share the
 // column order.
 type row struct {
-	claimed, stale bool // claimSQL only
-	rec            idempotency.Record
-	state          string
-	lease          pgtype.Timestamptz
-	status         int32
-	headers        []byte
-	body           []byte
-	omitted        bool
+	claimed, stale, takeover bool // claimSQL only
+	rec                      idempotency.Record
+	state                    string
+	lease                    pgtype.Timestamptz
+	status                   int32
+	headers                  []byte
+	body                     []byte
+	omitted                  bool
 }
 
 func (r *row) record(scope idempotency.Scope) (idempotency.Record, error) {
