@@ -72,7 +72,10 @@ func TestLogFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := logs.find(t, "job succeeded")
-	wantFields(t, done, map[string]any{"task": kind, "job_key": "effect:log-1", "resource": "order:log-1", "attempt": float64(1), "fencing_token": float64(1)})
+	wantFields(t, done, map[string]any{"task": kind, "job_key": "effect:log-1", "resource": "order:log-1", "attempt": float64(1)})
+	if tok, ok := done["fencing_token"].(float64); !ok || tok < 1 {
+		t.Errorf("log %q: fencing_token = %v, want the attempt's token", done["msg"], done["fencing_token"])
+	}
 	replay := logs.find(t, "job already succeeded")
 	wantFields(t, replay, map[string]any{
 		"level": "INFO", "task": kind, "job_key": "effect:log-1", "resource": "order:log-1",

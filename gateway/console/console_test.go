@@ -3,6 +3,7 @@ package console_test
 import (
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -80,8 +81,12 @@ func TestPagesShowWhatTheStoresHold(t *testing.T) {
 	if len(claims) != 1 {
 		t.Fatalf("%d claims, want 1", len(claims))
 	}
-	if tok, _ := attr(claims[0], "data-token"); tok != "1" {
-		t.Errorf("claim token %q, want 1", tok)
+	rec, err := v.store.Get(t.Context(), idempotency.Scope{Tenant: "acme", Route: "invoices", Key: "inv-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, _ := attr(claims[0], "data-token"); tok != strconv.FormatInt(rec.FencingToken, 10) {
+		t.Errorf("claim token %q, want the record's %d", tok, rec.FencingToken)
 	}
 	if got := text(byID(doc, "stored-status")); got != "202" {
 		t.Errorf("#stored-status = %q, want 202", got)
