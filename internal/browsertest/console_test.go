@@ -18,10 +18,10 @@ import (
 // stored body holds, refuse an action posted from another origin, and ask
 // nothing of another origin.
 //
-// The payment that loses its worker waits for asynq to take the dead
-// worker's task back (about a minute: its lease runs out, then the
-// recoverer's margin), so its page stays open in a tab of its own while
-// the other scenarios run in another.
+// The payment that loses its worker waits for the relay to hand its job
+// to another worker (about lock_ttl after the kill, once the dead worker's
+// lock has expired), so its page stays open in a tab of its own while the
+// other scenarios run in another.
 func TestConsoleInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Chromium, gateways and workers")
@@ -79,8 +79,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Run("cross-origin post refused", func(t *testing.T) { crossOriginRefused(t, b, g, ops, xssKey) })
 
 	t.Run("live payment", func(t *testing.T) {
-		// asynq gives the dead worker's task to another about a minute
-		// after the kill; the bound leaves twice that.
+		// The relay hands the job over about lock_ttl after the kill;
+		// asynq's own recovery (about a minute) would also do, within
+		// the bound.
 		live.waitFor(t, "the live payment's page says succeeded", max(150*time.Second-time.Since(killed), 30*time.Second), statusIs("succeeded"))
 		marked, err := eval[bool](live, "window.__openedOnce === true")
 		if err != nil || !marked || live.navigations() != opened {

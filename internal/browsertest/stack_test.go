@@ -53,7 +53,10 @@ worker:
   admin_listen: "127.0.0.1:{{.WorkerAdmin}}"
   concurrency: 4
   queues: {"{{.Queue}}": 1}
-  lock_ttl: 5s
+  # Long enough that the killed worker's job is still processing when
+  # its page opens; the relay hands it to another worker about a lock_ttl
+  # after the kill.
+  lock_ttl: 15s
   max_attempts: 25
   shutdown_timeout: 5s
   # Only the console requeues the job the test makes stuck.
