@@ -22,12 +22,17 @@ import (
 	"github.com/idemgate/idemgate/openapi"
 )
 
-// countingTracer counts the queries its pool runs on the jobs table.
-type countingTracer struct{ n atomic.Int64 }
+// countingTracer counts the queries its pool runs on the jobs table: n
+// all of them, watched those of the watcher (one read of every watched
+// job, "id = ANY").
+type countingTracer struct{ n, watched atomic.Int64 }
 
 func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	if strings.Contains(data.SQL, "FROM jobs") {
 		c.n.Add(1)
+		if strings.Contains(data.SQL, "= ANY(") {
+			c.watched.Add(1)
+		}
 	}
 	return ctx
 }
@@ -339,10 +344,12 @@ func TestThousandWaitersCostOneReadPerChange(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// Each GET read the job once before it waited; from here on, only the
-	// watcher reads.
-	before := v.queries.n.Load()
-	if before != n {
-		t.Errorf("%d queries for %d GETs before the change, want one each", before, n)
+	// watcher reads. (The watcher itself may have read the watched job
+	// meanwhile: on a loaded machine its listener can be slow to confirm,
+	// and it polls until it is.)
+	before, watchedBefore := v.queries.n.Load(), v.queries.watched.Load()
+	if own := before - watchedBefore; own != n {
+		t.Errorf("%d reads by %d GETs before the change, want one each", own, n)
 	}
 	v.set(t, id, job.StatusSucceeded)
 	for range n {
@@ -351,11 +358,13 @@ func TestThousandWaitersCostOneReadPerChange(t *testing.T) {
 			t.Fatalf("a waiter got %d %q, want 200 succeeded", a.status, a.doc.Status)
 		}
 	}
-	reads := v.queries.n.Load() - before
-	t.Logf("%d waiters on one job, one change: %d queries", n, reads)
-	// The change's one read for all of them, never one per waiter.
-	if reads != 1 {
-		t.Fatalf("%d waiters cost %d queries for one change, want 1", n, reads)
+	watcherReads := v.queries.watched.Load() - watchedBefore
+	getReads := v.queries.n.Load() - before - watcherReads
+	t.Logf("%d waiters on one job, one change: %d reads by the watcher, %d by the GETs", n, watcherReads, getReads)
+	// The change costs the watcher's read for all of them (one, or a few
+	// more if it polled meanwhile), never a read per waiter.
+	if getReads != 0 || watcherReads < 1 || watcherReads > 5 {
+		t.Fatalf("%d waiters cost %d reads by the watcher and %d by the GETs for one change, want about 1 and 0", n, watcherReads, getReads)
 	}
 }
 
