@@ -396,7 +396,7 @@ func TestHTTPDeliveryHeaders(t *testing.T) {
 	}
 	want := map[string]string{
 		"Content-Type": "application/json", "Webhook-Id": id, "Idempotency-Key": "shipment:o-9",
-		"Idempotency-Fencing-Token": "1", "Idemgate-Tenant": "acme", "Idemgate-Task": "shipment.book",
+		"Idemgate-Tenant": "acme", "Idemgate-Task": "shipment.book",
 		"Idemgate-Attempt": "1", "X-Api-Key": "static-key",
 	}
 	for k, v := range want {
@@ -409,10 +409,16 @@ func TestHTTPDeliveryHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k, v := range map[string]string{"type": `"shipment.book"`, "job_id": strconv.Quote(id), "tenant": `"acme"`,
-		"business_key": `"shipment:o-9"`, "attempt": `1`, "fencing_token": `"1"`} {
+		"business_key": `"shipment:o-9"`, "attempt": `1`} {
 		if string(env[k]) != v {
 			t.Errorf("body %s = %s, want %s", k, env[k], v)
 		}
+	}
+	// The token is the one the attempt drew (a clock floor, not a count
+	// from 1): the same in the header and the body, a string of digits.
+	token := h.Header.Get("Idempotency-Fencing-Token")
+	if n, err := strconv.ParseInt(token, 10, 64); err != nil || n < 1 || string(env["fencing_token"]) != strconv.Quote(token) {
+		t.Errorf("fencing token: header %q, body %s, want the same positive integer, the body's as a string", token, env["fencing_token"])
 	}
 	if !bytes.Contains(env["data"], []byte(`"quantity": 3`)) && !bytes.Contains(env["data"], []byte(`"quantity":3`)) {
 		t.Errorf("body data = %s, want the payload", env["data"])

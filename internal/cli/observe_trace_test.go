@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -237,13 +238,15 @@ worker:
 		t.Errorf("server span route %q, want invoices", got)
 	}
 	for key, want := range map[string]string{
-		"idemgate.resource":      "acme/order:o-" + run,
-		"idemgate.fencing_token": "1",
-		"idemgate.attempt":       "1",
+		"idemgate.resource": "acme/order:o-" + run,
+		"idemgate.attempt":  "1",
 	} {
 		if got := attr(work, key); got != want {
 			t.Errorf("worker span %s = %q, want %q", key, got, want)
 		}
+	}
+	if n, err := strconv.ParseInt(attr(work, "idemgate.fencing_token"), 10, 64); err != nil || n < 1 {
+		t.Errorf("worker span idemgate.fencing_token %q, want the attempt's token", attr(work, "idemgate.fencing_token"))
 	}
 	if got := attr(work, "idemgate.job.id"); got != jobID {
 		t.Errorf("worker span job id %q, want %q", got, jobID)
