@@ -154,7 +154,7 @@ type Postgres struct {
 	dir    string // owned by the server's user
 	data   string
 	port   int
-	extra  []string // more postgres -c settings (replicas.go)
+	extra  []string            // more postgres -c settings (replicas.go)
 	as     *syscall.Credential // nil: the suite's own user
 	log    *os.File
 	p      *proc.Proc
