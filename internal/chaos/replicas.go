@@ -37,8 +37,8 @@ type redisHA struct {
 
 // startRedisHA starts the three servers in dir, the replica lagging by
 // lag, and returns once the replica is in sync and the sentinel knows it.
-func startRedisHA(ctx context.Context, dir string, lag time.Duration) (ha *redisHA, err error) {
-	ha = &redisHA{}
+func startRedisHA(ctx context.Context, dir string, lag time.Duration) (_ *redisHA, err error) {
+	ha := &redisHA{}
 	defer func() {
 		if err != nil {
 			ha.close()
@@ -186,8 +186,8 @@ type pgHA struct {
 // startPgHA starts a primary in dir, creates database db on it, makes a
 // standby of it with pg_basebackup -R through the lag proxy, and returns
 // once the standby streams, with the lag and sync set.
-func startPgHA(ctx context.Context, dir, db string, lag time.Duration, sync bool) (ha *pgHA, err error) {
-	ha = &pgHA{}
+func startPgHA(ctx context.Context, dir, db string, lag time.Duration, sync bool) (_ *pgHA, err error) {
+	ha := &pgHA{}
 	defer func() {
 		if err != nil {
 			ha.close()

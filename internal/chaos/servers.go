@@ -313,10 +313,27 @@ func (pg *Postgres) Close() {
 	_ = pg.log.Close()
 }
 
+// tool is the path of one of the server's tools: in the server's bindir,
+// else beside the real initdb (bindir may hold links to a few of them
+// only), else on PATH.
+func (pg *Postgres) tool(name string) string {
+	path := filepath.Join(pg.bindir, name)
+	if isExec(path) {
+		return path
+	}
+	if real, err := filepath.EvalSymlinks(filepath.Join(pg.bindir, "initdb")); err == nil && isExec(filepath.Join(filepath.Dir(real), name)) {
+		return filepath.Join(filepath.Dir(real), name)
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	return path
+}
+
 // run runs one of the server's tools as the server's user, its output
 // going to the server's log.
 func (pg *Postgres) run(ctx context.Context, tool string, args ...string) error {
-	cmd := exec.CommandContext(ctx, filepath.Join(pg.bindir, tool), args...)
+	cmd := exec.CommandContext(ctx, pg.tool(tool), args...)
 	cmd.Dir = pg.dir
 	cmd.Env = proc.ChildEnv()
 	cmd.Stdout, cmd.Stderr = pg.log, pg.log
