@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemgate/idemgate/history"
 	"github.com/idemgate/idemgate/internal/proc"
 )
 
@@ -53,6 +54,9 @@ type loadResult struct {
 	keys              []keyResult
 	successes         []time.Time // every 2xx any client received, replays included
 	attempts          []call      // every exchange of every client, in no order
+	// history has every exchange of every client: its key, when it was
+	// sent, when and what it was answered (the key model's Requests).
+	history *history.Recorder
 }
 
 // call is one exchange: when it was sent, when it ended, and its
@@ -69,7 +73,7 @@ func runLoad(ctx context.Context, l load, keys []string) *loadResult {
 	defer transport.CloseIdleConnections()
 	client := &http.Client{Transport: transport, Timeout: l.attemptTimeout}
 
-	res := &loadResult{start: time.Now(), keys: make([]keyResult, len(keys))}
+	res := &loadResult{start: time.Now(), keys: make([]keyResult, len(keys)), history: history.NewRecorder()}
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
@@ -98,7 +102,7 @@ func runLoad(ctx context.Context, l load, keys []string) *loadResult {
 		var kwg sync.WaitGroup
 		answers := make([]*answer, clientsPerKey)
 		for c := range clientsPerKey {
-			kwg.Go(func() { answers[c] = l.send(kctx, client, key, c, record) })
+			kwg.Go(func() { answers[c] = l.send(kctx, client, res.history, key, c, record) })
 		}
 		wg.Go(func() {
 			kwg.Wait()
@@ -123,13 +127,16 @@ func runLoad(ctx context.Context, l load, keys []string) *loadResult {
 // send is one client: it retries on connection errors, 409, 429 and 5xx
 // with the same key and body, honouring Retry-After, and alternates
 // between the gateways as a load balancer would. It returns nil when no
-// final answer came before ctx ended.
-func (l load) send(ctx context.Context, client *http.Client, key string, c int, record func(call)) *answer {
+// final answer came before ctx ended. Each exchange goes into rec and
+// record.
+func (l load) send(ctx context.Context, client *http.Client, rec *history.Recorder, key string, c int, record func(call)) *answer {
 	body := l.body(key)
 	for attempt := 0; ; attempt++ {
 		url := l.gateways[(c+attempt)%len(l.gateways)] + l.path
 		sent := time.Now()
+		done := rec.Begin(c, key, history.Request{})
 		status, retryAfter, id := l.exchange(ctx, client, url, key, body)
+		done(history.Answer{Status: status, ID: id})
 		now := time.Now()
 		if ctx.Err() == nil {
 			record(call{sent: sent, at: now, status: status})
@@ -209,6 +216,10 @@ func runMixed(ctx context.Context, l load, keys []string) *loadResult {
 		keys:       append(rp.keys, rj.keys...),
 		successes:  append(rp.successes, rj.successes...),
 		attempts:   append(rp.attempts, rj.attempts...),
+		history:    history.NewRecorder(),
+	}
+	for _, op := range append(rp.history.Operations(), rj.history.Operations()...) {
+		res.history.Add(op)
 	}
 	if rj.start.Before(res.start) {
 		res.start = rj.start

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/idemgate/idemgate/history"
 )
 
 // Row is what one scenario measured. A nil count was not measured: the
@@ -57,6 +59,13 @@ type Row struct {
 	// application: how long a job whose worker was cut off waited for
 	// another one.
 	TakeoverMS *int64 `json:"takeover_ms"`
+	// HistoryViolations counts keys whose history — every client
+	// exchange and every upstream application with its token — no order
+	// of its operations explains under the key model (package history);
+	// History shows the shortest violating histories found, and the keys
+	// the checker could not decide in time.
+	HistoryViolations *int   `json:"history_violations"`
+	History           string `json:"history,omitempty"`
 	// UnavailableMS is the longest stretch of the load with no 2xx
 	// answer, in milliseconds.
 	UnavailableMS int64 `json:"unavailable_ms"`
@@ -134,7 +143,40 @@ func (r *Row) measure(res *loadResult, applied map[string][]Application, faultSt
 		}
 		r.AcceptedJobs, r.LostJobs = &accepted, &lost
 	}
+	r.checkHistory(res, applied)
 	r.Broken = check(r)
+}
+
+// historyTimeout bounds the check of one key's history; a key's history is
+// a few dozen operations, checked in microseconds.
+const historyTimeout = 10 * time.Second
+
+// checkHistory checks the clients' exchanges and the upstream's
+// applications against the key model, with the rules that hold in r's
+// scenario (keyRules).
+func (r *Row) checkHistory(res *loadResult, applied map[string][]Application) {
+	ops := applications(applied)
+	if res.history != nil {
+		ops = append(ops, res.history.Operations()...)
+	}
+	result := history.Check(history.KeyModel(keyRules(r.Scenario)), ops, historyTimeout)
+	n := len(result.Violating)
+	r.HistoryViolations = &n
+	if !result.Ok() || len(result.Unchecked) > 0 {
+		r.History = result.String()
+	}
+}
+
+// applications are the upstream's applications as the key model's Apply
+// operations: instants, at their arrival.
+func applications(applied map[string][]Application) []history.Operation {
+	var ops []history.Operation
+	for key, apps := range applied {
+		for _, a := range apps {
+			ops = append(ops, history.Operation{Client: -1, Key: key, Input: history.Apply{Token: a.Token}, Call: a.At, Return: a.At})
+		}
+	}
+	return ops
 }
 
 // risesAcross reports whether every application from at on carries a
@@ -208,7 +250,7 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 // each broken guarantee and each error.
 func (rep *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tkeys\tre-runs\tsame token\tlower token\tnot rising\tsplit answers\tanswered, re-run\tlost keys\tlost jobs\tdouble deliveries\terrors (before fault)\terror span\tunavailable\trecovery\ttakeover\tverdict\t")
+	fmt.Fprintln(tw, "scenario\tkeys\tre-runs\tsame token\tlower token\tnot rising\tsplit answers\tanswered, re-run\tlost keys\tlost jobs\tdouble deliveries\terrors (before fault)\terror span\tunavailable\trecovery\ttakeover\thistory\tverdict\t")
 	for _, r := range rep.Rows {
 		lostJobs := "-"
 		if r.LostJobs != nil {
@@ -221,11 +263,11 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		case len(r.Broken) > 0:
 			verdict = "BROKEN"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%d (%d)\t%s\t%s\t%s\t%s\t%s\t\n", r.Scenario, r.Keys,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%d (%d)\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Scenario, r.Keys,
 			count(r.Reruns), count(r.SameTokenReruns), count(r.LowerTokenAfterHigher), count(r.TokensNotRising),
 			r.SplitAnswers, count(r.AnsweredThenRerun), r.LostKeys, lostJobs, count(r.DoubleDeliveries),
 			r.ClientErrors, r.ErrorsBeforeFault, seconds(&r.ErrorSpanMS), seconds(&r.UnavailableMS),
-			seconds(r.RecoveryMS), seconds(r.TakeoverMS), verdict)
+			seconds(r.RecoveryMS), seconds(r.TakeoverMS), count(r.HistoryViolations), verdict)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -236,6 +278,9 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		}
 		if r.Error != "" {
 			fmt.Fprintf(w, "%s: error: %s\n", r.Scenario, r.Error)
+		}
+		if r.History != "" {
+			fmt.Fprintf(w, "%s: history: %s", r.Scenario, r.History)
 		}
 	}
 	return nil

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/history"
 )
 
 // TestMeasure checks each count on hand-made outcomes, so that a fault
@@ -59,13 +61,47 @@ func TestMeasure(t *testing.T) {
 	// redis-store-loss promises no same token, no lower token and rising
 	// tokens; it promises nothing about re-runs, jobs or split answers
 	// (the records went with Redis' data).
-	for _, b := range []string{"same token (4)", "lower token after a higher one (2)", "tokens rise across the loss (3)"} {
+	// The history check sees the five keys whose tokens do not rise.
+	for _, b := range []string{"same token (4)", "lower token after a higher one (2)", "tokens rise across the loss (3)", "0 history violations (5)"} {
 		if !strings.Contains(strings.Join(r.Broken, "; "), b) {
 			t.Errorf("broken = %q, want it to name %q", r.Broken, b)
 		}
 	}
-	if len(r.Broken) != 3 {
-		t.Errorf("broken = %q, want 3 guarantees", r.Broken)
+	if len(r.Broken) != 4 {
+		t.Errorf("broken = %q, want 4 guarantees", r.Broken)
+	}
+}
+
+// TestMeasureHistory: the clients' exchanges and the upstream's
+// applications are checked against the key model, with the answers rule
+// where the split-answer guarantee holds and without it where it does not.
+func TestMeasureHistory(t *testing.T) {
+	load := func() (*loadResult, map[string][]Application) {
+		t0 := time.Now()
+		at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+		res := &loadResult{start: t0, lastLaunch: at(0), history: history.NewRecorder()}
+		exchange := func(c int, from, to int, status int, id string) {
+			res.history.Add(history.Operation{Client: c, Key: "k", Input: history.Request{}, Output: history.Answer{Status: status, ID: id}, Call: at(from), Return: at(to)})
+		}
+		exchange(0, 0, 100, 201, "ch_1")
+		exchange(1, 0, 50, 503, "")
+		exchange(1, 300, 400, 201, "ch_2") // the record was lost: a second answer
+		applied := map[string][]Application{"k": {{Token: 5, At: at(10)}, {Token: 1_000_000, At: at(310)}}}
+		return res, applied
+	}
+	for _, tc := range []struct {
+		scenario   string
+		violations int
+	}{{"gateway-sigkill", 1}, {"redis-store-loss", 0}} {
+		res, applied := load()
+		r := &Row{Scenario: tc.scenario}
+		r.measure(res, applied, time.Time{}, nil)
+		if r.HistoryViolations == nil || *r.HistoryViolations != tc.violations {
+			t.Errorf("%s: history violations = %v, want %d", tc.scenario, count(r.HistoryViolations), tc.violations)
+		}
+		if tc.violations > 0 && (!strings.Contains(r.History, "ch_1") || !strings.Contains(r.History, "ch_2")) {
+			t.Errorf("%s: the reported history does not show the two answers:\n%s", tc.scenario, r.History)
+		}
 	}
 }
 

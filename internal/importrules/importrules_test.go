@@ -72,7 +72,7 @@ func TestIdempotencyMiddlewareNeedsTheStandardLibraryOnly(t *testing.T) {
 func TestLibrariesImportNoProductPackage(t *testing.T) {
 	t.Parallel()
 	product := regexp.MustCompile(`^(gateway|telemetry|cmd|config|examples|migrations|internal)(/|$)`)
-	got := slices.DeleteFunc(matching(deps(t, "middleware/...", "workers/...", "job", "receiver", "client", "extension", "reconcile", "ijson"), product),
+	got := slices.DeleteFunc(matching(deps(t, "middleware/...", "workers/...", "job", "receiver", "client", "extension", "reconcile", "ijson", "history"), product),
 		func(p string) bool { return p == "internal/yamljson" })
 	if len(got) > 0 {
 		t.Fatalf("the libraries import product packages: %v", got)
