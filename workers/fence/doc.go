@@ -6,9 +6,14 @@
 // refuses a write whose token is older than one it has already accepted.
 //
 // The counter is a row per resource in PostgreSQL (`fencing_tokens`), bumped
-// by one `INSERT … ON CONFLICT DO UPDATE … RETURNING`. It is durable: a
-// Redis restart or FLUSHALL loses the locks, never the counter, so a new
-// owner always gets a higher token than every owner before it.
+// by one `INSERT … ON CONFLICT DO UPDATE … RETURNING` to the previous token
+// plus one or the database clock in microseconds, whichever is higher. It
+// is durable: a Redis restart or FLUSHALL loses the locks, never the
+// counter; and a failover that loses the counter's last writes cannot make
+// it repeat a token, since the clock has moved on since they were drawn. A
+// new owner always gets a higher token than every owner before it. Tokens
+// are about 1.8e15 (below 2^53, exact in a JavaScript number): store them
+// as 64-bit integers.
 //
 //	token, err := fence.Next(ctx, pool, "sku:9")
 //

@@ -39,13 +39,30 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// clockFloor is PostgreSQL's clock in microseconds since 1970, the least
+// token a draw gives. Counting alone restarts a resource at 1 when its
+// counter row is lost with the last writes before a failover (an async
+// standby promoted behind its primary, a restore from backup), and a
+// receiver could not refuse the new owner's re-run from the old one's. The
+// clock has moved on since any lost token was drawn, so the first draw
+// after the loss is still higher; the counter keeps draws rising when the
+// clock does not (two draws in one microsecond, a clock stepped back).
+//
+// now(), the transaction's start, not clock_timestamp(): a lost token was
+// drawn in a transaction that started before the promotion, and any draw on
+// the promoted primary starts after it, so transaction time already
+// orders them, and one value per statement keeps a draw that reads it
+// twice consistent. Microseconds since 1970 stay below 2^53 until the year
+// 2255: a JavaScript number holds every token exactly.
+const clockFloor = `(extract(epoch FROM now()) * 1000000)::bigint`
+
 // NextStatement is the statement behind Next, for a caller that draws the
 // token inside a larger statement (as a common table expression) so that
 // drawing it and using it commit together: $1 is the resource, and it
 // returns one row with the column token.
 const NextStatement = `
-INSERT INTO fencing_tokens AS f (resource, token) VALUES ($1, 1)
-ON CONFLICT (resource) DO UPDATE SET token = f.token + 1, updated_at = now()
+INSERT INTO fencing_tokens AS f (resource, token) VALUES ($1, ` + clockFloor + `)
+ON CONFLICT (resource) DO UPDATE SET token = greatest(f.token + 1, ` + clockFloor + `), updated_at = now()
 RETURNING f.token`
 
 // NextStatementIf is NextStatement drawn only when cond, an SQL condition
@@ -54,14 +71,17 @@ RETURNING f.token`
 // it before the resource's counter) draws none when it will not.
 func NextStatementIf(cond string) string {
 	return `
-INSERT INTO fencing_tokens AS f (resource, token) SELECT $1, 1 WHERE ` + cond + `
-ON CONFLICT (resource) DO UPDATE SET token = f.token + 1, updated_at = now()
+INSERT INTO fencing_tokens AS f (resource, token) SELECT $1, ` + clockFloor + ` WHERE ` + cond + `
+ON CONFLICT (resource) DO UPDATE SET token = greatest(f.token + 1, ` + clockFloor + `), updated_at = now()
 RETURNING f.token`
 }
 
-// Next returns the next fencing token for resource: 1 the first time, then
-// one more than the last token issued, whoever asked. Concurrent callers
-// queue on the resource's row, so no two get the same token.
+// Next returns the next fencing token for resource: one more than the last
+// token issued, whoever asked, or the database clock in microseconds since
+// 1970 when that is higher (always, the first time). Concurrent callers
+// queue on the resource's row, so no two get the same token, and a token
+// never repeats even when the database lost its last writes in a failover.
+// Tokens are large numbers: store them as 64-bit integers.
 func Next(ctx context.Context, q Querier, resource string) (int64, error) {
 	var token int64
 	if err := q.QueryRow(ctx, NextStatement, resource).Scan(&token); err != nil {

@@ -94,14 +94,63 @@ func TestNextStrictlyIncreasesUnderConcurrency(t *testing.T) {
 		t.Fatal(err)
 	}
 	slices.Sort(tokens)
-	for i, tok := range tokens {
-		if tok != int64(i+1) {
-			t.Fatalf("tokens[%d] = %d: tokens are not 1..%d without repeats", i, tok, acquirers*each)
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] == tokens[i-1] {
+			t.Fatalf("token %d was drawn twice", tokens[i])
 		}
 	}
-	// Another resource has a counter of its own.
-	if tok, err := fence.Next(t.Context(), pool, "order:2"); err != nil || tok != 1 {
-		t.Fatalf("first token of another resource = %d, %v; want 1", tok, err)
+	// Another resource has a counter of its own, floored by the clock too.
+	first, err := fence.Next(t.Context(), pool, "order:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if floor := time.Now().Add(-time.Hour).UnixMicro(); first < floor {
+		t.Fatalf("first token of another resource = %d, want the clock in microseconds (at least %d)", first, floor)
+	}
+}
+
+// TestNextAfterLostTail deletes a resource's counter row as a failover to
+// a standby that never received it would lose it: the next draw must still
+// be higher than every token drawn before, or a receiver could not refuse
+// the lost owner's write from the new one's.
+func TestNextAfterLostTail(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Pool(t)
+	resource := "order:lost-" + testenv.Prefix()
+	var last int64
+	for range 3 {
+		tok, err := fence.Next(t.Context(), pool, resource)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok <= last {
+			t.Fatalf("token %d after %d: tokens must rise", tok, last)
+		}
+		last = tok
+	}
+	if _, err := pool.Exec(t.Context(), `DELETE FROM fencing_tokens WHERE resource = $1`, resource); err != nil {
+		t.Fatal(err)
+	}
+	after, err := fence.Next(t.Context(), pool, resource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after <= last {
+		t.Fatalf("token after the counter was lost = %d, not above the last one drawn before (%d): a re-run would carry a token already used", after, last)
+	}
+	// Supersede draws through the same floor.
+	if _, err := pool.Exec(t.Context(), `DELETE FROM fencing_tokens WHERE resource = $1`, resource); err != nil {
+		t.Fatal(err)
+	}
+	sup, err := fence.Supersede(t.Context(), pool, resource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sup <= after {
+		t.Fatalf("Supersede after the counter was lost = %d, not above %d", sup, after)
+	}
+	if err := fence.Check(t.Context(), pool, resource, after); !errors.Is(err, fence.ErrStaleToken) {
+		t.Fatalf("Check with the token drawn before the loss = %v, want ErrStaleToken", err)
 	}
 }
 

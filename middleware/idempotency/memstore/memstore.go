@@ -132,11 +132,11 @@ func (s *Store) Claim(_ context.Context, req idempotency.ClaimRequest) (idempote
 	r := s.live(req.Scope, now)
 	switch {
 	case r == nil:
-		var token int64 = 1
+		var last int64
 		if old != nil {
-			token = old.FencingToken + 1
+			last = old.FencingToken
 		}
-		r = &record{Record: idempotency.Record{Scope: req.Scope, CreatedAt: now, FencingToken: token}}
+		r = &record{Record: idempotency.Record{Scope: req.Scope, CreatedAt: now, FencingToken: nextToken(last, now)}}
 		r.Fingerprint, r.Owner = req.Fingerprint, req.Owner
 		if err := s.room(old, sizeOf(r)); err != nil {
 			return idempotency.ClaimResult{}, err
@@ -147,12 +147,20 @@ func (s *Store) Claim(_ context.Context, req idempotency.ClaimRequest) (idempote
 		return idempotency.ClaimResult{Claimed: true, Record: copyRecord(r)}, nil
 	case r.Fingerprint == req.Fingerprint &&
 		(r.State == idempotency.StateReleased || (r.State == idempotency.StateInFlight && !r.LeaseUntil.After(now))):
-		r.FencingToken++
+		r.FencingToken = nextToken(r.FencingToken, now)
 		s.take(r, req, now)
 		return idempotency.ClaimResult{Claimed: true, TakeOver: true, Record: copyRecord(r)}, nil
 	default:
 		return idempotency.ClaimResult{Record: copyRecord(r)}, nil
 	}
+}
+
+// nextToken is the fencing token after last: one more, or the clock in
+// microseconds since 1970 when that is higher, as the PostgreSQL and Redis
+// stores give, so that the three stores agree on what a token looks like
+// and a test written against one holds for the others.
+func nextToken(last int64, now time.Time) int64 {
+	return max(last+1, now.UnixMicro())
 }
 
 // room refuses a new record of size n when the store would pass its

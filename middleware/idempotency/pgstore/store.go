@@ -178,6 +178,17 @@ func rerun(err error, viaBatch *bool, lost *int) bool {
 	return true
 }
 
+// clockToken is PostgreSQL's clock in microseconds since 1970, the least
+// fencing token a claim gets. now(), the transaction's start, not
+// clock_timestamp(): a token lost in a failover was issued in a transaction
+// that started before the promotion, and every claim on the promoted
+// primary starts after it, so transaction time already orders them; one
+// value per statement keeps the claim's reads of it consistent, and the
+// previous token plus one keeps the claims of one batch (one transaction,
+// one now()) rising. Microseconds since 1970 stay below 2^53 until the
+// year 2255, so a JavaScript number holds every token exactly.
+const clockToken = `(extract(epoch FROM now()) * 1000000)::bigint`
+
 // maxRaceRetries bounds how often Claim runs again when a concurrent writer
 // changed the row between its snapshot and its upsert.
 const maxRaceRetries = 5
@@ -197,9 +208,15 @@ const maxRaceRetries = 5
 // answered from it: what it says was true at the snapshot, as if this
 // request had come a moment earlier.
 //
-// A take-over bumps fencing_token. A record whose retention passed starts
-// afresh at token 1, exactly as if the janitor had deleted it first, so
-// whether the janitor ran does not change what the next claim gets.
+// The fencing token is the record's previous token plus one or the
+// database clock in microseconds (clockToken), whichever is higher: for a
+// new record, a take-over and a record whose retention passed alike, as
+// the Redis store does. Counting alone would restart a key at 1 when a
+// failover to a standby that lacked the last writes lost its row, and the
+// upstream could not refuse the re-run, which carries the token the lost
+// claim had; the clock has moved on since any lost token was issued. A
+// take-over keeps created_at and a fresh record sets it to now(), so
+// created_at < updated_at tells a take-over (tokens say nothing now).
 const claimSQL = `
 WITH cur AS (
 	SELECT fingerprint, state, fencing_token, owner, lease_until,
@@ -211,13 +228,13 @@ WITH cur AS (
 ), ins AS (
 	INSERT INTO idempotency_records AS r
 		(tenant, route, key, fingerprint, state, owner, fencing_token, lease_until, expires_at)
-	SELECT $1, $2, $3, $4, 'in_flight', $5::text, 1, now() + $6::interval, now() + greatest($6::interval, $7::interval)
+	SELECT $1, $2, $3, $4, 'in_flight', $5::text, ` + clockToken + `, now() + $6::interval, now() + greatest($6::interval, $7::interval)
 	WHERE NOT EXISTS (SELECT 1 FROM cur WHERE NOT claimable)
 	ON CONFLICT (tenant, route, key) DO UPDATE SET
 		fingerprint      = excluded.fingerprint,
 		state            = 'in_flight',
 		owner            = excluded.owner,
-		fencing_token    = CASE WHEN r.expires_at <= now() THEN 1 ELSE r.fencing_token + 1 END,
+		fencing_token    = greatest(r.fencing_token + 1, ` + clockToken + `),
 		lease_until      = excluded.lease_until,
 		response_status  = NULL,
 		response_headers = NULL,
@@ -230,7 +247,7 @@ WITH cur AS (
 	WHERE (r.state <> 'in_flight' OR r.lease_until <= now())
 	  AND (r.expires_at <= now()
 	       OR (r.fingerprint = excluded.fingerprint AND r.state IN ('released', 'in_flight')))
-	RETURNING fingerprint, fencing_token, owner, lease_until, created_at, updated_at, expires_at
+	RETURNING fingerprint, fencing_token, owner, lease_until, created_at, updated_at, expires_at, created_at < updated_at AS takeover
 ), taken AS (
 	UPDATE idempotency_claims c SET outcome = 'taken_over', ended_at = now()
 	FROM ins
@@ -239,11 +256,11 @@ WITH cur AS (
 	INSERT INTO idempotency_claims (tenant, route, key, fencing_token, owner, instance)
 	SELECT $1, $2, $3, fencing_token, owner, $8::text FROM ins
 )
-SELECT true, false, fingerprint, 'in_flight', fencing_token, owner, lease_until,
+SELECT true, false, takeover, fingerprint, 'in_flight', fencing_token, owner, lease_until,
 	0, NULL::jsonb, NULL::bytea, false, created_at, updated_at, expires_at
 FROM ins
 UNION ALL
-SELECT false, coalesce(claimable, false), fingerprint, state, fencing_token, owner, lease_until,
+SELECT false, coalesce(claimable, false), created_at < updated_at, fingerprint, state, fencing_token, owner, lease_until,
 	coalesce(response_status, 0), response_headers, response_body, body_omitted, created_at, updated_at, expires_at
 FROM cur
 WHERE NOT EXISTS (SELECT 1 FROM ins)`
@@ -263,7 +280,7 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	var r row
 	scan := func(row pgx.Row) error {
 		r = row0
-		return row.Scan(&r.claimed, &r.stale, &r.rec.Fingerprint, &r.state, &r.rec.FencingToken, &r.rec.Owner,
+		return row.Scan(&r.claimed, &r.stale, &r.takeover, &r.rec.Fingerprint, &r.state, &r.rec.FencingToken, &r.rec.Owner,
 			&r.lease, &r.status, &r.headers, &r.body, &r.omitted,
 			&r.rec.CreatedAt, &r.rec.UpdatedAt, &r.rec.ExpiresAt)
 	}
@@ -279,9 +296,7 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 			}
 			mine := rec.State == idempotency.StateInFlight && rec.Owner == req.Owner
 			if r.claimed || mine {
-				// Only a take-over continues a record's tokens; a new record,
-				// or one whose retention had passed, starts at 1.
-				return idempotency.ClaimResult{Claimed: true, TakeOver: rec.FencingToken > 1, Record: rec}, nil
+				return idempotency.ClaimResult{Claimed: true, TakeOver: r.takeover, Record: rec}, nil
 			}
 			if !r.stale {
 				return idempotency.ClaimResult{Record: rec}, nil
@@ -559,14 +574,14 @@ func (s *Store) Resolve(ctx context.Context, scope idempotency.Scope) error {
 // need a destination. getSQL and claimSQL (after its two flags) share the
 // column order.
 type row struct {
-	claimed, stale bool // claimSQL only
-	rec            idempotency.Record
-	state          string
-	lease          pgtype.Timestamptz
-	status         int32
-	headers        []byte
-	body           []byte
-	omitted        bool
+	claimed, stale, takeover bool // claimSQL only
+	rec                      idempotency.Record
+	state                    string
+	lease                    pgtype.Timestamptz
+	status                   int32
+	headers                  []byte
+	body                     []byte
+	omitted                  bool
 }
 
 func (r *row) record(scope idempotency.Scope) (idempotency.Record, error) {
