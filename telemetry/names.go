@@ -9,6 +9,7 @@ const (
 	MetricJobs              = "idemgate_jobs_total"
 	MetricJobAttempts       = "idemgate_job_attempts_total"
 	MetricJobReplays        = "idemgate_job_replays_total"
+	MetricRecordRetries     = "idemgate_job_record_retries_total"
 	MetricDLQTasks          = "idemgate_dlq_tasks"
 	MetricQueueDepth        = "idemgate_queue_depth"
 )
@@ -35,7 +36,7 @@ func MetricNames() []string {
 		MetricRequests,
 		MetricMemoryStoreBytes, MetricMemoryStoreMaxBytes, MetricMemoryStoreRefusals,
 		MetricLockAcquire, MetricLockRenewals, MetricLockLost, MetricFencingRejections,
-		MetricJobs, MetricJobAttempts, MetricJobReplays,
+		MetricJobs, MetricJobAttempts, MetricJobReplays, MetricRecordRetries,
 		MetricDLQTasks, MetricQueueDepth,
 		MetricLimitWaits, MetricLimitHolders,
 		MetricRetentionDeleted, MetricFinalCallbacks,

@@ -17,6 +17,7 @@ type WorkerMetrics struct {
 	jobs        *prometheus.CounterVec
 	attempts    *prometheus.CounterVec
 	replays     *prometheus.CounterVec
+	records     *prometheus.CounterVec
 	*limitMetrics
 }
 
@@ -59,8 +60,12 @@ func NewWorkerMetrics(reg prometheus.Registerer) *WorkerMetrics {
 			Name: MetricJobReplays,
 			Help: "Deliveries of an already succeeded job, acked without running it again.",
 		}, []string{"task"}),
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricRecordRetries,
+			Help: "Retries of recording a succeeded effect after the store failed, instead of running the effect again.",
+		}, []string{"task"}),
 	}
-	reg.MustRegister(m.lockAcquire, m.renewals, m.lost, m.fencing, m.jobs, m.attempts, m.replays)
+	reg.MustRegister(m.lockAcquire, m.renewals, m.lost, m.fencing, m.jobs, m.attempts, m.replays, m.records)
 	m.limitMetrics = newLimitMetrics(reg)
 	for _, r := range workers.LockResults() {
 		m.lockAcquire.WithLabelValues(r)
@@ -69,7 +74,7 @@ func NewWorkerMetrics(reg prometheus.Registerer) *WorkerMetrics {
 }
 
 // InitTasks creates the series of each task kind at 0: jobs by final
-// status, attempts by error class, replays.
+// status, attempts by error class, replays, record retries.
 func (m *WorkerMetrics) InitTasks(kinds ...string) {
 	for _, k := range kinds {
 		for _, s := range workers.FinishedStatuses() {
@@ -79,6 +84,7 @@ func (m *WorkerMetrics) InitTasks(kinds ...string) {
 			m.attempts.WithLabelValues(k, c)
 		}
 		m.replays.WithLabelValues(k)
+		m.records.WithLabelValues(k)
 	}
 }
 
@@ -101,6 +107,9 @@ func (m *WorkerMetrics) Attempt(task, errorClass string) {
 
 // JobReplay counts a duplicate delivery absorbed.
 func (m *WorkerMetrics) JobReplay(task string) { m.replays.WithLabelValues(task).Inc() }
+
+// RecordRetried counts one more try at recording a succeeded effect.
+func (m *WorkerMetrics) RecordRetried(task string) { m.records.WithLabelValues(task).Inc() }
 
 // JobFinished counts a job reaching a final status.
 func (m *WorkerMetrics) JobFinished(task string, status job.Status) {

@@ -49,7 +49,7 @@ func TestWorkerMetricsSeriesExistAtZero(t *testing.T) {
 	}
 	want = append(want,
 		"idemgate_lock_renewals_total{}", "idemgate_lock_lost_total{}", "idemgate_fencing_rejections_total{}",
-		"idemgate_job_replays_total{"+task+"}")
+		"idemgate_job_replays_total{"+task+"}", "idemgate_job_record_retries_total{"+task+"}")
 	for _, s := range []job.Status{job.StatusSucceeded, job.StatusFailed, job.StatusCancelled} {
 		want = append(want, "idemgate_jobs_total{status="+string(s)+","+task+"}")
 	}
@@ -102,6 +102,8 @@ func TestWorkerMetricsCountEachEvent(t *testing.T) {
 			map[string]float64{"idemgate_job_attempts_total{error_class=stale_token,task=payment.charge}": 1}},
 		{"replay", func(o workers.Observer) { o.JobReplay(task) },
 			map[string]float64{"idemgate_job_replays_total{task=payment.charge}": 1}},
+		{"record retried", func(o workers.Observer) { o.RecordRetried(task); o.RecordRetried(task) },
+			map[string]float64{"idemgate_job_record_retries_total{task=payment.charge}": 2}},
 		{"succeeded", func(o workers.Observer) { o.JobFinished(task, job.StatusSucceeded) },
 			map[string]float64{"idemgate_jobs_total{status=succeeded,task=payment.charge}": 1}},
 		{"failed", func(o workers.Observer) { o.JobFinished(task, job.StatusFailed) },

@@ -209,7 +209,9 @@ type handler[T any] struct {
 //     delivery, whose answer decides;
 //  6. the job is marked succeeded with fn's result, and only then acked
 //     (the writes of steps 4 and 6 share commits with concurrent jobs',
-//     each answered only after its commit);
+//     each answered only after its commit); a failure to record it is
+//     retried in place while the lease holds, for a few lock TTLs at
+//     most, so a database blink does not run the effect again;
 //  7. a permanent error, or a transient one on the last attempt, marks the
 //     job failed and archives the task; a transient one is retried with
 //     backoff; an unavailable dependency is retried with backoff and the
@@ -520,23 +522,16 @@ func (r *run[T]) do(ctx context.Context) error {
 	if h.crashAt(stageEffect) {
 		return errCrashed
 	}
-	fctx, cancel := finishContext(ctx)
-	defer cancel()
 	if ferr != nil {
+		fctx, cancel := finishContext(ctx)
+		defer cancel()
 		return r.failed(ctx, fctx, ferr)
 	}
-	if err := h.store.MarkSucceeded(fctx, r.id.tenant, r.id.key, token, ref); err != nil {
-		if lost := r.lost(ctx, err, execution.OutcomeStaleToken); lost != nil {
-			return lost
-		}
-		// The effect happened but is not recorded: the next attempt runs
-		// the idempotent effect again and records it. Never a verdict of
-		// failure for a job whose effect may be done.
-		h.obs.Attempt(h.kind, ClassTransient)
-		r.log.ErrorContext(ctx, "recording the success failed: will retry", "error", err)
-		return fmt.Errorf("workers: %s %s: record success: %w", h.kind, r.id.key, err)
+	// The effect is done: a failure to record it retries the record, not
+	// the effect (record.go).
+	if err := r.recordSuccess(ctx, ref); err != nil {
+		return err
 	}
-	h.status(fctx, r.task, r.id.key, job.StatusSucceeded, rec.Attempts, ref, "")
 	h.obs.JobFinished(h.kind, job.StatusSucceeded)
 	r.log.InfoContext(ctx, "job succeeded", "result_ref", ref)
 	if h.crashAt(stageSucceeded) {

@@ -203,6 +203,7 @@ func (r *recorder) LockLost()                              { r.inc("lock:lost") 
 func (r *recorder) FencingRejected()                       { r.inc("fencing:rejected") }
 func (r *recorder) Attempt(task, class string)             { r.inc("attempt:" + class) }
 func (r *recorder) JobReplay(task string)                  { r.inc("replay") }
+func (r *recorder) RecordRetried(task string)              { r.inc("record:retried") }
 func (r *recorder) JobFinished(task string, st job.Status) { r.inc("finished:" + string(st)) }
 
 // statuses records what a StatusFunc is told.

@@ -69,6 +69,10 @@ type Observer interface {
 	// JobReplay reports a delivery of a job that had already succeeded,
 	// acked without running it again.
 	JobReplay(task string)
+	// RecordRetried reports one more try at recording a succeeded
+	// effect (its execution state or its job status) after the store
+	// failed, instead of running the effect again.
+	RecordRetried(task string)
 	// JobFinished reports a job reaching a final status:
 	// job.StatusSucceeded, job.StatusFailed or job.StatusCancelled.
 	JobFinished(task string, status job.Status)
@@ -85,4 +89,5 @@ func (NopObserver) LockLost()                      {}
 func (NopObserver) FencingRejected()               {}
 func (NopObserver) Attempt(string, string)         {}
 func (NopObserver) JobReplay(string)               {}
+func (NopObserver) RecordRetried(string)           {}
 func (NopObserver) JobFinished(string, job.Status) {}
