@@ -2,12 +2,20 @@ package config
 
 import "time"
 
-// JobsAPI configures the gateway's job endpoints (GET /v1/jobs/{id}).
+// JobsAPI configures the gateway's job endpoints (GET /v1/jobs/{id}) and
+// how enqueue routes accept jobs.
 type JobsAPI struct {
 	// MaxWait caps GET /v1/jobs/{id}?wait=: a longer wait is clamped to
 	// it. Shorter than server.write_timeout, which would cut the answer.
 	// Default gateway.DefaultMaxWait, 30s.
 	MaxWait time.Duration `yaml:"max_wait"`
+	// RedisWait holds an enqueue route's 202 until the job's task is on
+	// this many replicas of the queue's Redis, or the timeout has passed:
+	// a failover then does not lose the task, which the relay would
+	// otherwise enqueue again only on its next pass. The jobs row is the
+	// truth either way, so a wait that falls short still answers 202.
+	// Default off.
+	RedisWait RedisWait `yaml:"redis_wait"`
 }
 
 // defaultMaxWait is gateway.DefaultMaxWait; config does not import the

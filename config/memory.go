@@ -9,6 +9,11 @@ type Idempotency struct {
 	idempotency.Config `yaml:",inline"`
 	// Memory bounds store: memory. Other stores ignore it.
 	Memory Memory `yaml:"memory"`
+	// RedisWait, with store: redis, answers a request only once its
+	// claim and its completion are on this many replicas
+	// (redisstore.WithWait). It is the store's, so no route sets it.
+	// Default off.
+	RedisWait RedisWait `yaml:"redis_wait"`
 }
 
 // Memory configures store: memory.

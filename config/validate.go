@@ -144,6 +144,7 @@ func (c *Config) validate(o *options) error {
 	}
 
 	c.validateJobsAPI(bad)
+	c.validateRedisWait(bad)
 	c.validateWorker(bad)
 	c.validateLimits(bad)
 	c.validateJobs(bad, o)

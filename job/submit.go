@@ -36,6 +36,10 @@ type Submitter struct {
 	// Inspector, when set, lets Cancel delete the task of a job it
 	// cancelled. Optional: a cancelled job's task does nothing anyway.
 	Inspector *asynq.Inspector
+	// Broker, when set, makes Submit return only once the task it
+	// enqueued is on the queue's replicas, or the wait's timeout passed
+	// (brokerwait.go). The relay's enqueues do not wait.
+	Broker *BrokerWait
 }
 
 // New returns an Submitter writing job records on db and tasks with client.
@@ -78,7 +82,8 @@ func (r Request) QueueName() string {
 }
 
 // ErrTaskDeferred: Submit recorded the job but could not enqueue its task
-// (the queue was unreachable). The job is accepted all the same: its
+// (the queue was unreachable), or could not see it reach the queue's
+// replicas in time (BrokerWait), so that a failover may lose it. The job is accepted all the same: its
 // record is the truth, and the Relay enqueues the missing task once the
 // queue answers again. Submit returns the recorded job with it.
 var ErrTaskDeferred = errors.New("job: recorded, its task deferred to the relay")
@@ -109,6 +114,13 @@ func (e *Submitter) Submit(ctx context.Context, req Request) (Record, error) {
 		// have died between the two steps. asynq keeps one task per id.
 		if err := e.enqueue(ctx, j); err != nil {
 			return j, fmt.Errorf("%w: %w", ErrTaskDeferred, err)
+		}
+		if e.Broker != nil {
+			// Also when asynq held the task already: this may be the
+			// retry of a request whose wait fell short.
+			if err := e.Broker.wait(ctx, j.Queue); err != nil {
+				return j, fmt.Errorf("%w: %w", ErrTaskDeferred, err)
+			}
 		}
 	}
 	return j, nil

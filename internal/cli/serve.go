@@ -87,6 +87,13 @@ func openGatewayDeps(ctx context.Context, cfg *config.Config, svc *services, wit
 		}
 		deps.jobs = job.NewSubmitter(deps.pool, client)
 		deps.jobs.Headers = telemetry.InjectTask
+		if w := cfg.JobsAPI.RedisWait; w.On() {
+			rdb, err := svc.redisClient()
+			if err != nil {
+				return deps, err
+			}
+			deps.jobs.Broker = &job.BrokerWait{Client: rdb, Replicas: w.Replicas, Timeout: w.Timeout}
+		}
 		if deps.jobs.Inspector, err = svc.queueInspector(); err != nil {
 			return deps, err
 		}

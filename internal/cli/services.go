@@ -162,7 +162,11 @@ func (s *services) idempotencyStore(ctx context.Context) (idempotency.Store, err
 		if err != nil {
 			return nil, err
 		}
-		st := redisstore.New(rdb)
+		var opts []redisstore.Option
+		if w := s.cfg.Idempotency.RedisWait; w.On() {
+			opts = append(opts, redisstore.WithWait(w.Replicas, w.Timeout))
+		}
+		st := redisstore.New(rdb, opts...)
 		s.closers.push(func() { _ = st.Close() })
 		s.store = st
 	default:

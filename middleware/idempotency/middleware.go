@@ -314,8 +314,11 @@ func (m *Middleware) observe(r *http.Request, ev Event) {
 // storeFailed follows OnStoreError when the claim could not be made.
 func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, next http.Handler, req ClaimRequest, err error) {
 	scope := req.Scope
-	if errors.Is(err, context.DeadlineExceeded) {
+	notDurable := errors.Is(err, ErrNotDurable)
+	if notDurable || errors.Is(err, context.DeadlineExceeded) {
 		// No answer in time: the claim may have been made all the same.
+		// Not durable: it was made, and a failover may lose it; nothing
+		// ran, so it is let go rather than held until its lease ends.
 		m.abandonClaim(req)
 	}
 	if r.Context().Err() != nil {
@@ -333,7 +336,10 @@ func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, next ht
 		"route", scope.Route, "tenant", scope.Tenant, "idempotency_key", scope.Key,
 		"policy", string(m.cfg.OnStoreError), "err", err)
 	ev := Event{Outcome: OutcomeStoreError, Scope: scope, Err: err}
-	if m.cfg.OnStoreError == FailOpen {
+	if m.cfg.OnStoreError == FailOpen && !notDurable {
+		// A store that answered but could not make the claim durable is
+		// not a store that failed: the request runs only once its claim
+		// would survive a failover, which is what asked for the wait.
 		m.observe(r, ev)
 		next.ServeHTTP(w, r)
 		return

@@ -154,4 +154,14 @@ var (
 	ErrNotOwner = errors.New("idempotency: claim not owned")
 	// ErrNotUnknown: Resolve on a record whose outcome is not unknown.
 	ErrNotUnknown = errors.New("idempotency: record outcome is not unknown")
+	// ErrNotDurable: the store made the write but cannot say it would
+	// survive a failover (redisstore.WithWait: too few replicas
+	// acknowledged it in time). A store returns it wrapped from Claim,
+	// Complete, MarkUnknown or Renew; calling again with the same owner
+	// confirms the same write, never makes a second one. The middleware
+	// treats it as a write not known to be durable: a claim is released
+	// and refused with 503 whatever OnStoreError says, nothing having
+	// run; a completion is stored again in the background and its answer
+	// held back (503, Retry-After) until it is.
+	ErrNotDurable = errors.New("idempotency: write not known to be durable")
 )

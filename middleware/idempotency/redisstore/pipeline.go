@@ -15,6 +15,7 @@ package redisstore
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -57,21 +58,23 @@ type call struct {
 	script *redis.Script
 	keys   []string
 	args   []any
+	wait   bool // the change waits for replicas when the store does (wait.go)
 	cmd    *redis.Cmd
 	done   chan struct{} // closed when cmd holds the reply
 }
 
 // hot runs one of the scripts every request runs: through the pipeliner
-// when pipelining is on, else as a round trip of its own.
-func (s *Store) hot(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+// when pipelining is on, else as a round trip of its own. waited says
+// whether the change waits for replicas when the store does (wait.go).
+func (s *Store) hot(ctx context.Context, script *redis.Script, waited bool, keys []string, args ...any) *redis.Cmd {
 	if s.pipe != nil {
 		if err := ctx.Err(); err != nil {
 			return failedCmd(ctx, err)
 		}
-		return s.pipe.run(ctx, script, keys, args...)
+		return s.pipe.run(ctx, script, waited, keys, args...)
 	}
 	cmd, err := roundTrip(ctx, &s.flights, func(ctx context.Context) (*redis.Cmd, error) {
-		return script.Run(ctx, s.client, keys, args...), nil
+		return s.run(ctx, script, waited, keys, args...), nil
 	})
 	if err != nil {
 		return failedCmd(ctx, err)
@@ -91,19 +94,21 @@ type pipeliner struct {
 	max     int
 	slots   int
 	flights *flights // runs the senders
+	wait    waitFor  // WithWait's: a batch's WAIT (wait.go)
 
 	mu      sync.Mutex
 	queue   []*call
 	sending int // senders running, each with at most one pipeline on the wire
 
-	// What went out: scripts and the round trips that carried them.
-	scripts, trips atomic.Int64
+	// What went out: scripts, the round trips that carried them, and the
+	// WAITs among those.
+	scripts, trips, waits atomic.Int64
 }
 
 // run sends script and returns its reply, or ctx's error as soon as ctx
 // ends.
-func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	c := &call{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
+func (p *pipeliner) run(ctx context.Context, script *redis.Script, waited bool, keys []string, args ...any) *redis.Cmd {
+	c := &call{ctx: ctx, script: script, keys: keys, args: args, wait: waited, done: make(chan struct{})}
 	p.mu.Lock()
 	p.queue = append(p.queue, c)
 	start := p.sending < p.slots
@@ -169,6 +174,15 @@ func (p *pipeliner) exec(batch []*call) {
 	defer stop()
 	p.trips.Add(1)
 	p.scripts.Add(int64(len(batch)))
+	if p.wait.on() && slices.ContainsFunc(batch, func(c *call) bool { return c.wait }) {
+		// One WAIT after the batch covers every script in it.
+		p.waits.Add(1)
+		execWaited(ctx, p.client, p.wait, batch)
+		for _, c := range batch {
+			close(c.done)
+		}
+		return
+	}
 	if len(batch) == 1 {
 		c := batch[0]
 		c.cmd = c.script.Run(ctx, p.client, c.keys, c.args...)

@@ -77,7 +77,7 @@ func TestPipelineLoadsMissingScripts(t *testing.T) {
 	got := make([]string, 20)
 	errs := make([]error, 20)
 	for i := range got {
-		wg.Go(func() { got[i], errs[i] = p.run(t.Context(), script, nil, fmt.Sprint("v", i)).Text() })
+		wg.Go(func() { got[i], errs[i] = p.run(t.Context(), script, false, nil, fmt.Sprint("v", i)).Text() })
 	}
 	wg.Wait()
 	for i := range got {

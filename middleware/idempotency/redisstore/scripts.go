@@ -23,6 +23,11 @@ import "github.com/redis/go-redis/v9"
 //	status header body omitted   the stored response (completed only);
 //	                   header is JSON, body raw bytes, omitted "1" or "0"
 //	watched            "1" once a duplicate waits for the record (Watch)
+//	settled            with WithWait: the owner whose completion, release
+//	                   or hold ended the claim, so that it may confirm it
+//	                   again (wait.go)
+//	seen               with WithWait: written by a read that must wait for
+//	                   replicas (wait.go); never read
 //
 // A record is replayed, claimed and changed only while expires is ahead of
 // the server clock. Because the key's own expiry equals expires, Redis
@@ -35,6 +40,9 @@ import "github.com/redis/go-redis/v9"
 // prelude is shared by the scripts. record returns the fields in the order
 // of the field* constants below.
 const prelude = `
+local function touch(key, waiting)
+  if waiting == '1' then redis.call('HSET', key, 'seen', '1') end
+end
 local function clock()
   local t = redis.call('TIME')
   local s, us = tonumber(t[1]), tonumber(t[2])
@@ -67,7 +75,9 @@ const (
 )
 
 // claimScript: ARGV tenant, route, key, fingerprint, owner, lease ms,
-// retention ms. Returns {0, 0, record...} when the existing record stands, or
+// retention ms, waiting "1"|"0" (WithWait: a reply that changes nothing
+// writes all the same, so that the WAIT after it covers the record it
+// returns; wait.go). Returns {0, 0, record...} when the existing record stands, or
 // {1, takeover 0|1, token, lease, created, updated, expires} when claimed:
 // the caller knows the rest, and a short reply of integers is cheaper to
 // read than the whole record.
@@ -93,7 +103,7 @@ const (
 const claimScript = prelude + `
 local key = KEYS[1]
 local tenant, route, ikey, fp, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local lease, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
+local lease, retention, waiting = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local now, now_us = clock()
 local cur = redis.call('HMGET', key, 'tenant', 'route', 'key', 'fp', 'state', 'token', 'lease', 'expires', 'created', 'owner')
 local token, created, takeover = 0, now, 0
@@ -106,16 +116,18 @@ if cur[5] then
     local st = cur[5]
     if st == 'in_flight' and cur[10] == owner then
       -- This very claim, sent again after its reply was lost: it is ours.
+      touch(key, waiting)
       return {1, 0, tonumber(cur[6]), tonumber(cur[7]), tonumber(cur[9]) or now, now, tonumber(cur[8])}
     end
     local free = st == 'released' or (st == 'in_flight' and (tonumber(cur[7]) or 0) <= now)
     if cur[4] ~= fp or not free then
+      touch(key, waiting)
       return {0, 0, unpack(record(key))}
     end
     takeover = 1
     created = tonumber(cur[9]) or now
   end
-  redis.call('HDEL', key, 'status', 'header', 'body', 'omitted', 'watched')
+  redis.call('HDEL', key, 'status', 'header', 'body', 'omitted', 'watched', 'settled', 'seen')
 end
 token = math.max(token + 1, now_us)
 local lease_until = now + lease
@@ -144,12 +156,20 @@ return 1
 `
 
 // completeScript: ARGV owner, status, header JSON, body, omitted "1"|"0",
-// retention ms. Returns 1, or 0 when not the owner. Retention counts from
-// completion.
+// retention ms, waiting "1"|"0". Returns 1, or 0 when not the owner.
+// Retention counts from completion. When waiting, the owner's completion
+// sent again (its WAIT fell short) succeeds again, writing so that the
+// next WAIT covers it.
 const completeScript = prelude + `
 local key = KEYS[1]
-local cur = redis.call('HMGET', key, 'state', 'owner', 'watched')
+local cur = redis.call('HMGET', key, 'state', 'owner', 'watched', 'settled')
+local waiting = ARGV[7]
+if waiting == '1' and cur[1] == 'completed' and cur[4] == ARGV[1] then
+  touch(key, waiting)
+  return 1
+end
 if cur[1] ~= 'in_flight' or cur[2] ~= ARGV[1] then return 0 end
+if waiting == '1' then redis.call('HSET', key, 'settled', ARGV[1]) end
 local now = now_ms()
 local expires = now + tonumber(ARGV[6])
 redis.call('HSET', key, 'state', 'completed', 'status', ARGV[2], 'header', ARGV[3],
@@ -161,12 +181,19 @@ return 1
 `
 
 // finishScript ends a claim without a response: ARGV owner, new state
-// (released or unknown). Returns 1, or 0 when not the owner. The expiry set
-// by the claim stays.
+// (released or unknown), waiting "1"|"0". Returns 1, or 0 when not the
+// owner. The expiry set by the claim stays. When waiting, the owner's
+// change sent again succeeds again, as in completeScript.
 const finishScript = prelude + `
 local key = KEYS[1]
-local cur = redis.call('HMGET', key, 'state', 'owner', 'watched')
+local cur = redis.call('HMGET', key, 'state', 'owner', 'watched', 'settled')
+local waiting = ARGV[3]
+if waiting == '1' and cur[1] == ARGV[2] and cur[4] == ARGV[1] then
+  touch(key, waiting)
+  return 1
+end
 if cur[1] ~= 'in_flight' or cur[2] ~= ARGV[1] then return 0 end
+if waiting == '1' then redis.call('HSET', key, 'settled', ARGV[1]) end
 redis.call('HSET', key, 'state', ARGV[2], 'updated', now_ms())
 redis.call('HDEL', key, 'owner', 'lease')
 if cur[3] then redis.call('PUBLISH', key .. ':changed', ARGV[2]) end
@@ -198,9 +225,11 @@ return 0
 
 // getScript returns the record, or nil when there is none or it is past
 // its expiry by the server clock (the key itself may linger a moment).
+// ARGV waiting "1"|"0", as in claimScript.
 const getScript = prelude + `
 local r = record(KEYS[1])
 if not r[2] or (tonumber(r[8]) or 0) <= now_ms() then return false end
+touch(KEYS[1], ARGV[1])
 return r
 `
 

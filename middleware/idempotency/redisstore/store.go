@@ -43,6 +43,7 @@ type Store struct {
 
 	pipelines, maxPipeline int
 	pipe                   *pipeliner // nil: pipelining off
+	wait                   waitFor    // WithWait (wait.go)
 	flights                flights    // round trips on goroutines of their own
 
 	// Watch state; see watch.go.
@@ -83,7 +84,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		opt(s)
 	}
 	if s.pipelines > 0 && s.maxPipeline > 1 {
-		s.pipe = &pipeliner{client: client, max: s.maxPipeline, slots: s.pipelines, flights: &s.flights}
+		s.pipe = &pipeliner{client: client, max: s.maxPipeline, slots: s.pipelines, flights: &s.flights, wait: s.wait}
 	}
 	return s
 }
@@ -129,8 +130,8 @@ func millis(d time.Duration) int64 {
 // stands in the way. One script, one round trip.
 func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	sc := req.Scope
-	vals, err := s.hot(ctx, s.scripts.claim, []string{s.key(sc)},
-		sc.Tenant, sc.Route, sc.Key, req.Fingerprint, req.Owner, millis(req.Lease), millis(req.Retention)).Slice()
+	vals, err := s.hot(ctx, s.scripts.claim, true, []string{s.key(sc)},
+		sc.Tenant, sc.Route, sc.Key, req.Fingerprint, req.Owner, millis(req.Lease), millis(req.Retention), s.wait.flag()).Slice()
 	if err != nil {
 		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
@@ -172,7 +173,7 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 // Renew extends the owner's lease.
 func (s *Store) Renew(ctx context.Context, scope idempotency.Scope, owner string, lease time.Duration) error {
 	n, err := roundTrip(ctx, &s.flights, func(ctx context.Context) (int64, error) {
-		return s.scripts.renew.Run(ctx, s.client, []string{s.key(scope)}, owner, millis(lease)).Int64()
+		return s.run(ctx, s.scripts.renew, true, []string{s.key(scope)}, owner, millis(lease)).Int64()
 	})
 	if err != nil {
 		return fmt.Errorf("redisstore: renew: %w", err)
@@ -194,8 +195,8 @@ func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner str
 	if resp.BodyOmitted {
 		body, omitted = nil, "1"
 	}
-	n, err := s.hot(ctx, s.scripts.complete, []string{s.key(scope)},
-		owner, resp.Status, header, body, omitted, millis(retention)).Int64()
+	n, err := s.hot(ctx, s.scripts.complete, true, []string{s.key(scope)},
+		owner, resp.Status, header, body, omitted, millis(retention), s.wait.flag()).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)
 	}
@@ -205,18 +206,23 @@ func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner str
 	return nil
 }
 
-// Release marks the owner's attempt as not processed.
+// Release marks the owner's attempt as not processed. It does not wait
+// for replicas (wait.go says why).
 func (s *Store) Release(ctx context.Context, scope idempotency.Scope, owner string) error {
-	return s.finish(ctx, scope, owner, idempotency.StateReleased)
+	return s.finish(ctx, scope, owner, idempotency.StateReleased, false)
 }
 
 // MarkUnknown holds the owner's ambiguous outcome for an operator.
 func (s *Store) MarkUnknown(ctx context.Context, scope idempotency.Scope, owner string) error {
-	return s.finish(ctx, scope, owner, idempotency.StateUnknown)
+	return s.finish(ctx, scope, owner, idempotency.StateUnknown, true)
 }
 
-func (s *Store) finish(ctx context.Context, scope idempotency.Scope, owner string, state idempotency.State) error {
-	n, err := s.hot(ctx, s.scripts.finish, []string{s.key(scope)}, owner, string(state)).Int64()
+func (s *Store) finish(ctx context.Context, scope idempotency.Scope, owner string, state idempotency.State, waited bool) error {
+	flag := "0"
+	if waited {
+		flag = s.wait.flag()
+	}
+	n, err := s.hot(ctx, s.scripts.finish, waited, []string{s.key(scope)}, owner, string(state), flag).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: mark %s: %w", state, err)
 	}
@@ -229,7 +235,7 @@ func (s *Store) finish(ctx context.Context, scope idempotency.Scope, owner strin
 // Get returns scope's record, or idempotency.ErrNotFound.
 func (s *Store) Get(ctx context.Context, scope idempotency.Scope) (idempotency.Record, error) {
 	vals, err := roundTrip(ctx, &s.flights, func(ctx context.Context) ([]any, error) {
-		return s.scripts.get.Run(ctx, s.client, []string{s.key(scope)}).Slice()
+		return s.run(ctx, s.scripts.get, true, []string{s.key(scope)}, s.wait.flag()).Slice()
 	})
 	if errors.Is(err, redis.Nil) {
 		return idempotency.Record{}, idempotency.ErrNotFound
