@@ -21,10 +21,14 @@ const (
 	pgLag    = 200 * time.Millisecond
 )
 
-// redisWait is idempotency.redis_wait with a timeout above the replica's
-// lag: every claim and completion waits for the replica, so a lagging
+// redisWait is idempotency.redis_wait and jobs_api.redis_wait with a
+// timeout above the replica's lag (and below store_timeout, 2s): every
+// claim, completion and accepted job waits for the replica, so a lagging
 // replica slows answers instead of refusing them.
-var redisWait = setting{key: "idempotency.redis_wait", value: "{replicas: 1, timeout: 2s}"}
+var redisWait = []setting{
+	{key: "idempotency.redis_wait", value: "{replicas: 1, timeout: 1s}"},
+	{key: "jobs_api.redis_wait", value: "{replicas: 1, timeout: 1s}"},
+}
 
 func failoverScenarios() []scenario {
 	redis := func(name string, lag time.Duration, settings ...setting) scenario {
@@ -52,7 +56,7 @@ func failoverScenarios() []scenario {
 		},
 		redis("redis-failover-sync", 0),
 		redis("redis-failover-lag", redisLag),
-		redis("redis-failover-lag-wait", redisLag, redisWait),
+		redis("redis-failover-lag-wait", redisLag, redisWait...),
 		pg("pg-failover-async", 0, false),
 		pg("pg-failover-async-lag", pgLag, false),
 		pg("pg-failover-sync-lag", pgLag, true),
