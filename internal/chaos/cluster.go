@@ -79,7 +79,7 @@ jobs:
     business_key: "charge:{ref}"
     max_attempts: 25
     deliver:
-      http: {url: "{{.UpstreamURL}}` + deliveryPath + `", secret: "{{.Secret}}", timeout: 5s}
+      http: {url: "{{.UpstreamURL}}` + deliveryPath + `", secret: "{{.Secret}}", timeout: {{.DeliverTimeout}}}
 routes:
   - {name: charges, methods: [POST], path: ` + upstreamPath + `, upstream: "{{.UpstreamURL}}"}
   - {name: deferred, methods: [POST], path: ` + jobsPath + `, enqueue: {task: ` + jobTask + `}}
@@ -93,7 +93,9 @@ type clusterConfig struct {
 	UpstreamURL string // the proxy route's upstream and the jobs' receiver
 	Secret      string // signs the deliveries (whsec_…)
 	Lease       time.Duration
-	keys        map[string]bool // the optional keys to set
+	// DeliverTimeout bounds a job's delivery to the upstream.
+	DeliverTimeout time.Duration
+	keys           map[string]bool // the optional keys to set
 	// Settings are a scenario's options (idempotency.redis_wait …),
 	// each set only when the binary accepts it.
 	Settings []setting
@@ -157,10 +159,16 @@ func probeKeys(ctx context.Context, bin, dir string, settings []setting) (map[st
 		keys[st.key] = true
 	}
 	path := filepath.Join(dir, "probe.yaml")
+	// The Redis options (idempotency.redis_wait) are valid only with the
+	// Redis store, and every other key with either.
+	store := "postgres"
+	if len(settings) > 0 {
+		store = "redis"
+	}
 	for range 2 {
 		c := memberConfig{clusterConfig: clusterConfig{
-			Store: "postgres", DatabaseURL: URL("127.0.0.1:1", "probe"), RedisURL: "redis://127.0.0.1:1/0",
-			UpstreamURL: "http://127.0.0.1:1", Secret: newSecret(), Lease: lease, keys: keys, Settings: settings,
+			Store: store, DatabaseURL: URL("127.0.0.1:1", "probe"), RedisURL: "redis://127.0.0.1:1/0",
+			UpstreamURL: "http://127.0.0.1:1", Secret: newSecret(), Lease: lease, DeliverTimeout: 5 * time.Second, keys: keys, Settings: settings,
 		}, Listen: "127.0.0.1:1", WorkerAdmin: "127.0.0.1:2"}
 		if err := writeConfig(path, c); err != nil {
 			return nil, err

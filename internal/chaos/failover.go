@@ -63,10 +63,11 @@ func failoverScenarios() []scenario {
 		partition("redis-partition", "redis", "gateway-a", "worker-1"),
 		partition("pg-partition", "postgres", "gateway-a", "worker-1"),
 		{
-			// A slow receiver keeps worker-1's delivery in flight when
-			// it loses Redis, and with it its lock and its task's lease.
+			// A slow receiver (4 to 12s, longer than the 5s lock) keeps
+			// worker-1's deliveries in flight when it loses Redis, and
+			// with it its locks and its tasks' leases.
 			name: "worker-lock-partition", jobs: true, workers: 2, spread: 6 * time.Second, faultAt: 3 * time.Second,
-			upstreamLatency: 3 * time.Second, deploy: cutOff("redis", "worker-1"), fault: partitionMembers(20 * time.Second),
+			upstreamLatency: 8 * time.Second, maxKeys: 100, deploy: cutOff("redis", "worker-1"), fault: partitionMembers(20 * time.Second),
 			finishWithin: 150 * time.Second,
 		},
 	}

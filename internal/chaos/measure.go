@@ -28,14 +28,7 @@ func (r *Row) measureFailover(res *loadResult, applied map[string][]Application,
 		r.ErrorSpanMS = last.Sub(first).Milliseconds()
 	}
 	if !faultStart.IsZero() {
-		var recovered time.Time
-		for _, a := range res.attempts {
-			if a.status >= 200 && a.status < 300 && !a.sent.Before(faultStart) && (recovered.IsZero() || a.at.Before(recovered)) {
-				recovered = a.at
-			}
-		}
-		if !recovered.IsZero() {
-			ms := recovered.Sub(faultStart).Milliseconds()
+		if ms, ok := recovery(res.attempts, faultStart); ok {
 			r.RecoveryMS = &ms
 		}
 	}
@@ -96,4 +89,30 @@ func onlyJobs(res *loadResult) bool {
 		}
 	}
 	return true
+}
+
+// recovery is the time from the first failed exchange after the fault
+// started to the first 2xx answer to a request sent after that failure:
+// how long clients that noticed the fault waited to be served again. No
+// failure after the fault: 0.
+func recovery(calls []call, faultStart time.Time) (int64, bool) {
+	var failed time.Time
+	for _, c := range calls {
+		if (c.status == 0 || c.status >= 500) && !c.at.Before(faultStart) && (failed.IsZero() || c.at.Before(failed)) {
+			failed = c.at
+		}
+	}
+	if failed.IsZero() {
+		return 0, true
+	}
+	var served time.Time
+	for _, c := range calls {
+		if c.status >= 200 && c.status < 300 && !c.sent.Before(failed) && (served.IsZero() || c.at.Before(served)) {
+			served = c.at
+		}
+	}
+	if served.IsZero() {
+		return 0, false
+	}
+	return served.Sub(failed).Milliseconds(), true
 }

@@ -26,13 +26,17 @@ import (
 // masterName is the name the sentinel monitors the primary under.
 const masterName = "chaos"
 
-// redisHA is a Redis primary, its replica behind a lag proxy, and one
-// sentinel (quorum 1) that promotes the replica a second after the
-// primary stops answering. The gateways and workers find the master
-// through the sentinel, as the README's Sentinel deployment does.
+// redisHA is a Redis primary, two replicas behind a lag proxy, and one
+// sentinel (quorum 1) that promotes a replica a second after the primary
+// stops answering, and points the other at it. The gateways and workers
+// find the master through the sentinel, as the README's Sentinel
+// deployment does. Two replicas, not one: after a failover the new
+// primary still has one, which a write that waits for a replica
+// (redis_wait) needs.
 type redisHA struct {
-	primary, replica, sentinel *Redis
-	lag                        *faultproxy.Proxy
+	primary, sentinel *Redis
+	replicas          []*Redis
+	lag               *faultproxy.Proxy
 }
 
 // startRedisHA starts the three servers in dir, the replica lagging by
@@ -51,13 +55,17 @@ func startRedisHA(ctx context.Context, dir string, lag time.Duration) (_ *redisH
 		return nil, err
 	}
 	_, lagPort, _ := strings.Cut(ha.lag.Addr(), ":")
-	if ha.replica, err = startRedisWith(ctx, filepath.Join(dir, "redis-replica"), func(r *Redis) {
-		r.extra = []string{"--replicaof", "127.0.0.1", lagPort}
-	}); err != nil {
-		return nil, err
-	}
-	if err := waitRedisField(ctx, ha.replica, "master_link_status", "up"); err != nil {
-		return nil, fmt.Errorf("redis replica: %w", err)
+	for i := range 2 {
+		r, err := startRedisWith(ctx, filepath.Join(dir, fmt.Sprintf("redis-replica-%d", i+1)), func(r *Redis) {
+			r.extra = []string{"--replicaof", "127.0.0.1", lagPort}
+		})
+		if err != nil {
+			return nil, err
+		}
+		ha.replicas = append(ha.replicas, r)
+		if err := waitRedisField(ctx, r, "master_link_status", "up"); err != nil {
+			return nil, fmt.Errorf("redis replica: %w", err)
+		}
 	}
 	sdir := filepath.Join(dir, "redis-sentinel")
 	if ha.sentinel, err = startRedisWith(ctx, sdir, func(r *Redis) {
@@ -77,7 +85,7 @@ func startRedisHA(ctx context.Context, dir string, lag time.Duration) (_ *redisH
 		c := redis.NewSentinelClient(&redis.Options{Addr: ha.sentinel.Addr()})
 		defer c.Close()
 		replicas, err := c.Replicas(ctx, masterName).Result()
-		if err == nil && len(replicas) != 1 {
+		if err == nil && len(replicas) != len(ha.replicas) {
 			err = fmt.Errorf("knows %d replicas", len(replicas))
 		}
 		return err
@@ -104,13 +112,33 @@ func (ha *redisHA) crash() {
 	ha.lag.DropHeld()
 }
 
-// waitPromoted waits until the replica says it is the master.
+// waitPromoted waits until the sentinel names a replica as the master
+// and that replica says it is one.
 func (ha *redisHA) waitPromoted(ctx context.Context, d time.Duration) error {
-	return waitRedisField(ctx, ha.replica, "role", "master", d)
+	c := redis.NewSentinelClient(&redis.Options{Addr: ha.sentinel.Addr()})
+	defer c.Close()
+	var promoted *Redis
+	err := proc.WaitUntil(ctx, d, "sentinel failover", ha.sentinel.p, func(ctx context.Context) error {
+		addr, err := c.GetMasterAddrByName(ctx, masterName).Result()
+		if err != nil {
+			return err
+		}
+		for _, r := range ha.replicas {
+			if len(addr) == 2 && addr[0]+":"+addr[1] == r.Addr() {
+				promoted = r
+				return nil
+			}
+		}
+		return fmt.Errorf("the sentinel names %v", addr)
+	})
+	if err != nil {
+		return err
+	}
+	return waitRedisField(ctx, promoted, "role", "master", d)
 }
 
 func (ha *redisHA) close() {
-	for _, r := range []*Redis{ha.sentinel, ha.replica, ha.primary} {
+	for _, r := range append([]*Redis{ha.sentinel, ha.primary}, ha.replicas...) {
 		if r != nil {
 			r.Close()
 		}

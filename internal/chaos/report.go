@@ -51,8 +51,9 @@ type Row struct {
 	ClientErrors      int   `json:"client_errors"`
 	ErrorsBeforeFault int   `json:"errors_before_fault"`
 	ErrorSpanMS       int64 `json:"error_span_ms"`
-	// RecoveryMS is the time from the fault's start to the first 2xx
-	// answer to a request sent after it.
+	// RecoveryMS is the time from the first failed exchange after the
+	// fault started to the first 2xx answer to a request sent after that
+	// failure (0 when no exchange failed).
 	RecoveryMS *int64 `json:"recovery_ms"`
 	// TakeoverMS is, over the jobs applied before the fault and again
 	// after its start, the longest time from the fault to that next

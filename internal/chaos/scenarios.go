@@ -41,6 +41,9 @@ type scenario struct {
 	// settings are the options the scenario measures; a binary without
 	// one of them cannot run it.
 	settings []setting
+	// maxKeys caps Options.Keys for a scenario whose slow upstream
+	// could not serve more within finishWithin; 0: no cap.
+	maxKeys int
 	// upstreamLatency is the upstream's mean latency; 0 means 250ms.
 	upstreamLatency time.Duration
 }

@@ -167,7 +167,8 @@ func (s *suite) run(ctx context.Context, i int, sc scenario, row *Row) error {
 	}
 	cl, err := newCluster(s.bin, dir, clusterConfig{
 		Store: store, DatabaseURL: dep.databaseURL, RedisURL: dep.redisURL,
-		UpstreamURL: up.URL(), Secret: newSecret(), Lease: scLease, keys: s.keys, Settings: sc.settings,
+		UpstreamURL: up.URL(), Secret: newSecret(), Lease: scLease, DeliverTimeout: max(5*time.Second, 2*latency),
+		keys: s.keys, Settings: sc.settings,
 	}, sc.workers, dep.wire)
 	if err != nil {
 		return err
@@ -205,7 +206,11 @@ func (s *suite) run(ctx context.Context, i int, sc scenario, row *Row) error {
 		faultAt = sc.faultAt / 2
 		l.keyDeadline = 40 * time.Second
 	}
-	keys := make([]string, s.opts.Keys)
+	n := s.opts.Keys
+	if sc.maxKeys > 0 {
+		n = min(n, sc.maxKeys)
+	}
+	keys := make([]string, n)
 	for k := range keys {
 		keys[k] = fmt.Sprintf("%s-%04d", sc.name, k)
 	}
