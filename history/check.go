@@ -18,6 +18,15 @@ type Model struct {
 	Init     func() any
 	Step     func(state, input, output any) (ok bool, next any)
 	Describe func(input, output any) string
+	// Monotone: every part of a history the model explains is explained
+	// too, so the search for a short violation may drop any operation.
+	// When false, it drops only what cannot change the verdict: the
+	// operations after a moment when none was in flight, and those
+	// ReadOnly reports.
+	Monotone bool
+	// ReadOnly reports an operation that never changes the state it
+	// follows; nil: none does.
+	ReadOnly func(input, output any) bool
 }
 
 // keyed is a porcupine input: the model's own input with the key the
@@ -62,6 +71,8 @@ const (
 	maxTrimmed = 5
 	// maxTrimChecks bounds the checks of one key's trim.
 	maxTrimChecks = 300
+	// maxListed is how many other keys a result names.
+	maxListed = 20
 )
 
 // Result is what Check found.
@@ -109,7 +120,19 @@ func (r Result) String() string {
 		b.WriteString(v.Text)
 	}
 	if n := len(r.Violating) - len(r.Violations); n > 0 {
-		fmt.Fprintf(&b, "… and %d more violating keys: %s\n", n, strings.Join(r.Violating[len(r.Violations):], ", "))
+		more := r.Violating[len(r.Violations):]
+		fmt.Fprintf(&b, "… and %d more violating keys: %s", n, strings.Join(more[:min(len(more), maxListed)], ", "))
+		if len(more) > maxListed {
+			b.WriteString(", …")
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Unchecked) > 0 {
+		fmt.Fprintf(&b, "not checked in time: %s", strings.Join(r.Unchecked[:min(len(r.Unchecked), maxListed)], ", "))
+		if len(r.Unchecked) > maxListed {
+			b.WriteString(", …")
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }
@@ -145,7 +168,7 @@ func Check(m Model, ops []Operation, timeout time.Duration) Result {
 		}
 	}
 	for _, k := range res.Violating[:min(len(res.Violating), maxTrimmed)] {
-		short := trim(pm, byKey[k], timeout)
+		short := trim(m, pm, byKey[k], timeout)
 		res.Violations = append(res.Violations, Violation{
 			Key: k, Operations: len(byKey[k]), History: short, Text: describe(m, pm, k, len(byKey[k]), short, timeout),
 		})
@@ -176,18 +199,37 @@ func convert(ops []Operation) []porcupine.Operation {
 	return out
 }
 
-// trim drops operations one at a time, keeping each drop after which the
-// rest still breaks the model.
-func trim(pm porcupine.Model, ops []Operation, timeout time.Duration) []Operation {
+// trim shortens a violating history without changing its verdict: first
+// to the shortest prefix that ends at a moment no operation was in flight
+// (everything before such a moment is ordered before everything after
+// it, so the prefix is a history of its own), then by dropping operations
+// one at a time, each only if the model allows it (Monotone, ReadOnly)
+// and the rest still breaks the model.
+func trim(m Model, pm porcupine.Model, ops []Operation, timeout time.Duration) []Operation {
 	short := append([]Operation(nil), ops...)
 	slices.SortStableFunc(short, func(a, b Operation) int { return a.Call.Compare(b.Call) })
 	checks := 0
+	illegal := func(h []Operation) bool {
+		checks++
+		return len(h) > 0 && porcupine.CheckOperationsTimeout(pm, convert(h), timeout) == porcupine.Illegal
+	}
+	var last time.Time
+	for i := 0; i < len(short)-1 && checks < maxTrimChecks; i++ {
+		if short[i].Return.After(last) {
+			last = short[i].Return
+		}
+		if last.Before(short[i+1].Call) && illegal(short[:i+1]) {
+			short = short[:i+1]
+			break
+		}
+	}
 	// From the end: the operations after the violation are the likeliest
 	// to be irrelevant.
 	for i := len(short) - 1; i >= 0 && checks < maxTrimChecks; i-- {
-		candidate := slices.Delete(slices.Clone(short), i, i+1)
-		checks++
-		if len(candidate) > 0 && porcupine.CheckOperationsTimeout(pm, convert(candidate), timeout) == porcupine.Illegal {
+		if !m.Monotone && (m.ReadOnly == nil || !m.ReadOnly(short[i].Input, short[i].Output)) {
+			continue
+		}
+		if candidate := slices.Delete(slices.Clone(short), i, i+1); illegal(candidate) {
 			short = candidate
 		}
 	}

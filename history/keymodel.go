@@ -57,7 +57,10 @@ func KeyModel(r KeyRules) Model {
 	}
 	return Model{
 		Name: name,
-		Init: func() any { return keyState{} },
+		// Fewer answers cannot disagree more, fewer applications cannot
+		// fall where more rose.
+		Monotone: true,
+		Init:     func() any { return keyState{} },
 		Step: func(state, input, output any) (bool, any) {
 			s := state.(keyState)
 			switch in := input.(type) {

@@ -67,6 +67,11 @@ func TestFaultSuiteShort(t *testing.T) {
 	if len(rep.Rows) != 3 {
 		t.Errorf("%d scenarios ran, want 3 (%s)", len(rep.Rows), shortScenarios)
 	}
+	for _, r := range rep.Rows {
+		if r.HistoryViolations == nil {
+			t.Errorf("%s: its history was not checked", r.Scenario)
+		}
+	}
 }
 
 func TestUsage(t *testing.T) {

@@ -17,8 +17,10 @@
 // faultproxy in delay mode, so that it lags by a set amount and a crash
 // of the primary loses exactly that tail; or one gateway and one worker
 // given their own proxy to a server, to cut them alone. The fault comes
-// under that load; then each row of the report
-// is checked against one list of guarantees (guarantees.go).
+// under that load; then each row of the report is checked against one
+// list of guarantees (guarantees.go), one of them that every key's
+// history — each client exchange, each upstream application with its
+// token — is explained by history.KeyModel.
 //
 //	rep, err := chaos.Run(ctx, chaos.Options{Idemgate: "bin/idemgate", Short: true})
 //	if err != nil {

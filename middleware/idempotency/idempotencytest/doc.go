@@ -13,4 +13,13 @@
 // Fencing tokens are checked as the Store contract states them: at least 1
 // on a record's first claim, strictly higher on each later one. A store that
 // counts from 1 passes TokensFromOne to have the exact values checked too.
+//
+// Beyond the single-call tests, CheckHistory (the History test) calls the
+// store from concurrent goroutines — contended claims, renewals,
+// completions, releases, unknown outcomes, stale owners, leases left to
+// expire — records every call with its result, and checks the history
+// against StoreModel, the record's state machine as the Store interface
+// documents it, with a linearizability checker (package history). A store
+// that breaks the model fails with the shortest history found that shows
+// it.
 package idempotencytest

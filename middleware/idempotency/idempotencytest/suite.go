@@ -67,6 +67,7 @@ func Run(t *testing.T, newStore func(t *testing.T) idempotency.Store, opts ...Op
 		{"Watch", testWatch},
 		{"Janitor", testJanitor},
 		{"RetainAfter", testRetainAfter},
+		{"History", testHistory},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
