@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -24,6 +25,7 @@ type faultyStore struct {
 	completeDown     atomic.Bool  // every Complete fails
 	renewDown        atomic.Bool  // every Renew fails
 	claimHangs       atomic.Bool  // Claim is made, but its answer never comes
+	claimNotDurable  atomic.Bool  // Claim is made, but not known to be durable
 	completes        atomic.Int64 // Complete calls that reached the store
 	releaseDown      atomic.Bool  // every Release fails
 	releaseReason    atomic.Value // the reason the last stored Release carried
@@ -36,6 +38,9 @@ func (s *faultyStore) Claim(ctx context.Context, req idempotency.ClaimRequest) (
 	if s.claimHangs.Load() {
 		<-ctx.Done()
 		return idempotency.ClaimResult{}, ctx.Err()
+	}
+	if err == nil && s.claimNotDurable.Load() {
+		return idempotency.ClaimResult{}, fmt.Errorf("replicas: %w", idempotency.ErrNotDurable)
 	}
 	return res, err
 }

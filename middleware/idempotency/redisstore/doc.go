@@ -29,8 +29,12 @@
 // asynchronous replica promoted on failover can lack writes the old primary
 // had acknowledged. A lost record lets the next retry of that key run the
 // request again, which only an upstream that honours the forwarded
-// Idempotency-Key (or a fenced write) will absorb. When that matters, use
-// pgstore: PostgreSQL is the source of truth.
+// Idempotency-Key (or a fenced write) will absorb. WithWait closes the
+// failover's window: claims, completions, holds and renewals return only
+// once replicas acknowledged them (WAIT in the same round trip, one per
+// pipelined batch; wait.go), and a shortfall is idempotency.ErrNotDurable.
+// It does nothing for the primary's own crash without a replica to take
+// over; for that, AOF, or pgstore: PostgreSQL is the source of truth.
 //
 // # Fencing tokens
 //

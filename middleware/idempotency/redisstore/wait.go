@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -112,6 +113,10 @@ func execWaited(ctx context.Context, client redis.UniversalClient, w waitFor, ba
 	}
 	groups := make(map[*redis.Client][]*call)
 	for _, c := range batch {
+		if len(c.keys) == 0 {
+			c.cmd = failedCmd(ctx, errors.New("redisstore: a script without a key cannot be waited for in a cluster"))
+			continue
+		}
 		node, err := cc.MasterForKey(ctx, c.keys[0])
 		if err != nil {
 			c.cmd = failedCmd(ctx, err)
