@@ -106,7 +106,7 @@ func TestLoadValid(t *testing.T) {
 
 	defaults := idempotency.Config{
 		Methods: []string{"POST", "PATCH"}, KeySyntax: "compat", MaxKeyLength: 255,
-		Retention: sec(24 * 3600), Lease: sec(30), StoreTimeout: sec(2), WaitInFlight: 0,
+		Retention: sec(24 * 3600), Lease: sec(30), StoreTimeout: sec(2), CommitTimeout: sec(10), WaitInFlight: 0,
 		MaxRequestBytes: 1 << 20, MaxStoredResponseBytes: 1 << 20,
 		Fingerprint:  idempotency.FingerprintConfig{Headers: []string{}, JSONFields: []string{}},
 		OnStoreError: "fail_closed", OnAmbiguous: "release", ForwardKey: "tenant_scoped",
@@ -138,7 +138,7 @@ func equalIdempotency(a, b idempotency.Config) bool {
 		slices.Equal(a.Fingerprint.Headers, b.Fingerprint.Headers) &&
 		slices.Equal(a.Fingerprint.JSONFields, b.Fingerprint.JSONFields) &&
 		a.KeySyntax == b.KeySyntax && a.MaxKeyLength == b.MaxKeyLength &&
-		a.Retention == b.Retention && a.Lease == b.Lease && a.StoreTimeout == b.StoreTimeout && a.WaitInFlight == b.WaitInFlight &&
+		a.Retention == b.Retention && a.Lease == b.Lease && a.StoreTimeout == b.StoreTimeout && a.CommitTimeout == b.CommitTimeout && a.WaitInFlight == b.WaitInFlight &&
 		a.MaxRequestBytes == b.MaxRequestBytes && a.MaxStoredResponseBytes == b.MaxStoredResponseBytes &&
 		a.OnStoreError == b.OnStoreError && a.OnAmbiguous == b.OnAmbiguous && a.ForwardKey == b.ForwardKey
 }

@@ -113,6 +113,14 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{
+			name: "commit timeout",
+			yaml: minimal + "idempotency: {commit_timeout: -2s}\nroutes:\n  - {name: r, path: /r, upstream: http://u, idempotency: {commit_timeout: -1s}}\n",
+			want: []string{
+				"x.yaml:4: idempotency.commit_timeout: must be positive, not -2s",
+				"x.yaml:6: routes[0].idempotency.commit_timeout: must be positive, not -1s",
+			},
+		},
+		{
 			name: "lease minimum",
 			yaml: minimal + "idempotency: {lease: 10ms}\n",
 			want: []string{"x.yaml:4: idempotency.lease: 10ms is shorter than the minimum 100ms"},

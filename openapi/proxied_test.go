@@ -96,7 +96,7 @@ func TestProxiedResponsesMatchSpec(t *testing.T) {
 		up.mu.Unlock()
 		// What the policy promises the upstream: the canonical key, scoped
 		// to the tenant.
-		if h.Get("Idempotency-Key") != gatewaytest.Tenant+":order-42" || h.Get("Idempotency-Fencing-Token") != "1" ||
+		if h.Get("Idempotency-Key") != gatewaytest.Tenant+":order-42" || !positive(h.Get("Idempotency-Fencing-Token")) ||
 			h.Get("Idemgate-Tenant") != gatewaytest.Tenant || h.Get("Authorization") != "" {
 			t.Errorf("the upstream got Idempotency-Key %q, Idempotency-Fencing-Token %q, Idemgate-Tenant %q, Authorization %q",
 				h.Get("Idempotency-Key"), h.Get("Idempotency-Fencing-Token"), h.Get("Idemgate-Tenant"), h.Get("Authorization"))
@@ -226,4 +226,11 @@ func TestUpstreamStatusesThatReleaseTheKey(t *testing.T) {
 			}
 		})
 	}
+}
+
+// positive reports whether a fencing token header holds a positive 64-bit
+// integer: the store's clock in microseconds on a key's first claim.
+func positive(token string) bool {
+	n, err := strconv.ParseInt(token, 10, 64)
+	return err == nil && n > 0
 }

@@ -89,6 +89,19 @@ type Config struct {
 	// (see Middleware.Drain). Keep it well below Lease. Default
 	// DefaultStoreTimeout, 2s.
 	StoreTimeout time.Duration `yaml:"store_timeout"`
+	// CommitTimeout bounds each store write that commits: a claim, a
+	// renewal, storing an outcome (completion, release, hold). It is apart
+	// from StoreTimeout, which then bounds only reads, because a commit
+	// may wait for more than the store: PostgreSQL with a synchronous
+	// standby (synchronous_standby_names) answers a commit only once the
+	// standby has it, and a standby a few hundred milliseconds behind
+	// under load would turn healthy requests into 503s under a read's
+	// deadline. A write whose deadline passes while it may have committed
+	// is resolved by the store when it can (pgstore reads its row back),
+	// not guessed. Keep it below Lease/3, the renewal period, so a renewal
+	// that waits the whole deadline still lands within the lease. Default
+	// DefaultCommitTimeout, 10s.
+	CommitTimeout time.Duration `yaml:"commit_timeout"`
 	// WaitInFlight > 0 holds a duplicate of a request in flight for up to
 	// this long and replays the original's response instead of 409.
 	// Default 0 (answer 409 at once).
@@ -158,11 +171,16 @@ type FingerprintConfig struct {
 
 // Defaults for Config.
 const (
-	DefaultKeySyntax              = KeyCompat
-	DefaultMaxKeyLength           = 255
-	DefaultRetention              = 24 * time.Hour
-	DefaultLease                  = 30 * time.Second
-	DefaultStoreTimeout           = 2 * time.Second
+	DefaultKeySyntax    = KeyCompat
+	DefaultMaxKeyLength = 255
+	DefaultRetention    = 24 * time.Hour
+	DefaultLease        = 30 * time.Second
+	DefaultStoreTimeout = 2 * time.Second
+	// DefaultCommitTimeout is DefaultLease/3: a commit may wait this long
+	// and the default lease still has two renewal periods left, while a
+	// standby that holds a commit longer is gone rather than slow, and
+	// the client gets 503 with Retry-After instead of waiting on.
+	DefaultCommitTimeout          = 10 * time.Second
 	DefaultMaxRequestBytes        = 1 << 20
 	DefaultMaxStoredResponseBytes = 1 << 20
 	DefaultOnStoreError           = FailClosed
@@ -206,6 +224,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = DefaultStoreTimeout
+	}
+	if c.CommitTimeout == 0 {
+		c.CommitTimeout = DefaultCommitTimeout
 	}
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = DefaultMaxRequestBytes
@@ -304,6 +325,9 @@ func (c Config) ValidateResolved() error {
 	}
 	if c.StoreTimeout <= 0 {
 		bad("store_timeout", "must be positive, not %s", c.StoreTimeout)
+	}
+	if c.CommitTimeout <= 0 {
+		bad("commit_timeout", "must be positive, not %s", c.CommitTimeout)
 	}
 	if c.WaitInFlight < 0 {
 		bad("wait_in_flight", "must not be negative, not %s", c.WaitInFlight)

@@ -45,6 +45,7 @@ func TestConfigFieldErrors(t *testing.T) {
 				"retention: must be positive, not 0s",
 				"lease: must be positive, not 0s",
 				"store_timeout: must be positive, not 0s",
+				"commit_timeout: must be positive, not 0s",
 				"max_request_bytes: must be positive, not 0",
 				"max_stored_response_bytes: must be positive, not 0",
 				`on_store_error: "" is not fail_closed or fail_open`,
@@ -56,6 +57,7 @@ func TestConfigFieldErrors(t *testing.T) {
 			name: "each problem names its field and list entry",
 			cfg: idempotency.Config{
 				Methods: []string{"POST", "GE T"}, MaxKeyLength: -1, Retention: -time.Second, Lease: 50 * time.Millisecond,
+				CommitTimeout: -time.Second,
 				WaitInFlight: -1, MaxRequestBytes: -1,
 				Fingerprint: idempotency.FingerprintConfig{Headers: []string{"X-Ok", "X:Bad"}, JSONFields: []string{"/a", "b"}},
 			},
@@ -66,6 +68,7 @@ func TestConfigFieldErrors(t *testing.T) {
 				"max_key_length: -1 is outside 1..4096",
 				"retention: must be positive, not -1s",
 				"lease: 50ms is shorter than the minimum 100ms",
+				"commit_timeout: must be positive, not -1s",
 				"wait_in_flight: must not be negative, not -1ns",
 				"max_request_bytes: must be positive, not -1",
 				`fingerprint.headers[1]: "X:Bad" is not a header name`,

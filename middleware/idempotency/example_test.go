@@ -18,7 +18,9 @@ import (
 func ExampleMiddleware_Wrap() {
 	pay := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a, _ := idempotency.AttemptFrom(r.Context())
-		fmt.Printf("handler: charging %s under fencing token %d\n", a.Scope.Key, a.FencingToken)
+		// The token is the store's clock in microseconds, or one more than
+		// the key's last token: an upstream stores it as a 64-bit integer.
+		fmt.Printf("handler: charging %s under a fencing token: %v\n", a.Scope.Key, a.FencingToken > 0)
 		w.Header().Set("Location", "/v1/payments/pay_1")
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprint(w, `{"id":"pay_1","status":"charged"}`)
@@ -54,7 +56,7 @@ func ExampleMiddleware_Wrap() {
 			resp.Header.Get("Idempotent-Replayed"), body)
 	}
 	// Output:
-	// handler: charging order-42 under fencing token 1
+	// handler: charging order-42 under a fencing token: true
 	// first: 201 /v1/payments/pay_1 replayed="" {"id":"pay_1","status":"charged"}
 	// retry: 201 /v1/payments/pay_1 replayed="true" {"id":"pay_1","status":"charged"}
 }

@@ -105,7 +105,7 @@ func (rn *renewer) renew() {
 	m := rn.m
 	period := m.cfg.Lease / 3
 	sent := time.Now()
-	ctx, cancel := m.storeContext(rn.ctx)
+	ctx, cancel := m.commitContext(rn.ctx)
 	err := m.store.Renew(ctx, rn.req.Scope, rn.req.Owner, m.cfg.Lease)
 	cancel()
 	if err == nil {

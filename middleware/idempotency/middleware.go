@@ -130,11 +130,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	m.execute(w, r, next, req, res, sent)
 }
 
-// claim makes one Claim call bounded by StoreTimeout and returns when it
+// claim makes one Claim call bounded by CommitTimeout and returns when it
 // was sent, where the lease it may grant begins.
 func (m *Middleware) claim(ctx context.Context, req ClaimRequest) (ClaimResult, time.Time, error) {
 	sent := time.Now()
-	ctx, cancel := m.storeContext(ctx)
+	ctx, cancel := m.commitContext(ctx)
 	defer cancel()
 	res, err := m.store.Claim(ctx, req)
 	return res, sent, err
@@ -497,4 +497,13 @@ func (m *Middleware) storeContext(ctx context.Context) (context.Context, context
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, m.cfg.StoreTimeout)
+}
+
+// commitContext is storeContext for a write that commits, bounded by
+// CommitTimeout instead (see Config.CommitTimeout).
+func (m *Middleware) commitContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if m.immediate {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, m.cfg.CommitTimeout)
 }

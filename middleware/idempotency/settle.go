@@ -27,7 +27,7 @@ const (
 
 // settle stores what became of an attempt and says how to answer its
 // client. A failed store write is retried with backoff for up to
-// StoreTimeout while the lease keeps being renewed, so a store that blinks
+// CommitTimeout while the lease keeps being renewed, so a store that blinks
 // (a restart, a failover) costs latency, not a re-run. After that the write
 // goes on in the background until it succeeds, the claim is lost, or Drain
 // gives up; a completed response is then not sent, so that the client
@@ -36,7 +36,7 @@ func (m *Middleware) settle(ctx context.Context, r *http.Request, req ClaimReque
 	if what != StoredCompleted {
 		ctx = WithReleaseReason(ctx, releaseReason(a, what, resp.Status))
 	}
-	err := m.storeOutcome(ctx, time.Now().Add(m.cfg.StoreTimeout), req, a, what, resp)
+	err := m.storeOutcome(ctx, time.Now().Add(m.cfg.CommitTimeout), req, a, what, resp)
 	if err != nil && !errors.Is(err, ErrNotOwner) && m.settleLater(r, req, a, rn, what, resp) {
 		if what == StoredCompleted {
 			return answerPending
@@ -63,7 +63,7 @@ func (m *Middleware) settle(ctx context.Context, r *http.Request, req ClaimReque
 func (m *Middleware) storeOutcome(ctx context.Context, until time.Time, req ClaimRequest, a *Attempt, what Stored, resp Response) error {
 	delay := 25 * time.Millisecond
 	for {
-		tctx, cancel := m.storeContext(ctx)
+		tctx, cancel := m.commitContext(ctx)
 		var err error
 		switch what {
 		case StoredCompleted:
@@ -171,7 +171,7 @@ func (m *Middleware) answerPending(w http.ResponseWriter, r *http.Request) {
 // else's claim.
 func (m *Middleware) abandonClaim(req ClaimRequest) {
 	m.inBackground(func() {
-		ctx, cancel := context.WithTimeout(m.bgCtx, m.cfg.StoreTimeout)
+		ctx, cancel := context.WithTimeout(m.bgCtx, m.cfg.CommitTimeout)
 		defer cancel()
 		_ = m.store.Release(WithReleaseReason(ctx, "the claim's answer was lost: released unused"), req.Scope, req.Owner)
 	})

@@ -71,8 +71,8 @@ func TestTenantScopeMigration(t *testing.T) {
 	// Each tenant's scoped counter continues above the old one.
 	for _, tenant := range []string{"acme", "globex"} {
 		next, err := store.Take(ctx, execution.Attempt{Tenant: tenant, Key: "invoice:o-1-again", Task: "invoice.create", Resource: tenant + "/order:o-1"})
-		if err != nil || next.FencingToken != 8 {
-			t.Fatalf("%s's first token on order:o-1 after the migration: %+v %v, want 8", tenant, next, err)
+		if err != nil || next.FencingToken <= 7 {
+			t.Fatalf("%s's first token on order:o-1 after the migration: %+v %v, want above 7", tenant, next, err)
 		}
 	}
 	var accepted int64

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"go.uber.org/goleak"
@@ -325,20 +326,21 @@ func TestTakeDrawsTheTokenAndMarksProcessing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.Status != job.StatusProcessing || first.Attempts != 1 || first.FencingToken != 1 {
-		t.Fatalf("first Take: %+v, want processing, attempt 1, token 1", first)
+	if floor := time.Now().Add(-time.Hour).UnixMicro(); first.Status != job.StatusProcessing || first.Attempts != 1 || first.FencingToken < floor {
+		t.Fatalf("first Take: %+v, want processing, attempt 1, a token floored by the database clock (at least %d)", first, floor)
 	}
 	// Another job on the same resource draws from the same counter.
 	other, err := store.Take(ctx, execution.Attempt{Tenant: "acme", Key: "invoice:8", Task: "invoice.create", Resource: "order:7"})
-	if err != nil || other.FencingToken != 2 {
-		t.Fatalf("Take of another job on the resource: %+v %v, want token 2", other, err)
+	if err != nil || other.FencingToken <= first.FencingToken {
+		t.Fatalf("Take of another job on the resource: %+v %v, want a token above %d", other, err, first.FencingToken)
 	}
-	if tok, err := fence.Next(ctx, pool, "order:7"); err != nil || tok != 3 {
-		t.Fatalf("fence.Next after two Takes: %d %v, want 3", tok, err)
+	drawn, err := fence.Next(ctx, pool, "order:7")
+	if err != nil || drawn <= other.FencingToken {
+		t.Fatalf("fence.Next after two Takes: %d %v, want above %d", drawn, err, other.FencingToken)
 	}
 	second, err := store.Take(ctx, a)
-	if err != nil || second.Attempts != 2 || second.FencingToken != 4 {
-		t.Fatalf("second Take: %+v %v, want attempt 2, token 4", second, err)
+	if err != nil || second.Attempts != 2 || second.FencingToken <= drawn {
+		t.Fatalf("second Take: %+v %v, want attempt 2, a token above %d", second, err, drawn)
 	}
 	// The first attempt's token no longer owns the job.
 	if err := store.MarkSucceeded(ctx, "acme", a.Key, first.FencingToken, "inv-1"); err == nil {
@@ -411,5 +413,50 @@ func TestPayloadConflict(t *testing.T) {
 	}
 	if _, err := store.Take(ctx, other); !errors.Is(err, execution.ErrSucceeded) {
 		t.Fatalf("the same payload again: %v, want ErrSucceeded (a replay)", err)
+	}
+}
+
+// TestTakeAfterLostTail deletes what a failover to a standby behind its
+// primary would lose of a job's last attempt: the resource's counter row,
+// the execution row and its ledger row. The next Take must still draw a
+// higher token than the lost attempt's, or a receiver that fences on it
+// could not refuse the lost attempt's delivery from the new one's.
+func TestTakeAfterLostTail(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Pool(t)
+	store := execution.New(pool)
+	ctx := t.Context()
+	a := execution.Attempt{Tenant: "acme", Key: "invoice:lost", Task: "invoice.create", Resource: "order:lost"}
+
+	lost, err := store.Take(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`DELETE FROM fencing_tokens WHERE resource = 'order:lost'`,
+		`DELETE FROM job_attempts WHERE key = 'invoice:lost'`,
+		`DELETE FROM job_executions WHERE key = 'invoice:lost'`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again, err := store.Take(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Attempts != 1 || again.FencingToken <= lost.FencingToken {
+		t.Fatalf("Take after the loss: %+v, want a first attempt with a token above the lost one's %d", again, lost.FencingToken)
+	}
+	// The receiver's fence accepted the lost attempt's token; it accepts
+	// the new one and refuses the lost one from now on.
+	if err := fence.Check(ctx, pool, a.Resource, lost.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Check(ctx, pool, a.Resource, again.FencingToken); err != nil {
+		t.Fatalf("the new attempt's token after the loss: %v", err)
+	}
+	if err := fence.Check(ctx, pool, a.Resource, lost.FencingToken); !errors.Is(err, fence.ErrStaleToken) {
+		t.Fatalf("the lost attempt's token after the new one: %v, want ErrStaleToken", err)
 	}
 }

@@ -10,9 +10,12 @@
 // deadline, so it neither flakes on a loaded machine nor depends on the
 // store's clock agreeing with the test's.
 //
-// Fencing tokens are checked as the Store contract states them: at least 1
-// on a record's first claim, strictly higher on each later one. A store that
-// counts from 1 passes TokensFromOne to have the exact values checked too.
+// Fencing tokens are checked as the Store contract states them: on a
+// record's first claim, at least the store's clock in microseconds since
+// 1970 (allowing an hour of skew between the store's clock and the test's)
+// and below 2^53; strictly higher on each later one. The clock floor is
+// what keeps a token from repeating after a store lost a record's last
+// writes (a failover to a replica behind its primary).
 //
 // Beyond the single-call tests, CheckHistory (the History test) calls the
 // store from concurrent goroutines — contended claims, renewals,

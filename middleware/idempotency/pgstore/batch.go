@@ -97,7 +97,17 @@ type op struct {
 	scan  func(pgx.Row) error // a query; nil for an Exec
 	tag   pgconn.CommandTag
 	done  chan error // buffered 1
+	// backend is the PostgreSQL backend the statement was sent to, set
+	// by the flusher just before sending it, or gaveUp, set by a caller
+	// whose context ended while the statement was still queued: whichever
+	// comes first wins, so a caller that gives up knows whether its
+	// statement may run (see Store.resolve).
+	backend atomic.Uint32
 }
+
+// gaveUp marks an op whose caller gave up before it was sent; no backend
+// has that pid.
+const gaveUp = ^uint32(0)
 
 // batchError tells a caller its statement must run again on its own.
 // committed is true when the batch may have committed.
@@ -133,8 +143,9 @@ func newBatcher(pool *pgxpool.Pool, flushers, max int, timeout time.Duration) *b
 }
 
 // do runs o in a batch and returns its error once the batch has
-// committed, or ctx's error as soon as ctx ends. It reports false, running
-// nothing, when the batcher is closed.
+// committed, or ctx's error as soon as ctx ends; then o.backend says
+// whether the statement was sent (a pid) or not (gaveUp). It reports
+// false, running nothing, when the batcher is closed.
 func (b *batcher) do(ctx context.Context, o *op) (error, bool) {
 	b.mu.RLock()
 	if b.closed {
@@ -147,6 +158,7 @@ func (b *batcher) do(ctx context.Context, o *op) (error, bool) {
 	case b.queue <- o:
 	case <-ctx.Done():
 		b.mu.RUnlock()
+		o.backend.Store(gaveUp)
 		return ctx.Err(), true
 	}
 	b.mu.RUnlock()
@@ -160,8 +172,9 @@ func (b *batcher) do(ctx context.Context, o *op) (error, bool) {
 		default:
 		}
 		// Still queued, the statement is dropped (run). Sent, it may
-		// still run and commit; the caller gives up on knowing, as it
-		// would on a statement cancelled mid-flight.
+		// still run and commit: o.backend names the backend, so the
+		// caller can settle what became of it.
+		o.backend.CompareAndSwap(0, gaveUp)
 		return ctx.Err(), true
 	}
 }
@@ -222,7 +235,7 @@ func (b *batcher) run(ops []*op) {
 	}
 	defer conn.Release()
 	// Nothing but this stands between the statements and the wire now.
-	if ops = waiting(ops); len(ops) == 0 {
+	if ops = sending(ops, conn.Conn().PgConn().PID()); len(ops) == 0 {
 		return
 	}
 	b.statements.Add(int64(len(ops)))
@@ -246,6 +259,21 @@ func waiting(ops []*op) []*op {
 			return true
 		}
 		return false
+	})
+}
+
+// sending marks ops as sent to the backend pid and returns them, reusing
+// ops, without those whose callers have given up (handed their context's
+// error when still waiting for it).
+func sending(ops []*op, pid uint32) []*op {
+	return slices.DeleteFunc(ops, func(o *op) bool {
+		if err := o.ctx.Err(); err != nil {
+			if o.backend.CompareAndSwap(0, gaveUp) {
+				o.done <- err
+			}
+			return true
+		}
+		return !o.backend.CompareAndSwap(0, pid)
 	})
 }
 

@@ -21,7 +21,7 @@ func TestConformanceUnbatched(t *testing.T) {
 		s := New(pool, WithBatching(0, 0))
 		t.Cleanup(s.Close)
 		return s
-	}, idempotencytest.TokensFromOne())
+	})
 }
 
 // TestBatchesShareCommits: many concurrent claims and completions,

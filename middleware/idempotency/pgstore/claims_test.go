@@ -51,16 +51,19 @@ func TestClaimLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Claim{
-		{FencingToken: 1, Instance: "gw-a", Outcome: "released", Reason: "not processed: the upstream answered 503"},
-		{FencingToken: 2, Instance: "gw-a", Outcome: "refused", Reason: "completion refused: the claim was taken over", Status: 201},
-		{FencingToken: 3, Instance: "gw-b", Outcome: "completed", Status: 201},
+		{Instance: "gw-a", Outcome: "released", Reason: "not processed: the upstream answered 503"},
+		{Instance: "gw-a", Outcome: "refused", Reason: "completion refused: the claim was taken over", Status: 201},
+		{FencingToken: res.Record.FencingToken, Instance: "gw-b", Outcome: "completed", Status: 201},
 	}
 	if len(claims) != len(want) {
 		t.Fatalf("claims %+v, want %d", claims, len(want))
 	}
 	for i, w := range want {
 		c := claims[i]
-		if c.FencingToken != w.FencingToken || c.Instance != w.Instance || c.Outcome != w.Outcome || c.Reason != w.Reason ||
+		if i > 0 && c.FencingToken <= claims[i-1].FencingToken {
+			t.Errorf("claim %d: token %d, not above the claim before (%d)", i, c.FencingToken, claims[i-1].FencingToken)
+		}
+		if (w.FencingToken != 0 && c.FencingToken != w.FencingToken) || c.Instance != w.Instance || c.Outcome != w.Outcome || c.Reason != w.Reason ||
 			c.Status != w.Status || c.EndedAt.IsZero() || c.ClaimedAt.IsZero() {
 			t.Errorf("claim %d: %+v, want %+v", i, c, w)
 		}

@@ -59,7 +59,7 @@ func TestConformanceThroughPgBouncer(t *testing.T) {
 		s := New(pool, WithListenConfig(listen), WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil))))
 		t.Cleanup(s.Close)
 		return s
-	}, idempotencytest.TokensFromOne())
+	})
 }
 
 // With a direct listener, the end of a watched record is notified; the

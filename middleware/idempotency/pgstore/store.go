@@ -50,6 +50,9 @@ type Store struct {
 	batchTimeout time.Duration
 	batch        *batcher // nil: batching off
 	instance     string   // names this gateway in the claim ledger
+	// resolveTimeout bounds the settling of an ambiguous write
+	// (ambiguous.go); 0: off.
+	resolveTimeout time.Duration
 
 	mu       sync.Mutex
 	watchers map[string]map[*watcher]struct{} // by scope id
@@ -121,14 +124,15 @@ func defaultInstance() string {
 // New returns a Store on pool, whose database has the migrations applied.
 func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	s := &Store{
-		pool:         pool,
-		instance:     defaultInstance(),
-		channel:      DefaultChannel,
-		log:          slog.Default(),
-		watchers:     make(map[string]map[*watcher]struct{}),
-		flushers:     defaultFlushers,
-		maxBatch:     defaultMaxBatch,
-		batchTimeout: defaultBatchTimeout,
+		pool:           pool,
+		instance:       defaultInstance(),
+		channel:        DefaultChannel,
+		log:            slog.Default(),
+		watchers:       make(map[string]map[*watcher]struct{}),
+		flushers:       defaultFlushers,
+		maxBatch:       defaultMaxBatch,
+		batchTimeout:   defaultBatchTimeout,
+		resolveTimeout: defaultResolveTimeout,
 	}
 	for _, opt := range opts {
 		opt(s)
@@ -140,28 +144,50 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 }
 
 // exec runs a write through the batcher when viaBatch (and batching is
-// on), else on its own.
-func (s *Store) exec(ctx context.Context, viaBatch bool, order, sql string, args ...any) (pgconn.CommandTag, error) {
+// on), else on its own. It reports the backend the statement was sent to,
+// 0 when it never left the process, so that a write whose context ended
+// while it may have committed can be settled (resolve).
+func (s *Store) exec(ctx context.Context, viaBatch bool, order, sql string, args ...any) (pgconn.CommandTag, uint32, error) {
 	if viaBatch && s.batch != nil {
 		o := &op{sql: sql, args: args, order: order}
 		if err, ok := s.batch.do(ctx, o); ok {
 			if err != nil {
-				return pgconn.CommandTag{}, err
+				return pgconn.CommandTag{}, sentTo(o), err
 			}
-			return o.tag, nil
+			return o.tag, sentTo(o), nil
 		}
 	}
-	return s.pool.Exec(ctx, sql, args...)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, 0, err
+	}
+	defer conn.Release()
+	tag, err := conn.Exec(ctx, sql, args...)
+	return tag, conn.Conn().PgConn().PID(), err
 }
 
 // queryRow is exec for a statement that returns one row.
-func (s *Store) queryRow(ctx context.Context, viaBatch bool, order, sql string, scan func(pgx.Row) error, args ...any) error {
+func (s *Store) queryRow(ctx context.Context, viaBatch bool, order, sql string, scan func(pgx.Row) error, args ...any) (uint32, error) {
 	if viaBatch && s.batch != nil {
-		if err, ok := s.batch.do(ctx, &op{sql: sql, args: args, order: order, scan: scan}); ok {
-			return err
+		o := &op{sql: sql, args: args, order: order, scan: scan}
+		if err, ok := s.batch.do(ctx, o); ok {
+			return sentTo(o), err
 		}
 	}
-	return scan(s.pool.QueryRow(ctx, sql, args...))
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	return conn.Conn().PgConn().PID(), scan(conn.QueryRow(ctx, sql, args...))
+}
+
+// sentTo is the backend o was sent to, 0 when it was not.
+func sentTo(o *op) uint32 {
+	if pid := o.backend.Load(); pid != gaveUp {
+		return pid
+	}
+	return 0
 }
 
 // rerun reports whether err is a failed batch, whose statement must now
@@ -287,8 +313,11 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	order := scopeOrder(sc)
 	races, lost, viaBatch := 0, 0, true
 	for {
-		err := s.queryRow(ctx, viaBatch, order, claimSQL, scan,
+		pid, err := s.queryRow(ctx, viaBatch, order, claimSQL, scan,
 			sc.Tenant, sc.Route, sc.Key, req.Fingerprint, req.Owner, req.Lease, req.Retention, s.instance)
+		if err != nil && ctx.Err() != nil && pid != 0 {
+			return s.resolveClaim(ctx, pid, req, err)
+		}
 		if err == nil {
 			rec, err := r.record(sc)
 			if err != nil {
@@ -386,10 +415,13 @@ func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner str
 	id := scopeID(scope)
 	lost, viaBatch := 0, true
 	for {
-		tag, err := s.exec(ctx, viaBatch, scopeOrder(scope), completeSQL,
+		tag, pid, err := s.exec(ctx, viaBatch, scopeOrder(scope), completeSQL,
 			scope.Tenant, scope.Route, scope.Key, owner,
 			resp.Status, headers, body, resp.BodyOmitted, retention,
 			lost > 0, s.channel, id)
+		if err != nil && ctx.Err() != nil && pid != 0 {
+			return s.resolveEnd(ctx, pid, "complete", scope, owner, idempotency.StateCompleted, err)
+		}
 		if err != nil {
 			if rerun(err, &viaBatch, &lost) || s.retryable(ctx, err, &lost) {
 				continue
@@ -452,8 +484,11 @@ func (s *Store) end(ctx context.Context, op string, scope idempotency.Scope, own
 	id := scopeID(scope)
 	lost, viaBatch := 0, true
 	for {
-		tag, err := s.exec(ctx, viaBatch, scopeOrder(scope), endSQL,
+		tag, pid, err := s.exec(ctx, viaBatch, scopeOrder(scope), endSQL,
 			scope.Tenant, scope.Route, scope.Key, owner, string(state), lost > 0, s.channel, id, idempotency.ReleaseReason(ctx))
+		if err != nil && ctx.Err() != nil && pid != 0 {
+			return s.resolveEnd(ctx, pid, op, scope, owner, state, err)
+		}
 		if err != nil {
 			if rerun(err, &viaBatch, &lost) || s.retryable(ctx, err, &lost) {
 				continue
