@@ -255,9 +255,10 @@ type Worker struct {
 	RequeueInterval time.Duration `yaml:"requeue_interval"`
 }
 
-// RelayOptions returns the settings of the worker's relay.
+// RelayOptions returns the settings of the worker's relay. Its takeover
+// passes follow lock_ttl; the worker sets Locks.
 func (w Worker) RelayOptions() job.RelayOptions {
-	return job.RelayOptions{After: w.RequeueAfter, Interval: w.RequeueInterval}
+	return job.RelayOptions{After: w.RequeueAfter, Interval: w.RequeueInterval, LockTTL: w.WithDefaults().LockTTL}
 }
 
 // Route maps matching requests to an upstream or to a queued job.

@@ -24,12 +24,12 @@ func TestRelayKeys(t *testing.T) {
 		t.Errorf("a Worker not from a file passes %+v, want zeros for the relay's own defaults", d)
 	}
 
-	cfg, err = Parse([]byte(minimal+"worker: {requeue_after: 30s, requeue_interval: 2s}\n"), "r.yaml", nil)
+	cfg, err = Parse([]byte(minimal+"worker: {requeue_after: 30s, requeue_interval: 2s, lock_ttl: 5s}\n"), "r.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cfg.Worker.RelayOptions(); got.After != 30*time.Second || got.Interval != 2*time.Second {
-		t.Errorf("set: %+v, want 30s and 2s", got)
+	if got := cfg.Worker.RelayOptions(); got.After != 30*time.Second || got.Interval != 2*time.Second || got.LockTTL != 5*time.Second {
+		t.Errorf("set: %+v, want 30s and 2s, and the takeover following lock_ttl 5s", got)
 	}
 
 	for _, tc := range []struct {

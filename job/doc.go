@@ -42,9 +42,13 @@
 // record is committed, even if its enqueue then fails (ErrTaskDeferred),
 // and the queue may lose tasks (a Redis restart without persistence). The
 // Relay finds the unfinished jobs whose tasks are missing and enqueues
-// them again with the same TaskID.
+// them again with the same TaskID. Given the workers' locks
+// (RelayOptions.Locks, a *lock.Locker), it also hands over, within about
+// the lock TTL, the jobs whose worker lost its lock while asynq still
+// holds their task active: their task is enqueued again under
+// TakeoverTaskID (takeover.go says why that is safe).
 //
-//	relay := job.NewRelay(s, inspector, job.RelayOptions{})
+//	relay := job.NewRelay(s, inspector, job.RelayOptions{Locks: locker, LockTTL: ttl})
 //	go relay.Run(ctx) // owned: wait for it after ctx ends
 //
 // A Watcher wakes the callers waiting on jobs (GET /v1/jobs/{id}?wait=):

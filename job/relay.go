@@ -52,6 +52,19 @@ type RelayOptions struct {
 	// Logger gets a line for each task enqueued again and for each pass
 	// that failed. Default slog.Default().
 	Logger *slog.Logger
+
+	// Locks, if set, turns on the takeover passes (takeover.go): a job
+	// whose worker lost its resource lock is enqueued again under a
+	// takeover TaskID once Locks says nobody holds the lock. The worker
+	// sets it to its own lock.Locker.
+	Locks LockProbe
+	// LockTTL is the workers' lock_ttl: a job is taken over once its
+	// execution has not changed for LockTTL and its lock is gone. Default
+	// 30s.
+	LockTTL time.Duration
+	// TakeoverInterval is the time between two takeover passes. Default
+	// LockTTL/2.
+	TakeoverInterval time.Duration
 }
 
 func (o RelayOptions) withDefaults() RelayOptions {
@@ -66,6 +79,9 @@ func (o RelayOptions) withDefaults() RelayOptions {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.LockTTL <= 0 {
+		o.LockTTL = 30 * time.Second
 	}
 	return o
 }
@@ -89,6 +105,10 @@ func (o RelayOptions) withDefaults() RelayOptions {
 // stopped, so a backlog of old jobs whose tasks are merely waiting does
 // not hide the missing ones behind it; after the last job it starts again
 // from the oldest.
+//
+// With RelayOptions.Locks, the relay also hands over the jobs whose worker
+// lost its lock, within about the lock TTL rather than asynq's minute of
+// lease and recovery (takeover.go).
 type Relay struct {
 	sub       *Submitter
 	inspector TaskInspector
@@ -96,6 +116,8 @@ type Relay struct {
 
 	mu   sync.Mutex // one pass at a time; guards next
 	next position
+	// takeMu: one takeover pass at a time.
+	takeMu sync.Mutex
 }
 
 // NewRelay returns a relay that checks e's jobs with inspector and
@@ -113,11 +135,18 @@ type Pass struct {
 }
 
 // Run makes a pass at once and then every Interval until ctx ends, and
-// returns nil then. A pass that fails (the queue or the database is
-// unreachable) is logged; the next one tries again.
+// returns nil then; with Locks set, it makes a takeover pass every
+// TakeoverInterval too. A pass that fails (the queue, the database or the
+// locks' Redis is unreachable) is logged; the next one tries again.
 func (r *Relay) Run(ctx context.Context) error {
 	tick := time.NewTicker(r.opts.Interval)
 	defer tick.Stop()
+	var takeover <-chan time.Time
+	if r.opts.Locks != nil {
+		t := time.NewTicker(r.opts.takeoverInterval())
+		defer t.Stop()
+		takeover = t.C
+	}
 	for {
 		p, err := r.Pass(ctx)
 		switch {
@@ -128,10 +157,25 @@ func (r *Relay) Run(ctx context.Context) error {
 		case len(p.Requeued) > 0:
 			r.opts.Logger.InfoContext(ctx, "relay: pass done", "checked", p.Checked, "requeued", len(p.Requeued))
 		}
+		if !r.untilNextPass(ctx, tick.C, takeover) {
+			return nil
+		}
+	}
+}
+
+// untilNextPass waits for the next pass, making the takeover passes due
+// meanwhile, and reports false once ctx has ended.
+func (r *Relay) untilNextPass(ctx context.Context, pass, takeover <-chan time.Time) bool {
+	for {
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-tick.C:
+			return false
+		case <-pass:
+			return true
+		case <-takeover:
+			if _, err := r.TakeOver(ctx); err != nil && ctx.Err() == nil {
+				r.opts.Logger.WarnContext(ctx, "relay: takeover pass failed; the next pass tries again", "err", err)
+			}
 		}
 	}
 }

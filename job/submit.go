@@ -139,13 +139,19 @@ func (e *Submitter) enqueue(ctx context.Context, r Record) error {
 // (asynq.ProcessAt at ProcessAt(not_before); a time past is processed at
 // once), and carries it in HeaderNotBefore.
 func (e *Submitter) send(ctx context.Context, r Record) (bool, error) {
+	return e.sendAs(ctx, r, r.ID)
+}
+
+// sendAs is send under the TaskID taskID: the job's own id, or a takeover
+// task's (TakeoverTaskID).
+func (e *Submitter) sendAs(ctx context.Context, r Record, taskID string) (bool, error) {
 	headers := map[string]string{HeaderID: r.ID, HeaderTenant: r.Tenant}
 	if e.Headers != nil {
 		for k, v := range e.Headers(ctx) {
 			headers[k] = v
 		}
 	}
-	opts := []asynq.Option{asynq.TaskID(r.ID), asynq.Queue(r.Queue), asynq.MaxRetry(MaxRetry)}
+	opts := []asynq.Option{asynq.TaskID(taskID), asynq.Queue(r.Queue), asynq.MaxRetry(MaxRetry)}
 	if r.NotBefore != nil {
 		headers[HeaderNotBefore] = r.NotBefore.UTC().Format(time.RFC3339Nano)
 		opts = append(opts, asynq.ProcessAt(ProcessAt(*r.NotBefore)))
@@ -158,5 +164,5 @@ func (e *Submitter) send(ctx context.Context, r Record) (bool, error) {
 	case errors.Is(err, asynq.ErrTaskIDConflict):
 		return false, nil
 	}
-	return false, fmt.Errorf("job: enqueue %s: %w", r.ID, err)
+	return false, fmt.Errorf("job: enqueue %s: %w", taskID, err)
 }

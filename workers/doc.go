@@ -97,5 +97,11 @@
 // first one's goroutine may still be running. The resource lock's lease is
 // what stops it: its context is cancelled when a renewal fails, and a
 // business write that still gets through carries an old fencing token and is
-// refused.
+// refused. The same lease is why the job need not wait for asynq to hand
+// its task on: the relay of any worker sees the lock gone and enqueues a
+// takeover task (job.TakeoverTaskID) within about the lock TTL.
+//
+// An effect that succeeded is recorded, not run again: when MarkSucceeded
+// fails, the record is retried in place while the lease holds, for a few
+// lock TTLs at most (record.go).
 package workers

@@ -22,6 +22,7 @@ import (
 	"github.com/idemgate/idemgate/middleware/requestid"
 	"github.com/idemgate/idemgate/telemetry"
 	"github.com/idemgate/idemgate/workers"
+	"github.com/idemgate/idemgate/workers/lock"
 )
 
 func runWorker(ctx context.Context, ext extension.Set, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -80,9 +81,6 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 	if err != nil {
 		return nil, err
 	}
-	relayOpts := cfg.Worker.RelayOptions()
-	relayOpts.Logger = logger
-	relay := job.NewRelay(job.NewSubmitter(pool, client), inspector, relayOpts)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -98,6 +96,16 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 
 	deps := cfg.Worker.Deps(pool, rdb)
 	deps.Logger = logger
+	// The relay hands over the jobs whose worker lost its lock, asking the
+	// workers' own locks (job/takeover.go).
+	locks, err := lock.New(rdb, deps.Lock)
+	if err != nil {
+		return nil, usagef("worker: %v", err)
+	}
+	relayOpts := cfg.Worker.RelayOptions()
+	relayOpts.Logger = logger
+	relayOpts.Locks = locks
+	relay := job.NewRelay(job.NewSubmitter(pool, client), inspector, relayOpts)
 	deps.Observer = metrics
 	records := job.NewRecords(pool)
 	deps.OnStatus = records.Follow

@@ -141,6 +141,37 @@ func (l *Locker) Key(resource string) string {
 	return l.opts.Prefix + "lock:{" + resource + "}"
 }
 
+// Held reports, for each resource, whether someone holds its lock: its key
+// exists in Redis. It is what the relay asks before handing a job whose
+// attempt lost its lock to another worker (job.RelayOptions.Locks). A
+// client that pipelines (every go-redis client does) asks for all the keys
+// in one round trip; the others, one EXISTS per key.
+func (l *Locker) Held(ctx context.Context, resources []string) ([]bool, error) {
+	held := make([]bool, len(resources))
+	if p, ok := l.client.(interface{ Pipeline() redis.Pipeliner }); ok && len(resources) > 0 {
+		pipe := p.Pipeline()
+		cmds := make([]*redis.IntCmd, len(resources))
+		for i, r := range resources {
+			cmds[i] = pipe.Exists(ctx, l.Key(r))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("lock: held: %w", err)
+		}
+		for i, c := range cmds {
+			held[i] = c.Val() > 0
+		}
+		return held, nil
+	}
+	for i, r := range resources {
+		n, err := l.client.Do(ctx, "EXISTS", l.Key(r)).Int64()
+		if err != nil {
+			return nil, fmt.Errorf("lock: held %s: %w", l.Key(r), err)
+		}
+		held[i] = n > 0
+	}
+	return held, nil
+}
+
 // Acquire takes the lock on resource, waiting up to Options.Wait while
 // someone else holds it, and returns a lease that renews itself until
 // Release, Abandon, loss, or the end of ctx. When ctx ends the renewals stop

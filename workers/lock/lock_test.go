@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -563,4 +564,33 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("key = %q after the stolen lease's Release, want the thief's", got)
 	}
 	rdb.Del(t.Context(), stolen.Key())
+}
+
+// doOnly is a Client that cannot pipeline.
+type doOnly struct{ lock.Client }
+
+// Held says which locks are held, through a client that pipelines and
+// through one that does not; a released lock is no longer held.
+func TestHeld(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	opts := lock.Options{Prefix: testenv.Prefix(), TTL: 20 * time.Second}
+	l := newLocker(t, rdb, opts)
+	a := acquire(t, l, "account:a")
+	acquire(t, l, "account:c")
+	for name, probe := range map[string]*lock.Locker{"pipelined": l, "one by one": newLocker(t, doOnly{rdb}, opts)} {
+		got, err := probe.Held(t.Context(), []string{"account:a", "account:b", "account:c"})
+		if err != nil || !slices.Equal(got, []bool{true, false, true}) {
+			t.Fatalf("%s: Held = %v, %v; want [true false true]", name, got, err)
+		}
+	}
+	if err := a.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := l.Held(t.Context(), []string{"account:a"}); err != nil || got[0] {
+		t.Fatalf("after release: Held = %v, %v; want [false]", got, err)
+	}
+	if got, err := l.Held(t.Context(), nil); err != nil || len(got) != 0 {
+		t.Fatalf("no resources: Held = %v, %v", got, err)
+	}
 }
