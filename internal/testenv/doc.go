@@ -2,9 +2,13 @@
 // schema (or database) of their own with every migration applied, and a
 // Redis URL. Tests that need a service skip with a clear message when its
 // variable is unset; `make test` sets them all, so there nothing is
-// skipped.
+// skipped. Tests that must stop a replica start private Redis servers of
+// their own (replicas.go; redis-server in PATH, required under
+// TEST_TOPOLOGY).
 //
 //	dbURL := testenv.Postgres(t)   // TEST_DATABASE_URL, fresh schema
 //	direct := testenv.Database(t)  // a fresh database, for tests through a pooler
 //	rdb := testenv.Redis(t)        // TEST_REDIS_URL
+//	primary, replica := testenv.RedisReplicated(t)
+//	resume := replica.Stop(t)      // SIGSTOP until resume()
 package testenv
