@@ -252,7 +252,7 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 			return nil, errors.New("an enqueue route needs its declared job")
 		}
 		rt.kind = KindEnqueue
-		h = g.handleEnqueue(ro.Name, *ro.Enqueue, mw.Config().StoreTimeout)
+		h = g.handleEnqueue(ro.Name, *ro.Enqueue, mw.Config().CommitTimeout)
 	case ro.Handler != nil:
 		rt.kind = KindHandler
 		h = ro.Handler

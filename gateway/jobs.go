@@ -68,9 +68,10 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions, timeout time.Du
 			return
 		}
 		req := job.Request{Tenant: a.Scope.Tenant, Route: route, Key: a.Scope.Key, Spec: eo.Spec, Queue: eo.Queue, Body: body, Schedule: sched}
-		// Bounded like every store call of the route: a database or
-		// broker out of reach costs the client a fast 503 (or, once the
-		// record is written, a 202 the relay makes good), not a hang.
+		// Bounded like every commit of the route (commit_timeout): a
+		// database or broker out of reach costs the client a 503 (or,
+		// once the record is written, a 202 the relay makes good), not a
+		// hang, and a synchronous standby's wait costs no 503.
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
 		ctx, span := telemetry.StartEnqueue(ctx, eo.Spec.Task, req.QueueName(), telemetry.Tenant(a.Scope.Tenant), telemetry.Route(route))

@@ -149,7 +149,10 @@ func (s *services) idempotencyStore(ctx context.Context) (idempotency.Store, err
 		}
 		var opts []pgstore.Option
 		if direct != nil {
-			opts = append(opts, pgstore.WithListenConfig(direct))
+			// database_url goes through a transaction pooler, whose
+			// backend ids are its own: an ambiguous write cannot be
+			// settled by ending its backend.
+			opts = append(opts, pgstore.WithListenConfig(direct), pgstore.WithResolveTimeout(0))
 		}
 		st := pgstore.New(pool, opts...)
 		s.closers.push(st.Close)

@@ -82,16 +82,17 @@ type Config struct {
 	// Lease of a claim, at least 100ms and at most Retention; renewed
 	// every Lease/3 while the handler runs. Default DefaultLease, 30s.
 	Lease time.Duration `yaml:"lease"`
-	// StoreTimeout bounds each store call: a claim, a renewal, storing an
-	// outcome. A claim that cannot be made in time is answered 503 with
-	// Retry-After instead of waiting as long as the network does; an
-	// outcome that cannot be stored in time is retried in the background
-	// (see Middleware.Drain). Keep it well below Lease. Default
-	// DefaultStoreTimeout, 2s.
+	// StoreTimeout bounds each store call that only reads (the record a
+	// taken-over attempt answers from, a duplicate's wait); the writes
+	// that commit have CommitTimeout. A store that does not answer in time
+	// costs a 503 with Retry-After instead of a wait as long as the
+	// network's. Keep it well below Lease. Default DefaultStoreTimeout, 2s.
 	StoreTimeout time.Duration `yaml:"store_timeout"`
 	// CommitTimeout bounds each store write that commits: a claim, a
-	// renewal, storing an outcome (completion, release, hold). It is apart
-	// from StoreTimeout, which then bounds only reads, because a commit
+	// renewal, storing an outcome (completion, release, hold). A claim
+	// that cannot be made in time is answered 503 with Retry-After; an
+	// outcome that cannot be stored in time is retried in the background
+	// (see Middleware.Drain). It is apart from StoreTimeout because a commit
 	// may wait for more than the store: PostgreSQL with a synchronous
 	// standby (synchronous_standby_names) answers a commit only once the
 	// standby has it, and a standby a few hundred milliseconds behind

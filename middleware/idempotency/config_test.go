@@ -58,7 +58,7 @@ func TestConfigFieldErrors(t *testing.T) {
 			cfg: idempotency.Config{
 				Methods: []string{"POST", "GE T"}, MaxKeyLength: -1, Retention: -time.Second, Lease: 50 * time.Millisecond,
 				CommitTimeout: -time.Second,
-				WaitInFlight: -1, MaxRequestBytes: -1,
+				WaitInFlight:  -1, MaxRequestBytes: -1,
 				Fingerprint: idempotency.FingerprintConfig{Headers: []string{"X-Ok", "X:Bad"}, JSONFields: []string{"/a", "b"}},
 			},
 			validate: idempotency.Config.Validate,

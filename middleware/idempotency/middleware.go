@@ -489,18 +489,10 @@ func newOwner() string {
 	return string(h[:])
 }
 
-// storeContext bounds one store call by StoreTimeout, except for a store
-// that never blocks (Immediate), which could not overrun it: the deadline
-// would cost a timer and two contexts per call for nothing.
-func (m *Middleware) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if m.immediate {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, m.cfg.StoreTimeout)
-}
-
-// commitContext is storeContext for a write that commits, bounded by
-// CommitTimeout instead (see Config.CommitTimeout).
+// commitContext bounds one store write that commits by CommitTimeout
+// (see Config.CommitTimeout), except for a store that never blocks
+// (Immediate), which could not overrun it: the deadline would cost a timer
+// and two contexts per call for nothing.
 func (m *Middleware) commitContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if m.immediate {
 		return ctx, func() {}

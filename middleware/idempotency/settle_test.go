@@ -29,11 +29,31 @@ type faultyStore struct {
 	completes        atomic.Int64 // Complete calls that reached the store
 	releaseDown      atomic.Bool  // every Release fails
 	releaseReason    atomic.Value // the reason the last stored Release carried
+	commitWait       atomic.Int64 // Claim and Complete wait this long before they commit, as for a synchronous standby
+}
+
+// waitCommit waits commitWait, or returns ctx's error when ctx ends first.
+func (s *faultyStore) waitCommit(ctx context.Context) error {
+	d := time.Duration(s.commitWait.Load())
+	if d == 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 func newFaultyStore() *faultyStore { return &faultyStore{Store: memstore.New()} }
 
 func (s *faultyStore) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
+	if err := s.waitCommit(ctx); err != nil {
+		return idempotency.ClaimResult{}, err
+	}
 	res, err := s.Store.Claim(ctx, req)
 	if s.claimHangs.Load() {
 		<-ctx.Done()
@@ -58,6 +78,9 @@ func (s *faultyStore) Complete(ctx context.Context, scope idempotency.Scope, own
 	}
 	if s.completeFailures.Add(-1) >= 0 {
 		return errBlink
+	}
+	if err := s.waitCommit(ctx); err != nil {
+		return err
 	}
 	s.completes.Add(1)
 	return s.Store.Complete(ctx, scope, owner, resp, retention)
@@ -278,7 +301,7 @@ func TestClaimTimeout(t *testing.T) {
 	t.Parallel()
 	store := newFaultyStore()
 	store.claimHangs.Store(true)
-	mw := newMW(t, store, idempotency.Config{StoreTimeout: 100 * time.Millisecond, Lease: time.Minute})
+	mw := newMW(t, store, idempotency.Config{CommitTimeout: 100 * time.Millisecond, Lease: time.Minute})
 	drainAtCleanup(t, mw)
 	h := &counter{}
 	srv := mw.Wrap(h)
@@ -293,6 +316,27 @@ func TestClaimTimeout(t *testing.T) {
 	w = retryUntil(t, srv, "hang", func(c int) bool { return c != http.StatusConflict })
 	if w.Code != http.StatusCreated || h.calls.Load() != 1 {
 		t.Fatalf("retry: %d %s, calls %d; want 201 from one run", w.Code, w.Body, h.calls.Load())
+	}
+}
+
+// Commits slower than StoreTimeout (a synchronous standby a little behind)
+// are bounded by CommitTimeout instead: the request is answered with its
+// own response, stored, not a 503, and its retry replays it.
+func TestSlowCommitWithinCommitTimeout(t *testing.T) {
+	t.Parallel()
+	store := newFaultyStore()
+	store.commitWait.Store(int64(300 * time.Millisecond))
+	mw := newMW(t, store, idempotency.Config{StoreTimeout: 50 * time.Millisecond, CommitTimeout: 10 * time.Second, Lease: time.Minute})
+	drainAtCleanup(t, mw)
+	h := &counter{}
+	srv := mw.Wrap(h)
+	first := do(srv, call{key: "slow-commit"})
+	if first.Code != http.StatusCreated || callNumber(t, first.Body.Bytes()) != 1 {
+		t.Fatalf("answer %d %s, want its own 201 although each commit outlasts store_timeout", first.Code, first.Body)
+	}
+	retry := do(srv, call{key: "slow-commit"})
+	if retry.Code != http.StatusCreated || retry.Header().Get(idempotency.HeaderReplayed) != "true" || h.calls.Load() != 1 {
+		t.Fatalf("retry %d %v, calls %d; want the replay of one run", retry.Code, retry.Header(), h.calls.Load())
 	}
 }
 

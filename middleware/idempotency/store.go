@@ -131,7 +131,7 @@ type Watcher interface {
 // Immediate is implemented by stores whose calls never block: no network,
 // no disk, no other process to wait for, only a lock held for a moment (the
 // memory store). The middleware calls such a store without the
-// StoreTimeout deadline it puts on every other store's calls, which such a
+// CommitTimeout deadline it puts on every other store's writes, which such a
 // store could not overrun and which would cost a timer and two contexts
 // per call. A wrapper of a store should implement it only when the store
 // it wraps does.

@@ -44,7 +44,10 @@ const defaultResolveTimeout = 2 * time.Second
 
 // WithResolveTimeout bounds how long the Store settles a write whose
 // context ended while it may have committed (default 2s); 0 turns the
-// settling off: such a write returns its context's error.
+// settling off: such a write returns its context's error. Turn it off when
+// the pool goes through a transaction pooler (PgBouncer with pool_mode =
+// transaction): the backend ids its connections report are the pooler's,
+// not PostgreSQL's.
 func WithResolveTimeout(d time.Duration) Option {
 	return func(s *Store) { s.resolveTimeout = d }
 }

@@ -19,13 +19,21 @@
 // once the context ends, batched or not; a statement whose caller gave up
 // before its batch was sent is never sent, and a batch stuck on a network
 // that stopped answering ends when all of its callers have given up, or at
-// the batch timeout (WithBatchTimeout).
+// the batch timeout (WithBatchTimeout). A write whose context ended after
+// it was sent may have committed (a commit waiting for a synchronous
+// standby has, locally): the Store ends the backend that ran it and reads
+// the row back, so the caller learns what happened instead of a guess
+// (ambiguous.go, WithResolveTimeout).
+//
+// Fencing tokens are the record's previous token plus one or the
+// database clock in microseconds, whichever is higher, so a failover that
+// loses a record's last writes cannot hand its token out again.
 //
 // Through a transaction pooler (PgBouncer with pool_mode = transaction)
 // the pool must prepare nothing under a name (pgx's
-// default_query_exec_mode=exec), and the listener behind Watch needs a
+// default_query_exec_mode=exec), the listener behind Watch needs a
 // direct connection of its own (WithListenConfig), since a LISTEN holds a
-// session. A Store whose listener finds that notifications cannot reach
+// session, and ambiguous writes cannot be settled (WithResolveTimeout(0)). A Store whose listener finds that notifications cannot reach
 // it says so once, and duplicates waiting for a request in flight then
 // find its end by polling.
 //
