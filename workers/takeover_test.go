@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -178,5 +179,68 @@ func TestTakeoverOfAJobWhoseWorkerLostItsLock(t *testing.T) {
 	}
 	if (aOutcome != "lock_lost" && aOutcome != "crashed") || bOutcome != "succeeded" || bWorker != "B" {
 		t.Fatalf("ledger: A's attempt %q, B's %q by %q; want lock_lost (or crashed), then succeeded by B", aOutcome, bOutcome, bWorker)
+	}
+}
+
+// A job cancelled while its worker is dead (its attempt open, its lock
+// expiring): the takeover task is refused by the take as any task of a
+// cancelled job is, the job ends cancelled, and nothing runs.
+func TestTakeoverOfACancelledJob(t *testing.T) {
+	t.Parallel()
+	s := newServerEnv(t)
+	const ttl = time.Second
+	records := job.NewRecords(s.pool)
+	schema := []byte(`{"type": "object", "required": ["order_id"], "properties": {"order_id": {"type": "string"}}}`)
+	spec, err := job.NewSpec(kind, schema, "effect:{order_id}", "order:{order_id}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Queue = s.queue
+	sub := job.NewSubmitter(s.pool, s.client)
+	j, err := sub.Submit(t.Context(), job.Request{Tenant: "acme", Route: "orders", Key: "k-t2", Spec: spec, Queue: s.queue,
+		Body: []byte(`{"order_id":"t2"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The task is delivered to a worker that dies once it has taken the
+	// job; asynq would keep the task active under that worker's lease.
+	if err := s.inspector.DeleteTask(s.queue, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	deps := s.deps(nil, ttl)
+	deps.OnStatus = records.Follow
+	var calls atomic.Int64
+	dead := Handle(deps, kind, orderKey, orderResource, plainEffect(s.pool, "A", &calls), crashAt(stageTaken))
+	task := asynq.NewTaskWithHeaders(kind, []byte(`{"order_id":"t2"}`), map[string]string{job.HeaderID: j.ID, job.HeaderTenant: "acme"})
+	if err := dead.ProcessTask(t.Context(), task); !errors.Is(err, errCrashed) {
+		t.Fatalf("the dying delivery: %v", err)
+	}
+	if _, stopping, err := records.Cancel(t.Context(), "acme", j.ID); err != nil || !stopping {
+		t.Fatalf("cancel: stopping %v, %v; want the job cancelling", stopping, err)
+	}
+
+	locks, err := lock.New(s.rdb, lock.Options{Prefix: s.prefix, TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := job.NewRelay(sub, s.inspector, job.RelayOptions{Locks: locks, LockTTL: ttl, Logger: testenv.Logger()})
+	waitFor(t, "the takeover task", func() bool {
+		p, err := relay.TakeOver(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(p.Enqueued) == 1
+	})
+	s.start(t, Handle(deps, kind, orderKey, orderResource, plainEffect(s.pool, "B", &calls)), Config{})
+	waitFor(t, "the job to end cancelled", func() bool {
+		r, err := records.ByID(t.Context(), j.ID)
+		return err == nil && r.Status == job.StatusCancelled
+	})
+	waitFor(t, "the takeover task acked", func() bool {
+		qi := s.queueInfo(t)
+		return qi.Size == 0 && qi.Active == 0
+	})
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("the business function ran %d times for a cancelled job", n)
 	}
 }
