@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
@@ -37,6 +38,22 @@ import (
 // own backends (any role may, except a superuser's backend for a
 // non-superuser); when it cannot, or the backend does not end in time, the
 // caller gets the write's original error, as before.
+
+// ambiguous reports whether a write that returned err, sent to backend
+// pid (0: never sent), may have committed although its caller cannot know:
+// its context ended, and neither PostgreSQL answered with the statement's
+// error nor a batch reported that it rolled back.
+func ambiguous(ctx context.Context, err error, pid uint32) bool {
+	if err == nil || pid == 0 || ctx.Err() == nil {
+		return false
+	}
+	var be *batchError
+	if errors.As(err, &be) && !be.committed {
+		return false
+	}
+	var pe *pgconn.PgError
+	return !errors.As(err, &pe)
+}
 
 // defaultResolveTimeout bounds the settling of one ambiguous write: the
 // termination and the read-back.

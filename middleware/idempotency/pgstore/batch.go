@@ -101,7 +101,7 @@ type op struct {
 	// by the flusher just before sending it, or gaveUp, set by a caller
 	// whose context ended while the statement was still queued: whichever
 	// comes first wins, so a caller that gives up knows whether its
-	// statement may run (see Store.resolve).
+	// statement may run (see ambiguous.go).
 	backend atomic.Uint32
 }
 

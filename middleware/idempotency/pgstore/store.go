@@ -315,7 +315,7 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	for {
 		pid, err := s.queryRow(ctx, viaBatch, order, claimSQL, scan,
 			sc.Tenant, sc.Route, sc.Key, req.Fingerprint, req.Owner, req.Lease, req.Retention, s.instance)
-		if err != nil && ctx.Err() != nil && pid != 0 {
+		if ambiguous(ctx, err, pid) {
 			return s.resolveClaim(ctx, pid, req, err)
 		}
 		if err == nil {
@@ -419,7 +419,7 @@ func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner str
 			scope.Tenant, scope.Route, scope.Key, owner,
 			resp.Status, headers, body, resp.BodyOmitted, retention,
 			lost > 0, s.channel, id)
-		if err != nil && ctx.Err() != nil && pid != 0 {
+		if ambiguous(ctx, err, pid) {
 			return s.resolveEnd(ctx, pid, "complete", scope, owner, idempotency.StateCompleted, err)
 		}
 		if err != nil {
@@ -486,7 +486,7 @@ func (s *Store) end(ctx context.Context, op string, scope idempotency.Scope, own
 	for {
 		tag, pid, err := s.exec(ctx, viaBatch, scopeOrder(scope), endSQL,
 			scope.Tenant, scope.Route, scope.Key, owner, string(state), lost > 0, s.channel, id, idempotency.ReleaseReason(ctx))
-		if err != nil && ctx.Err() != nil && pid != 0 {
+		if ambiguous(ctx, err, pid) {
 			return s.resolveEnd(ctx, pid, op, scope, owner, state, err)
 		}
 		if err != nil {
