@@ -119,9 +119,9 @@ soak: build ## idemgate at a fixed rate for 10 minutes: RSS and goroutines at st
 # The fault suite (cmd/idemchaos, RELIABILITY.md): it starts its own Redis
 # and PostgreSQL on free loopback ports, never the shared ones, and stops
 # everything it started; CHAOSFLAGS passes more flags (-scenario, -keys,
-# -short, -json, -dir).
+# -short, -json, -dir; a later -idemgate measures another binary).
 .PHONY: chaos
-chaos: build ## run the fault suite against private Redis and PostgreSQL servers (a few minutes)
+chaos: build ## run the fault suite against private Redis and PostgreSQL servers (about 15 minutes)
 	@$(BENCH_SERVICES) $(GO) build -o bin/idemchaos ./cmd/idemchaos && $(GO) build -o bin/idemgate-examples ./examples/cmd/idemgate-examples && ./bin/idemchaos -idemgate bin/idemgate-examples $(CHAOSFLAGS)
 
 # API reference: docs/api.html, one self-contained page rendered from

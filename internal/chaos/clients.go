@@ -44,6 +44,7 @@ type answer struct {
 // keyResult is what the clients of one key got.
 type keyResult struct {
 	key     string
+	job     bool     // sent to the enqueue route
 	answers []answer // one per client that got a final answer
 }
 
@@ -52,9 +53,17 @@ type loadResult struct {
 	start, lastLaunch time.Time
 	keys              []keyResult
 	successes         []time.Time // every 2xx any client received, replays included
+	attempts          []call      // every exchange of every client, in no order
 	// history has every exchange of every client: its key, when it was
 	// sent, when and what it was answered (the key model's Requests).
 	history *history.Recorder
+}
+
+// call is one exchange: when it was sent, when it ended, and its
+// status (0: a connection error or a timeout).
+type call struct {
+	sent, at time.Time
+	status   int
 }
 
 // runLoad sends keys and returns when every client has finished (a final
@@ -69,9 +78,12 @@ func runLoad(ctx context.Context, l load, keys []string) *loadResult {
 		mu sync.Mutex
 		wg sync.WaitGroup
 	)
-	success := func(at time.Time) {
+	record := func(a call) {
 		mu.Lock()
-		res.successes = append(res.successes, at)
+		if a.status >= 200 && a.status < 300 {
+			res.successes = append(res.successes, a.at)
+		}
+		res.attempts = append(res.attempts, a)
 		mu.Unlock()
 	}
 	var pace time.Duration
@@ -85,12 +97,12 @@ func runLoad(ctx context.Context, l load, keys []string) *loadResult {
 			}
 		}
 		res.lastLaunch = time.Now()
-		res.keys[i].key = key
+		res.keys[i].key, res.keys[i].job = key, l.path == jobsPath
 		kctx, cancel := context.WithTimeout(ctx, l.keyDeadline)
 		var kwg sync.WaitGroup
 		answers := make([]*answer, clientsPerKey)
 		for c := range clientsPerKey {
-			kwg.Go(func() { answers[c] = l.send(kctx, client, res.history, key, c, success) })
+			kwg.Go(func() { answers[c] = l.send(kctx, client, res.history, key, c, record) })
 		}
 		wg.Go(func() {
 			kwg.Wait()
@@ -105,7 +117,7 @@ func runLoad(ctx context.Context, l load, keys []string) *loadResult {
 	wg.Wait()
 	for i := range res.keys {
 		if res.keys[i].key == "" {
-			res.keys[i].key = keys[i]
+			res.keys[i].key, res.keys[i].job = keys[i], l.path == jobsPath
 		}
 	}
 	slices.SortFunc(res.successes, func(a, b time.Time) int { return a.Compare(b) })
@@ -115,17 +127,19 @@ func runLoad(ctx context.Context, l load, keys []string) *loadResult {
 // send is one client: it retries on connection errors, 409, 429 and 5xx
 // with the same key and body, honouring Retry-After, and alternates
 // between the gateways as a load balancer would. It returns nil when no
-// final answer came before ctx ended. Each exchange goes into rec.
-func (l load) send(ctx context.Context, client *http.Client, rec *history.Recorder, key string, c int, success func(time.Time)) *answer {
+// final answer came before ctx ended. Each exchange goes into rec and
+// record.
+func (l load) send(ctx context.Context, client *http.Client, rec *history.Recorder, key string, c int, record func(call)) *answer {
 	body := l.body(key)
 	for attempt := 0; ; attempt++ {
 		url := l.gateways[(c+attempt)%len(l.gateways)] + l.path
+		sent := time.Now()
 		done := rec.Begin(c, key, history.Request{})
 		status, retryAfter, id := l.exchange(ctx, client, url, key, body)
 		done(history.Answer{Status: status, ID: id})
 		now := time.Now()
-		if status >= 200 && status < 300 {
-			success(now)
+		if ctx.Err() == nil {
+			record(call{sent: sent, at: now, status: status})
 		}
 		if status != 0 && status != http.StatusConflict && status != http.StatusTooManyRequests && status < 500 {
 			return &answer{status: status, id: id, at: now}
@@ -173,4 +187,46 @@ func (l load) exchange(ctx context.Context, client *http.Client, url, key string
 		}
 	}
 	return resp.StatusCode, retryAfter, id
+}
+
+// runMixed sends every other key to the proxy route and the others to the
+// enqueue route, the two halves side by side over the same spread, and
+// returns what both got.
+func runMixed(ctx context.Context, l load, keys []string) *loadResult {
+	var proxied, jobs []string
+	for i, k := range keys {
+		if i%2 == 0 {
+			proxied = append(proxied, k)
+		} else {
+			jobs = append(jobs, k)
+		}
+	}
+	lj := l
+	lj.path = jobsPath
+	var (
+		wg     sync.WaitGroup
+		rp, rj *loadResult
+	)
+	wg.Go(func() { rp = runLoad(ctx, l, proxied) })
+	wg.Go(func() { rj = runLoad(ctx, lj, jobs) })
+	wg.Wait()
+	res := &loadResult{
+		start:      rp.start,
+		lastLaunch: rp.lastLaunch,
+		keys:       append(rp.keys, rj.keys...),
+		successes:  append(rp.successes, rj.successes...),
+		attempts:   append(rp.attempts, rj.attempts...),
+		history:    history.NewRecorder(),
+	}
+	for _, op := range append(rp.history.Operations(), rj.history.Operations()...) {
+		res.history.Add(op)
+	}
+	if rj.start.Before(res.start) {
+		res.start = rj.start
+	}
+	if rj.lastLaunch.After(res.lastLaunch) {
+		res.lastLaunch = rj.lastLaunch
+	}
+	slices.SortFunc(res.successes, func(a, b time.Time) int { return a.Compare(b) })
+	return res
 }

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"text/template"
 	"time"
@@ -49,6 +50,9 @@ idempotency:
 {{- if .Has "idempotency.store_timeout"}}
   store_timeout: 2s
 {{- end}}
+{{- range .In "idempotency"}}
+  {{.}}
+{{- end}}
 server: {shutdown_timeout: 5s}
 worker:
   admin_listen: "{{.WorkerAdmin}}"
@@ -63,13 +67,19 @@ worker:
 {{- if .Has "worker.requeue_interval"}}
   requeue_interval: 1s
 {{- end}}
+{{- range .In "worker"}}
+  {{.}}
+{{- end}}
+{{- range .Others}}
+{{.}}
+{{- end}}
 jobs:
   - task: ` + jobTask + `
     schema: {type: object, required: [ref], properties: {ref: {type: string, minLength: 1}}}
     business_key: "charge:{ref}"
     max_attempts: 25
     deliver:
-      http: {url: "{{.UpstreamURL}}` + deliveryPath + `", secret: "{{.Secret}}", timeout: 5s}
+      http: {url: "{{.UpstreamURL}}` + deliveryPath + `", secret: "{{.Secret}}", timeout: {{.DeliverTimeout}}}
 routes:
   - {name: charges, methods: [POST], path: ` + upstreamPath + `, upstream: "{{.UpstreamURL}}"}
   - {name: deferred, methods: [POST], path: ` + jobsPath + `, enqueue: {task: ` + jobTask + `}}
@@ -83,11 +93,43 @@ type clusterConfig struct {
 	UpstreamURL string // the proxy route's upstream and the jobs' receiver
 	Secret      string // signs the deliveries (whsec_…)
 	Lease       time.Duration
-	keys        map[string]bool // the optional keys to set
+	// DeliverTimeout bounds a job's delivery to the upstream.
+	DeliverTimeout time.Duration
+	keys           map[string]bool // the optional keys to set
+	// Settings are a scenario's options (idempotency.redis_wait …),
+	// each set only when the binary accepts it.
+	Settings []setting
 }
+
+// setting is one configuration key a scenario sets: "section.name"
+// (idempotency, worker, or a section of its own) and its YAML value.
+type setting struct{ key, value string }
 
 // Has reports whether the optional key is set (for the template).
 func (c clusterConfig) Has(key string) bool { return c.keys[key] }
+
+// In returns "name: value" for each setting of section (for the template).
+func (c clusterConfig) In(section string) []string {
+	var lines []string
+	for _, st := range c.Settings {
+		if sec, name, _ := strings.Cut(st.key, "."); sec == section && c.keys[st.key] {
+			lines = append(lines, name+": "+st.value)
+		}
+	}
+	return lines
+}
+
+// Others returns the settings outside idempotency and worker, each as a
+// section of its own (for the template).
+func (c clusterConfig) Others() []string {
+	var lines []string
+	for _, st := range c.Settings {
+		if sec, name, _ := strings.Cut(st.key, "."); sec != "idempotency" && sec != "worker" && c.keys[st.key] {
+			lines = append(lines, sec+":\n  "+name+": "+st.value)
+		}
+	}
+	return lines
+}
 
 type memberConfig struct {
 	clusterConfig
@@ -108,16 +150,25 @@ var unknownKey = regexp.MustCompile(`(?m):\d+: ([a-z_.]+): unknown key`)
 
 // probeKeys returns the optional keys bin accepts: it checks a
 // configuration with all of them and drops those reported unknown.
-func probeKeys(ctx context.Context, bin, dir string) (map[string]bool, error) {
+func probeKeys(ctx context.Context, bin, dir string, settings []setting) (map[string]bool, error) {
 	keys := map[string]bool{}
 	for _, k := range optionalKeys {
 		keys[k] = true
 	}
+	for _, st := range settings {
+		keys[st.key] = true
+	}
 	path := filepath.Join(dir, "probe.yaml")
+	// The Redis options (idempotency.redis_wait) are valid only with the
+	// Redis store, and every other key with either.
+	store := "postgres"
+	if len(settings) > 0 {
+		store = "redis"
+	}
 	for range 2 {
 		c := memberConfig{clusterConfig: clusterConfig{
-			Store: "postgres", DatabaseURL: URL("127.0.0.1:1", "probe"), RedisURL: "redis://127.0.0.1:1/0",
-			UpstreamURL: "http://127.0.0.1:1", Secret: newSecret(), Lease: lease, keys: keys,
+			Store: store, DatabaseURL: URL("127.0.0.1:1", "probe"), RedisURL: "redis://127.0.0.1:1/0",
+			UpstreamURL: "http://127.0.0.1:1", Secret: newSecret(), Lease: lease, DeliverTimeout: 5 * time.Second, keys: keys, Settings: settings,
 		}, Listen: "127.0.0.1:1", WorkerAdmin: "127.0.0.1:2"}
 		if err := writeConfig(path, c); err != nil {
 			return nil, err
@@ -225,16 +276,25 @@ type cluster struct {
 
 // newCluster writes the configurations of two gateways and of workers
 // workers, each on free ports, into dir; nothing runs yet.
-func newCluster(bin, dir string, cfg clusterConfig, workers int) (*cluster, error) {
+// wire, when not nil, changes a member's configuration (its own proxy to
+// a server, for the partition scenarios).
+func newCluster(bin, dir string, cfg clusterConfig, workers int, wire func(name string, c clusterConfig) clusterConfig) (*cluster, error) {
 	c := &cluster{bin: bin}
+	own := func(name string) clusterConfig {
+		if wire == nil {
+			return cfg
+		}
+		return wire(name, cfg)
+	}
 	for i := range 2 {
 		port, err := proc.FreePort()
 		if err != nil {
 			return nil, err
 		}
 		listen := fmt.Sprintf("127.0.0.1:%d", port)
-		m, err := newMember(bin, dir, fmt.Sprintf("gateway-%c", 'a'+i), "serve",
-			memberConfig{clusterConfig: cfg, Listen: listen}, "http://"+listen+"/healthz")
+		name := fmt.Sprintf("gateway-%c", 'a'+i)
+		m, err := newMember(bin, dir, name, "serve",
+			memberConfig{clusterConfig: own(name), Listen: listen}, "http://"+listen+"/healthz")
 		if err != nil {
 			c.close()
 			return nil, err
@@ -249,8 +309,9 @@ func newCluster(bin, dir string, cfg clusterConfig, workers int) (*cluster, erro
 			return nil, err
 		}
 		admin := fmt.Sprintf("127.0.0.1:%d", port)
-		m, err := newMember(bin, dir, fmt.Sprintf("worker-%d", i+1), "worker",
-			memberConfig{clusterConfig: cfg, Listen: "127.0.0.1:0", WorkerAdmin: admin}, "http://"+admin+"/healthz")
+		name := fmt.Sprintf("worker-%d", i+1)
+		m, err := newMember(bin, dir, name, "worker",
+			memberConfig{clusterConfig: own(name), Listen: "127.0.0.1:0", WorkerAdmin: admin}, "http://"+admin+"/healthz")
 		if err != nil {
 			c.close()
 			return nil, err

@@ -10,10 +10,17 @@
 // tokens, and for every scenario two gateways and the workers it needs
 // (bin/idemgate serve and worker). Clients send each key three times at
 // once and retry on 409, 429, 5xx and connection errors until a final
-// answer. The fault comes under that load; then each row of the report
-// is checked against one list of guarantees (guarantees.go), one of them
-// that every key's history — each client exchange, each upstream
-// application with its token — is explained by history.KeyModel.
+// answer. The failover and partition scenarios (failover.go) run on
+// deployments of their own instead (deploy.go, replicas.go): a Redis
+// primary with two replicas and a sentinel, or a PostgreSQL primary with
+// a standby, each replica reading its primary's stream through a
+// faultproxy in delay mode, so that it lags by a set amount and a crash
+// of the primary loses exactly that tail; or one gateway and one worker
+// given their own proxy to a server, to cut them alone. The fault comes
+// under that load; then each row of the report is checked against one
+// list of guarantees (guarantees.go), one of them that every key's
+// history — each client exchange, each upstream application with its
+// token — is explained by history.KeyModel.
 //
 //	rep, err := chaos.Run(ctx, chaos.Options{Idemgate: "bin/idemgate", Short: true})
 //	if err != nil {

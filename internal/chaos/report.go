@@ -38,6 +38,28 @@ type Row struct {
 	// succeeded when the scenario ended.
 	AcceptedJobs *int `json:"accepted_jobs"`
 	LostJobs     *int `json:"lost_accepted_jobs"`
+	// AnsweredThenRerun counts keys the upstream applied again after a
+	// client had been given a 2xx answer for them: the answer a failover
+	// forgot.
+	AnsweredThenRerun *int `json:"answered_then_rerun"`
+	// DoubleDeliveries counts jobs the receiver applied more than once.
+	DoubleDeliveries *int `json:"double_deliveries"`
+	// ClientErrors counts the clients' exchanges answered 5xx or failed
+	// (connection error, timeout); ErrorsBeforeFault those that ended
+	// before the fault started (healthy requests refused); ErrorSpanMS
+	// is the time from the first of them to the last.
+	ClientErrors      int   `json:"client_errors"`
+	ErrorsBeforeFault int   `json:"errors_before_fault"`
+	ErrorSpanMS       int64 `json:"error_span_ms"`
+	// RecoveryMS is the time from the first failed exchange after the
+	// fault started to the first 2xx answer to a request sent after that
+	// failure (0 when no exchange failed).
+	RecoveryMS *int64 `json:"recovery_ms"`
+	// TakeoverMS is, over the jobs applied before the fault and again
+	// after its start, the longest time from the fault to that next
+	// application: how long a job whose worker was cut off waited for
+	// another one.
+	TakeoverMS *int64 `json:"takeover_ms"`
 	// HistoryViolations counts keys whose history — every client
 	// exchange and every upstream application with its token — no order
 	// of its operations explains under the key model (package history);
@@ -229,7 +251,7 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 // each broken guarantee and each error.
 func (rep *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tkeys\tre-runs\tsame token\tlower token\tnot rising\tsplit answers\tlost keys\tlost jobs\thistory\tunavailable\tverdict\t")
+	fmt.Fprintln(tw, "scenario\tkeys\tre-runs\tsame token\tlower token\tnot rising\tsplit answers\tanswered, re-run\tlost keys\tlost jobs\tdouble deliveries\terrors (before fault)\terror span\tunavailable\trecovery\ttakeover\thistory\tverdict\t")
 	for _, r := range rep.Rows {
 		lostJobs := "-"
 		if r.LostJobs != nil {
@@ -242,9 +264,11 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		case len(r.Broken) > 0:
 			verdict = "BROKEN"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%.1fs\t%s\t\n", r.Scenario, r.Keys,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%d (%d)\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Scenario, r.Keys,
 			count(r.Reruns), count(r.SameTokenReruns), count(r.LowerTokenAfterHigher), count(r.TokensNotRising),
-			r.SplitAnswers, r.LostKeys, lostJobs, count(r.HistoryViolations), float64(r.UnavailableMS)/1000, verdict)
+			r.SplitAnswers, count(r.AnsweredThenRerun), r.LostKeys, lostJobs, count(r.DoubleDeliveries),
+			r.ClientErrors, r.ErrorsBeforeFault, seconds(&r.ErrorSpanMS), seconds(&r.UnavailableMS),
+			seconds(r.RecoveryMS), seconds(r.TakeoverMS), count(r.HistoryViolations), verdict)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -268,4 +292,12 @@ func count(v *int) string {
 		return "-"
 	}
 	return strconv.Itoa(*v)
+}
+
+// seconds shows milliseconds as seconds, "-" when not measured.
+func seconds(ms *int64) string {
+	if ms == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1fs", float64(*ms)/1000)
 }

@@ -32,19 +32,34 @@ type scenario struct {
 	// lasts: the restart scenarios, which promise no re-run, give it a
 	// lease longer than a restart with crash recovery takes under load.
 	lease time.Duration
+	// deploy starts the servers the scenario breaks; nil: the suite's
+	// shared Redis and PostgreSQL, the latter behind a fault proxy.
+	deploy func(ctx context.Context, s *suite, dir, db string) (*deployment, error)
+	// mixed sends half the keys to the proxy route and half to the
+	// enqueue route, at once.
+	mixed bool
+	// settings are the options the scenario measures; a binary without
+	// one of them cannot run it.
+	settings []setting
+	// maxKeys caps Options.Keys for a scenario whose slow upstream
+	// could not serve more within finishWithin; 0: no cap.
+	maxKeys int
+	// upstreamLatency is the upstream's mean latency; 0 means 250ms.
+	upstreamLatency time.Duration
 }
 
 // env is what a fault acts on.
 type env struct {
 	pg      *Postgres
 	redis   *Redis
-	proxy   *faultproxy.Proxy // between every idemgate process and PostgreSQL
+	proxy   *faultproxy.Proxy // between the idemgate processes and PostgreSQL, with the shared servers
 	cluster *cluster
+	dep     *deployment
 }
 
 // scenarios is the suite, in the order it runs.
 func scenarios() []scenario {
-	return []scenario{
+	return append([]scenario{
 		{name: "broker-wipe", jobs: true, workers: 1, spread: 4 * time.Second, faultAfterLoad: true, fault: restartRedis, finishWithin: 30 * time.Second},
 		{name: "broker-wipe-submit", jobs: true, workers: 1, spread: 8 * time.Second, faultAt: 3 * time.Second, fault: restartRedis, finishWithin: 30 * time.Second},
 		{name: "pg-restart-fast", lease: 10 * time.Second, spread: 10 * time.Second, faultAt: 2 * time.Second, fault: restartPostgres("fast", 3)},
@@ -57,7 +72,7 @@ func scenarios() []scenario {
 		// asynq gives a dead worker's tasks back once their lease has been
 		// expired for 30s, on a one-minute sweep: up to about 2 minutes.
 		{name: "worker-sigkill", jobs: true, workers: 2, spread: 8 * time.Second, faultAt: 3 * time.Second, fault: killWorker, finishWithin: 150 * time.Second},
-	}
+	}, failoverScenarios()...)
 }
 
 // Names lists the scenarios in the order they run.

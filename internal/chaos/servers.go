@@ -30,6 +30,8 @@ type Redis struct {
 	port       int
 	dir        string
 	appendOnly bool
+	extra      []string // more redis-server arguments (replicas.go)
+	conf       string   // a sentinel's configuration file: the server is a sentinel
 	log        *os.File
 	p          *proc.Proc
 }
@@ -71,9 +73,13 @@ func (r *Redis) Start(ctx context.Context) error {
 	if r.appendOnly {
 		appendOnly = "yes"
 	}
+	args := []string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", appendOnly, "--dir", r.dir}
+	if r.conf != "" {
+		args = []string{r.conf, "--sentinel"}
+	}
 	p, err := proc.Start(proc.Spec{
 		Name: "redis-server", Path: r.bin, Dir: r.dir, Log: r.log,
-		Args: []string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", appendOnly, "--dir", r.dir},
+		Args: append(args, r.extra...),
 	})
 	if err != nil {
 		return err
@@ -148,6 +154,7 @@ type Postgres struct {
 	dir    string // owned by the server's user
 	data   string
 	port   int
+	extra  []string            // more postgres -c settings (replicas.go)
 	as     *syscall.Credential // nil: the suite's own user
 	log    *os.File
 	p      *proc.Proc
@@ -156,6 +163,24 @@ type Postgres struct {
 // StartPostgres creates a cluster in dir (initdb) and starts it on a free
 // port. As root, the server runs as the postgres user, which then owns dir.
 func StartPostgres(ctx context.Context, dir string) (*Postgres, error) {
+	pg, err := newPostgres(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := pg.run(ctx, "initdb", "-D", pg.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"); err != nil {
+		_ = pg.log.Close()
+		return nil, err
+	}
+	if err := pg.Start(ctx); err != nil {
+		_ = pg.log.Close()
+		return nil, err
+	}
+	return pg, nil
+}
+
+// newPostgres prepares a server in dir on a free port, its data not yet
+// created: its directory, owner and log.
+func newPostgres(dir string) (*Postgres, error) {
 	bindir, err := postgresBindir()
 	if err != nil {
 		return nil, err
@@ -181,14 +206,6 @@ func StartPostgres(ctx context.Context, dir string) (*Postgres, error) {
 		}
 	}
 	if pg.log, err = os.OpenFile(filepath.Join(dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
-		return nil, err
-	}
-	if err := pg.run(ctx, "initdb", "-D", pg.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"); err != nil {
-		_ = pg.log.Close()
-		return nil, err
-	}
-	if err := pg.Start(ctx); err != nil {
-		_ = pg.log.Close()
 		return nil, err
 	}
 	return pg, nil
@@ -238,8 +255,8 @@ func URL(addr, db string) string {
 func (pg *Postgres) Start(ctx context.Context) error {
 	p, err := proc.Start(proc.Spec{
 		Name: "postgres", Path: filepath.Join(pg.bindir, "postgres"), Dir: pg.dir, Log: pg.log, As: pg.as,
-		Args: []string{"-D", pg.data, "-p", strconv.Itoa(pg.port), "-k", pg.dir,
-			"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300"},
+		Args: append([]string{"-D", pg.data, "-p", strconv.Itoa(pg.port), "-k", pg.dir,
+			"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300"}, pg.extra...),
 	})
 	if err != nil {
 		return err
@@ -296,10 +313,27 @@ func (pg *Postgres) Close() {
 	_ = pg.log.Close()
 }
 
+// tool is the path of one of the server's tools: in the server's bindir,
+// else beside the real initdb (bindir may hold links to a few of them
+// only), else on PATH.
+func (pg *Postgres) tool(name string) string {
+	path := filepath.Join(pg.bindir, name)
+	if isExec(path) {
+		return path
+	}
+	if real, err := filepath.EvalSymlinks(filepath.Join(pg.bindir, "initdb")); err == nil && isExec(filepath.Join(filepath.Dir(real), name)) {
+		return filepath.Join(filepath.Dir(real), name)
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	return path
+}
+
 // run runs one of the server's tools as the server's user, its output
 // going to the server's log.
 func (pg *Postgres) run(ctx context.Context, tool string, args ...string) error {
-	cmd := exec.CommandContext(ctx, filepath.Join(pg.bindir, tool), args...)
+	cmd := exec.CommandContext(ctx, pg.tool(tool), args...)
 	cmd.Dir = pg.dir
 	cmd.Env = proc.ChildEnv()
 	cmd.Stdout, cmd.Stderr = pg.log, pg.log

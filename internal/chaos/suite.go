@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/faultproxy"
 	"github.com/idemgate/idemgate/internal/proc"
 )
 
@@ -75,7 +74,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 
-	keys, err := probeKeys(ctx, bin, dir)
+	var settings []setting
+	for _, sc := range picked {
+		settings = append(settings, sc.settings...)
+	}
+	keys, err := probeKeys(ctx, bin, dir, settings)
 	if err != nil {
 		return nil, err
 	}
@@ -125,19 +128,30 @@ type suite struct {
 
 // run runs scenario number i and fills row.
 func (s *suite) run(ctx context.Context, i int, sc scenario, row *Row) error {
+	for _, st := range sc.settings {
+		if !s.keys[st.key] {
+			return fmt.Errorf("%s has no %s: the binary predates the option this scenario measures", s.bin, st.key)
+		}
+	}
 	db := fmt.Sprintf("chaos_%d", i)
-	if err := s.pg.CreateDatabase(ctx, db); err != nil {
+	dir := filepath.Join(s.dir, sc.name)
+	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return err
 	}
-	if err := s.redis.Flush(ctx); err != nil {
-		return err
+	deploy := sc.deploy
+	if deploy == nil {
+		deploy = sharedServers
 	}
-	proxy, err := faultproxy.New(s.pg.Addr())
+	dep, err := deploy(ctx, s, dir, db)
 	if err != nil {
-		return err
+		return fmt.Errorf("deployment: %w", err)
 	}
-	defer proxy.Close()
-	up, err := StartUpstream(250 * time.Millisecond)
+	defer dep.close()
+	latency := sc.upstreamLatency
+	if latency == 0 {
+		latency = 250 * time.Millisecond
+	}
+	up, err := StartUpstream(latency)
 	if err != nil {
 		return err
 	}
@@ -151,14 +165,11 @@ func (s *suite) run(ctx context.Context, i int, sc scenario, row *Row) error {
 	if scLease == 0 {
 		scLease = lease
 	}
-	dir := filepath.Join(s.dir, sc.name)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
 	cl, err := newCluster(s.bin, dir, clusterConfig{
-		Store: store, DatabaseURL: URL(proxy.Addr(), db), RedisURL: s.redis.URL(),
-		UpstreamURL: up.URL(), Secret: newSecret(), Lease: scLease, keys: s.keys,
-	}, sc.workers)
+		Store: store, DatabaseURL: dep.databaseURL, RedisURL: dep.redisURL,
+		UpstreamURL: up.URL(), Secret: newSecret(), Lease: scLease, DeliverTimeout: max(5*time.Second, 2*latency),
+		keys: s.keys, Settings: sc.settings,
+	}, sc.workers, dep.wire)
 	if err != nil {
 		return err
 	}
@@ -195,19 +206,27 @@ func (s *suite) run(ctx context.Context, i int, sc scenario, row *Row) error {
 		faultAt = sc.faultAt / 2
 		l.keyDeadline = 40 * time.Second
 	}
-	keys := make([]string, s.opts.Keys)
+	n := s.opts.Keys
+	if sc.maxKeys > 0 {
+		n = min(n, sc.maxKeys)
+	}
+	keys := make([]string, n)
 	for k := range keys {
 		keys[k] = fmt.Sprintf("%s-%04d", sc.name, k)
 	}
+	send := func(ctx context.Context) *loadResult { return runLoad(ctx, l, keys) }
+	if sc.mixed {
+		send = func(ctx context.Context) *loadResult { return runMixed(ctx, l, keys) }
+	}
 
-	e := &env{pg: s.pg, redis: s.redis, proxy: proxy, cluster: cl}
+	e := &env{pg: s.pg, redis: s.redis, proxy: dep.proxy, cluster: cl, dep: dep}
 	var (
 		res        *loadResult
 		faultStart time.Time
 		faultErr   error
 	)
 	if sc.faultAfterLoad {
-		res = runLoad(ctx, l, keys)
+		res = send(ctx)
 		faultStart = time.Now()
 		faultErr = sc.fault(ctx, e)
 		if faultErr == nil {
@@ -215,7 +234,7 @@ func (s *suite) run(ctx context.Context, i int, sc scenario, row *Row) error {
 		}
 	} else {
 		done := make(chan *loadResult, 1)
-		go func() { done <- runLoad(ctx, l, keys) }()
+		go func() { done <- send(ctx) }()
 		if proc.Sleep(ctx, faultAt) {
 			faultStart = time.Now()
 			faultErr = sc.fault(ctx, e)
@@ -230,10 +249,13 @@ func (s *suite) run(ctx context.Context, i int, sc scenario, row *Row) error {
 		succeeded map[string]bool
 		finishErr error
 	)
-	if sc.jobs {
-		succeeded, finishErr = awaitFinished(ctx, URL(s.pg.Addr(), db), acceptedJobs(res), sc.finishWithin)
+	if sc.jobs || sc.mixed {
+		succeeded, finishErr = awaitFinished(ctx, dep.checkURL, acceptedJobs(res), sc.finishWithin)
 	}
-	row.measure(res, up.Applied(), faultStart, succeeded)
+	applied := up.Applied()
+	row.measure(res, applied, faultStart, succeeded)
+	row.measureFailover(res, applied, faultStart, sc.jobs || sc.mixed)
+	row.Broken = check(row)
 	return errors.Join(faultErr, finishErr, cl.exited(), ctx.Err())
 }
 

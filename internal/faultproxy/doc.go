@@ -14,6 +14,11 @@
 //	p.Freeze() // calls now wait for answers that do not come
 //	p.Thaw()   // and get them
 //
+// SetDelay holds what the target sends for a while before the client
+// gets it: on a replication stream (replica → proxy → primary) it makes
+// the replica lag by exactly that much, and DropHeld, after the primary
+// is killed, loses the held tail as a host crash does (delay.go).
+//
 // A frozen proxy still accepts connections, as the kernel completes the
 // handshake whatever the proxy does, but forwards nothing on them until
 // Thaw.

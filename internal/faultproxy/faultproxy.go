@@ -3,6 +3,7 @@ package faultproxy
 import (
 	"net"
 	"sync"
+	"time"
 )
 
 // Proxy forwards the TCP connections it accepts to one target. Its methods
@@ -13,6 +14,7 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	thawed chan struct{} // closed while bytes flow; open while frozen
+	delay  time.Duration // how long bytes from the target are held (delay.go)
 	links  map[*link]struct{}
 	closed bool
 
@@ -157,7 +159,7 @@ func (p *Proxy) serve(client net.Conn) {
 		return
 	}
 	var back sync.WaitGroup
-	back.Go(func() { p.pump(l, server, client) })
+	back.Go(func() { p.pumpHeld(l, server, client) })
 	p.pump(l, client, server)
 	back.Wait()
 }
