@@ -156,7 +156,7 @@ func (r *Redis) Addr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
 func startRedisWith(ctx context.Context, dir string, set func(*Redis)) (*Redis, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		return nil, errors.New("redis-server not found on PATH")
+		return nil, errors.New("redis-server not found on PATH: the fault suite starts a private Redis (install redis-server, e.g. apt-get install redis-server)")
 	}
 	port, err := proc.FreePort()
 	if err != nil {

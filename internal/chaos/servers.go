@@ -40,27 +40,7 @@ type Redis struct {
 // appendOnly turns persistence on (the append-only file), otherwise a
 // restart loses everything.
 func StartRedis(ctx context.Context, dir string, appendOnly bool) (*Redis, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, errors.New("redis-server not found on PATH: the fault suite starts a private Redis (install redis-server, e.g. apt-get install redis-server)")
-	}
-	port, err := proc.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	log, err := os.OpenFile(filepath.Join(dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	r := &Redis{bin: bin, port: port, dir: dir, appendOnly: appendOnly, log: log}
-	if err := r.Start(ctx); err != nil {
-		_ = log.Close()
-		return nil, err
-	}
-	return r, nil
+	return startRedisWith(ctx, dir, func(r *Redis) { r.appendOnly = appendOnly })
 }
 
 // URL is the redis:// URL of database 0.
