@@ -143,67 +143,6 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	return s
 }
 
-// exec runs a write through the batcher when viaBatch (and batching is
-// on), else on its own. It reports the backend the statement was sent to,
-// 0 when it never left the process, so that a write whose context ended
-// while it may have committed can be settled (resolve).
-func (s *Store) exec(ctx context.Context, viaBatch bool, order, sql string, args ...any) (pgconn.CommandTag, uint32, error) {
-	if viaBatch && s.batch != nil {
-		o := &op{sql: sql, args: args, order: order}
-		if err, ok := s.batch.do(ctx, o); ok {
-			if err != nil {
-				return pgconn.CommandTag{}, sentTo(o), err
-			}
-			return o.tag, sentTo(o), nil
-		}
-	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return pgconn.CommandTag{}, 0, err
-	}
-	defer conn.Release()
-	tag, err := conn.Exec(ctx, sql, args...)
-	return tag, conn.Conn().PgConn().PID(), err
-}
-
-// queryRow is exec for a statement that returns one row.
-func (s *Store) queryRow(ctx context.Context, viaBatch bool, order, sql string, scan func(pgx.Row) error, args ...any) (uint32, error) {
-	if viaBatch && s.batch != nil {
-		o := &op{sql: sql, args: args, order: order, scan: scan}
-		if err, ok := s.batch.do(ctx, o); ok {
-			return sentTo(o), err
-		}
-	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Release()
-	return conn.Conn().PgConn().PID(), scan(conn.QueryRow(ctx, sql, args...))
-}
-
-// sentTo is the backend o was sent to, 0 when it was not.
-func sentTo(o *op) uint32 {
-	if pid := o.backend.Load(); pid != gaveUp {
-		return pid
-	}
-	return 0
-}
-
-// rerun reports whether err is a failed batch, whose statement must now
-// run on its own; one that may have committed counts as a lost connection.
-func rerun(err error, viaBatch *bool, lost *int) bool {
-	var be *batchError
-	if !errors.As(err, &be) {
-		return false
-	}
-	*viaBatch = false
-	if be.committed {
-		*lost++
-	}
-	return true
-}
-
 // clockToken is PostgreSQL's clock in microseconds since 1970, the least
 // fencing token a claim gets. now(), the transaction's start, not
 // clock_timestamp(): a token lost in a failover was issued in a transaction
