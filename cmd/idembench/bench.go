@@ -39,6 +39,7 @@ type benchOptions struct {
 	profileSeconds    int
 	jobs              int
 	workerConcurrency int
+	riverConcurrency  []int
 	dbURL, redisURL   string
 	redisDB           int
 	inflightRate      int
@@ -46,7 +47,13 @@ type benchOptions struct {
 	collector         *collector // with -tracing: where idemgate exports
 }
 
-var allScenarios = []string{"unique", "replay", "inflight", "workers"}
+// defaultScenarios run when -scenarios is not given; allScenarios adds
+// the ones run only on request (river: a few minutes, and a database
+// schema of River's own).
+var (
+	defaultScenarios = []string{"unique", "replay", "inflight", "workers"}
+	allScenarios     = append(slices.Clone(defaultScenarios), "river")
+)
 
 func parseBenchFlags(name string, args []string, getenv func(string) string, stdout io.Writer) (*benchOptions, *flag.FlagSet, error) {
 	o := &benchOptions{}
@@ -58,12 +65,13 @@ func parseBenchFlags(name string, args []string, getenv func(string) string, std
 	fs.IntVar(&o.rounds, "rounds", 3, "baseline/candidate pairs per scenario and store")
 	fs.IntVar(&o.concurrency, "c", 64, "concurrent connections (closed loop)")
 	stores := fs.String("stores", "memory,redis,postgres", "idemgate stores to measure")
-	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","), "scenarios to run: "+strings.Join(allScenarios, ", "))
+	scenarios := fs.String("scenarios", strings.Join(defaultScenarios, ","), "scenarios to run: "+strings.Join(allScenarios, ", "))
 	o.harnessFlags(fs, getenv, "bench/out/TIMESTAMP", "; the bench uses a schema of its own, "+benchSchema, "")
 	fs.BoolVar(&o.profile, "profile", false, "after the measured runs, one more run per scenario and store with CPU and allocation profiles of idemgate (needs serve --pprof)")
 	fs.IntVar(&o.profileSeconds, "profile-seconds", 0, "length of each profiled run in seconds (default the -duration)")
 	fs.IntVar(&o.jobs, "jobs", 10000, "jobs per worker run")
 	fs.IntVar(&o.workerConcurrency, "worker-concurrency", 10, "asynq concurrency of the worker runs (worker.concurrency)")
+	riverConc := fs.String("river-concurrency", "10,50", "the river scenario's concurrencies (asynq concurrency and River MaxWorkers), each run -rounds times")
 	fs.IntVar(&o.inflightRate, "inflight-rate", 1000, "the in-flight scenario also measures the 409s at this fixed rate (open loop; 0: off)")
 	fs.BoolVar(&o.tracing, "tracing", false, "run idemgate with OTLP trace export on, every request sampled, to a collector in the harness that discards what it gets")
 	if err := fs.Parse(args); err != nil {
@@ -91,8 +99,13 @@ func parseBenchFlags(name string, args []string, getenv func(string) string, std
 			errs = append(errs, fmt.Errorf("-scenarios: %q is not one of %s", s, strings.Join(allScenarios, ", ")))
 		}
 	}
+	var err error
+	if o.riverConcurrency, err = parseConcurrencies(*riverConc); err != nil {
+		errs = append(errs, fmt.Errorf("-river-concurrency: %w", err))
+	}
 	errs = append(errs,
 		outside("-rounds", o.rounds, 1, 20, "1..20"),
+		outside("-jobs", o.jobs, 1, 1_000_000, "1..1000000"),
 		outside("-duration", o.duration, time.Second, 5*time.Minute, "1s..5m"),
 		outside("-c", o.concurrency, 1, 1024, "1..1024"))
 	if o.profileSeconds == 0 {
@@ -227,6 +240,7 @@ type benchReport struct {
 	runInfo
 	Scenarios []scenarioRecord `json:"scenarios"`
 	Workers   []workerPair     `json:"workers,omitempty"`
+	River     []riverRound     `json:"river,omitempty"`
 	Problems  []string         `json:"problems,omitempty"`
 }
 
@@ -249,7 +263,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	rep := &benchReport{runInfo: newRunInfo("run", args, map[string]any{
 		"duration": o.duration.String(), "rounds": o.rounds, "concurrency": o.concurrency,
 		"warmup": o.warmup.String(), "server_cpu": o.serverCPU, "load_cpu": o.loadCPU,
-		"log_level": o.logLevel, "jobs": o.jobs, "worker_concurrency": o.workerConcurrency,
+		"log_level": o.logLevel, "jobs": o.jobs, "worker_concurrency": o.workerConcurrency, "river_concurrency": o.riverConcurrency,
 		"inflight_rate": o.inflightRate, "tracing": o.tracing,
 	})}
 	log := io.MultiWriter(stdout, mustCreate(filepath.Join(o.dir, "progress.log")))
@@ -258,7 +272,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintf(log, "idembench: servers pinned to CPU %d, load generator and upstream to CPU %d, Redis and PostgreSQL unpinned\n", o.serverCPU, o.loadCPU)
 	}
 
-	needSvc := slices.Contains(o.scenarios, "workers") || slices.Contains(o.stores, "redis") || slices.Contains(o.stores, "postgres")
+	needSvc := slices.Contains(o.scenarios, "workers") || slices.Contains(o.scenarios, "river") || slices.Contains(o.stores, "redis") || slices.Contains(o.stores, "postgres")
 	var svc *services
 	if needSvc {
 		if svc, err = openServices(ctx, o.dbURL, o.redisURL, o.redisDB); err != nil {
@@ -285,7 +299,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintf(log, "idembench: tracing on: idemgate exports OTLP/HTTP to a discarding collector at %s, every request sampled\n", o.collector.addr)
 	}
 
-	httpScenarios := slices.DeleteFunc(slices.Clone(o.scenarios), func(s string) bool { return s == "workers" })
+	httpScenarios := slices.DeleteFunc(slices.Clone(o.scenarios), func(s string) bool { return s == "workers" || s == "river" })
 	if len(httpScenarios) > 0 {
 		base, err := startBaseline(ctx, o, upURL)
 		if err != nil {
@@ -319,6 +333,17 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		rep.Workers = pairs
 		if err != nil {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("workers: %v", err))
+		}
+	}
+	if slices.Contains(o.scenarios, "river") {
+		if err := svc.migrate(ctx, o, upURL); err != nil {
+			return err
+		}
+		fmt.Fprintf(log, "scenario river: workers.Handle writing one effect row (job documents kept current) vs River (effect + JobCompleteTx in one transaction), %d jobs per run, concurrency %v\n", o.jobs, o.riverConcurrency)
+		rounds, err := runRiverScenario(ctx, o, svc, log)
+		rep.River = rounds
+		if err != nil {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("river: %v", err))
 		}
 	}
 	if svc != nil {

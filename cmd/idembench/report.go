@@ -205,6 +205,10 @@ func (rep *benchReport) markdown() string {
 		}
 		b.WriteString("\n")
 	}
+	if len(rep.River) > 0 {
+		b.WriteString("### Workers next to River\n\n")
+		b.WriteString(riverTable(rep.River))
+	}
 	rep.targets(&b)
 	if len(rep.Problems) > 0 {
 		b.WriteString("### Problems\n\n")

@@ -141,20 +141,24 @@ func (s *services) close() {
 	}
 }
 
-// reset deletes what earlier runs left: idempotency records, job state and
-// the Redis keys of the stores, the locks and asynq. Tables that do not
+// reset deletes what earlier runs left: idempotency records, job state,
+// effect rows, River's schema and the Redis keys of the stores, the locks
+// and asynq. Tables that do not
 // exist yet (before the first migration) are skipped.
 func (s *services) reset(ctx context.Context) error {
-	for _, table := range []string{"idempotency_records", "job_executions", "fencing_tokens", "fence_accepted"} {
+	for _, table := range []string{"idempotency_records", "job_executions", "fencing_tokens", "fence_accepted", "jobs", "bench_effects"} {
 		var exists bool
 		if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, benchSchema+"."+table).Scan(&exists); err != nil {
 			return err
 		}
 		if exists {
-			if _, err := s.pool.Exec(ctx, "TRUNCATE "+benchSchema+"."+table); err != nil {
+			if _, err := s.pool.Exec(ctx, "TRUNCATE "+benchSchema+"."+table+" CASCADE"); err != nil {
 				return err
 			}
 		}
+	}
+	if _, err := s.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+riverSchema+" CASCADE"); err != nil {
+		return err
 	}
 	for _, pattern := range []string{"idemgate:*", "idembench:*", "asynq:*"} {
 		if err := s.deleteKeys(ctx, pattern); err != nil {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +35,9 @@ import (
 
 const benchTask = "bench.noop"
 
+// workerModes are the sides `idembench worker -mode` runs.
+var workerModes = []string{"raw", "wrapped", "effect", "river"}
+
 type benchPayload struct {
 	ID string `json:"id"`
 }
@@ -56,7 +60,7 @@ type workerResult struct {
 func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stdout)
-	mode := fs.String("mode", "raw", "raw (no-op handler) or wrapped (workers.Handle around the no-op)")
+	mode := fs.String("mode", "raw", "raw (no-op handler), wrapped (workers.Handle around the no-op), effect (workers.Handle writing one effect row, job documents kept current) or river (River writing the same row, JobCompleteTx in its transaction)")
 	jobs := fs.Int("jobs", 2000, "jobs to enqueue and process")
 	concurrency := fs.Int("concurrency", 10, "asynq concurrency (worker.concurrency)")
 	queue := fs.String("queue", "idembench", "asynq queue, unique per run")
@@ -67,14 +71,21 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *mode != "raw" && *mode != "wrapped" {
-		return fmt.Errorf("worker: -mode %q: want raw or wrapped", *mode)
+	if !slices.Contains(workerModes, *mode) {
+		return fmt.Errorf("worker: -mode %q: want one of %s", *mode, strings.Join(workerModes, ", "))
 	}
 	if *jobs < 1 || *jobs > 1_000_000 {
 		return fmt.Errorf("worker: -jobs %d: want 1..1000000", *jobs)
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	if *mode == "river" {
+		res, err := runRiver(ctx, *dbURL, *queue, *jobs, *concurrency)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(stdout).Encode(res)
+	}
 
 	opt, err := redis.ParseURL(*redisURL)
 	if err != nil {
@@ -89,8 +100,25 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 	srvRdb := redis.NewClient(opt)
 	defer srvRdb.Close()
 
+	var pool *pgxpool.Pool
+	if *mode != "raw" {
+		if pool, err = openBenchPool(ctx, *dbURL); err != nil {
+			return err
+		}
+		defer pool.Close()
+	}
+	task := func(i int64) *asynq.Task {
+		payload, _ := json.Marshal(benchPayload{ID: *queue + "-" + strconv.FormatInt(i, 10)})
+		return asynq.NewTask(benchTask, payload, asynq.Queue(*queue), asynq.MaxRetry(job.MaxRetry))
+	}
+	if *mode == "effect" {
+		if err := prepareEffects(ctx, pool, *queue, *jobs); err != nil {
+			return err
+		}
+		task = func(i int64) *asynq.Task { return effectTask(*queue, i) }
+	}
 	client := asynq.NewClientFromRedisClient(enqRdb)
-	if err := enqueueJobs(ctx, client, *queue, *jobs); err != nil {
+	if err := enqueueJobs(ctx, client, *jobs, task); err != nil {
 		return err
 	}
 
@@ -105,28 +133,27 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 		}
 	}
 	var h asynq.Handler = asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })
-	if *mode == "wrapped" {
-		pc, err := pgxpool.ParseConfig(*dbURL)
-		if err != nil {
-			return fmt.Errorf("worker: -database-url: %w", err)
-		}
-		if err := requireLoopback(pc.ConnConfig.Host); err != nil {
-			return err
-		}
-		pc.MaxConns = max(pc.MaxConns, 32) // as `idemgate worker` opens it
-		pool, err := pgxpool.NewWithConfig(ctx, pc)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
+	if *mode != "raw" {
 		lockRdb := redis.NewClient(opt) // the locks' own client, as Deps asks
 		defer lockRdb.Close()
 		deps := workers.Config{Concurrency: *concurrency}.Deps(pool, lockRdb)
 		deps.Lock.Prefix = "idembench:"
+		work := func(context.Context, workers.Job[benchPayload]) (string, error) { return "ok", nil }
+		if *mode == "effect" {
+			// As `idemgate worker` runs it: the job document follows
+			// every status change.
+			deps.OnStatus = job.NewRecords(pool).Follow
+			work = func(ctx context.Context, j workers.Job[benchPayload]) (string, error) {
+				if _, err := pool.Exec(ctx, insertEffect, j.Payload.ID); err != nil {
+					return "", err
+				}
+				return "ok", nil
+			}
+		}
 		h = workers.Handle(deps, benchTask,
 			func(p benchPayload) string { return "bench:" + p.ID },
 			func(p benchPayload) string { return "res:" + p.ID },
-			func(context.Context, workers.Job[benchPayload]) (string, error) { return "ok", nil })
+			work)
 	}
 	var failed atomic.Int64
 	counted := asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
@@ -207,7 +234,7 @@ func startWorkerServer(ctx context.Context, mode string, rdb *redis.Client, opt 
 
 // enqueueJobs enqueues n jobs with distinct keys and resources, several at
 // a time.
-func enqueueJobs(ctx context.Context, client *asynq.Client, queue string, n int) error {
+func enqueueJobs(ctx context.Context, client *asynq.Client, n int, task func(i int64) *asynq.Task) error {
 	var (
 		next atomic.Int64
 		wg   sync.WaitGroup
@@ -221,9 +248,7 @@ func enqueueJobs(ctx context.Context, client *asynq.Client, queue string, n int)
 				if i >= int64(n) || ctx.Err() != nil {
 					return
 				}
-				payload, _ := json.Marshal(benchPayload{ID: queue + "-" + strconv.FormatInt(i, 10)})
-				_, err := client.EnqueueContext(ctx, asynq.NewTask(benchTask, payload),
-					asynq.Queue(queue), asynq.MaxRetry(job.MaxRetry))
+				_, err := client.EnqueueContext(ctx, task(i))
 				if err != nil {
 					mu.Lock()
 					errs = append(errs, err)
@@ -267,23 +292,11 @@ func runWorkerScenario(ctx context.Context, o *benchOptions, svc *services, log 
 					profile = filepath.Join(o.dir, "profiles", "worker-"+mode+".cpu.pprof")
 				}
 			}
-			db0, calls0 := svc.dbCounters(ctx), svc.redisCalls(ctx)
-			res, err := runWorkerOnce(ctx, o, svc, mode, queue, outPath, profile)
+			res, err := measureWorker(ctx, o, svc, mode, queue, o.workerConcurrency, outPath, profile)
 			if err != nil {
 				return pairs, err
 			}
-			d := svc.dbCounters(ctx).sub(db0)
-			res.DB = &d
-			res.RedisCalls = map[string]int64{}
-			for k, v := range svc.redisCalls(ctx) {
-				if dv := v - calls0[k]; dv > 0 {
-					res.RedisCalls[k] = dv
-				}
-			}
-			res.Profile = profile
-			fmt.Fprintf(log, "  workers %-7s round %d: %6.0f jobs/s  (%d jobs in %.2fs, %.0f µs CPU/job; PostgreSQL %.2f commits/job, %.2f WAL syncs/job)\n",
-				mode, round+1, res.JobsPerSec, res.Jobs, res.Seconds, res.CPUSeconds*1e6/float64(res.Jobs),
-				float64(d.Commits)/float64(res.Jobs), float64(d.WALSyncs)/float64(res.Jobs))
+			logWorker(log, mode, round, res)
 			if mode == "raw" {
 				pair.Raw = res
 			} else {
@@ -295,12 +308,56 @@ func runWorkerScenario(ctx context.Context, o *benchOptions, svc *services, log 
 	return pairs, nil
 }
 
+// measureWorker runs one side (runWorkerOnce) and adds what PostgreSQL
+// and Redis did meanwhile.
+func measureWorker(ctx context.Context, o *benchOptions, svc *services, mode, queue string, concurrency int, outPath, profile string) (workerResult, error) {
+	db0, calls0 := svc.dbCounters(ctx), svc.redisCalls(ctx)
+	res, err := runWorkerOnce(ctx, o, svc, mode, queue, concurrency, outPath, profile)
+	if err != nil {
+		return res, err
+	}
+	d := svc.dbCounters(ctx).sub(db0)
+	res.DB = &d
+	res.RedisCalls = map[string]int64{}
+	for k, v := range svc.redisCalls(ctx) {
+		if dv := v - calls0[k]; dv > 0 {
+			res.RedisCalls[k] = dv
+		}
+	}
+	res.Profile = profile
+	return res, nil
+}
+
+// logWorker prints one side's run to the progress log.
+func logWorker(log io.Writer, mode string, round int, res workerResult) {
+	commits, syncs := res.perJob()
+	fmt.Fprintf(log, "  workers %-7s round %d: %6.0f jobs/s  (%d jobs in %.2fs, %.0f µs CPU/job; PostgreSQL %.2f commits/job, %.2f WAL syncs/job)\n",
+		mode, round+1, res.JobsPerSec, res.Jobs, res.Seconds, res.cpuPerJob(), commits, syncs)
+}
+
+// cpuPerJob is the worker process's CPU per job, in µs.
+func (r workerResult) cpuPerJob() float64 {
+	if r.Jobs == 0 {
+		return 0
+	}
+	return r.CPUSeconds * 1e6 / float64(r.Jobs)
+}
+
+// perJob is PostgreSQL's commits and WAL syncs per job (cluster-wide
+// counters: the run's own if nothing else uses the cluster).
+func (r workerResult) perJob() (commits, walSyncs float64) {
+	if r.DB == nil || r.Jobs == 0 {
+		return 0, 0
+	}
+	return float64(r.DB.Commits) / float64(r.Jobs), float64(r.DB.WALSyncs) / float64(r.Jobs)
+}
+
 type workerPair struct {
 	Raw     workerResult `json:"raw"`
 	Wrapped workerResult `json:"wrapped"`
 }
 
-func runWorkerOnce(ctx context.Context, o *benchOptions, svc *services, mode, queue, logPath, profile string) (workerResult, error) {
+func runWorkerOnce(ctx context.Context, o *benchOptions, svc *services, mode, queue string, concurrency int, logPath, profile string) (workerResult, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return workerResult{}, err
@@ -313,7 +370,8 @@ func runWorkerOnce(ctx context.Context, o *benchOptions, svc *services, mode, qu
 	}
 	defer out.Close()
 	argv := []string{self, "worker", "-mode", mode, "-jobs", strconv.Itoa(o.jobs),
-		"-concurrency", strconv.Itoa(o.workerConcurrency), "-queue", queue,
+		"-concurrency", strconv.Itoa(concurrency), "-queue", queue,
+		"-timeout", (2*time.Minute + time.Duration(o.jobs)*10*time.Millisecond).String(),
 		"-redis-url", svc.redisURL, "-database-url", svc.dbURL}
 	if profile != "" {
 		argv = append(argv, "-cpuprofile", profile)

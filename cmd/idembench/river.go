@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/idemgate/idemgate/job"
+)
+
+// The river scenario puts idemgate's worker next to River
+// (github.com/riverqueue/river), a PostgreSQL-only job queue, doing the
+// same work: each job writes one effect row into PostgreSQL. idemgate's
+// side runs as `idemgate worker` does (workers.Handle, the job document
+// kept current through job.Records.Follow); River's side writes the
+// effect and completes the job in one transaction (river.JobCompleteTx),
+// River's own exactly-once pattern, with a 1 ms fetch cooldown. Both use
+// the same concurrency (asynq concurrency, River MaxWorkers), the same
+// pool size and the same database; River's tables live in a schema of
+// their own, dropped and migrated again before each of its runs.
+
+// riverSchema holds River's tables and its side's effect rows.
+const riverSchema = "idembench_river"
+
+// effectsDDL creates the table both sides write their effect into, one
+// row a job; the schema is the connection's search_path.
+const effectsDDL = `CREATE TABLE IF NOT EXISTS bench_effects (
+    id      text        PRIMARY KEY,
+    done_at timestamptz NOT NULL DEFAULT now()
+)`
+
+// insertEffect is the handler's work on both sides. A retried job's
+// second write is a no-op.
+const insertEffect = `INSERT INTO bench_effects (id) VALUES ($1) ON CONFLICT DO NOTHING`
+
+// benchArgs is River's job: the same payload as the asynq side's.
+type benchArgs struct {
+	ID string `json:"id"`
+}
+
+func (benchArgs) Kind() string { return benchTask }
+
+// effectWorker writes the effect and completes the job in one
+// transaction, then counts it.
+type effectWorker struct {
+	river.WorkerDefaults[benchArgs]
+	pool  *pgxpool.Pool
+	count func()
+}
+
+func (w *effectWorker) Work(ctx context.Context, j *river.Job[benchArgs]) error {
+	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, insertEffect, j.Args.ID); err != nil {
+			return err
+		}
+		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, j)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	w.count()
+	return nil
+}
+
+// openBenchPool opens the loopback pool both sides use, sized as
+// `idemgate worker` opens it.
+func openBenchPool(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("worker: -database-url: %w", err)
+	}
+	if err := requireLoopback(pc.ConnConfig.Host); err != nil {
+		return nil, err
+	}
+	pc.MaxConns = max(pc.MaxConns, 32)
+	return pgxpool.NewWithConfig(ctx, pc)
+}
+
+// prepareRiver gives River a fresh schema: dropped, created, migrated,
+// with an empty effects table. pool's search_path is riverSchema.
+func prepareRiver(ctx context.Context, pool *pgxpool.Pool) error {
+	for _, q := range []string{"DROP SCHEMA IF EXISTS " + riverSchema + " CASCADE", "CREATE SCHEMA " + riverSchema, effectsDDL} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			return fmt.Errorf("worker: river schema: %w", err)
+		}
+	}
+	m, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: riverSchema, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
+	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("worker: river migrate: %w", err)
+	}
+	return nil
+}
+
+// runRiver is `idembench worker -mode river`: it inserts n jobs (not
+// timed), then starts a River client and times it until the last job's
+// transaction committed.
+func runRiver(ctx context.Context, dbURL, queue string, n, concurrency int) (workerResult, error) {
+	schemaDB, _, err := schemaURL(dbURL, riverSchema)
+	if err != nil {
+		return workerResult{}, err
+	}
+	pool, err := openBenchPool(ctx, schemaDB)
+	if err != nil {
+		return workerResult{}, err
+	}
+	defer pool.Close()
+	if err := prepareRiver(ctx, pool); err != nil {
+		return workerResult{}, err
+	}
+
+	var (
+		processed atomic.Int64
+		allDone   = make(chan struct{})
+		doneOnce  sync.Once
+	)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &effectWorker{pool: pool, count: func() {
+		if processed.Add(1) == int64(n) {
+			doneOnce.Do(func() { close(allDone) })
+		}
+	}})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Schema:        riverSchema,
+		Queues:        map[string]river.QueueConfig{queue: {MaxWorkers: concurrency}},
+		FetchCooldown: time.Millisecond,
+		Workers:       workers,
+		Logger:        slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return workerResult{}, fmt.Errorf("worker: river client: %w", err)
+	}
+	if err := insertRiverJobs(ctx, client, queue, n); err != nil {
+		return workerResult{}, err
+	}
+
+	cpu0, _ := procCPU(os.Getpid())
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return workerResult{}, fmt.Errorf("worker: river start: %w", err)
+	}
+	select {
+	case <-allDone:
+	case <-ctx.Done():
+	}
+	elapsed := time.Since(start)
+	cpu1, _ := procCPU(os.Getpid())
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := client.Stop(stopCtx); err != nil {
+		return workerResult{}, fmt.Errorf("worker: river stop: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return workerResult{}, fmt.Errorf("worker: %d of %d River jobs done before %v", processed.Load(), n, err)
+	}
+	return workerResult{
+		Mode: "river", Jobs: n, Seconds: elapsed.Seconds(),
+		JobsPerSec: float64(n) / elapsed.Seconds(), CPUSeconds: (cpu1 - cpu0).Seconds(),
+	}, nil
+}
+
+// insertRiverJobs inserts n jobs a thousand at a time (COPY).
+func insertRiverJobs(ctx context.Context, client *river.Client[pgx.Tx], queue string, n int) error {
+	const batch = 1000
+	for i := 0; i < n; i += batch {
+		params := make([]river.InsertManyParams, 0, min(batch, n-i))
+		for k := i; k < min(i+batch, n); k++ {
+			params = append(params, river.InsertManyParams{
+				Args:       benchArgs{ID: queue + "-" + strconv.Itoa(k)},
+				InsertOpts: &river.InsertOpts{Queue: queue, MaxAttempts: job.MaxRetry + 1},
+			})
+		}
+		if _, err := client.InsertManyFast(ctx, params); err != nil {
+			return fmt.Errorf("worker: river insert: %w", err)
+		}
+	}
+	return nil
+}
+
+// prepareEffects makes idemgate's side as `idemgate worker` sees a
+// submitted job: an empty effects table, and a queued job document for
+// each of the n jobs, whose id the task carries (job.HeaderID), so that
+// job.Records.Follow keeps it current. pool's search_path is the bench
+// schema, migrated.
+func prepareEffects(ctx context.Context, pool *pgxpool.Pool, queue string, n int) error {
+	const docs = `
+INSERT INTO jobs (id, tenant, route, idempotency_key, task, queue, business_key, payload)
+SELECT $1 || '-' || i, 'bench', 'bench', $1 || '-' || i, $2, $1, 'bench:' || $1 || '-' || i,
+       jsonb_build_object('id', $1 || '-' || i)
+  FROM generate_series(0, $3 - 1) AS i`
+	for _, q := range []string{effectsDDL, "TRUNCATE bench_effects"} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			return fmt.Errorf("worker: effects table: %w", err)
+		}
+	}
+	if _, err := pool.Exec(ctx, docs, queue, benchTask, n); err != nil {
+		return fmt.Errorf("worker: job documents: %w", err)
+	}
+	return nil
+}
+
+// effectTask is job i of queue as the job service submits it: its id in
+// the headers and as its TaskID.
+func effectTask(queue string, i int64) *asynq.Task {
+	id := queue + "-" + strconv.FormatInt(i, 10)
+	payload, _ := json.Marshal(benchPayload{ID: id})
+	return asynq.NewTaskWithHeaders(benchTask, payload, map[string]string{job.HeaderID: id, job.HeaderTenant: "bench"},
+		asynq.TaskID(id), asynq.Queue(queue), asynq.MaxRetry(job.MaxRetry))
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// riverRound is one round of the river scenario at one concurrency:
+// idemgate's side and River's, run one after the other.
+type riverRound struct {
+	Concurrency int          `json:"concurrency"`
+	Round       int          `json:"round"`
+	Idemgate    workerResult `json:"idemgate"`
+	River       workerResult `json:"river"`
+}
+
+// runRiverScenario runs, at each -river-concurrency, -rounds rounds of
+// idemgate's side (-mode effect) and River's (-mode river), each a pinned
+// child process of its own so that its CPU time is its own (/proc/PID/stat
+// before and after the timed part). The order flips every round, so
+// neither side always runs on the warmer database.
+func runRiverScenario(ctx context.Context, o *benchOptions, svc *services, log io.Writer) ([]riverRound, error) {
+	var out []riverRound
+	for _, conc := range o.riverConcurrency {
+		for round := range o.rounds {
+			r := riverRound{Concurrency: conc, Round: round + 1}
+			modes := []string{"effect", "river"}
+			if round%2 == 1 {
+				modes = []string{"river", "effect"}
+			}
+			for _, mode := range modes {
+				queue := fmt.Sprintf("idembench_%s_%d_%d", mode, conc, time.Now().UnixNano())
+				outPath := filepath.Join(o.dir, "worker-"+mode+".log")
+				res, err := measureWorker(ctx, o, svc, mode, queue, conc, outPath, "")
+				if err != nil {
+					return out, err
+				}
+				logWorker(log, fmt.Sprintf("%s c=%d", mode, conc), round, res)
+				if mode == "river" {
+					r.River = res
+				} else {
+					r.Idemgate = res
+				}
+			}
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// parseConcurrencies reads a comma-separated list of concurrencies, each
+// 1..1000.
+func parseConcurrencies(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 1000 {
+			return nil, fmt.Errorf("%q: want 1..1000", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty: want e.g. 10,50")
+	}
+	return out, nil
+}
+
+// riverTable is the river scenario's report: one row a round, the ratio
+// being idemgate's jobs/s over River's.
+func riverTable(rounds []riverRound) string {
+	var b strings.Builder
+	b.WriteString("Each round runs idemgate's worker as `idemgate worker` runs it (workers.Handle, job documents kept current) and River (effect + `JobCompleteTx` in one transaction, 1 ms fetch cooldown), each handler writing one effect row into PostgreSQL, at the same concurrency and pool size, on the same database; the order flips every round; the jobs are enqueued before the clock starts. CPU is each worker process's own (/proc/PID/stat). PostgreSQL commits and WAL syncs are cluster-wide per job.\n\n")
+	b.WriteString("| concurrency | round | idemgate jobs/s | River jobs/s | ratio | worker CPU µs/job (idemgate / River) | PG commits/job (idemgate / River) | WAL syncs/job (idemgate / River) |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rounds {
+		ic, is := r.Idemgate.perJob()
+		rc, rs := r.River.perJob()
+		ratio := "–"
+		if r.River.JobsPerSec > 0 {
+			ratio = fmt.Sprintf("%.2f×", r.Idemgate.JobsPerSec/r.River.JobsPerSec)
+		}
+		fmt.Fprintf(&b, "| %d | %d | %.0f | %.0f | %s | %.0f / %.0f | %.2f / %.2f | %.2f / %.2f |\n",
+			r.Concurrency, r.Round, r.Idemgate.JobsPerSec, r.River.JobsPerSec, ratio,
+			r.Idemgate.cpuPerJob(), r.River.cpuPerJob(), ic, rc, is, rs)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
