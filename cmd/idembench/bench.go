@@ -40,6 +40,7 @@ type benchOptions struct {
 	jobs              int
 	workerConcurrency int
 	riverConcurrency  []int
+	private           bool
 	dbURL, redisURL   string
 	redisDB           int
 	inflightRate      int
@@ -72,6 +73,7 @@ func parseBenchFlags(name string, args []string, getenv func(string) string, std
 	fs.IntVar(&o.jobs, "jobs", 10000, "jobs per worker run")
 	fs.IntVar(&o.workerConcurrency, "worker-concurrency", 10, "asynq concurrency of the worker runs (worker.concurrency)")
 	riverConc := fs.String("river-concurrency", "10,50", "the river scenario's concurrencies (asynq concurrency and River MaxWorkers), each run -rounds times")
+	fs.BoolVar(&o.private, "private", false, "start a private PostgreSQL cluster and Redis on free loopback ports for the run, instead of -database-url and -redis-url, so that commits and WAL syncs are the run's alone")
 	fs.IntVar(&o.inflightRate, "inflight-rate", 1000, "the in-flight scenario also measures the 409s at this fixed rate (open loop; 0: off)")
 	fs.BoolVar(&o.tracing, "tracing", false, "run idemgate with OTLP trace export on, every request sampled, to a collector in the harness that discards what it gets")
 	if err := fs.Parse(args); err != nil {
@@ -255,6 +257,13 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	if err := o.prepare(""); err != nil {
 		return err
+	}
+	if o.private {
+		stopPrivate, err := startPrivateServices(ctx, o)
+		if err != nil {
+			return err
+		}
+		defer stopPrivate()
 	}
 	if o.profile && !supportsPprof(o.bin) {
 		fmt.Fprintf(stderr, "idembench: %s serve has no --pprof: no profiles\n", o.bin)

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -31,6 +33,10 @@ import (
 // the same concurrency (asynq concurrency, River MaxWorkers), the same
 // pool size and the same database; River's tables live in a schema of
 // their own, dropped and migrated again before each of its runs.
+
+// workerAppName is the application_name of the worker processes'
+// connections.
+const workerAppName = "idembench worker"
 
 // riverSchema holds River's tables and its side's effect rows.
 const riverSchema = "idembench_river"
@@ -87,6 +93,9 @@ func openBenchPool(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
 		return nil, err
 	}
 	pc.MaxConns = max(pc.MaxConns, 32)
+	// The harness waits for these connections to be gone before it reads
+	// PostgreSQL's counters (services.settle).
+	pc.ConnConfig.RuntimeParams["application_name"] = workerAppName
 	return pgxpool.NewWithConfig(ctx, pc)
 }
 
@@ -108,21 +117,24 @@ func prepareRiver(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// runRiver is `idembench worker -mode river`: it inserts n jobs (not
-// timed), then starts a River client and times it until the last job's
-// transaction committed.
-func runRiver(ctx context.Context, dbURL, queue string, n, concurrency int) (workerResult, error) {
+// runRiver is `idembench worker -mode river`: prepare inserts n jobs into
+// a fresh schema, work starts a River client and times it until the last
+// job's transaction committed, printing the result, and check makes sure
+// every job was completed with its effect.
+func runRiver(ctx context.Context, dbURL, queue string, n, concurrency int, prepare, work, check bool, stdout io.Writer) error {
 	schemaDB, _, err := schemaURL(dbURL, riverSchema)
 	if err != nil {
-		return workerResult{}, err
+		return err
 	}
 	pool, err := openBenchPool(ctx, schemaDB)
 	if err != nil {
-		return workerResult{}, err
+		return err
 	}
 	defer pool.Close()
-	if err := prepareRiver(ctx, pool); err != nil {
-		return workerResult{}, err
+	if prepare {
+		if err := prepareRiver(ctx, pool); err != nil {
+			return err
+		}
 	}
 
 	var (
@@ -144,35 +156,66 @@ func runRiver(ctx context.Context, dbURL, queue string, n, concurrency int) (wor
 		Logger:        slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
-		return workerResult{}, fmt.Errorf("worker: river client: %w", err)
+		return fmt.Errorf("worker: river client: %w", err)
 	}
-	if err := insertRiverJobs(ctx, client, queue, n); err != nil {
-		return workerResult{}, err
+	if prepare {
+		if err := insertRiverJobs(ctx, client, queue, n); err != nil {
+			return err
+		}
 	}
+	if work {
+		cpu0, _ := procCPU(os.Getpid())
+		start := time.Now()
+		if err := client.Start(ctx); err != nil {
+			return fmt.Errorf("worker: river start: %w", err)
+		}
+		select {
+		case <-allDone:
+		case <-ctx.Done():
+		}
+		elapsed := time.Since(start)
+		cpu1, _ := procCPU(os.Getpid())
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := client.Stop(stopCtx); err != nil {
+			return fmt.Errorf("worker: river stop: %w", err)
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("worker: %d of %d River jobs done before %v", processed.Load(), n, err)
+		}
+		defer func() {
+			_ = json.NewEncoder(stdout).Encode(workerResult{
+				Mode: "river", Jobs: n, Seconds: elapsed.Seconds(),
+				JobsPerSec: float64(n) / elapsed.Seconds(), CPUSeconds: (cpu1 - cpu0).Seconds(),
+			})
+		}()
+	}
+	if check {
+		return errors.Join(
+			checkCount(ctx, pool, n, "effect rows", `SELECT count(*) FROM bench_effects`),
+			checkCount(ctx, pool, n, "completed jobs", `SELECT count(*) FROM river_job WHERE state = 'completed'`))
+	}
+	return nil
+}
 
-	cpu0, _ := procCPU(os.Getpid())
-	start := time.Now()
-	if err := client.Start(ctx); err != nil {
-		return workerResult{}, fmt.Errorf("worker: river start: %w", err)
+// checkEffects makes sure every job of idemgate's side wrote its effect
+// and its job document says succeeded.
+func checkEffects(ctx context.Context, pool *pgxpool.Pool, queue string, n int) error {
+	return errors.Join(
+		checkCount(ctx, pool, n, "effect rows", `SELECT count(*) FROM bench_effects WHERE starts_with(id, $1 || '-')`, queue),
+		checkCount(ctx, pool, n, "succeeded jobs", `SELECT count(*) FROM jobs WHERE queue = $1 AND status = 'succeeded'`, queue))
+}
+
+// checkCount fails unless query q counts n.
+func checkCount(ctx context.Context, pool *pgxpool.Pool, n int, what, q string, args ...any) error {
+	var got int
+	if err := pool.QueryRow(ctx, q, args...).Scan(&got); err != nil {
+		return fmt.Errorf("worker: check %s: %w", what, err)
 	}
-	select {
-	case <-allDone:
-	case <-ctx.Done():
+	if got != n {
+		return fmt.Errorf("worker: check: %d %s, want %d", got, what, n)
 	}
-	elapsed := time.Since(start)
-	cpu1, _ := procCPU(os.Getpid())
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := client.Stop(stopCtx); err != nil {
-		return workerResult{}, fmt.Errorf("worker: river stop: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return workerResult{}, fmt.Errorf("worker: %d of %d River jobs done before %v", processed.Load(), n, err)
-	}
-	return workerResult{
-		Mode: "river", Jobs: n, Seconds: elapsed.Seconds(),
-		JobsPerSec: float64(n) / elapsed.Seconds(), CPUSeconds: (cpu1 - cpu0).Seconds(),
-	}, nil
+	return nil
 }
 
 // insertRiverJobs inserts n jobs a thousand at a time (COPY).

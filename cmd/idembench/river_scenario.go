@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/chaos"
 )
 
 // riverRound is one round of the river scenario at one concurrency:
@@ -37,7 +40,7 @@ func runRiverScenario(ctx context.Context, o *benchOptions, svc *services, log i
 			for _, mode := range modes {
 				queue := fmt.Sprintf("idembench_%s_%d_%d", mode, conc, time.Now().UnixNano())
 				outPath := filepath.Join(o.dir, "worker-"+mode+".log")
-				res, err := measureWorker(ctx, o, svc, mode, queue, conc, outPath, "")
+				res, err := measureWorker(ctx, o, svc, mode, queue, conc, outPath, "", true)
 				if err != nil {
 					return out, err
 				}
@@ -90,4 +93,33 @@ func riverTable(rounds []riverRound) string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// startPrivateServices starts a PostgreSQL cluster (initdb, PostgreSQL's
+// durable defaults) and a Redis without persistence, on free loopback
+// ports with their files in a temporary directory, and points o at
+// them. The returned function stops both.
+func startPrivateServices(ctx context.Context, o *benchOptions) (stop func(), err error) {
+	// A temporary directory: as root, PostgreSQL runs as the postgres
+	// user, who may not be able to reach the run's directory.
+	dir, err := os.MkdirTemp("", "idembench-private-")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	pg, err := chaos.StartPostgres(ctx, filepath.Join(dir, "postgres"))
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("private postgres: %w", err)
+	}
+	rdb, err := chaos.StartRedis(ctx, filepath.Join(dir, "redis"), false)
+	if err != nil {
+		pg.Close()
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("private redis: %w", err)
+	}
+	o.dbURL, o.redisURL = chaos.URL(pg.Addr(), "postgres"), rdb.URL()
+	return func() { rdb.Close(); pg.Close(); _ = os.RemoveAll(dir) }, nil
 }

@@ -205,6 +205,26 @@ func (s *services) dbCounters(ctx context.Context) dbCounters {
 	return c
 }
 
+// settle waits, up to 10 seconds, until the worker processes' connections
+// are gone, then a second more: a backend adds its commits and WAL syncs
+// to the shared counters when it exits, the WAL writer its own at most
+// once a second, and a read before that would count them in the next run.
+func (s *services) settle(ctx context.Context) {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, workerAppName).Scan(&n)
+		if err != nil || n == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Second):
+	}
+}
+
 func (c dbCounters) sub(o dbCounters) dbCounters {
 	return dbCounters{c.Commits - o.Commits, c.WALRecords - o.WALRecords, c.WALBytes - o.WALBytes, c.WALSyncs - o.WALSyncs}
 }

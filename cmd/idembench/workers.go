@@ -68,9 +68,14 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 	dbURL := fs.String("database-url", "", "postgres:// URL with the migrations applied (loopback)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed part to this file")
+	phase := fs.String("phase", "all", "all; or, run one at a time so that PostgreSQL's counters can be read around the timed part alone: prepare (tables, job documents, enqueueing), run (the timed part), check (every effect written, every job recorded succeeded; effect and river modes)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if !slices.Contains([]string{"all", "prepare", "run", "check"}, *phase) {
+		return fmt.Errorf("worker: -phase %q: want all, prepare, run or check", *phase)
+	}
+	prepare, work, check := *phase == "all" || *phase == "prepare", *phase == "all" || *phase == "run", *phase == "all" || *phase == "check"
 	if !slices.Contains(workerModes, *mode) {
 		return fmt.Errorf("worker: -mode %q: want one of %s", *mode, strings.Join(workerModes, ", "))
 	}
@@ -80,11 +85,7 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	if *mode == "river" {
-		res, err := runRiver(ctx, *dbURL, *queue, *jobs, *concurrency)
-		if err != nil {
-			return err
-		}
-		return json.NewEncoder(stdout).Encode(res)
+		return runRiver(ctx, *dbURL, *queue, *jobs, *concurrency, prepare, work, check, stdout)
 	}
 
 	opt, err := redis.ParseURL(*redisURL)
@@ -111,15 +112,23 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 		payload, _ := json.Marshal(benchPayload{ID: *queue + "-" + strconv.FormatInt(i, 10)})
 		return asynq.NewTask(benchTask, payload, asynq.Queue(*queue), asynq.MaxRetry(job.MaxRetry))
 	}
-	if *mode == "effect" {
-		if err := prepareEffects(ctx, pool, *queue, *jobs); err != nil {
+	if prepare {
+		if *mode == "effect" {
+			if err := prepareEffects(ctx, pool, *queue, *jobs); err != nil {
+				return err
+			}
+			task = func(i int64) *asynq.Task { return effectTask(*queue, i) }
+		}
+		client := asynq.NewClientFromRedisClient(enqRdb)
+		if err := enqueueJobs(ctx, client, *jobs, task); err != nil {
 			return err
 		}
-		task = func(i int64) *asynq.Task { return effectTask(*queue, i) }
 	}
-	client := asynq.NewClientFromRedisClient(enqRdb)
-	if err := enqueueJobs(ctx, client, *jobs, task); err != nil {
-		return err
+	if !work {
+		if check && *mode == "effect" {
+			return checkEffects(ctx, pool, *queue, *jobs)
+		}
+		return nil
 	}
 
 	var (
@@ -196,6 +205,11 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 		return fmt.Errorf("worker: %d of %d jobs done (%d handler errors) before %v", processed.Load(), *jobs, failed.Load(), err)
 	}
 	_ = asynq.NewInspectorFromRedisClient(enqRdb).DeleteQueue(*queue, true)
+	if check && *mode == "effect" {
+		if err := checkEffects(ctx, pool, *queue, *jobs); err != nil {
+			return err
+		}
+	}
 	res := workerResult{
 		Mode: *mode, Jobs: *jobs, Seconds: elapsed.Seconds(),
 		JobsPerSec: float64(*jobs) / elapsed.Seconds(), CPUSeconds: (cpu1 - cpu0).Seconds(),
@@ -292,7 +306,7 @@ func runWorkerScenario(ctx context.Context, o *benchOptions, svc *services, log 
 					profile = filepath.Join(o.dir, "profiles", "worker-"+mode+".cpu.pprof")
 				}
 			}
-			res, err := measureWorker(ctx, o, svc, mode, queue, o.workerConcurrency, outPath, profile)
+			res, err := measureWorker(ctx, o, svc, mode, queue, o.workerConcurrency, outPath, profile, false)
 			if err != nil {
 				return pairs, err
 			}
@@ -309,13 +323,31 @@ func runWorkerScenario(ctx context.Context, o *benchOptions, svc *services, log 
 }
 
 // measureWorker runs one side (runWorkerOnce) and adds what PostgreSQL
-// and Redis did meanwhile.
-func measureWorker(ctx context.Context, o *benchOptions, svc *services, mode, queue string, concurrency int, outPath, profile string) (workerResult, error) {
+// and Redis did meanwhile. Phased, the side's preparation (tables, job
+// documents, enqueueing) and its final check run as processes of their
+// own before and after, outside the counters.
+func measureWorker(ctx context.Context, o *benchOptions, svc *services, mode, queue string, concurrency int, outPath, profile string, phased bool) (res workerResult, err error) {
+	phase := "all"
+	if phased {
+		phase = "run"
+		if _, err := runWorkerOnce(ctx, o, svc, mode, "prepare", queue, concurrency, outPath, ""); err != nil {
+			return workerResult{}, err
+		}
+	}
+	svc.settle(ctx)
 	db0, calls0 := svc.dbCounters(ctx), svc.redisCalls(ctx)
-	res, err := runWorkerOnce(ctx, o, svc, mode, queue, concurrency, outPath, profile)
-	if err != nil {
+	if res, err = runWorkerOnce(ctx, o, svc, mode, phase, queue, concurrency, outPath, profile); err != nil {
 		return res, err
 	}
+	if phased {
+		// After the counters are read (the deferred call runs last).
+		defer func() {
+			if _, cerr := runWorkerOnce(ctx, o, svc, mode, "check", queue, concurrency, outPath, ""); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
+	}
+	svc.settle(ctx)
 	d := svc.dbCounters(ctx).sub(db0)
 	res.DB = &d
 	res.RedisCalls = map[string]int64{}
@@ -357,7 +389,9 @@ type workerPair struct {
 	Wrapped workerResult `json:"wrapped"`
 }
 
-func runWorkerOnce(ctx context.Context, o *benchOptions, svc *services, mode, queue string, concurrency int, logPath, profile string) (workerResult, error) {
+// runWorkerOnce runs `idembench worker` with phase (all, prepare, run or
+// check) and returns its result; only all and run print one.
+func runWorkerOnce(ctx context.Context, o *benchOptions, svc *services, mode, phase, queue string, concurrency int, logPath, profile string) (workerResult, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return workerResult{}, err
@@ -372,7 +406,7 @@ func runWorkerOnce(ctx context.Context, o *benchOptions, svc *services, mode, qu
 	argv := []string{self, "worker", "-mode", mode, "-jobs", strconv.Itoa(o.jobs),
 		"-concurrency", strconv.Itoa(concurrency), "-queue", queue,
 		"-timeout", (2*time.Minute + time.Duration(o.jobs)*10*time.Millisecond).String(),
-		"-redis-url", svc.redisURL, "-database-url", svc.dbURL}
+		"-redis-url", svc.redisURL, "-database-url", svc.dbURL, "-phase", phase}
 	if profile != "" {
 		argv = append(argv, "-cpuprofile", profile)
 	}
@@ -387,7 +421,10 @@ func runWorkerOnce(ctx context.Context, o *benchOptions, svc *services, mode, qu
 	cmd := execCommand(ctx, argv)
 	cmd.Stdout, cmd.Stderr = out, errLog
 	if err := cmd.Run(); err != nil {
-		return workerResult{}, fmt.Errorf("worker %s: %w (log: %s)", mode, err, logPath)
+		return workerResult{}, fmt.Errorf("worker %s (%s): %w (log: %s)", mode, phase, err, logPath)
+	}
+	if phase == "prepare" || phase == "check" {
+		return workerResult{}, nil
 	}
 	b, err := os.ReadFile(resultPath)
 	if err != nil {
