@@ -100,6 +100,10 @@ bench: build ## benchmark every scenario and store against a plain proxy, with p
 bench-quick: build ## the same scenarios in about 2 minutes
 	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench run -quick $(BENCHFLAGS)
 
+.PHONY: bench-river
+bench-river: build ## idemgate's worker next to River, both writing one effect row a job, at concurrency 10 and 50, on a private PostgreSQL and Redis (about 4 minutes; RIVERFLAGS)
+	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench run -scenarios river -private -jobs 5000 -rounds 2 $(RIVERFLAGS)
+
 .PHONY: bench-scale
 bench-scale: build ## claims, replays, 409s and the janitor with 1M and 10M stored records, per store (about 20 minutes; SCALEFLAGS)
 	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench scale $(SCALEFLAGS)

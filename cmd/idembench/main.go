@@ -5,8 +5,9 @@
 // library, at a fixed concurrency) to another, alternates baseline and
 // idemgate runs, and reports req/s, p50 and p99 and the ratio of each
 // idemgate run to the baseline run just before it. It also compares raw
-// asynq with the idempotent worker wrapper, and soaks the gateway at a
-// fixed rate watching its memory and goroutines.
+// asynq with the idempotent worker wrapper, that wrapper with River
+// (idembench run -scenarios river), and soaks the gateway at a fixed rate
+// watching its memory and goroutines.
 //
 //	idembench run -quick                 # the ~2-minute run (make bench-quick)
 //	idembench run -profile               # every scenario, with pprof profiles (make bench)
@@ -48,7 +49,7 @@ Usage:
                            (-stores jobs: the job tables' rows and sizes under the retention janitor)
   idembench capacity [flags]  requests held in flight up to 10,000: RSS, goroutines, probe latency, shedding
   idembench proxy  -listen ADDR -upstream URL   the baseline proxy (started by run)
-  idembench worker -mode raw|wrapped ...        one worker run (started by run)
+  idembench worker -mode raw|wrapped|effect|river ...   one worker run (started by run)
 `
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/testenv"
+)
+
+func TestParseConcurrencies(t *testing.T) {
+	got, err := parseConcurrencies("10, 50,200")
+	if err != nil || !slices.Equal(got, []int{10, 50, 200}) {
+		t.Errorf(`parseConcurrencies("10, 50,200") = %v, %v; want [10 50 200]`, got, err)
+	}
+	for _, bad := range []string{"", "0", "ten", "10,2000", "10,-1"} {
+		if got, err := parseConcurrencies(bad); err == nil {
+			t.Errorf("parseConcurrencies(%q) = %v, want an error", bad, got)
+		}
+	}
+}
+
+// TestRiverTableRow checks what a reader takes from the river table: the
+// ratio is idemgate's jobs/s over River's, CPU is per job in µs, and the
+// PostgreSQL counters are divided by the jobs.
+func TestRiverTableRow(t *testing.T) {
+	idem := workerResult{Jobs: 1000, JobsPerSec: 500, CPUSeconds: 0.7, DB: &dbCounters{Commits: 5300, WALSyncs: 1290}}
+	river := workerResult{Jobs: 1000, JobsPerSec: 1000, CPUSeconds: 0.32, DB: &dbCounters{Commits: 1300, WALSyncs: 250}}
+	out := riverTable([]riverRound{{Concurrency: 50, Round: 2, Idemgate: idem, River: river}})
+	want := "| 50 | 2 | 500 | 1000 | 0.50× | 700 / 320 | 5.30 / 1.30 | 1.29 / 0.25 |"
+	if !strings.Contains(out, want) {
+		t.Errorf("river table lacks the row %q:\n%s", want, out)
+	}
+	// A side without counters or jobs reads as zeros, not NaN.
+	out = riverTable([]riverRound{{Concurrency: 1, Round: 1}})
+	if strings.Contains(out, "NaN") || !strings.Contains(out, "| 1 | 1 | 0 | 0 | – |") {
+		t.Errorf("an empty round reads:\n%s", out)
+	}
+}
+
+// TestRiverAndEffectSidesDoEveryJob runs both sides of the river scenario
+// on a few jobs, each prepared, run and checked in turn as the harness
+// does: every job must be done once, its effect row written, and on
+// idemgate's side its job document must say succeeded.
+func TestRiverAndEffectSidesDoEveryJob(t *testing.T) {
+	t.Parallel()
+	db := testenv.Database(t)
+	redisURL := testenv.RedisURL(t)
+	const jobs = 40
+	for _, mode := range []string{"river", "effect"} {
+		queue := fmt.Sprintf("idembench_test_%s_%d", mode, time.Now().UnixNano())
+		var res workerResult
+		for _, phase := range []string{"prepare", "run", "check"} {
+			var out bytes.Buffer
+			err := runWorkerChild(t.Context(), []string{"-mode", mode, "-phase", phase, "-jobs", fmt.Sprint(jobs),
+				"-concurrency", "4", "-queue", queue, "-database-url", db, "-redis-url", redisURL, "-timeout", "1m"}, &out)
+			if err != nil {
+				t.Fatalf("%s %s: %v\n%s", mode, phase, err, out.String())
+			}
+			if phase == "run" {
+				if err := json.Unmarshal(lastLine(out.Bytes()), &res); err != nil {
+					t.Fatalf("%s run: result %q: %v", mode, out.String(), err)
+				}
+			}
+		}
+		if res.Jobs != jobs || res.JobsPerSec <= 0 || res.CPUSeconds <= 0 {
+			t.Errorf("%s: result %+v, want %d jobs with a rate and CPU time", mode, res, jobs)
+		}
+	}
+}
