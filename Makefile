@@ -101,7 +101,7 @@ bench-quick: build ## the same scenarios in about 2 minutes
 	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench run -quick $(BENCHFLAGS)
 
 .PHONY: bench-river
-bench-river: build ## idemgate's worker next to River, both writing one effect row a job, at concurrency 10 and 50, on a private PostgreSQL and Redis (about 4 minutes; RIVERFLAGS)
+bench-river: build ## idemgate's worker next to River, both writing one effect row a job, at concurrency 10 and 50, on a private PostgreSQL and Redis (about 2 minutes; RIVERFLAGS)
 	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench run -scenarios river -private -jobs 5000 -rounds 2 $(RIVERFLAGS)
 
 .PHONY: bench-scale
