@@ -27,8 +27,9 @@ type Store struct {
 	mu       sync.Mutex
 	records  map[idempotency.Scope]*record
 	watchers map[idempotency.Scope]map[chan struct{}]struct{}
-	bytes    int64 // the sum of the records' sizes
-	refused  int64 // claims refused with ErrStoreFull
+	queue    []expiry // the records' expiries, earliest first (expiry.go)
+	bytes    int64    // the sum of the records' sizes
+	refused  int64    // claims refused with ErrStoreFull
 }
 
 // record is a stored record. A completed one keeps its response headers
@@ -189,6 +190,7 @@ func (s *Store) take(r *record, req idempotency.ClaimRequest, now time.Time) {
 	r.completed, r.response = false, nil
 	r.UpdatedAt = now
 	r.ExpiresAt = now.Add(max(req.Retention, req.Lease))
+	s.expireAt(r)
 	s.resize(r)
 }
 
@@ -213,6 +215,7 @@ func (s *Store) Renew(_ context.Context, scope idempotency.Scope, owner string, 
 	r.LeaseUntil = now.Add(lease)
 	if r.ExpiresAt.Before(r.LeaseUntil) {
 		r.ExpiresAt = r.LeaseUntil
+		s.expireAt(r)
 	}
 	return nil
 }
@@ -229,6 +232,7 @@ func (s *Store) Complete(_ context.Context, scope idempotency.Scope, owner strin
 	r.response = encodeResponse(resp)
 	s.end(r, idempotency.StateCompleted, now)
 	r.ExpiresAt = now.Add(retention)
+	s.expireAt(r)
 	return nil
 }
 
@@ -331,18 +335,7 @@ func (s *Store) Watch(ctx context.Context, scope idempotency.Scope) (<-chan stru
 func (s *Store) DeleteExpired(_ context.Context, limit int) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	n := 0
-	for scope, r := range s.records {
-		if n >= limit {
-			break
-		}
-		if expired(r, now) {
-			s.remove(scope)
-			n++
-		}
-	}
-	return n, nil
+	return s.deleteDue(s.now(), limit), nil
 }
 
 // Len reports how many records the store holds, expired ones included.
