@@ -43,6 +43,7 @@ type record struct {
 	completed          bool   // a response is stored
 	response           []byte // encodeResponse: headers, then the body
 	size               int64  // what the record counts against the bound
+	queuedAt           int64  // its entry in the expiry queue (expiry.go)
 }
 
 // recordOverhead is what a record costs beyond its strings and stored
@@ -145,6 +146,7 @@ func (s *Store) Claim(_ context.Context, req idempotency.ClaimRequest) (idempote
 		s.remove(req.Scope)
 		s.records[req.Scope] = r
 		s.take(r, req, now)
+		s.queueExpiry(r)
 		return idempotency.ClaimResult{Claimed: true, Record: copyRecord(r)}, nil
 	case r.Fingerprint == req.Fingerprint &&
 		(r.State == idempotency.StateReleased || (r.State == idempotency.StateInFlight && !r.LeaseUntil.After(now))):
@@ -190,7 +192,7 @@ func (s *Store) take(r *record, req idempotency.ClaimRequest, now time.Time) {
 	r.completed, r.response = false, nil
 	r.UpdatedAt = now
 	r.ExpiresAt = now.Add(max(req.Retention, req.Lease))
-	s.expireAt(r)
+	s.expiryMoved(r)
 	s.resize(r)
 }
 
@@ -215,7 +217,6 @@ func (s *Store) Renew(_ context.Context, scope idempotency.Scope, owner string, 
 	r.LeaseUntil = now.Add(lease)
 	if r.ExpiresAt.Before(r.LeaseUntil) {
 		r.ExpiresAt = r.LeaseUntil
-		s.expireAt(r)
 	}
 	return nil
 }
@@ -232,7 +233,7 @@ func (s *Store) Complete(_ context.Context, scope idempotency.Scope, owner strin
 	r.response = encodeResponse(resp)
 	s.end(r, idempotency.StateCompleted, now)
 	r.ExpiresAt = now.Add(retention)
-	s.expireAt(r)
+	s.expiryMoved(r)
 	return nil
 }
 
@@ -264,6 +265,7 @@ func (s *Store) end(r *record, state idempotency.State, now time.Time) {
 	r.Owner = ""
 	r.LeaseUntil = time.Time{}
 	r.UpdatedAt = now
+	s.expiryMoved(r)
 	s.resize(r)
 	for ch := range s.watchers[r.Scope] {
 		select {
