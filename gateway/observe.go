@@ -45,6 +45,9 @@ type requestState struct {
 	// them without boxing them again on every read.
 	id, tenant any
 	info       info
+	// status is the access log's ResponseWriter, kept here to spare it
+	// an allocation of its own.
+	status statusWriter
 }
 
 func (s *requestState) Value(key any) any {
@@ -129,13 +132,14 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func accessLog(logger *slog.Logger, m *Metrics, recent *RecentRequests, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
+		var sw *statusWriter
 		var in *info
 		if s := stateFrom(r.Context()); s != nil {
-			in = &s.info
+			in, sw = &s.info, &s.status
+			sw.ResponseWriter = w
 			next.ServeHTTP(sw, r)
 		} else {
-			in = &info{}
+			in, sw = &info{}, &statusWriter{ResponseWriter: w}
 			next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), infoKey{}, in)))
 		}
 		end := time.Now()
