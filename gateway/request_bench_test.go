@@ -14,6 +14,7 @@ import (
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
+	"github.com/idemgate/idemgate/telemetry"
 )
 
 // The public listener's whole chain — request id, access log, auth,
@@ -62,7 +63,18 @@ func (w *benchWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// BenchmarkPublicPath runs unique keys and replays with the access log
+// off (slog.DiscardHandler) and, under "log/", on: the JSON handler a
+// deployment's log.format json builds, trace ids included, writing to
+// io.Discard, so the line's cost is counted but no I/O.
 func BenchmarkPublicPath(b *testing.B) {
+	b.Run("nolog", func(b *testing.B) { benchPublicPath(b, slog.New(slog.DiscardHandler)) })
+	b.Run("log", func(b *testing.B) {
+		benchPublicPath(b, slog.New(telemetry.LogHandler(slog.NewJSONHandler(io.Discard, nil))))
+	})
+}
+
+func benchPublicPath(b *testing.B, logger *slog.Logger) {
 	upstream, _ := url.Parse("http://upstream.test")
 	opts := Options{
 		Auth: auth.Config{Mode: auth.ModeAPIKey, Tenants: []auth.TenantKeys{
@@ -72,7 +84,7 @@ func BenchmarkPublicPath(b *testing.B) {
 		StoreName:   "memory",
 		ReplayCache: idempotency.NewReplayCache(10000, 2*time.Second),
 		Transport:   cannedUpstream{body: []byte(`{"id":"pay_1","object":"payment","status":"succeeded","amount_cents":1250,"currency":"EUR","x":"0123456789"}`)},
-		Logger:      slog.New(slog.DiscardHandler),
+		Logger:      logger,
 		Routes: []RouteOptions{{
 			Name: "payments", Methods: []string{http.MethodPost}, Path: "/v1/payments",
 			Upstream: upstream, Timeout: 30 * time.Second,

@@ -3,7 +3,9 @@
 // mutex; nothing survives a restart, and two processes never see each
 // other's records, so it is no protection across gateway instances.
 // WithMaxBytes bounds what it holds: past the bound a new key is refused
-// (idempotency.ErrStoreFull) and no live record is ever evicted.
+// (idempotency.ErrStoreFull) and no live record is ever evicted. The
+// janitor (DeleteExpired) takes expired records off a heap ordered by
+// expiry, so a pass costs what it deletes, not what the store holds.
 //
 //	store := memstore.New(memstore.WithMaxBytes(128 << 20))
 //	mw, err := idempotency.New(store, idempotency.Config{Route: "payments"})

@@ -27,8 +27,9 @@ type Store struct {
 	mu       sync.Mutex
 	records  map[idempotency.Scope]*record
 	watchers map[idempotency.Scope]map[chan struct{}]struct{}
-	bytes    int64 // the sum of the records' sizes
-	refused  int64 // claims refused with ErrStoreFull
+	queue    []expiry // the records' expiries, earliest first (expiry.go)
+	bytes    int64    // the sum of the records' sizes
+	refused  int64    // claims refused with ErrStoreFull
 }
 
 // record is a stored record. A completed one keeps its response headers
@@ -42,6 +43,7 @@ type record struct {
 	completed          bool   // a response is stored
 	response           []byte // encodeResponse: headers, then the body
 	size               int64  // what the record counts against the bound
+	queuedAt           int64  // its entry in the expiry queue (expiry.go)
 }
 
 // recordOverhead is what a record costs beyond its strings and stored
@@ -144,6 +146,7 @@ func (s *Store) Claim(_ context.Context, req idempotency.ClaimRequest) (idempote
 		s.remove(req.Scope)
 		s.records[req.Scope] = r
 		s.take(r, req, now)
+		s.queueExpiry(r)
 		return idempotency.ClaimResult{Claimed: true, Record: copyRecord(r)}, nil
 	case r.Fingerprint == req.Fingerprint &&
 		(r.State == idempotency.StateReleased || (r.State == idempotency.StateInFlight && !r.LeaseUntil.After(now))):
@@ -189,6 +192,7 @@ func (s *Store) take(r *record, req idempotency.ClaimRequest, now time.Time) {
 	r.completed, r.response = false, nil
 	r.UpdatedAt = now
 	r.ExpiresAt = now.Add(max(req.Retention, req.Lease))
+	s.expiryMoved(r)
 	s.resize(r)
 }
 
@@ -229,6 +233,7 @@ func (s *Store) Complete(_ context.Context, scope idempotency.Scope, owner strin
 	r.response = encodeResponse(resp)
 	s.end(r, idempotency.StateCompleted, now)
 	r.ExpiresAt = now.Add(retention)
+	s.expiryMoved(r)
 	return nil
 }
 
@@ -260,6 +265,7 @@ func (s *Store) end(r *record, state idempotency.State, now time.Time) {
 	r.Owner = ""
 	r.LeaseUntil = time.Time{}
 	r.UpdatedAt = now
+	s.expiryMoved(r)
 	s.resize(r)
 	for ch := range s.watchers[r.Scope] {
 		select {
@@ -331,18 +337,7 @@ func (s *Store) Watch(ctx context.Context, scope idempotency.Scope) (<-chan stru
 func (s *Store) DeleteExpired(_ context.Context, limit int) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	n := 0
-	for scope, r := range s.records {
-		if n >= limit {
-			break
-		}
-		if expired(r, now) {
-			s.remove(scope)
-			n++
-		}
-	}
-	return n, nil
+	return s.deleteDue(s.now(), limit), nil
 }
 
 // Len reports how many records the store holds, expired ones included.
