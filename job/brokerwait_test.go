@@ -24,7 +24,10 @@ func TestBrokerWait(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: primary.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	e := job.NewSubmitter(pool, client)
-	e.Broker = &job.BrokerWait{Client: rdb, Replicas: 1, Timeout: 300 * time.Millisecond}
+	// A healthy replica acknowledges at once (WAIT asks it to), but on a
+	// loaded machine "at once" can take a few hundred milliseconds; the
+	// stopped replica below costs the whole timeout, once.
+	e.Broker = &job.BrokerWait{Client: rdb, Replicas: 1, Timeout: 3 * time.Second}
 	v := env{e: e, queue: "test" + testenv.Prefix()[5:17]}
 	ctx := t.Context()
 	run := testenv.Prefix() // keys of this run's own: the database is shared

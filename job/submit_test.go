@@ -23,18 +23,7 @@ type env struct {
 func setup(t *testing.T) env {
 	t.Helper()
 	pool := testenv.Pool(t)
-	opt, err := asynq.ParseRedisURI(testenv.RedisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := asynq.NewClient(opt)
-	t.Cleanup(func() { _ = client.Close() })
-	inspector := asynq.NewInspector(opt)
-	queue := "test" + testenv.Prefix()[5:17]
-	t.Cleanup(func() {
-		_ = inspector.DeleteQueue(queue, true)
-		_ = inspector.Close()
-	})
+	client, inspector, queue := testenv.Queue(t, "test")
 	return env{e: job.NewSubmitter(pool, client), pool: pool, inspector: inspector, queue: queue}
 }
 

@@ -55,18 +55,7 @@ type env struct {
 func setup(t *testing.T) *env {
 	t.Helper()
 	pool := testenv.Pool(t)
-	opt, err := asynq.ParseRedisURI(testenv.RedisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := asynq.NewClient(opt)
-	t.Cleanup(func() { _ = client.Close() })
-	inspector := asynq.NewInspector(opt)
-	queue := "console" + testenv.Prefix()[5:17]
-	t.Cleanup(func() {
-		_ = inspector.DeleteQueue(queue, true)
-		_ = inspector.Close()
-	})
+	client, inspector, queue := testenv.Queue(t, "console")
 	store := pgstore.New(pool, pgstore.WithInstance("gw-test"))
 	t.Cleanup(store.Close)
 	sub := job.NewSubmitter(pool, client)
