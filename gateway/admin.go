@@ -21,7 +21,7 @@ import (
 // adminRoutes lists the whole admin API. Everything needs the admin token.
 func (g *Gateway) adminRoutes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(routeEscaped, g.requireAdmin, chimiddleware.GetHead)
+	r.Use(RouteEscaped, g.requireAdmin, chimiddleware.GetHead)
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(g.opts.Metrics.Registry, promhttp.HandlerOpts{}))
 	r.With(g.storableScope).Get("/admin/keys/{tenant}/{route}/{key}", g.handleKeyGet())
 	r.With(g.storableScope).Delete("/admin/keys/{tenant}/{route}/{key}", g.handleKeyDelete())
@@ -63,12 +63,12 @@ func (g *Gateway) sameOrigin(next http.Handler) http.Handler {
 	return cop.Handler(next)
 }
 
-// routeEscaped makes chi match the path as it was sent, so that scopeOf
-// decodes each segment exactly once. chi matches RawPath when it is set
+// RouteEscaped makes chi match the path as it was sent, so that PathParam
+// decodes each segment exactly once (the admin API and the console use it). chi matches RawPath when it is set
 // and the decoded Path otherwise, and net/url leaves RawPath empty when
 // the default encoding gives the path back: "pct%2541" (the key pct%41)
 // reached chi as "pct%41" and was decoded again, to pctA.
-func routeEscaped(next http.Handler) http.Handler {
+func RouteEscaped(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if rctx := chi.RouteContext(r.Context()); rctx != nil && rctx.RoutePath == "" {
 			rctx.RoutePath = r.URL.EscapedPath()
@@ -98,17 +98,21 @@ func (g *Gateway) AdminMount(prefix string, h http.Handler) {
 }
 
 // scopeOf reads the record's scope from the path. chi matches the path as
-// sent (routeEscaped), so each segment — a key may hold "/" or "%" — is
+// sent (RouteEscaped), so each segment — a key may hold "/" or "%" — is
 // percent-decoded here, once.
 func scopeOf(r *http.Request) idempotency.Scope {
-	param := func(name string) string {
-		v := chi.URLParam(r, name)
-		if u, err := url.PathUnescape(v); err == nil {
-			return u
-		}
-		return v
+	return idempotency.Scope{Tenant: PathParam(r, "tenant"), Route: PathParam(r, "route"), Key: PathParam(r, "key")}
+}
+
+// PathParam is the chi URL parameter name of a route matched as sent
+// (RouteEscaped), percent-decoded once; a segment that does not decode is
+// returned as it is.
+func PathParam(r *http.Request, name string) string {
+	v := chi.URLParam(r, name)
+	if u, err := url.PathUnescape(v); err == nil {
+		return u
 	}
-	return idempotency.Scope{Tenant: param("tenant"), Route: param("route"), Key: param("key")}
+	return v
 }
 
 // NewRecordDocument is how the admin API and `idemgate keys get` show a

@@ -174,7 +174,7 @@ func New(opts Options) (http.Handler, error) {
 func (c *console) routes() http.Handler {
 	static, _ := fs.Sub(staticFS, "static")
 	r := chi.NewRouter()
-	r.Use(escapedRoute, secureHeaders)
+	r.Use(gateway.RouteEscaped, secureHeaders)
 	p := c.opts.Prefix
 	r.Get(p, func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, p+"/", http.StatusMovedPermanently) })
 	r.Get(p+"/", c.handleOverview)
@@ -196,18 +196,6 @@ func (c *console) routes() http.Handler {
 		c.fail(w, r, http.StatusMethodNotAllowed, r.Method+" is not allowed here.")
 	})
 	return r
-}
-
-// escapedRoute makes chi match the path as it was sent, so that param
-// decodes each segment exactly once: a key may hold "/" or "%" (as the
-// admin API's routeEscaped).
-func escapedRoute(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if rctx := chi.RouteContext(r.Context()); rctx != nil && rctx.RoutePath == "" {
-			rctx.RoutePath = r.URL.EscapedPath()
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 // contentSecurityPolicy keeps every page on the admin listener's origin:
@@ -232,15 +220,6 @@ func staticHandler(next http.Handler) http.Handler {
 		w.Header().Set("Cache-Control", "max-age=300")
 		next.ServeHTTP(w, r)
 	})
-}
-
-// param is the path parameter name, percent-decoded once.
-func param(r *http.Request, name string) string {
-	v := chi.URLParam(r, name)
-	if u, err := url.PathUnescape(v); err == nil {
-		return u
-	}
-	return v
 }
 
 // page is what every template gets.

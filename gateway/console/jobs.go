@@ -139,7 +139,7 @@ func version(v any) string {
 }
 
 func (c *console) handleJob(w http.ResponseWriter, r *http.Request) {
-	id := param(r, "id")
+	id := gateway.PathParam(r, "id")
 	v, status, err := c.jobStory(r, id)
 	if err != nil {
 		c.storyFailed(w, r, status, "job "+id, err)
@@ -166,7 +166,7 @@ type live struct {
 }
 
 func (c *console) handleJobLive(w http.ResponseWriter, r *http.Request) {
-	v, status, err := c.jobStory(r, param(r, "id"))
+	v, status, err := c.jobStory(r, gateway.PathParam(r, "id"))
 	if err != nil {
 		writeLive(w, status, live{})
 		return
@@ -218,8 +218,8 @@ type confirmView struct {
 }
 
 func (c *console) handleJobConfirm(w http.ResponseWriter, r *http.Request) {
-	id := param(r, "id")
-	a, ok := findJobAction(param(r, "action"))
+	id := gateway.PathParam(r, "id")
+	a, ok := findJobAction(gateway.PathParam(r, "action"))
 	if !ok {
 		c.fail(w, r, http.StatusNotFound, "No such action on a job.")
 		return
@@ -238,8 +238,8 @@ func (c *console) handleJobConfirm(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *console) handleJobAction(w http.ResponseWriter, r *http.Request) {
-	id := param(r, "id")
-	a, ok := findJobAction(param(r, "action"))
+	id := gateway.PathParam(r, "id")
+	a, ok := findJobAction(gateway.PathParam(r, "action"))
 	if !ok {
 		c.fail(w, r, http.StatusNotFound, "No such action on a job.")
 		return

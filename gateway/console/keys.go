@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 
+	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/internal/explain"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
@@ -92,7 +93,7 @@ type keyView struct {
 }
 
 func scopeParam(r *http.Request) idempotency.Scope {
-	return idempotency.Scope{Tenant: param(r, "tenant"), Route: param(r, "route"), Key: param(r, "key")}
+	return idempotency.Scope{Tenant: gateway.PathParam(r, "tenant"), Route: gateway.PathParam(r, "route"), Key: gateway.PathParam(r, "key")}
 }
 
 func (c *console) keyStory(r *http.Request, scope idempotency.Scope) (keyView, int, error) {
@@ -184,7 +185,7 @@ func findKeyAction(name string) (keyAction, bool) {
 
 func (c *console) handleKeyConfirm(w http.ResponseWriter, r *http.Request) {
 	scope := scopeParam(r)
-	a, ok := findKeyAction(param(r, "action"))
+	a, ok := findKeyAction(gateway.PathParam(r, "action"))
 	if !ok {
 		c.fail(w, r, http.StatusNotFound, "No such action on a key.")
 		return
@@ -209,7 +210,7 @@ func (c *console) handleKeyConfirm(w http.ResponseWriter, r *http.Request) {
 
 func (c *console) handleKeyAction(w http.ResponseWriter, r *http.Request) {
 	scope := scopeParam(r)
-	a, ok := findKeyAction(param(r, "action"))
+	a, ok := findKeyAction(gateway.PathParam(r, "action"))
 	if !ok {
 		c.fail(w, r, http.StatusNotFound, "No such action on a key.")
 		return
