@@ -2,7 +2,6 @@ package workers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -43,7 +42,7 @@ func newCancelEnv(t *testing.T) *cancelEnv {
 
 func (e *cancelEnv) deps() Deps {
 	d := e.env.deps(NopObserver{}, 5*time.Second)
-	d.OnStatus = e.records.Follow
+	d.Jobs = e.records
 	d.Cancels = e.watcher
 	return d
 }
@@ -52,16 +51,7 @@ func (e *cancelEnv) deps() Deps {
 // jobs row) and returns its task.
 func (e *cancelEnv) submit(t *testing.T, orderID string, status job.Status) (string, *asynq.Task) {
 	t.Helper()
-	id := "job_" + strings.ReplaceAll(testenv.Prefix(), ":", "") + orderID
-	payload, _ := json.Marshal(order{OrderID: orderID})
-	_, err := e.pool.Exec(t.Context(), `
-INSERT INTO jobs (id, tenant, route, idempotency_key, task, queue, business_key, payload, status, not_before)
-VALUES ($1, $2, 'orders', $1, $3, 'default', $4, $5, $6, CASE WHEN $6 = 'scheduled' THEN now() + interval '1 hour' END)`,
-		id, e.tenant, kind, "effect:"+orderID, payload, string(status))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id, asynq.NewTaskWithHeaders(kind, payload, map[string]string{job.HeaderID: id, job.HeaderTenant: e.tenant})
+	return e.submitJob(t, e.tenant, orderID, status)
 }
 
 func (e *cancelEnv) job(t *testing.T, id string) job.Record {

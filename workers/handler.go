@@ -63,8 +63,17 @@ type Deps struct {
 	Logger *slog.Logger
 	// Observer counts events. Default NopObserver.
 	Observer Observer
-	// OnStatus, if set, follows each job's status.
+	// OnStatus, if set, is told each job's status.
 	OnStatus StatusFunc
+	// Jobs, if set, keeps the job documents of submitted jobs (tasks
+	// carrying a job.HeaderID) up to date, as `idemgate worker` does. An
+	// attempt's start and its success are written into the jobs row by
+	// the statements that record them in the execution state, so in the
+	// same commits; every other change (retrying, failed, cancelled, a
+	// duplicate delivery of a job whose key has succeeded) is written
+	// through Jobs.Follow. Setting OnStatus to Jobs.Follow instead also
+	// works, at one commit more per start and per success.
+	Jobs *job.Records
 	// Worker names this worker in the attempt ledger (job_attempts).
 	// Default "<hostname>:<pid>".
 	Worker string
@@ -123,6 +132,43 @@ type Job[T any] struct {
 	Attempt int
 	// Task is the asynq task.
 	Task *asynq.Task
+
+	// completion is set by CompleteTx; nil outside an attempt.
+	completion *completion
+}
+
+// completion is what CompleteTx recorded of an attempt.
+type completion struct {
+	done bool
+	ref  string
+}
+
+// CompleteTx records this attempt's success in tx, the transaction that
+// does the job's business writes, so that the effect and the record of
+// its success commit together or not at all (River's JobCompleteTx): a
+// worker killed before the commit leaves neither, and the retry runs the
+// effect as if for the first time. It writes what the framework writes
+// after a success (the execution state, the attempt's ledger row, the job
+// document) and needs the framework's tables in the same database as
+// tx. Call it in the transaction, commit, and return resultRef with a
+// nil error: the framework then records nothing more.
+//
+// It is fenced by itself: it returns a *fence.StaleTokenError when a newer
+// attempt owns the job (roll tx back and return the error), and from the
+// call until tx ends it holds the job's execution row, so a newer
+// attempt waits for the commit and then finds the job succeeded.
+// Returning nil after rolling tx back leaves the job processing with its
+// attempt open: the relay's takeover hands it out again once the lock is
+// gone.
+func (j Job[T]) CompleteTx(ctx context.Context, tx pgx.Tx, resultRef string) error {
+	if j.completion == nil {
+		return errors.New("workers: CompleteTx called outside an attempt")
+	}
+	if err := execution.CompleteTx(ctx, tx, j.Tenant, j.Key, j.Token, resultRef); err != nil {
+		return fmt.Errorf("workers: complete %s: %w", j.Key, err)
+	}
+	*j.completion = completion{done: true, ref: resultRef}
+	return nil
 }
 
 // CheckFence is fence.Check for this attempt: call it in the transaction
@@ -178,6 +224,7 @@ type handler[T any] struct {
 	log         *slog.Logger
 	obs         Observer
 	onStatus    StatusFunc
+	jobs        *job.Records
 	worker      string
 	crash       func(string) bool
 	cancels     *CancelWatcher
@@ -289,6 +336,7 @@ func newHandler[T any](deps Deps, kind string, identify identity[T], fn Func[T],
 		log:         log.With("task", kind),
 		obs:         obs,
 		onStatus:    deps.OnStatus,
+		jobs:        deps.Jobs,
 		worker:      workerName(deps.Worker),
 		crash:       o.crash,
 		cancels:     deps.Cancels,
@@ -330,51 +378,46 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 		id.job, _ = asynq.GetTaskID(ctx)
 	}
 
-	// The state read and the lock's SET NX go out together, and the
-	// decision waits for both, in the algorithm's order: a job that has
-	// succeeded (or whose key another payload holds) is answered from the
-	// state whatever the lock said, and a lock taken for it is released at
-	// once. Reading the state before holding the lock was already a read
-	// that any writer could overtake; Take re-checks it under the lock, so
-	// reading it while the lock is being taken decides nothing differently.
-	// What it costs: a replay whose resource is free now takes and
-	// releases the lock, a moment in which another job on the resource
-	// finds it busy and is rescheduled, as it would behind any job.
-	type state struct {
-		rec execution.Record
-		err error
-	}
-	read := make(chan state, 1)
-	go func() {
-		rec, err := h.store.Get(ctx, tenant, key)
-		read <- state{rec, err}
-	}()
-	lease, lerr := h.locker.Acquire(ctx, resource)
-	st := <-read
-	rec, err := st.rec, st.err
-	if errors.Is(err, execution.ErrNotFound) {
-		err = nil // a new job: rec is the zero record
-	}
-	if err != nil || execution.Conflicts(rec, sha) || rec.Status == job.StatusSucceeded {
-		if lease != nil {
-			h.release(ctx, log, lease)
+	// No read of the state before the lock: Take, under the lock, refuses
+	// a job whose key has succeeded (a duplicate delivery is acked from
+	// its answer) or is held by another payload, so an earlier read
+	// decided nothing that Take does not decide again, and cost every job
+	// a query and a transaction. A job with flow limits still reads it,
+	// while the lock is being taken, so that a duplicate delivery spends
+	// none of a partner's budget (see readState).
+	var lease *lock.Lease
+	var lerr error
+	if h.limits != nil {
+		var done bool
+		lease, lerr, done, err = h.readState(ctx, log, task, id, resource, sha)
+		if done {
+			return err
 		}
-		switch {
-		case err != nil:
-			return h.transientBeforeAttempt(ctx, log, err)
-		case execution.Conflicts(rec, sha):
-			return h.conflict(ctx, log, task, id, rec)
-		}
-		return h.replay(ctx, log, task, rec)
+	} else {
+		lease, lerr = h.locker.Acquire(ctx, resource)
 	}
 
 	switch err = lerr; {
 	case errors.Is(err, lock.ErrBusy):
+		// A busy resource may hold a duplicate of a job that has
+		// succeeded (its worker died between the record and the ack,
+		// still holding the lock): read the state, on this contended
+		// path only, and answer the duplicate from it at once.
+		if h.limits == nil {
+			if rec, gerr := h.store.Get(ctx, tenant, key); gerr == nil {
+				switch {
+				case execution.Conflicts(rec, sha):
+					return h.conflict(ctx, log, task, id, rec)
+				case rec.Status == job.StatusSucceeded:
+					return h.replay(ctx, log, task, rec)
+				}
+			}
+		}
 		h.obs.LockAcquire(LockBusy)
 		h.obs.Attempt(h.kind, ClassLockBusy)
 		h.warnIfBudgetSpent(ctx, log)
 		log.DebugContext(ctx, "resource locked by another worker: rescheduling", "lock_event", "busy")
-		if berr := h.store.RecordBusy(ctx, h.attempt(id, resource), rec.Attempts); berr != nil {
+		if berr := h.store.RecordBusy(ctx, h.attempt(id, resource)); berr != nil {
 			log.WarnContext(ctx, "recording the busy attempt failed", "error", berr)
 		}
 		return &LockBusyError{Task: h.kind, Key: key, Resource: resource, Err: err}
@@ -388,7 +431,7 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	// The flow limits are taken holding the lock and before the attempt
 	// counts (limits.go): a replay never spends one, and a limited
 	// delivery leaves the job as it was.
-	hold, err := h.takeLimits(ctx, lease.Context(), log, task, id, resource, rec.Attempts)
+	hold, err := h.takeLimits(ctx, lease.Context(), log, task, id, resource)
 	if err != nil {
 		h.release(ctx, log, lease)
 		return err
@@ -402,6 +445,44 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	}
 	h.releaseWithLimits(ctx, log, lease, resource, hold)
 	return err
+}
+
+// readState reads the job's execution state while the lock is being
+// taken, the two going out together, and decides from the state first:
+// a job that has succeeded, or whose key another payload holds, is
+// answered from it whatever the lock said (done true, with the handler's
+// result), and a lock taken for it is released at once. Otherwise it
+// returns the lock's outcome. Only jobs with flow limits read first; the
+// read changes nothing that Take would not decide under the lock.
+func (h *handler[T]) readState(ctx context.Context, log *slog.Logger, task *asynq.Task, id execID, resource, sha string) (lease *lock.Lease, lerr error, done bool, err error) {
+	type state struct {
+		rec execution.Record
+		err error
+	}
+	read := make(chan state, 1)
+	go func() {
+		rec, err := h.store.Get(ctx, id.tenant, id.key)
+		read <- state{rec, err}
+	}()
+	lease, lerr = h.locker.Acquire(ctx, resource)
+	st := <-read
+	rec, err := st.rec, st.err
+	if errors.Is(err, execution.ErrNotFound) {
+		err = nil // a new job: rec is the zero record
+	}
+	if err == nil && !execution.Conflicts(rec, sha) && rec.Status != job.StatusSucceeded {
+		return lease, lerr, false, nil
+	}
+	if lease != nil {
+		h.release(ctx, log, lease)
+	}
+	switch {
+	case err != nil:
+		return nil, nil, true, h.transientBeforeAttempt(ctx, log, err)
+	case execution.Conflicts(rec, sha):
+		return nil, nil, true, h.conflict(ctx, log, task, id, rec)
+	}
+	return nil, nil, true, h.replay(ctx, log, task, rec)
 }
 
 // release deletes the lock if it is still ours.
@@ -497,7 +578,7 @@ func (r *run[T]) do(ctx context.Context) error {
 	r.log.InfoContext(ctx, "attempt started", "lock_event", "held")
 	// rec.LastError is the full text, not for the job document, which
 	// keeps the reason it was last given.
-	h.status(ctx, r.task, r.id.key, job.StatusProcessing, rec.Attempts, "", "")
+	h.report(ctx, r.task, r.id.key, job.StatusProcessing, rec.Attempts, "", "", true) // Take wrote it
 	if h.crashAt(stageTaken) {
 		return errCrashed
 	}
@@ -515,9 +596,10 @@ func (r *run[T]) do(ctx context.Context) error {
 		r.watched, unwatch = h.cancels.watch(jobID, stop)
 		defer unwatch()
 	}
+	var done completion
 	ref, ferr := h.fn(fnCtx, Job[T]{
 		Key: r.id.key, Tenant: r.id.tenant, Resource: r.resource, Payload: r.payload,
-		Token: token, Attempt: rec.Attempts, Task: r.task,
+		Token: token, Attempt: rec.Attempts, Task: r.task, completion: &done,
 	})
 	if h.crashAt(stageEffect) {
 		return errCrashed
@@ -527,10 +609,17 @@ func (r *run[T]) do(ctx context.Context) error {
 		defer cancel()
 		return r.failed(ctx, fctx, ferr)
 	}
-	// The effect is done: a failure to record it retries the record, not
-	// the effect (record.go).
-	if err := r.recordSuccess(ctx, ref); err != nil {
-		return err
+	switch {
+	case done.done:
+		// The success committed with the effect (Job.CompleteTx).
+		ref = done.ref
+		h.report(ctx, r.task, r.id.key, job.StatusSucceeded, r.attempts, ref, "", true)
+	default:
+		// The effect is done: a failure to record it retries the record,
+		// not the effect (record.go).
+		if err := r.recordSuccess(ctx, ref); err != nil {
+			return err
+		}
 	}
 	h.obs.JobFinished(h.kind, job.StatusSucceeded)
 	r.log.InfoContext(ctx, "job succeeded", "result_ref", ref)
@@ -540,7 +629,19 @@ func (r *run[T]) do(ctx context.Context) error {
 	return nil
 }
 
+// status reports a job's status change: to Deps.Jobs when the execution
+// state's own statement did not write it (written false), and to
+// Deps.OnStatus.
 func (h *handler[T]) status(ctx context.Context, task *asynq.Task, key string, status job.Status, attempts int, resultRef, lastErr string) {
+	h.report(ctx, task, key, status, attempts, resultRef, lastErr, false)
+}
+
+func (h *handler[T]) report(ctx context.Context, task *asynq.Task, key string, status job.Status, attempts int, resultRef, lastErr string, written bool) {
+	if h.jobs != nil && !written {
+		if err := h.jobs.Follow(ctx, task, key, status, attempts, resultRef, lastErr); err != nil {
+			h.log.WarnContext(ctx, "job status not recorded", "job_id", task.Headers()[job.HeaderID], "status", status, "err", err)
+		}
+	}
 	if h.onStatus == nil {
 		return
 	}

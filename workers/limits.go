@@ -171,7 +171,7 @@ func (l *limits) rules(tenant string, raw []byte) ([]limit.Rule, error) {
 // task that may start in 50ms would leave the partner's budget unused.
 // Only a longer wait sends the task back. lctx is the lease's context: a
 // lost lock ends the wait.
-func (h *handler[T]) takeLimits(ctx, lctx context.Context, log *slog.Logger, task *asynq.Task, id execID, resource string, attempts int) (*limit.Hold, error) {
+func (h *handler[T]) takeLimits(ctx, lctx context.Context, log *slog.Logger, task *asynq.Task, id execID, resource string) (*limit.Hold, error) {
 	l := h.limits
 	if l == nil {
 		return nil, nil
@@ -220,7 +220,7 @@ func (h *handler[T]) takeLimits(ctx, lctx context.Context, log *slog.Logger, tas
 		h.warnIfBudgetSpent(ctx, log)
 		log.DebugContext(ctx, "limited: rescheduling", "limit", refused.Name, "limit_value", refused.Value,
 			"limit_reason", refused.Reason, "retry_in", after)
-		if lerr := h.store.RecordLimited(ctx, h.attempt(id, resource), attempts, refused.Error()); lerr != nil {
+		if lerr := h.store.RecordLimited(ctx, h.attempt(id, resource), refused.Error()); lerr != nil {
 			log.WarnContext(ctx, "recording the limited attempt failed", "error", lerr)
 		}
 		return nil, &LimitedError{Task: h.kind, Key: id.key, Limit: refused.Name, Value: refused.Value,

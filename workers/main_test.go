@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -94,6 +95,22 @@ func (e *env) deps(obs Observer, ttl time.Duration) Deps {
 		Logger:   testenv.Logger(),
 		Observer: obs,
 	}
+}
+
+// submitJob records a job of tenant for order id in status as the
+// gateway would (its jobs row) and returns its id and task.
+func (e *env) submitJob(t *testing.T, tenant, orderID string, status job.Status) (string, *asynq.Task) {
+	t.Helper()
+	id := "job_" + strings.ReplaceAll(testenv.Prefix(), ":", "") + orderID
+	payload, _ := json.Marshal(order{OrderID: orderID})
+	_, err := e.pool.Exec(t.Context(), `
+INSERT INTO jobs (id, tenant, route, idempotency_key, task, queue, business_key, payload, status, not_before)
+VALUES ($1, $2, 'orders', $1, $3, 'default', $4, $5, $6, CASE WHEN $6 = 'scheduled' THEN now() + interval '1 hour' END)`,
+		id, tenant, kind, "effect:"+orderID, payload, string(status))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id, asynq.NewTaskWithHeaders(kind, payload, map[string]string{job.HeaderID: id, job.HeaderTenant: tenant})
 }
 
 func (e *env) lockKey(orderID string) string { return e.prefix + "lock:{order:" + orderID + "}" }

@@ -14,7 +14,7 @@ import (
 
 // How a succeeded effect gets recorded. Once fn has returned a result the
 // effect is done, and the one thing left is to write it down: the
-// execution state (MarkSucceeded) and the job's status. When that write
+// execution state, with the job's status (MarkSucceeded). When that write
 // fails, running the attempt again would deliver the effect again — an
 // HTTP receiver gets the whole request a second time — only because the
 // database blinked (a failover, a synchronous standby that fell behind).
@@ -59,11 +59,10 @@ func recordFinal(err error) bool {
 }
 
 // recordSuccess records that the attempt's effect succeeded with ref:
-// the execution state, then the job's status, each retried as the
-// comment above says. It returns nil once the execution state holds the
-// success (a status that could not be written is logged: the relay and
-// the replay of the job's task bring the job document up to date), and
-// the error that retries the task otherwise.
+// the execution state, its ledger row and the job's document, in one
+// statement (execution.Store.MarkSucceeded), retried as the comment above
+// says. It returns nil once that has committed, and the error that
+// retries the task otherwise.
 func (r *run[T]) recordSuccess(ctx context.Context, ref string) error {
 	h := r.h
 	lctx := r.lease.Context()
@@ -118,24 +117,7 @@ func (r *run[T]) recordSuccess(ctx context.Context, ref string) error {
 		r.log.WarnContext(ctx, "recording the success failed: retrying the record, not the effect", "error", err, "tries", tries)
 	}
 
-	if h.onStatus == nil {
-		return nil
-	}
-	// The execution state is the truth from here on; the job document
-	// follows it. Its write is retried on the same terms, so a job does
-	// not show processing for a relay period after a blink.
-	for tries := 1; ; tries++ {
-		fctx, cancel := finishContext(ctx)
-		err := h.onStatus(fctx, r.task, r.id.key, job.StatusSucceeded, r.attempts, ref, "")
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if !wait() {
-			h.log.WarnContext(ctx, "job status not recorded", "job_id", r.task.Headers()[job.HeaderID],
-				"status", job.StatusSucceeded, "err", err, "tries", tries)
-			return nil
-		}
-		h.obs.RecordRetried(h.kind)
-	}
+	// The job document was written by the same statement.
+	h.report(ctx, r.task, r.id.key, job.StatusSucceeded, r.attempts, ref, "", true)
+	return nil
 }

@@ -85,34 +85,6 @@ func TestRecordRetriedNotTheEffect(t *testing.T) {
 	}
 }
 
-// A job status that fails to follow the success is retried too.
-func TestRecordRetriesTheJobStatus(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	obs := newRecorder()
-	var st statuses
-	var fails atomic.Int64
-	fails.Store(2)
-	deps := e.deps(obs, 5*time.Second)
-	deps.OnStatus = func(ctx context.Context, task *asynq.Task, key string, status job.Status, attempts int, ref, lastErr string) error {
-		if status == job.StatusSucceeded && fails.Add(-1) >= 0 {
-			return errStoreDown
-		}
-		return st.fn(ctx, task, key, status, attempts, ref, lastErr)
-	}
-	var calls atomic.Int64
-	h := Handle(deps, kind, orderKey, orderResource, plainEffect(e.pool, "A", &calls))
-	if err := h.ProcessTask(t.Context(), newTask(t, "r2")); err != nil {
-		t.Fatal(err)
-	}
-	if got := st.list(); len(got) != 2 || !strings.Contains(got[1], "succeeded") {
-		t.Fatalf("statuses = %q, want processing then succeeded", got)
-	}
-	if got := obs.count("record:retried"); got != 2 {
-		t.Fatalf("record retries counted = %d, want 2", got)
-	}
-}
-
 // A store that stays down past the bound (a few lock TTLs) ends the
 // attempt as before: an error that retries the task, never a failure,
 // the job still processing.

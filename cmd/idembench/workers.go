@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -149,14 +150,19 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 		deps.Lock.Prefix = "idembench:"
 		work := func(context.Context, workers.Job[benchPayload]) (string, error) { return "ok", nil }
 		if *mode == "effect" {
-			// As `idemgate worker` runs it: the job document follows
-			// every status change.
-			deps.OnStatus = job.NewRecords(pool).Follow
+			// As `idemgate worker` runs it: the job document kept
+			// current at every status change. The effect and the
+			// success commit together (Job.CompleteTx), as River's side
+			// does with JobCompleteTx.
+			deps.Jobs = job.NewRecords(pool)
 			work = func(ctx context.Context, j workers.Job[benchPayload]) (string, error) {
-				if _, err := pool.Exec(ctx, insertEffect, j.Payload.ID); err != nil {
-					return "", err
-				}
-				return "ok", nil
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, insertEffect, j.Payload.ID); err != nil {
+						return err
+					}
+					return j.CompleteTx(ctx, tx, "ok")
+				})
+				return "ok", err
 			}
 		}
 		h = workers.Handle(deps, benchTask,

@@ -108,7 +108,9 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 	relay := job.NewRelay(job.NewSubmitter(pool, client), inspector, relayOpts)
 	deps.Observer = metrics
 	records := job.NewRecords(pool)
-	deps.OnStatus = records.Follow
+	// The job documents: written with the execution state at an
+	// attempt's start and success, through records.Follow otherwise.
+	deps.Jobs = records
 	cancels := workers.NewCancelWatcher(records.Cancelling, cfg.Worker.WithDefaults().CancelCheckInterval, logger)
 	deps.Cancels = cancels
 	handlers := workers.NewHandlers()

@@ -99,15 +99,20 @@ UPDATE job_attempts SET outcome = $4, ended_at = now(), error = NULLIF($5, '')
 	return nil
 }
 
+// attemptsSoFar is the job's attempt count as its execution row has it
+// (0 for a job that has none), for the ledger rows of deliveries that did
+// not become attempts; $2 and $3 are the tenant and the key.
+const attemptsSoFar = `COALESCE((SELECT attempt_count FROM job_executions WHERE tenant = $2 AND key = $3), 0)`
+
 // RecordBusy adds an ended lock_busy row for a delivery of a that found its
-// resource locked by another worker: attempts is the job's count so far
-// (the busy delivery does not count), a.Token is ignored. It is a write of
-// its own, on the contended path only.
-func (s *Store) RecordBusy(ctx context.Context, a Attempt, attempts int) error {
+// resource locked by another worker, numbered with the job's attempts so
+// far (the busy delivery does not count); a.Token is ignored. It is a
+// write of its own, on the contended path only.
+func (s *Store) RecordBusy(ctx context.Context, a Attempt) error {
 	_, err := s.db.Exec(ctx, `
 INSERT INTO job_attempts (job_id, tenant, key, task, resource, attempt, worker, ended_at, outcome)
-VALUES ($1, $2, $3, $4, $5, $6, $7, now(), 'lock_busy')`,
-		a.JobID, a.Tenant, a.Key, a.Task, a.Resource, max(attempts, 0), a.Worker)
+VALUES ($1, $2, $3, $4, $5, `+attemptsSoFar+`, $6, now(), 'lock_busy')`,
+		a.JobID, a.Tenant, a.Key, a.Task, a.Resource, a.Worker)
 	if err != nil {
 		return fmt.Errorf("execution: record busy attempt of %q: %w", a.Key, err)
 	}

@@ -38,7 +38,7 @@ func TestLedger(t *testing.T) {
 	if err := store.MarkUnavailable(ctx, "acme", "payment:1", third.FencingToken, "partner 503"); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.RecordBusy(ctx, a, 2); err != nil {
+	if err := store.RecordBusy(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	fourth, err := store.Take(ctx, a)

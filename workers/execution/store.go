@@ -236,8 +236,10 @@ func Conflicts(rec Record, sha string) bool {
 // to increase, not to be consecutive.
 //
 // When a.JobID names a job record (the jobs row a submitted job has), the
-// same statement locks that row first and moves a scheduled, queued or
-// retrying job to processing, so a cancel (job.Records.Cancel, which locks
+// same statement locks that row first and, once the job is taken, moves a
+// scheduled, queued or retrying job to processing with the attempt's
+// number, so the job document shows the start in the take's own commit;
+// a cancel (job.Records.Cancel, which locks
 // the row too) either commits before the take and finds it refused, or
 // waits and finds the job processing. A job cancelled or being cancelled
 // is refused with ErrCancelled, and nothing starts: no token is drawn, the
@@ -248,10 +250,7 @@ func Conflicts(rec Record, sha string) bool {
 func (s *Store) Take(ctx context.Context, a Attempt) (Record, error) {
 	query := `
 WITH job AS (
-    UPDATE jobs SET status     = CASE WHEN status IN ('scheduled', 'queued', 'retrying') THEN 'processing' ELSE status END,
-                    updated_at = CASE WHEN status IN ('scheduled', 'queued', 'retrying') THEN now() ELSE updated_at END
-     WHERE id = $6::text
-    RETURNING status
+    SELECT status FROM jobs WHERE id = $6::text FOR UPDATE
 ), gate AS (
     SELECT NOT EXISTS (SELECT 1 FROM job WHERE status IN ('cancelling', 'cancelled')) AS ok
 ), released AS (
@@ -268,7 +267,13 @@ WITH job AS (
 ), taken AS (
 INSERT INTO job_executions AS e (tenant, key, task, resource, status, attempt_count, fencing_token, payload_sha256)
 SELECT $2, $3, $4, $1, 'processing', 1, next.token, NULLIF($5, '') FROM next
-` + markProcessing + ledgerTake + `
+` + markProcessing + `
+), doc AS (
+    UPDATE jobs j SET status     = CASE WHEN j.status IN ('scheduled', 'queued', 'retrying') THEN 'processing' ELSE j.status END,
+                      attempts   = GREATEST(j.attempts, t.attempt_count),
+                      updated_at = now()
+      FROM taken t
+     WHERE j.id = $6::text` + ledgerTake + `
 UNION ALL
 SELECT $2, $3, $4, $1, 'cancelled', '', 0, 0::bigint, '', '', now(), now(), NULL::timestamptz FROM gate WHERE NOT gate.ok`
 	var r Record
@@ -315,10 +320,6 @@ SELECT count(*) FROM done`
 }
 
 var (
-	markSucceededSQL = ledgerEnd(`
-UPDATE job_executions
-   SET status = 'succeeded', result_ref = $4, last_error = NULL, finished_at = now(), updated_at = now()
- WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`)
 	markRetryingSQL = ledgerEnd(`
 UPDATE job_executions SET last_error = $4, updated_at = now()
  WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`)
@@ -331,6 +332,32 @@ UPDATE job_executions
    SET status = 'failed', last_error = $4, finished_at = now(), updated_at = now()
  WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`)
 )
+
+// markSucceededSQL records a success: the execution, the attempt's ledger
+// row and the job's document (the jobs row the ledger names, if there is
+// one) in one statement, so one commit. The job document moves as
+// job.Records.SetStatus would move it: a cancelling job ends succeeded
+// (its attempt did the effect), a succeeded or cancelled one stays.
+const markSucceededSQL = `
+WITH done AS (
+    UPDATE job_executions
+       SET status = 'succeeded', result_ref = $4, last_error = NULL, finished_at = now(), updated_at = now()
+     WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'
+    RETURNING tenant, key, fencing_token, attempt_count
+), ended AS (
+    UPDATE job_attempts a SET outcome = $5::text, ended_at = now(), error = NULLIF($6::text, '')
+      FROM done d
+     WHERE a.tenant = d.tenant AND a.key = d.key AND a.fencing_token = d.fencing_token
+    RETURNING a.job_id, d.attempt_count
+), doc AS (
+    UPDATE jobs j
+       SET status = 'succeeded', attempts = GREATEST(j.attempts, e.attempt_count),
+           result_ref = COALESCE(NULLIF($4, ''), j.result_ref), last_error = NULL,
+           finished_at = COALESCE(j.finished_at, now()), updated_at = now()
+      FROM ended e
+     WHERE j.id = e.job_id AND e.job_id <> '' AND j.status NOT IN ('succeeded', 'cancelled')
+)
+SELECT count(*) FROM done`
 
 // markCancelledSQL ends the attempt a cancel stopped. Like a failed job, a
 // cancelled one releases its business key (see markProcessing).
@@ -350,12 +377,29 @@ func (s *Store) mark(ctx context.Context, query, tenant, key string, token int64
 // MarkSucceeded records the job's result, if the attempt holding token
 // still owns it. It is the last write of a job: the task is acked after it.
 // Called again by the same attempt it does nothing. The attempt's ledger
-// row ends as succeeded.
+// row ends as succeeded, and the job's document (the jobs row of the
+// attempt's job id, when it has one) shows succeeded with resultRef, all
+// in one statement.
 func (s *Store) MarkSucceeded(ctx context.Context, tenant, key string, token int64, resultRef string) error {
 	var n int64
+	resultRef = storableText(resultRef)
 	err := s.queryRow(ctx, jobOrder(tenant, key), markSucceededSQL, func(row pgx.Row) error { return row.Scan(&n) },
 		tenant, key, token, resultRef, string(OutcomeSucceeded), "")
 	return s.marked(ctx, "succeeded", tenant, key, token, job.StatusSucceeded, n, err)
+}
+
+// CompleteTx is MarkSucceeded in tx, a transaction of the caller's: the
+// business function's own, so that its effect and the record of its
+// success commit together or not at all (River's JobCompleteTx). Nothing
+// is recorded until tx commits. The statement locks the job's execution
+// row until then, so a newer attempt's Take waits for the commit and
+// finds the job succeeded, or the call finds the newer token and returns a
+// *fence.StaleTokenError: roll tx back on any error.
+func CompleteTx(ctx context.Context, tx DB, tenant, key string, token int64, resultRef string) error {
+	var n int64
+	err := tx.QueryRow(ctx, markSucceededSQL, tenant, key, token, storableText(resultRef),
+		string(OutcomeSucceeded), "").Scan(&n)
+	return (&Store{db: tx}).marked(ctx, "succeeded", tenant, key, token, job.StatusSucceeded, n, err)
 }
 
 // MarkRetrying records the transient error an attempt ended with; the
@@ -431,6 +475,16 @@ func (s *Store) marked(ctx context.Context, op, tenant, key string, token int64,
 		return fmt.Errorf("execution: mark %q %s: %w", key, op, ErrSucceeded)
 	}
 	return fmt.Errorf("execution: mark %q %s: %w (it is %s)", key, op, ErrNotProcessing, cur.Status)
+}
+
+// storableText makes s a PostgreSQL text value: each U+0000, and each run
+// of bytes that are not UTF-8, becomes U+FFFD. A result reference can come
+// from a receiver's answer.
+func storableText(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // clip keeps a stored error short and valid UTF-8.
