@@ -62,7 +62,10 @@ ON CONFLICT (tenant, adjustment_id) DO NOTHING`, job.Tenant, p.AdjustmentID, p.S
 			return fmt.Errorf("ledger: %w", err)
 		}
 		if tag.RowsAffected() == 0 {
-			return sameAdjustment(ctx, tx, job.Tenant, p)
+			if err := sameAdjustment(ctx, tx, job.Tenant, p); err != nil {
+				return err
+			}
+			return job.CompleteTx(ctx, tx, p.AdjustmentID)
 		}
 		// FOR UPDATE queues adjustments of one SKU behind each other even
 		// without the Redis lock, and reads the newest committed stock.
@@ -84,7 +87,11 @@ UPDATE inventory_items SET stock = stock + $3, fencing_token = $4, updated_at = 
 		if err != nil {
 			return fmt.Errorf("update the stock: %w", err)
 		}
-		return fence.Expect(tag, job.Resource, job.Token)
+		if err := fence.Expect(tag, job.Resource, job.Token); err != nil {
+			return err
+		}
+		// The stock, its ledger row and the job's success commit together.
+		return job.CompleteTx(ctx, tx, p.AdjustmentID)
 	})
 	if err != nil {
 		return "", fmt.Errorf("adjustment %q of SKU %q: %w", p.AdjustmentID, p.SKU, err)

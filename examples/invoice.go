@@ -18,6 +18,11 @@ import (
 // that invoice instead of making a second one. The lock and the fence add
 // nothing to correctness here; they keep two workers from doing the work at
 // once and a stale one from writing at all.
+//
+// The job's success is recorded in the same transaction (Job.CompleteTx):
+// the invoice and the record that the job made it commit together, so
+// the crash above can only come from a database outside this one, and
+// the job costs one commit for its effect and its success.
 
 // ErrInvoiceConflict is returned, permanently, for an order that already has
 // an invoice with another amount or currency: the first request for an
@@ -42,6 +47,9 @@ INSERT INTO invoices (tenant, order_id, amount_cents, currency, job_key, fencing
 VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (tenant, order_id) DO NOTHING
 RETURNING id`, job.Tenant, p.OrderID, p.AmountCents, p.Currency, job.Key, job.Token).Scan(&id)
+		if err == nil {
+			return job.CompleteTx(ctx, tx, id)
+		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
@@ -60,7 +68,7 @@ RETURNING id`, job.Tenant, p.OrderID, p.AmountCents, p.Currency, job.Key, job.To
 			return workers.Permanent(fmt.Errorf("order %q: invoice %s is for %d %s, not %d %s: %w",
 				p.OrderID, id, amount, currency, p.AmountCents, p.Currency, ErrInvoiceConflict))
 		}
-		return nil
+		return job.CompleteTx(ctx, tx, id)
 	})
 	if err != nil {
 		return "", fmt.Errorf("invoice for order %q: %w", p.OrderID, err)

@@ -159,10 +159,11 @@ type completion struct {
 // attempt waits for the commit and then finds the job succeeded.
 // Returning nil after rolling tx back leaves the job processing with its
 // attempt open: the relay's takeover hands it out again once the lock is
-// gone.
+// gone. On a Job the framework did not make (a test calling the business
+// function directly) it does nothing.
 func (j Job[T]) CompleteTx(ctx context.Context, tx pgx.Tx, resultRef string) error {
 	if j.completion == nil {
-		return errors.New("workers: CompleteTx called outside an attempt")
+		return nil // a Job made by hand, as a unit test of fn does: nothing to complete
 	}
 	if err := execution.CompleteTx(ctx, tx, j.Tenant, j.Key, j.Token, resultRef); err != nil {
 		return fmt.Errorf("workers: complete %s: %w", j.Key, err)
