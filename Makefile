@@ -104,6 +104,10 @@ bench-quick: build ## the same scenarios in about 2 minutes
 bench-river: build ## idemgate's worker next to River, both writing one effect row a job, at concurrency 10 and 50, on a private PostgreSQL and Redis (about 2 minutes; RIVERFLAGS)
 	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench run -scenarios river -private -jobs 5000 -rounds 2 $(RIVERFLAGS)
 
+.PHONY: bench-river-sweep
+bench-river-sweep: build ## the river scenario at concurrency 1, 10, 50 and 200: jobs/s, handler p50 / p99 and WAL syncs per job, plotted in river.png, on a private PostgreSQL and Redis (about 5 minutes; RIVERFLAGS)
+	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench run -scenarios river -private -jobs 3000 -rounds 1 -river-concurrency 1,10,50,200 $(RIVERFLAGS)
+
 .PHONY: bench-scale
 bench-scale: build ## claims, replays, 409s and the janitor with 1M and 10M stored records, per store (about 20 minutes; SCALEFLAGS)
 	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench scale $(SCALEFLAGS)

@@ -60,6 +60,7 @@ type benchReport struct {
 	Scenarios []scenarioRecord `json:"scenarios"`
 	Workers   []workerPair     `json:"workers,omitempty"`
 	River     []riverRound     `json:"river,omitempty"`
+	RiverPlot string           `json:"river_plot,omitempty"`
 	Problems  []string         `json:"problems,omitempty"`
 }
 

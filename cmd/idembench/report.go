@@ -208,6 +208,9 @@ func (rep *benchReport) markdown() string {
 	if len(rep.River) > 0 {
 		b.WriteString("### Workers next to River\n\n")
 		b.WriteString(riverTable(rep.River))
+		if rep.RiverPlot != "" {
+			fmt.Fprintf(&b, "Plot: `%s`\n\n", rep.RiverPlot)
+		}
 	}
 	rep.targets(&b)
 	if len(rep.Problems) > 0 {
@@ -412,6 +415,11 @@ func yesNo(ok bool) string {
 
 // writeReport prints the tables and saves them with the raw data.
 func writeReport(rep *benchReport, dir string, stdout io.Writer) error {
+	if path, err := riverPlot(rep.River, dir); err != nil {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("river: plot: %v", err))
+	} else {
+		rep.RiverPlot = path
+	}
 	if err := saveResults(stdout, dir, "results", rep.markdown(), rep); err != nil {
 		return err
 	}

@@ -28,10 +28,13 @@ func TestParseConcurrencies(t *testing.T) {
 // ratio is idemgate's jobs/s over River's, CPU is per job in µs, and the
 // PostgreSQL counters are divided by the jobs.
 func TestRiverTableRow(t *testing.T) {
-	idem := workerResult{Jobs: 1000, JobsPerSec: 500, CPUSeconds: 0.7, DB: &dbCounters{Commits: 5300, WALSyncs: 1290}}
-	river := workerResult{Jobs: 1000, JobsPerSec: 1000, CPUSeconds: 0.32, DB: &dbCounters{Commits: 1300, WALSyncs: 250}}
+	idem := workerResult{Jobs: 1000, JobsPerSec: 500, CPUSeconds: 0.7, DB: &dbCounters{Commits: 5300, WALSyncs: 1290}, P50Ms: 1.5, P99Ms: 12.25}
+	river := workerResult{Jobs: 1000, JobsPerSec: 1000, CPUSeconds: 0.32, DB: &dbCounters{Commits: 1300, WALSyncs: 250}, P50Ms: 0.8, P99Ms: 4}
 	out := riverTable([]riverRound{{Concurrency: 50, Round: 2, Idemgate: idem, River: river}})
-	want := "| 50 | 2 | 500 | 1000 | 0.50× | 700 / 320 | 5.30 / 1.30 | 1.29 / 0.25 |"
+	if !strings.Contains(out, "| handler p50 / p99 ms (idemgate / River) |") {
+		t.Errorf("river table lacks the handler column:\n%s", out)
+	}
+	want := "| 50 | 2 | 500 | 1000 | 0.50× | 700 / 320 | 5.30 / 1.30 | 1.29 / 0.25 | 1.50 / 12.25 · 0.80 / 4.00 |"
 	if !strings.Contains(out, want) {
 		t.Errorf("river table lacks the row %q:\n%s", want, out)
 	}
@@ -69,6 +72,9 @@ func TestRiverAndEffectSidesDoEveryJob(t *testing.T) {
 		}
 		if res.Jobs != jobs || res.JobsPerSec <= 0 || res.CPUSeconds <= 0 {
 			t.Errorf("%s: result %+v, want %d jobs with a rate and CPU time", mode, res, jobs)
+		}
+		if res.P50Ms <= 0 || res.P99Ms < res.P50Ms {
+			t.Errorf("%s: handler p50 %v ms, p99 %v ms; want 0 < p50 <= p99", mode, res.P50Ms, res.P99Ms)
 		}
 	}
 }

@@ -50,6 +50,10 @@ type workerResult struct {
 	Seconds    float64 `json:"seconds"`
 	JobsPerSec float64 `json:"jobs_per_sec"`
 	CPUSeconds float64 `json:"cpu_seconds"`
+	// The handler's own time per job, from its call to its return, the
+	// effect and the job's completion included (handlerTimes).
+	P50Ms float64 `json:"p50_ms"`
+	P99Ms float64 `json:"p99_ms"`
 	// Filled by the harness: what PostgreSQL and Redis did for the run
 	// (the enqueueing included for Redis).
 	DB         *dbCounters      `json:"db,omitempty"`
@@ -171,8 +175,11 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 			work)
 	}
 	var failed atomic.Int64
+	times := newHandlerTimes(*jobs)
 	counted := asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		start := time.Now()
 		err := h.ProcessTask(ctx, t)
+		times.add(start)
 		if err != nil {
 			failed.Add(1)
 			return err
@@ -220,6 +227,7 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 		Mode: *mode, Jobs: *jobs, Seconds: elapsed.Seconds(),
 		JobsPerSec: float64(*jobs) / elapsed.Seconds(), CPUSeconds: (cpu1 - cpu0).Seconds(),
 	}
+	res.P50Ms, res.P99Ms = times.percentiles()
 	return json.NewEncoder(stdout).Encode(res)
 }
 
@@ -369,8 +377,8 @@ func measureWorker(ctx context.Context, o *benchOptions, svc *services, mode, qu
 // logWorker prints one side's run to the progress log.
 func logWorker(log io.Writer, mode string, round int, res workerResult) {
 	commits, syncs := res.perJob()
-	fmt.Fprintf(log, "  workers %-7s round %d: %6.0f jobs/s  (%d jobs in %.2fs, %.0f µs CPU/job; PostgreSQL %.2f commits/job, %.2f WAL syncs/job)\n",
-		mode, round+1, res.JobsPerSec, res.Jobs, res.Seconds, res.cpuPerJob(), commits, syncs)
+	fmt.Fprintf(log, "  workers %-7s round %d: %6.0f jobs/s  (%d jobs in %.2fs, %.0f µs CPU/job, handler p50 %.2f ms p99 %.2f ms; PostgreSQL %.2f commits/job, %.2f WAL syncs/job)\n",
+		mode, round+1, res.JobsPerSec, res.Jobs, res.Seconds, res.cpuPerJob(), res.P50Ms, res.P99Ms, commits, syncs)
 }
 
 // cpuPerJob is the worker process's CPU per job, in µs.
