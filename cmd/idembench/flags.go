@@ -41,6 +41,7 @@ type benchOptions struct {
 	riverConcurrency  []int
 	private           bool
 	dbURL, redisURL   string
+	pgPid, redisPid   int // with -private: the postmaster's and redis-server's
 	redisDB           int
 	inflightRate      int
 	tracing           bool

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -77,23 +76,18 @@ func execCommand(ctx context.Context, argv []string) *exec.Cmd {
 	return cmd
 }
 
+// procCPU is the CPU time process pid has used so far (utime + stime,
+// all its threads).
 func procCPU(pid int) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}
-	// The command name may hold spaces; the fields after it are plain.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, errors.New("malformed /proc stat")
+	st, err := parseProcStat(b)
+	if err != nil {
+		return 0, err
 	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, errors.New("malformed /proc stat")
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+	return ticks(st.utime + st.stime), nil
 }
 
 // rss is the child's resident set size in bytes (VmRSS).

@@ -78,8 +78,8 @@ func parseConcurrencies(s string) ([]int, error) {
 // being idemgate's jobs/s over River's.
 func riverTable(rounds []riverRound) string {
 	var b strings.Builder
-	b.WriteString("Each round runs idemgate's worker as `idemgate worker` runs it (workers.Handle, job documents kept current) and River (effect + `JobCompleteTx` in one transaction, 1 ms fetch cooldown), each handler writing one effect row into PostgreSQL, at the same concurrency and pool size, on the same database; the order flips every round; the jobs are enqueued before the clock starts. CPU is each worker process's own (/proc/PID/stat). PostgreSQL commits and WAL syncs are cluster-wide per job. A handler's time runs from its call to its return, the effect and the job's completion included: idemgate's p50 / p99, then River's.\n\n")
-	b.WriteString("| concurrency | round | idemgate jobs/s | River jobs/s | ratio | worker CPU µs/job (idemgate / River) | PG commits/job (idemgate / River) | WAL syncs/job (idemgate / River) | handler p50 / p99 ms (idemgate / River) |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("Each round runs idemgate's worker as `idemgate worker` runs it (workers.Handle, job documents kept current) and River (effect + `JobCompleteTx` in one transaction, 1 ms fetch cooldown), each handler writing one effect row into PostgreSQL, at the same concurrency and pool size, on the same database; the order flips every round; the jobs are enqueued before the clock starts. Worker CPU is the worker process's own (/proc/PID/stat); with -private, PostgreSQL's is the whole cluster's (backends included) and Redis's the server's. PostgreSQL commits and WAL syncs are cluster-wide per job. A handler's time runs from its call to its return, the effect and the job's completion included: idemgate's p50 / p99, then River's.\n\n")
+	b.WriteString("| concurrency | round | idemgate jobs/s | River jobs/s | ratio | worker CPU µs/job (idemgate / River) | PostgreSQL CPU µs/job (idemgate / River) | Redis CPU µs/job (idemgate / River) | PG commits/job (idemgate / River) | WAL syncs/job (idemgate / River) | handler p50 / p99 ms (idemgate / River) |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rounds {
 		ic, is := r.Idemgate.perJob()
 		rc, rs := r.River.perJob()
@@ -87,9 +87,11 @@ func riverTable(rounds []riverRound) string {
 		if r.River.JobsPerSec > 0 {
 			ratio = fmt.Sprintf("%.2f×", r.Idemgate.JobsPerSec/r.River.JobsPerSec)
 		}
-		fmt.Fprintf(&b, "| %d | %d | %.0f | %.0f | %s | %.0f / %.0f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f · %.2f / %.2f |\n",
+		ipg, irdb := r.Idemgate.serverCPUPerJob()
+		rpg, rrdb := r.River.serverCPUPerJob()
+		fmt.Fprintf(&b, "| %d | %d | %.0f | %.0f | %s | %.0f / %.0f | %s / %s | %s / %s | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f · %.2f / %.2f |\n",
 			r.Concurrency, r.Round, r.Idemgate.JobsPerSec, r.River.JobsPerSec, ratio,
-			r.Idemgate.cpuPerJob(), r.River.cpuPerJob(), ic, rc, is, rs,
+			r.Idemgate.cpuPerJob(), r.River.cpuPerJob(), ipg, rpg, irdb, rrdb, ic, rc, is, rs,
 			r.Idemgate.P50Ms, r.Idemgate.P99Ms, r.River.P50Ms, r.River.P99Ms)
 	}
 	b.WriteString("\n")
@@ -122,5 +124,6 @@ func startPrivateServices(ctx context.Context, o *benchOptions) (stop func(), er
 		return nil, fmt.Errorf("private redis: %w", err)
 	}
 	o.dbURL, o.redisURL = chaos.URL(pg.Addr(), "postgres"), rdb.URL()
+	o.pgPid, o.redisPid = pg.Pid(), rdb.Pid()
 	return func() { rdb.Close(); pg.Close(); _ = os.RemoveAll(dir) }, nil
 }

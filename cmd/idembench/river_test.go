@@ -26,21 +26,25 @@ func TestParseConcurrencies(t *testing.T) {
 
 // TestRiverTableRow checks what a reader takes from the river table: the
 // ratio is idemgate's jobs/s over River's, CPU is per job in µs, and the
-// PostgreSQL counters are divided by the jobs.
+// PostgreSQL counters and the servers' CPU are divided by the jobs.
 func TestRiverTableRow(t *testing.T) {
-	idem := workerResult{Jobs: 1000, JobsPerSec: 500, CPUSeconds: 0.7, DB: &dbCounters{Commits: 5300, WALSyncs: 1290}, P50Ms: 1.5, P99Ms: 12.25}
-	river := workerResult{Jobs: 1000, JobsPerSec: 1000, CPUSeconds: 0.32, DB: &dbCounters{Commits: 1300, WALSyncs: 250}, P50Ms: 0.8, P99Ms: 4}
+	idem := workerResult{Jobs: 1000, JobsPerSec: 500, CPUSeconds: 0.7, PGCPUSeconds: 1.8, RedisCPUSeconds: 0.25, DB: &dbCounters{Commits: 5300, WALSyncs: 1290}, P50Ms: 1.5, P99Ms: 12.25}
+	river := workerResult{Jobs: 1000, JobsPerSec: 1000, CPUSeconds: 0.32, PGCPUSeconds: 0.9, DB: &dbCounters{Commits: 1300, WALSyncs: 250}, P50Ms: 0.8, P99Ms: 4}
 	out := riverTable([]riverRound{{Concurrency: 50, Round: 2, Idemgate: idem, River: river}})
-	if !strings.Contains(out, "| handler p50 / p99 ms (idemgate / River) |") {
-		t.Errorf("river table lacks the handler column:\n%s", out)
+	for _, col := range []string{"| handler p50 / p99 ms (idemgate / River) |", "| PostgreSQL CPU µs/job (idemgate / River) | Redis CPU µs/job (idemgate / River) |"} {
+		if !strings.Contains(out, col) {
+			t.Errorf("river table lacks the column %q:\n%s", col, out)
+		}
 	}
-	want := "| 50 | 2 | 500 | 1000 | 0.50× | 700 / 320 | 5.30 / 1.30 | 1.29 / 0.25 | 1.50 / 12.25 · 0.80 / 4.00 |"
+	// River's side uses no Redis: a measured 0, not "–".
+	want := "| 50 | 2 | 500 | 1000 | 0.50× | 700 / 320 | 1800 / 900 | 250 / 0 | 5.30 / 1.30 | 1.29 / 0.25 | 1.50 / 12.25 · 0.80 / 4.00 |"
 	if !strings.Contains(out, want) {
 		t.Errorf("river table lacks the row %q:\n%s", want, out)
 	}
 	// A side without counters or jobs reads as zeros, not NaN.
 	out = riverTable([]riverRound{{Concurrency: 1, Round: 1}})
-	if strings.Contains(out, "NaN") || !strings.Contains(out, "| 1 | 1 | 0 | 0 | – |") {
+	// Without -private the servers' CPU is not measured: "–".
+	if strings.Contains(out, "NaN") || !strings.Contains(out, "| 1 | 1 | 0 | 0 | – | 0 / 0 | – / – | – / – |") {
 		t.Errorf("an empty round reads:\n%s", out)
 	}
 }

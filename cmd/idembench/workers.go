@@ -50,6 +50,11 @@ type workerResult struct {
 	Seconds    float64 `json:"seconds"`
 	JobsPerSec float64 `json:"jobs_per_sec"`
 	CPUSeconds float64 `json:"cpu_seconds"`
+	// Filled by the harness with -private, zero otherwise: the CPU the
+	// PostgreSQL cluster (every backend and auxiliary process) and Redis
+	// spent during the timed part.
+	PGCPUSeconds    float64 `json:"pg_cpu_seconds"`
+	RedisCPUSeconds float64 `json:"redis_cpu_seconds"`
 	// The handler's own time per job, from its call to its return, the
 	// effect and the job's completion included (handlerTimes).
 	P50Ms float64 `json:"p50_ms"`
@@ -350,6 +355,7 @@ func measureWorker(ctx context.Context, o *benchOptions, svc *services, mode, qu
 	}
 	svc.settle(ctx)
 	db0, calls0 := svc.dbCounters(ctx), svc.redisCalls(ctx)
+	pg0, rdb0 := o.privateCPU()
 	if res, err = runWorkerOnce(ctx, o, svc, mode, phase, queue, concurrency, outPath, profile); err != nil {
 		return res, err
 	}
@@ -361,7 +367,13 @@ func measureWorker(ctx context.Context, o *benchOptions, svc *services, mode, qu
 			}
 		}()
 	}
+	// After settle: the run's backends have exited and been reaped into
+	// the postmaster's cutime and cstime.
 	svc.settle(ctx)
+	pg1, rdb1 := o.privateCPU()
+	if o.pgPid > 0 {
+		res.PGCPUSeconds, res.RedisCPUSeconds = (pg1 - pg0).Seconds(), (rdb1 - rdb0).Seconds()
+	}
 	d := svc.dbCounters(ctx).sub(db0)
 	res.DB = &d
 	res.RedisCalls = map[string]int64{}
@@ -377,8 +389,9 @@ func measureWorker(ctx context.Context, o *benchOptions, svc *services, mode, qu
 // logWorker prints one side's run to the progress log.
 func logWorker(log io.Writer, mode string, round int, res workerResult) {
 	commits, syncs := res.perJob()
-	fmt.Fprintf(log, "  workers %-7s round %d: %6.0f jobs/s  (%d jobs in %.2fs, %.0f µs CPU/job, handler p50 %.2f ms p99 %.2f ms; PostgreSQL %.2f commits/job, %.2f WAL syncs/job)\n",
-		mode, round+1, res.JobsPerSec, res.Jobs, res.Seconds, res.cpuPerJob(), res.P50Ms, res.P99Ms, commits, syncs)
+	pg, rdb := res.serverCPUPerJob()
+	fmt.Fprintf(log, "  workers %-7s round %d: %6.0f jobs/s  (%d jobs in %.2fs, %.0f µs CPU/job, handler p50 %.2f ms p99 %.2f ms; PostgreSQL %.2f commits/job, %.2f WAL syncs/job, %s µs CPU/job; Redis %s µs CPU/job)\n",
+		mode, round+1, res.JobsPerSec, res.Jobs, res.Seconds, res.cpuPerJob(), res.P50Ms, res.P99Ms, commits, syncs, pg, rdb)
 }
 
 // cpuPerJob is the worker process's CPU per job, in µs.

@@ -46,6 +46,15 @@ func StartRedis(ctx context.Context, dir string, appendOnly bool) (*Redis, error
 // URL is the redis:// URL of database 0.
 func (r *Redis) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.port) }
 
+// Pid is the redis-server's process id, for reading its CPU time; 0
+// before it started.
+func (r *Redis) Pid() int {
+	if r.p == nil {
+		return 0
+	}
+	return r.p.Pid()
+}
+
 // Start starts the server (again, on the same port) and waits until it
 // answers PING.
 func (r *Redis) Start(ctx context.Context) error {
@@ -224,6 +233,15 @@ func isExec(path string) bool {
 
 // Addr is the server's host:port.
 func (pg *Postgres) Addr() string { return fmt.Sprintf("127.0.0.1:%d", pg.port) }
+
+// Pid is the postmaster's process id (the backends are its children),
+// for reading the cluster's CPU time; 0 before it started.
+func (pg *Postgres) Pid() int {
+	if pg.p == nil {
+		return 0
+	}
+	return pg.p.Pid()
+}
 
 // URL is a connection string for database db on addr (the server's own
 // address, or a proxy's in front of it).
