@@ -135,6 +135,27 @@ type Log struct {
 	Level string `yaml:"level"`
 	// Format is "json" (default) or "text".
 	Format string `yaml:"format"`
+	// FlushInterval is how long a line of a running gateway or worker
+	// (the access log's, mostly) may wait in memory before it is written,
+	// with the lines around it, in one write. Default
+	// DefaultLogFlushInterval; 0 writes every line at once. Lines at
+	// warning level and above are always written at once.
+	FlushInterval *time.Duration `yaml:"flush_interval"`
+}
+
+// DefaultLogFlushInterval is log.flush_interval's default.
+const DefaultLogFlushInterval = 100 * time.Millisecond
+
+// MaxLogFlushInterval bounds log.flush_interval: a line of a process
+// killed without warning is lost if it waited longer.
+const MaxLogFlushInterval = 5 * time.Second
+
+// Flush returns log.flush_interval, its default when unset.
+func (l Log) Flush() time.Duration {
+	if l.FlushInterval == nil {
+		return DefaultLogFlushInterval
+	}
+	return *l.FlushInterval
 }
 
 // Auth says how a request names its tenant.

@@ -103,6 +103,9 @@ func (c *Config) validate(o *options) error {
 	default:
 		bad("log.format", "%q is not json or text", c.Log.Format)
 	}
+	if f := c.Log.Flush(); f < 0 || f > MaxLogFlushInterval {
+		bad("log.flush_interval", "%v: want 0 (every line written at once) up to %v", f, MaxLogFlushInterval)
+	}
 
 	switch auth.Mode(c.Auth.Mode) {
 	case auth.ModeAPIKey, auth.ModeHeader, auth.ModeNone:

@@ -64,10 +64,11 @@ func TestValidate(t *testing.T) {
 		},
 		{
 			name: "enumerations",
-			yaml: minimal + "log: {level: trace, format: xml}\nrate_limit_store: disk\nidempotency: {key_syntax: loose, on_store_error: ignore}\n",
+			yaml: minimal + "log: {level: trace, format: xml, flush_interval: 1m}\nrate_limit_store: disk\nidempotency: {key_syntax: loose, on_store_error: ignore}\n",
 			want: []string{
 				`x.yaml:4: log.level: "trace" is not debug, info, warn or error`,
 				`x.yaml:4: log.format: "xml" is not json or text`,
+				`x.yaml:4: log.flush_interval: 1m0s: want 0 (every line written at once) up to 5s`,
 				`x.yaml:5: rate_limit_store: "disk" is not memory or redis`,
 				`x.yaml:6: idempotency.key_syntax: "loose" is not strict or compat`,
 				`x.yaml:6: idempotency.on_store_error: "ignore" is not fail_closed or fail_open`,

@@ -157,7 +157,7 @@ func (g *Gateway) handleJobGet() http.Handler {
 			g.problems.Write(w, r, err)
 			return
 		}
-		watch := g.watchJob(id, jw)
+		watch := g.watchJob(r.Context(), id, jw)
 		defer watch.Stop()
 		rec, err := g.opts.Jobs.Get(r.Context(), auth.Tenant(r.Context()), id)
 		if err != nil {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -23,7 +24,7 @@ const DefaultMaxWait = 30 * time.Second
 // changes: a *job.Watcher is one. Each watch is read once per change for
 // all the watches of its job, never once per caller.
 type JobWatcher interface {
-	Watch(id string) *job.Watch
+	Watch(ctx context.Context, id string) *job.Watch
 }
 
 // jobWait is what a GET /v1/jobs/{id} asks to wait for.
@@ -118,11 +119,11 @@ func jobETag(doc openapi.Job) string {
 // handler reads the job, so that no change between that read and the wait
 // goes unseen. Nil (whose Stop does nothing) when there is nothing to
 // watch with or for.
-func (g *Gateway) watchJob(id string, jw jobWait) *job.Watch {
+func (g *Gateway) watchJob(ctx context.Context, id string, jw jobWait) *job.Watch {
 	if jw.d <= 0 || g.opts.JobWatcher == nil || g.Draining() {
 		return nil
 	}
-	return g.opts.JobWatcher.Watch(id)
+	return g.opts.JobWatcher.Watch(ctx, id)
 }
 
 // awaitJob holds a GET /v1/jobs/{id} until jw is done with the job, its

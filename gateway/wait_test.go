@@ -45,8 +45,8 @@ type signalledWatcher struct {
 	watching chan string
 }
 
-func (s signalledWatcher) Watch(id string) *job.Watch {
-	x := s.Watcher.Watch(id)
+func (s signalledWatcher) Watch(ctx context.Context, id string) *job.Watch {
+	x := s.Watcher.Watch(ctx, id)
 	s.watching <- id
 	return x
 }

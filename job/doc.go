@@ -30,9 +30,10 @@
 //	rec, err := s.Submit(ctx, job.Request{Tenant: "acme", Route: "invoices",
 //		Key: "order-42", Spec: spec, Body: body})
 //
-// After that the record follows the worker: Records.Follow is the
-// worker's status report (workers.Deps.OnStatus = records.Follow), and a
-// succeeded job never moves back. Status is the one definition of where a
+// After that the record follows the worker (workers.Deps.Jobs = records):
+// an attempt's start and its success are written into the row by the
+// statements that record them in the execution state, every other change
+// through Records.Follow, and a succeeded job never moves back. Status is the one definition of where a
 // job stands. DeadLetters lists, replays and deletes failed jobs for
 // `idemgate dlq`, from the jobs table, because asynq's archive is bounded.
 // The package does not know how a task is run, and holds no business
@@ -61,7 +62,7 @@
 //
 //	w := job.NewWatcher(pool, job.WatcherOptions{Connect: connectDirect})
 //	go w.Run(ctx) // owned: wait for it after ctx ends
-//	x := w.Watch(id) // before reading the job
+//	x := w.Watch(ctx, id) // before reading the job
 //	defer x.Stop()
 //	rec, _ := records.Get(ctx, tenant, id)
 //	x.Seen(rec)

@@ -186,8 +186,10 @@ UPDATE jobs SET status = ` + next + `, attempts = GREATEST(attempts, $3),
 }
 
 // Follow records what the worker reports of task's job: it is a
-// workers.StatusFunc (deps.OnStatus = records.Follow), and so the job
-// document follows the execution. A task that carries no job id was not
+// workers.StatusFunc, and so the job document follows the execution.
+// The worker framework calls it itself when workers.Deps.Jobs is set, for
+// the changes the execution state's statements do not write (an
+// attempt's start and its success are written in their commits). A task that carries no job id was not
 // submitted through a Submitter: there is no record to keep, and nothing
 // is done. key, the business key, is not needed: the job id names the row.
 func (s *Records) Follow(ctx context.Context, task *asynq.Task, key string, status Status, attempts int, resultRef, lastErr string) error {

@@ -88,6 +88,7 @@ type Watcher struct {
 	mu      sync.Mutex
 	watches map[string]map[*Watch]struct{}
 	due     map[string]struct{}    // to read at the next pass
+	polled  map[string]struct{}    // watched jobs whose row could not be flagged: read each Poll
 	timers  map[string]*time.Timer // a scheduled job's read at its time
 	kick    chan struct{}          // buffered 1: a pass is wanted
 	hearing atomic.Bool            // the listener is connected and hears
@@ -100,6 +101,7 @@ func NewWatcher(db DB, opts WatcherOptions) *Watcher {
 		db: db, opts: opts.withDefaults(),
 		watches: map[string]map[*Watch]struct{}{},
 		due:     map[string]struct{}{},
+		polled:  map[string]struct{}{},
 		timers:  map[string]*time.Timer{},
 		kick:    make(chan struct{}, 1),
 	}
@@ -140,6 +142,7 @@ func (x *Watch) Stop() {
 	delete(set, x)
 	if len(set) == 0 {
 		delete(w.watches, x.id)
+		delete(w.polled, x.id)
 		if t := w.timers[x.id]; t != nil {
 			t.Stop()
 			delete(w.timers, x.id)
@@ -164,7 +167,14 @@ func (x *Watch) offer(r Record) {
 // in the caller's own read, and no read is spent on the start of a watch.
 // The caller compares what Latest returns with what it has, and calls
 // Stop when done.
-func (w *Watcher) Watch(id string) *Watch {
+//
+// A job's changes are announced only once its row is flagged as watched
+// (migration 00016: an announcement serialises commits, so the jobs
+// nobody waits for make none). Watch flags it, once per job, before it
+// returns; a change committed after that is announced. When the flag
+// cannot be written (the database unreachable), the job is read each
+// Poll instead, for as long as it is watched.
+func (w *Watcher) Watch(ctx context.Context, id string) *Watch {
 	x := &Watch{w: w, id: id, ch: make(chan struct{}, 1)}
 	w.mu.Lock()
 	set := w.watches[id]
@@ -174,6 +184,17 @@ func (w *Watcher) Watch(id string) *Watch {
 	}
 	set[x] = struct{}{}
 	w.mu.Unlock()
+	if !storable(id) {
+		return x // no row can have it: nothing will change
+	}
+	if _, err := w.db.Exec(ctx, `UPDATE jobs SET watched = true WHERE id = $1 AND NOT watched`, id); err != nil {
+		w.opts.Logger.Warn("job: watcher: flagging the job as watched failed; it is polled instead", "job_id", id, "err", err)
+		w.mu.Lock()
+		if _, ok := w.watches[id]; ok {
+			w.polled[id] = struct{}{}
+		}
+		w.mu.Unlock()
+	}
 	return x
 }
 
@@ -248,6 +269,19 @@ func (w *Watcher) markAll() {
 	}
 }
 
+// markPolled makes due the watched jobs whose row could not be flagged.
+func (w *Watcher) markPolled() {
+	w.mu.Lock()
+	for id := range w.polled {
+		w.due[id] = struct{}{}
+	}
+	n := len(w.polled)
+	w.mu.Unlock()
+	if n > 0 {
+		w.wake()
+	}
+}
+
 // Run listens and reads until ctx ends; it returns nil then. Run it once,
 // in a goroutine its owner waits for.
 func (w *Watcher) Run(ctx context.Context) error {
@@ -280,6 +314,8 @@ func (w *Watcher) read(ctx context.Context) {
 		case <-tick.C:
 			if !w.hearing.Load() {
 				w.markAll()
+			} else {
+				w.markPolled()
 			}
 		}
 		w.pass(ctx)

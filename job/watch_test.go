@@ -2,14 +2,17 @@ package job_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/internal/testenv"
@@ -126,7 +129,7 @@ func TestWatcherWakesOnChange(t *testing.T) {
 			}
 			v := startWatcher(t, tc.listen, poll)
 			id := v.insert(t, "k1")
-			x := v.w.Watch(id)
+			x := v.w.Watch(t.Context(), id)
 			defer x.Stop()
 			if err := v.records.SetStatus(t.Context(), id, job.StatusProcessing, 1, "", ""); err != nil {
 				t.Fatal(err)
@@ -152,7 +155,7 @@ func TestWatcherReadsOncePerChangeForAllWatches(t *testing.T) {
 	const n = 1000
 	watches := make([]*job.Watch, n)
 	for i := range watches {
-		watches[i] = v.w.Watch(id)
+		watches[i] = v.w.Watch(t.Context(), id)
 	}
 	for _, x := range watches {
 		defer x.Stop()
@@ -188,7 +191,7 @@ func TestWatcherReadsOncePerChangeForAllWatches(t *testing.T) {
 func TestWatcherRecoversFromAKilledListener(t *testing.T) {
 	v := startWatcher(t, true, 200*time.Millisecond)
 	id := v.insert(t, "k1")
-	x := v.w.Watch(id)
+	x := v.w.Watch(t.Context(), id)
 	defer x.Stop()
 
 	killed := v.pid.Load()
@@ -222,7 +225,7 @@ func TestWatcherReadsAScheduledJobAtItsTime(t *testing.T) {
 	if _, err := v.pool.Exec(t.Context(), `UPDATE jobs SET status = 'scheduled', not_before = now() + interval '1 second' WHERE id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
-	x := v.w.Watch(id)
+	x := v.w.Watch(t.Context(), id)
 	defer x.Stop()
 	r, err := v.records.ByID(t.Context(), id)
 	if err != nil || r.Status != job.StatusScheduled {
@@ -240,7 +243,7 @@ func TestWatcherPollsEveryJobInOneQuery(t *testing.T) {
 	v := startWatcher(t, false, 100*time.Millisecond)
 	var watches []*job.Watch
 	for i := range 50 {
-		x := v.w.Watch(v.insert(t, fmt.Sprintf("k%d", i)))
+		x := v.w.Watch(t.Context(), v.insert(t, fmt.Sprintf("k%d", i)))
 		defer x.Stop()
 		watches = append(watches, x)
 	}
@@ -293,7 +296,7 @@ func TestWatcherThroughATransactionPoolerPolls(t *testing.T) {
 		<-done
 	})
 	id := v.insert(t, "k1")
-	x := v.w.Watch(id)
+	x := v.w.Watch(t.Context(), id)
 	defer x.Stop()
 	if err := v.records.SetStatus(t.Context(), id, job.StatusSucceeded, 1, "inv-1", ""); err != nil {
 		t.Fatal(err)
@@ -309,4 +312,95 @@ func TestWatcherThroughATransactionPoolerPolls(t *testing.T) {
 	if v.w.Listening() || connects.Load() != 1 {
 		t.Fatalf("through a transaction pooler: listening %v after %d connections, want polling after one", v.w.Listening(), connects.Load())
 	}
+}
+
+// Only a watched job's changes are announced: an announcement serialises
+// the commits of every announcing transaction, so the jobs nobody waits
+// for make none. A listener of the channel hears, in commit order, the
+// change of the watched job and a marker sent after the unwatched job's
+// change, and nothing for the unwatched one.
+func TestOnlyWatchedJobsNotify(t *testing.T) {
+	t.Parallel()
+	v := startWatcher(t, true, time.Hour)
+	quiet, watched := v.insert(t, "quiet"), v.insert(t, "watched")
+	x := v.w.Watch(t.Context(), watched)
+	defer x.Stop()
+
+	cc, err := pgx.ParseConfig(v.pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.ConnectConfig(t.Context(), cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(t.Context(), "LISTEN "+job.Channel); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{quiet, watched} {
+		if err := v.records.SetStatus(t.Context(), id, job.StatusProcessing, 1, "", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := v.pool.Exec(t.Context(), `SELECT pg_notify($1, 'marker')`, job.Channel); err != nil {
+		t.Fatal(err)
+	}
+	var heard []string
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second) // stops a broken test
+	defer cancel()
+	for len(heard) == 0 || heard[len(heard)-1] != "marker" {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			t.Fatalf("after %q: %v", heard, err)
+		}
+		heard = append(heard, n.Payload)
+	}
+	if want := []string{watched, "marker"}; fmt.Sprint(heard) != fmt.Sprint(want) {
+		t.Fatalf("heard %q, want %q: only the watched job announces its change", heard, want)
+	}
+	await(t, x, job.StatusProcessing, 20*time.Second)
+}
+
+// flagFails is a database on which the watched flag cannot be written.
+type flagFails struct{ *pgxpool.Pool }
+
+func (f flagFails) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if strings.Contains(sql, "watched = true") {
+		return pgconn.CommandTag{}, errors.New("connection refused (simulated)")
+	}
+	return f.Pool.Exec(ctx, sql, args...)
+}
+
+// A job whose flag could not be written is not announced, so the watcher
+// reads it each Poll, listener or not, and the wait still sees the
+// change.
+func TestUnflaggedWatchIsPolled(t *testing.T) {
+	t.Parallel()
+	dbURL := testenv.Postgres(t)
+	pool := testenv.PoolAt(t, dbURL)
+	cc, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := job.NewWatcher(flagFails{pool}, job.WatcherOptions{Poll: 50 * time.Millisecond, Logger: testenv.Logger(),
+		Connect: func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc) }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	v := &watchEnv{pool: pool, records: job.NewRecords(pool), w: w}
+	v.awaitListening(t, true)
+
+	id := v.insert(t, "unflagged")
+	x := w.Watch(t.Context(), id)
+	defer x.Stop()
+	var flagged bool
+	if err := pool.QueryRow(t.Context(), `SELECT watched FROM jobs WHERE id = $1`, id).Scan(&flagged); err != nil || flagged {
+		t.Fatalf("watched flag = %v (%v), want false: the write failed", flagged, err)
+	}
+	if err := v.records.SetStatus(t.Context(), id, job.StatusSucceeded, 1, "inv-1", ""); err != nil {
+		t.Fatal(err)
+	}
+	await(t, x, job.StatusSucceeded, 20*time.Second)
 }

@@ -22,7 +22,7 @@
 //	workers.Add(hs, "shipment.book", func(ctx context.Context, job workers.Job[Shipment]) (string, error) {
 //		return book(ctx, pool, job) // job.CheckFence(ctx, tx) inside its transaction
 //	})
-//	deps := wcfg.Deps(pool, lockRedis) // then set Logger, Observer, OnStatus
+//	deps := wcfg.Deps(pool, lockRedis) // then set Logger, Observer, Jobs
 //	mux, err := hs.Mux(deps, cfg.Jobs(), workers.HTTPDelivery{})
 //	srv, err := workers.NewServer(asynqRedisOpt, wcfg, mux)
 //	err = srv.Run(ctx) // until ctx ends, then a graceful shutdown
@@ -104,4 +104,17 @@
 // An effect that succeeded is recorded, not run again: when MarkSucceeded
 // fails, the record is retried in place while the lease holds, for a few
 // lock TTLs at most (record.go).
+//
+// A business function that writes its effect into the same PostgreSQL can
+// record its success in the same transaction, with Job.CompleteTx, as
+// River's JobCompleteTx does: the effect and the record then commit
+// together or not at all, so a worker killed between them leaves neither,
+// and a job costs two commits, its start and its effect:
+//
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		if _, err := tx.Exec(ctx, insertInvoice, job.Tenant, job.Payload.OrderID); err != nil {
+//			return err
+//		}
+//		return job.CompleteTx(ctx, tx, invoiceID)
+//	})
 package workers

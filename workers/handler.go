@@ -40,8 +40,9 @@ type DB interface {
 // a replayed delivery of a succeeded job, so a record kept from it catches
 // up after a crash. It runs on the handler's goroutine: keep it short. An
 // error it returns is logged, and changes nothing of the job: the execution
-// state, not this report, is the truth. job.Records.Follow is one: it keeps
-// the job document of a submitted job up to date.
+// state, not this report, is the truth. job.Records.Follow is one, but to
+// keep the job documents of submitted jobs set Deps.Jobs instead, which
+// writes the start and the success in the execution state's own commits.
 type StatusFunc func(ctx context.Context, task *asynq.Task, key string, status job.Status, attempts int, resultRef, lastErr string) error
 
 // Deps is what an idempotent handler needs. Config.Deps builds one from the
@@ -242,30 +243,36 @@ type handler[T any] struct {
 //  0. a task handed over before its job's not_before (job.HeaderNotBefore)
 //     is given back until then, without reading anything or counting an
 //     attempt (*NotDueError);
-//  1. a job whose key has succeeded is acked at once (a replay);
-//  2. the resource lock is taken, or the task is rescheduled soon without
-//     counting an attempt (*LockBusyError); the state read of step 1 and
-//     the lock's SET NX go out together, and the decision waits for both;
-//  3. the job's flow limits (Spec.Limits) are taken, all or none, or the
+//  1. the resource lock is taken. When it is busy, the job's state is
+//     read: a job whose key has succeeded is acked at once (a duplicate
+//     whose worker died before the ack, still holding the lock), any other
+//     is rescheduled soon without counting an attempt (*LockBusyError);
+//  2. the job's flow limits (Spec.Limits) are taken, all or none, or the
 //     task goes back after the limit's wait without counting an attempt
-//     (*LimitedError);
-//  4. a fencing token is drawn and the job marked processing, counting the
-//     attempt, in one statement that also refuses a cancelled job (the
-//     task is then acked and does nothing);
-//  5. fn runs under the lease's context with the token; a cancel of the
+//     (*LimitedError). A task with limits reads its state while the lock
+//     is being taken, so that a duplicate spends none of a limit;
+//  3. a fencing token is drawn and the job marked processing, counting the
+//     attempt, in one statement that also refuses a job whose key has
+//     succeeded (the duplicate is acked) or another payload holds, and a
+//     cancelled job (the task is then acked and does nothing), and writes
+//     the attempt's ledger row and the job document;
+//  4. fn runs under the lease's context with the token; a cancel of the
 //     job cancels that context (Deps.Cancels), except for an HTTP
 //     delivery, whose answer decides;
-//  6. the job is marked succeeded with fn's result, and only then acked
-//     (the writes of steps 4 and 6 share commits with concurrent jobs',
-//     each answered only after its commit); a failure to record it is
+//  5. the job is marked succeeded with fn's result, with its ledger row
+//     and document, in one statement, and only then acked. fn may have
+//     done that itself in its own transaction (Job.CompleteTx), so that
+//     its effect and its success commit together; otherwise the writes of
+//     steps 3 and 5 share commits with concurrent jobs', each answered
+//     only after its commit, and a failure to record the success is
 //     retried in place while the lease holds, for a few lock TTLs at
 //     most, so a database blink does not run the effect again;
-//  7. a permanent error, or a transient one on the last attempt, marks the
+//  6. a permanent error, or a transient one on the last attempt, marks the
 //     job failed and archives the task; a transient one is retried with
 //     backoff; an unavailable dependency is retried with backoff and the
 //     attempt given back; a lost lease or stale token retries without
 //     failing; after a cancel, any end but success ends the job cancelled;
-//  8. the limits' slots and the lock are released if still ours.
+//  7. the limits' slots and the lock are released if still ours.
 //
 // Handle panics if deps lacks DB or Redis, or if kind, key, resource or fn
 // is missing: those are wiring mistakes, found at start-up.

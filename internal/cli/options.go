@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/internal/logwriter"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
@@ -33,14 +34,48 @@ import (
 // it is.
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	return slog.New(telemetry.LogHandler(logHandler(cfg, w)))
+}
+
+// logHandler is the configured format and level on w.
+func logHandler(cfg *config.Config, w io.Writer) slog.Handler {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.Log.Level))
 	opts := &slog.HandlerOptions{Level: level}
 	if cfg.Log.Format == "text" {
-		return slog.New(telemetry.LogHandler(slog.NewTextHandler(w, opts)))
+		return slog.NewTextHandler(w, opts)
 	}
-	return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, opts)))
+	return slog.NewJSONHandler(w, opts)
 }
+
+// bufferLog returns the logger of a long-running command: lines gathered
+// for up to log.flush_interval and written together (package logwriter),
+// warnings and errors at once. The returned function writes what is left
+// and stops the flusher; call it after the last line. With the interval
+// at 0 the logger is returned as it is.
+func bufferLog(cfg *config.Config, logger *slog.Logger, stderr io.Writer) (*slog.Logger, func()) {
+	interval := cfg.Log.Flush()
+	if interval <= 0 {
+		return logger, func() {}
+	}
+	w := logwriter.New(stderr, logBufferSize)
+	buffered := slog.New(telemetry.LogHandler(logwriter.Handler(logHandler(cfg, w), w, slog.LevelWarn)))
+	takeProcessLogs(buffered, stderr)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(ctx, interval)
+	}()
+	return buffered, func() {
+		cancel()
+		<-done
+	}
+}
+
+// logBufferSize is the log's buffer: a line longer than that is written
+// through, and a fuller buffer is written before the interval ends.
+const logBufferSize = 64 << 10
 
 // logExit logs the error a command that writes JSON logs ends with, so
 // that its last line is JSON too, and marks it logged for exitCode. With

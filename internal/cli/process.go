@@ -32,6 +32,8 @@ func runProcess(ctx context.Context, ext extension.Set, name, service string, ar
 	if err != nil {
 		return err
 	}
+	logger, stopLog := bufferLog(cfg, logger, stderr)
+	defer stopLog() // after the exit's own line
 	defer func() { err = logExit(cfg, logger, err) }()
 	var cl closers
 	defer cl.close()
