@@ -187,7 +187,7 @@ func (c Config) Validate() error { return c.WithDefaults().validate() }
 
 // Deps returns the handler dependencies this config implies: locks with
 // LockTTL on rdb (a client of the locks' own, not asynq's) and MaxAttempts.
-// Set Logger, Observer and OnStatus on the result as needed.
+// Set Logger, Observer, Jobs and OnStatus on the result as needed.
 func (c Config) Deps(db DB, rdb lock.Client) Deps {
 	c = c.WithDefaults()
 	return Deps{
