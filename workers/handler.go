@@ -138,10 +138,12 @@ type Job[T any] struct {
 	completion *completion
 }
 
-// completion is what CompleteTx recorded of an attempt.
+// completion is what CompleteTx recorded of an attempt, and the gate
+// that lines its commit up with its siblings' (commitgate.go).
 type completion struct {
 	done bool
 	ref  string
+	gate *commitGate
 }
 
 // CompleteTx records this attempt's success in tx, the transaction that
@@ -169,7 +171,10 @@ func (j Job[T]) CompleteTx(ctx context.Context, tx pgx.Tx, resultRef string) err
 	if err := execution.CompleteTx(ctx, tx, j.Tenant, j.Key, j.Token, resultRef); err != nil {
 		return fmt.Errorf("workers: complete %s: %w", j.Key, err)
 	}
-	*j.completion = completion{done: true, ref: resultRef}
+	j.completion.done, j.completion.ref = true, resultRef
+	if j.completion.gate != nil {
+		j.completion.gate.wait(ctx)
+	}
 	return nil
 }
 
@@ -233,6 +238,8 @@ type handler[T any] struct {
 	// uninterrupted: see options.
 	uninterrupted bool
 	limits        *limits
+	// gate lines up the commits of concurrent CompleteTx calls.
+	gate commitGate
 }
 
 // Handle returns the asynq handler of the task kind (a stable name such as
@@ -604,11 +611,14 @@ func (r *run[T]) do(ctx context.Context) error {
 		r.watched, unwatch = h.cancels.watch(jobID, stop)
 		defer unwatch()
 	}
-	var done completion
-	ref, ferr := h.fn(fnCtx, Job[T]{
-		Key: r.id.key, Tenant: r.id.tenant, Resource: r.resource, Payload: r.payload,
-		Token: token, Attempt: rec.Attempts, Task: r.task, completion: &done,
-	})
+	done := completion{gate: &h.gate}
+	ref, ferr := func() (string, error) {
+		defer h.gate.enter()()
+		return h.fn(fnCtx, Job[T]{
+			Key: r.id.key, Tenant: r.id.tenant, Resource: r.resource, Payload: r.payload,
+			Token: token, Attempt: rec.Attempts, Task: r.task, completion: &done,
+		})
+	}()
 	if h.crashAt(stageEffect) {
 		return errCrashed
 	}
