@@ -151,8 +151,6 @@ type handler[T any] struct {
 	// uninterrupted: see options.
 	uninterrupted bool
 	limits        *limits
-	// gate lines up the commits of concurrent CompleteTx calls.
-	gate commitGate
 }
 
 // Handle returns the asynq handler of the task kind (a stable name such as
@@ -524,14 +522,11 @@ func (r *run[T]) do(ctx context.Context) error {
 		r.watched, unwatch = h.cancels.watch(jobID, stop)
 		defer unwatch()
 	}
-	done := completion{gate: &h.gate}
-	ref, ferr := func() (string, error) {
-		defer h.gate.enter()()
-		return h.fn(fnCtx, Job[T]{
-			Key: r.id.key, Tenant: r.id.tenant, Resource: r.resource, Payload: r.payload,
-			Token: token, Attempt: rec.Attempts, Task: r.task, completion: &done,
-		})
-	}()
+	var done completion
+	ref, ferr := h.fn(fnCtx, Job[T]{
+		Key: r.id.key, Tenant: r.id.tenant, Resource: r.resource, Payload: r.payload,
+		Token: token, Attempt: rec.Attempts, Task: r.task, completion: &done,
+	})
 	if h.crashAt(stageEffect) {
 		return errCrashed
 	}

@@ -42,12 +42,10 @@ type Job[T any] struct {
 	completion *completion
 }
 
-// completion is what CompleteTx recorded of an attempt, and the gate
-// that lines its commit up with its siblings' (commitgate.go).
+// completion is what CompleteTx recorded of an attempt.
 type completion struct {
 	done bool
 	ref  string
-	gate *commitGate
 }
 
 // CompleteTx records this attempt's success in tx, the transaction that
@@ -75,10 +73,7 @@ func (j Job[T]) CompleteTx(ctx context.Context, tx pgx.Tx, resultRef string) err
 	if err := execution.CompleteTx(ctx, tx, j.Tenant, j.Key, j.Token, resultRef); err != nil {
 		return fmt.Errorf("workers: complete %s: %w", j.Key, err)
 	}
-	j.completion.done, j.completion.ref = true, resultRef
-	if j.completion.gate != nil {
-		j.completion.gate.wait(ctx)
-	}
+	*j.completion = completion{done: true, ref: resultRef}
 	return nil
 }
 
