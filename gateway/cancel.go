@@ -69,7 +69,7 @@ func (g *Gateway) cancelJob(w http.ResponseWriter, r *http.Request, id string, c
 		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "this gateway has no enqueue routes"})
 		return
 	}
-	if !storable(id) {
+	if !job.Storable(id) {
 		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no such job"})
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/idemgate/idemgate/internal/explain"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
@@ -32,7 +33,7 @@ func (g *Gateway) handleKeyExplain() http.HandlerFunc {
 func (g *Gateway) handleJobExplain() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id, err := url.PathUnescape(chi.URLParam(r, "id"))
-		if err != nil || !storable(id) {
+		if err != nil || !job.Storable(id) {
 			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no job with this id"})
 			return
 		}

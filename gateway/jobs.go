@@ -148,7 +148,7 @@ func (g *Gateway) handleJobGet() http.Handler {
 			return
 		}
 		id := chi.URLParam(r, "id")
-		if !storable(id) {
+		if !job.Storable(id) {
 			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no such job"})
 			return
 		}

@@ -274,8 +274,8 @@ WITH upd AS (
 )
 INSERT INTO job_callback_attempts (job_id, seq, attempt, worker, started_at, status, outcome, error)
 VALUES ($1, $2, $3, $8, $9, NULLIF($5, 0), $4, NULLIF($6, ''))`
-	_, err := c.db.Exec(ctx, q, p.JobID, p.Seq, p.Attempt, string(r.Outcome), r.Status, storableText(r.Error),
-		r.Retry.Seconds(), storableText(r.Worker), r.StartedAt)
+	_, err := c.db.Exec(ctx, q, p.JobID, p.Seq, p.Attempt, string(r.Outcome), r.Status, StorableText(r.Error),
+		r.Retry.Seconds(), StorableText(r.Worker), r.StartedAt)
 	if err != nil {
 		return fmt.Errorf("job: settle callback %s: %w", p.ID(), err)
 	}
@@ -311,7 +311,7 @@ type CallbackAttempt struct {
 
 // OfJob lists the events of job id, oldest first, each with its attempts.
 func (c *Callbacks) OfJob(ctx context.Context, id string) ([]CallbackState, error) {
-	if !storable(id) {
+	if !Storable(id) {
 		return nil, nil
 	}
 	rows, err := c.db.Query(ctx, `

@@ -36,7 +36,7 @@ var ErrNotCancellable = errors.New("job: not cancellable")
 // for the cancel's transaction, as the worker's take locks it, so the two
 // are serialised.
 func (s *Records) Cancel(ctx context.Context, tenant, id string) (Record, bool, error) {
-	if !storable(tenant) {
+	if !Storable(tenant) {
 		return Record{}, false, ErrNotFound
 	}
 	return s.cancel(ctx, id, &tenant)
@@ -53,7 +53,7 @@ type beginner interface {
 }
 
 func (s *Records) cancel(ctx context.Context, id string, tenant *string) (Record, bool, error) {
-	if !storable(id) {
+	if !Storable(id) {
 		return Record{}, false, ErrNotFound
 	}
 	db, ok := s.db.(beginner)

@@ -39,7 +39,7 @@ var ErrBadCursor = errors.New("job: not a job list cursor")
 func (c Cursor) parse() (time.Time, string, error) {
 	micros, id, ok := strings.Cut(string(c), ".")
 	n, err := strconv.ParseInt(micros, 10, 64)
-	if !ok || err != nil || id == "" || !storable(id) {
+	if !ok || err != nil || id == "" || !Storable(id) {
 		return time.Time{}, "", fmt.Errorf("%w: %q", ErrBadCursor, string(c))
 	}
 	return time.UnixMicro(n), id, nil
@@ -55,7 +55,7 @@ func (s *Records) List(ctx context.Context, f ListFilter, limit int) ([]Record, 
 	if limit <= 0 {
 		limit = 50
 	}
-	if !storable(f.Task) || !storable(f.Tenant) || !storable(string(f.Status)) {
+	if !Storable(f.Task) || !Storable(f.Tenant) || !Storable(string(f.Status)) {
 		return nil, "", nil // no row can hold them
 	}
 	var (

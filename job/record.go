@@ -136,7 +136,7 @@ SELECT ` + recordColumns + `, false FROM jobs WHERE id = $1 AND NOT EXISTS (SELE
 
 // Get returns the job with id if it belongs to tenant.
 func (s *Records) Get(ctx context.Context, tenant, id string) (Record, error) {
-	if !storable(id) || !storable(tenant) {
+	if !Storable(id) || !Storable(tenant) {
 		return Record{}, ErrNotFound // no row can hold it
 	}
 	j, err := scanRecord(s.db.QueryRow(ctx, `SELECT `+recordColumns+` FROM jobs WHERE id = $1 AND tenant = $2`, id, tenant))
@@ -148,7 +148,7 @@ func (s *Records) Get(ctx context.Context, tenant, id string) (Record, error) {
 
 // ByID returns the job with id, whatever its tenant (operators).
 func (s *Records) ByID(ctx context.Context, id string) (Record, error) {
-	if !storable(id) {
+	if !Storable(id) {
 		return Record{}, ErrNotFound
 	}
 	j, err := scanRecord(s.db.QueryRow(ctx, `SELECT `+recordColumns+` FROM jobs WHERE id = $1`, id))
@@ -178,7 +178,7 @@ UPDATE jobs SET status = ` + next + `, attempts = GREATEST(attempts, $3),
        finished_at = CASE WHEN ` + next + ` IN ('succeeded', 'failed', 'cancelled') THEN COALESCE(finished_at, now()) END,
        updated_at = now()
  WHERE id = $1 AND status NOT IN ('succeeded', 'cancelled')`
-	_, err := s.db.Exec(ctx, q, id, status, attempts, storableText(resultRef), storableText(lastErr))
+	_, err := s.db.Exec(ctx, q, id, status, attempts, StorableText(resultRef), StorableText(lastErr))
 	if err != nil {
 		return fmt.Errorf("job: set job status: %w", err)
 	}
@@ -221,7 +221,7 @@ func (s *Records) Failed(ctx context.Context, limit int) ([]Record, error) {
 // Delete removes a job record (operators, after dlq delete), and its
 // ledger rows with it: the attempt ledger lives as long as its job.
 func (s *Records) Delete(ctx context.Context, id string) error {
-	if !storable(id) {
+	if !Storable(id) {
 		return ErrNotFound
 	}
 	var n int
@@ -238,7 +238,7 @@ func (s *Records) Delete(ctx context.Context, id string) error {
 // Requeue puts a failed job back to queued (dlq replay); ErrNotFound when
 // it is not failed.
 func (s *Records) Requeue(ctx context.Context, id string) error {
-	if !storable(id) {
+	if !Storable(id) {
 		return ErrNotFound
 	}
 	tag, err := s.db.Exec(ctx, `UPDATE jobs SET status = 'queued', last_error = NULL, finished_at = NULL, updated_at = now() WHERE id = $1 AND status = 'failed'`, id)
@@ -288,17 +288,20 @@ func (s *Records) unfinished(ctx context.Context, olderThan time.Duration, after
 	return out, nil
 }
 
-// storable reports whether s can be a PostgreSQL text value, and so be
+// Storable reports whether s can be a PostgreSQL text value, and so be
 // compared with one: UTF-8 without U+0000. A lookup by anything else
-// fails in the database (SQLSTATE 22021) instead of finding nothing.
-func storable(s string) bool {
+// fails in the database (SQLSTATE 22021) instead of finding nothing, so
+// a caller answers "not found" for it first.
+func Storable(s string) bool {
 	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
-// storableText makes s a PostgreSQL text value: each U+0000, and each
-// run of bytes that are not UTF-8, becomes U+FFFD.
-func storableText(s string) string {
-	if storable(s) {
+// StorableText makes s a PostgreSQL text value: each U+0000, and each
+// run of bytes that are not UTF-8, becomes U+FFFD. What a job's document
+// keeps from outside (a receiver's result reference, an error) goes
+// through it.
+func StorableText(s string) string {
+	if Storable(s) {
 		return s
 	}
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")

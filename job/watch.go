@@ -184,7 +184,7 @@ func (w *Watcher) Watch(ctx context.Context, id string) *Watch {
 	}
 	set[x] = struct{}{}
 	w.mu.Unlock()
-	if !storable(id) {
+	if !Storable(id) {
 		return x // no row can have it: nothing will change
 	}
 	if _, err := w.db.Exec(ctx, `UPDATE jobs SET watched = true WHERE id = $1 AND NOT watched`, id); err != nil {

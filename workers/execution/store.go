@@ -382,7 +382,7 @@ func (s *Store) mark(ctx context.Context, query, tenant, key string, token int64
 // in one statement.
 func (s *Store) MarkSucceeded(ctx context.Context, tenant, key string, token int64, resultRef string) error {
 	var n int64
-	resultRef = storableText(resultRef)
+	resultRef = job.StorableText(resultRef)
 	err := s.queryRow(ctx, jobOrder(tenant, key), markSucceededSQL, func(row pgx.Row) error { return row.Scan(&n) },
 		tenant, key, token, resultRef, string(OutcomeSucceeded), "")
 	return s.marked(ctx, "succeeded", tenant, key, token, job.StatusSucceeded, n, err)
@@ -397,7 +397,7 @@ func (s *Store) MarkSucceeded(ctx context.Context, tenant, key string, token int
 // *fence.StaleTokenError: roll tx back on any error.
 func CompleteTx(ctx context.Context, tx DB, tenant, key string, token int64, resultRef string) error {
 	var n int64
-	err := tx.QueryRow(ctx, markSucceededSQL, tenant, key, token, storableText(resultRef),
+	err := tx.QueryRow(ctx, markSucceededSQL, tenant, key, token, job.StorableText(resultRef),
 		string(OutcomeSucceeded), "").Scan(&n)
 	return (&Store{db: tx}).marked(ctx, "succeeded", tenant, key, token, job.StatusSucceeded, n, err)
 }
@@ -475,16 +475,6 @@ func (s *Store) marked(ctx context.Context, op, tenant, key string, token int64,
 		return fmt.Errorf("execution: mark %q %s: %w", key, op, ErrSucceeded)
 	}
 	return fmt.Errorf("execution: mark %q %s: %w (it is %s)", key, op, ErrNotProcessing, cur.Status)
-}
-
-// storableText makes s a PostgreSQL text value: each U+0000, and each run
-// of bytes that are not UTF-8, becomes U+FFFD. A result reference can come
-// from a receiver's answer.
-func storableText(s string) string {
-	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
-		return s
-	}
-	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // clip keeps a stored error short and valid UTF-8.
