@@ -315,7 +315,7 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	var lerr error
 	if h.limits != nil {
 		var done bool
-		lease, lerr, done, err = h.readState(ctx, log, task, id, resource, sha)
+		lease, lerr, done, err = h.readState(ctx, log, task, id, resource)
 		if done {
 			return err
 		}
@@ -330,13 +330,8 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 		// still holding the lock): read the state, on this contended
 		// path only, and answer the duplicate from it at once.
 		if h.limits == nil {
-			if rec, gerr := h.store.Get(ctx, tenant, key); gerr == nil {
-				switch {
-				case execution.Conflicts(rec, sha):
-					return h.conflict(ctx, log, task, id, rec)
-				case rec.Status == job.StatusSucceeded:
-					return h.replay(ctx, log, task, rec)
-				}
+			if rec, gerr := h.store.Get(ctx, tenant, key); gerr == nil && decides(rec, id) {
+				return h.answer(ctx, log, task, id, rec)
 			}
 		}
 		h.obs.LockAcquire(LockBusy)
@@ -380,7 +375,7 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 // result), and a lock taken for it is released at once. Otherwise it
 // returns the lock's outcome. Only jobs with flow limits read first; the
 // read changes nothing that Take would not decide under the lock.
-func (h *handler[T]) readState(ctx context.Context, log *slog.Logger, task *asynq.Task, id execID, resource, sha string) (lease *lock.Lease, lerr error, done bool, err error) {
+func (h *handler[T]) readState(ctx context.Context, log *slog.Logger, task *asynq.Task, id execID, resource string) (lease *lock.Lease, lerr error, done bool, err error) {
 	type state struct {
 		rec execution.Record
 		err error
@@ -396,19 +391,32 @@ func (h *handler[T]) readState(ctx context.Context, log *slog.Logger, task *asyn
 	if errors.Is(err, execution.ErrNotFound) {
 		err = nil // a new job: rec is the zero record
 	}
-	if err == nil && !execution.Conflicts(rec, sha) && rec.Status != job.StatusSucceeded {
+	if err == nil && !decides(rec, id) {
 		return lease, lerr, false, nil
 	}
 	if lease != nil {
 		h.release(ctx, log, lease)
 	}
-	switch {
-	case err != nil:
+	if err != nil {
 		return nil, nil, true, h.transientBeforeAttempt(ctx, log, err)
-	case execution.Conflicts(rec, sha):
-		return nil, nil, true, h.conflict(ctx, log, task, id, rec)
 	}
-	return nil, nil, true, h.replay(ctx, log, task, rec)
+	return nil, nil, true, h.answer(ctx, log, task, id, rec)
+}
+
+// decides reports whether the execution state rec answers a delivery of
+// id without an attempt: its key has succeeded, or another payload holds
+// it.
+func decides(rec execution.Record, id execID) bool {
+	return execution.Conflicts(rec, id.sha) || rec.Status == job.StatusSucceeded
+}
+
+// answer answers a delivery that rec decides: the job fails when another
+// payload holds its key, and the duplicate of a succeeded job is acked.
+func (h *handler[T]) answer(ctx context.Context, log *slog.Logger, task *asynq.Task, id execID, rec execution.Record) error {
+	if execution.Conflicts(rec, id.sha) {
+		return h.conflict(ctx, log, task, id, rec)
+	}
+	return h.replay(ctx, log, task, rec)
 }
 
 // release deletes the lock if it is still ours.
