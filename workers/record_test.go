@@ -3,8 +3,6 @@ package workers
 import (
 	"context"
 	"errors"
-	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,9 +12,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/faultproxy"
+	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -141,26 +138,9 @@ func TestRecordStopsWhenTheLeaseIsLost(t *testing.T) {
 func TestRecordSurvivesADatabaseCut(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	cfg := e.pool.Config()
-	proxy, err := faultproxy.New(net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, port, _ := net.SplitHostPort(proxy.Addr())
-	p, _ := strconv.Atoi(port)
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(p), nil
-	cfg.MaxConns = 4
-	proxied, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxied, proxy := testenv.ProxiedPool(t, e.pool.Config().ConnString(), nil)
 	var cut sync.WaitGroup
-	t.Cleanup(func() {
-		cut.Wait()
-		proxy.Thaw()
-		proxied.Close()
-		_ = proxy.Close()
-	})
+	t.Cleanup(cut.Wait) // before the pool and the proxy close
 
 	obs := newRecorder()
 	deps := e.deps(obs, 2*time.Second)

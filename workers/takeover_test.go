@@ -3,7 +3,6 @@ package workers
 import (
 	"context"
 	"errors"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/internal/faultproxy"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/fence"
@@ -39,20 +37,12 @@ func TestTakeoverOfAJobWhoseWorkerLostItsLock(t *testing.T) {
 	spec.Queue = s.queue
 
 	// Worker A reaches Redis, for its queue and its locks, through a proxy.
-	u, err := url.Parse(testenv.RedisURL(t))
+	viaProxy, proxy := testenv.Proxied(t, testenv.RedisURL(t))
+	aOpt, err := asynq.ParseRedisURI(viaProxy)
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := faultproxy.New(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = proxy.Addr()
-	aOpt, err := asynq.ParseRedisURI(u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ropt, err := redis.ParseURL(u.String())
+	ropt, err := redis.ParseURL(viaProxy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +97,6 @@ func TestTakeoverOfAJobWhoseWorkerLostItsLock(t *testing.T) {
 		stopA()
 		wg.Wait()
 		_ = aRedis.Close()
-		_ = proxy.Close()
 	})
 	sub := job.NewSubmitter(s.pool, s.client)
 	j, err := sub.Submit(t.Context(), job.Request{Tenant: "acme", Route: "orders", Key: "k-t1", Spec: spec, Queue: s.queue,

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"testing"
 	"time"
 
@@ -22,35 +21,7 @@ import (
 // returned proxy. configure, when not nil, adjusts the pool's config.
 func proxiedPool(t *testing.T, configure func(*pgxpool.Config)) (*pgxpool.Pool, *faultproxy.Proxy) {
 	t.Helper()
-	u, err := url.Parse(testenv.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := faultproxy.New(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = proxy.Addr()
-	cfg, err := pgxpool.ParseConfig(u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 4
-	if configure != nil {
-		configure(cfg)
-	}
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// Thawed first: the pool's connections close cleanly and the
-		// store's statements left on the wire finish.
-		proxy.Thaw()
-		pool.Close()
-		_ = proxy.Close()
-	})
-	return pool, proxy
+	return testenv.ProxiedPool(t, testenv.Postgres(t), configure)
 }
 
 // returns calls fn in a goroutine and returns its error, failing the test
