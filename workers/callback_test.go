@@ -142,15 +142,12 @@ func newCallbackEnv(t *testing.T, url string, maxAttempts int) *callbackEnv {
 	s := newServerEnv(t)
 	e := &callbackEnv{serverEnv: s, submitter: job.NewSubmitter(s.pool, s.client), records: job.NewRecords(s.pool),
 		transient: map[string]int{}}
-	schema := []byte(`{"type": "object", "required": ["order_id"], "properties": {"order_id": {"type": "string"}}}`)
+	e.spec = orderSpec(t, s.queue)
 	var err error
-	if e.spec, err = job.NewSpec(kind, schema, "effect:{order_id}", "order:{order_id}"); err != nil {
+	if e.quiet, err = job.NewSpec(quietKind, orderSchema, "quiet:{order_id}", ""); err != nil {
 		t.Fatal(err)
 	}
-	if e.quiet, err = job.NewSpec(quietKind, schema, "quiet:{order_id}", ""); err != nil {
-		t.Fatal(err)
-	}
-	e.spec.Queue, e.quiet.Queue = s.queue, s.queue
+	e.quiet.Queue = s.queue
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(callbackSecret, "whsec_"))
 	if err != nil {
 		t.Fatal(err)

@@ -97,6 +97,21 @@ func (e *env) deps(obs Observer, ttl time.Duration) Deps {
 	}
 }
 
+// orderSchema is the schema of the test tasks' payload, order.
+var orderSchema = []byte(`{"type": "object", "required": ["order_id"], "properties": {"order_id": {"type": "string"}}}`)
+
+// orderSpec declares the test task kind on queue, keyed and serialised
+// by its order id, as orderKey and orderResource derive them.
+func orderSpec(t *testing.T, queue string) *job.Spec {
+	t.Helper()
+	spec, err := job.NewSpec(kind, orderSchema, "effect:{order_id}", "order:{order_id}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Queue = queue
+	return spec
+}
+
 // submitJob records a job of tenant for order id in status as the
 // gateway would (its jobs row) and returns its id and task.
 func (e *env) submitJob(t *testing.T, tenant, orderID string, status job.Status) (string, *asynq.Task) {

@@ -29,12 +29,7 @@ func TestTakeoverOfAJobWhoseWorkerLostItsLock(t *testing.T) {
 	s := newServerEnv(t)
 	const ttl = 2 * time.Second
 	records := job.NewRecords(s.pool)
-	schema := []byte(`{"type": "object", "required": ["order_id"], "properties": {"order_id": {"type": "string"}}}`)
-	spec, err := job.NewSpec(kind, schema, "effect:{order_id}", "order:{order_id}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.Queue = s.queue
+	spec := orderSpec(t, s.queue)
 
 	// Worker A reaches Redis, for its queue and its locks, through a proxy.
 	viaProxy, proxy := testenv.Proxied(t, testenv.RedisURL(t))
@@ -179,12 +174,7 @@ func TestTakeoverOfACancelledJob(t *testing.T) {
 	s := newServerEnv(t)
 	const ttl = time.Second
 	records := job.NewRecords(s.pool)
-	schema := []byte(`{"type": "object", "required": ["order_id"], "properties": {"order_id": {"type": "string"}}}`)
-	spec, err := job.NewSpec(kind, schema, "effect:{order_id}", "order:{order_id}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.Queue = s.queue
+	spec := orderSpec(t, s.queue)
 	sub := job.NewSubmitter(s.pool, s.client)
 	j, err := sub.Submit(t.Context(), job.Request{Tenant: "acme", Route: "orders", Key: "k-t2", Spec: spec, Queue: s.queue,
 		Body: []byte(`{"order_id":"t2"}`)})
