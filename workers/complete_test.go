@@ -53,16 +53,6 @@ func (e *env) outcomes(t *testing.T, id string) []string {
 	return got
 }
 
-// acmeRecord is the execution record of tenant acme's job key.
-func (e *env) acmeRecord(t *testing.T, key string) execution.Record {
-	t.Helper()
-	rec, err := e.store.Get(t.Context(), "acme", key)
-	if err != nil {
-		t.Fatalf("execution record of %s: %v", key, err)
-	}
-	return rec
-}
-
 // attemptOf is the execution.Attempt of another worker taking j's job.
 func (e *env) attemptOf(j Job[order]) execution.Attempt {
 	return execution.Attempt{Tenant: j.Tenant, Key: j.Key, Task: kind, Resource: j.Resource, Worker: "newer"}
@@ -109,7 +99,7 @@ func TestJobDocumentWrittenWithTheExecution(t *testing.T) {
 	if want := `processing #1 "" finished=false`; during != want {
 		t.Fatalf("job document during the effect = %s, want %s", during, want)
 	}
-	rec := e.acmeRecord(t, "effect:d1")
+	rec := e.recordOf(t, "acme", "effect:d1")
 	if got, want := e.jobDoc(t, id), fmt.Sprintf("succeeded #1 %q finished=true", rec.ResultRef); got != want {
 		t.Fatalf("job document after the success = %s, want %s", got, want)
 	}
@@ -175,7 +165,7 @@ func TestCompleteTxCommitsWithTheEffect(t *testing.T) {
 	if got := e.effects(t, "effect:c1"); len(got) != 0 {
 		t.Fatalf("effects after the rollback = %+v, want none", got)
 	}
-	if rec := e.acmeRecord(t, "effect:c1"); rec.Status != job.StatusProcessing {
+	if rec := e.recordOf(t, "acme", "effect:c1"); rec.Status != job.StatusProcessing {
 		t.Fatalf("execution after the rollback = %s, want processing", rec.Status)
 	}
 	if got := e.jobDoc(t, id); !strings.HasPrefix(got, "retrying #1") {
@@ -190,7 +180,7 @@ func TestCompleteTxCommitsWithTheEffect(t *testing.T) {
 	if len(effects) != 1 || calls.Load() != 2 {
 		t.Fatalf("effects = %+v after %d runs, want one effect from two runs", effects, calls.Load())
 	}
-	rec := e.acmeRecord(t, "effect:c1")
+	rec := e.recordOf(t, "acme", "effect:c1")
 	if rec.Status != job.StatusSucceeded || rec.FencingToken != effects[0].Token || rec.ResultRef != fmt.Sprintf("effect-%d", rec.FencingToken) {
 		t.Fatalf("execution = %+v, want succeeded by the effect's token %d", rec, effects[0].Token)
 	}
@@ -225,7 +215,7 @@ func TestCompleteTxRefusesAStaleAttempt(t *testing.T) {
 	if got := e.effects(t, "effect:s1"); len(got) != 0 {
 		t.Fatalf("effects = %+v, want none: the stale attempt's transaction rolled back", got)
 	}
-	if rec := e.acmeRecord(t, "effect:s1"); rec.Status != job.StatusProcessing || rec.Attempts != 2 {
+	if rec := e.recordOf(t, "acme", "effect:s1"); rec.Status != job.StatusProcessing || rec.Attempts != 2 {
 		t.Fatalf("execution = %+v, want processing, owned by the second attempt", rec)
 	}
 }
@@ -328,7 +318,7 @@ func TestWorkerKilledAroundTheCommit(t *testing.T) {
 			id, task := e.submitJob(t, "acme", "k1", job.StatusQueued)
 			e.runKilled(t, stage, id, task)
 
-			killed := e.acmeRecord(t, "effect:k1")
+			killed := e.recordOf(t, "acme", "effect:k1")
 			effects := e.effects(t, "effect:k1")
 			switch stage {
 			case "before-commit":
@@ -357,7 +347,7 @@ func TestWorkerKilledAroundTheCommit(t *testing.T) {
 			})
 
 			effects = e.effects(t, "effect:k1")
-			rec := e.acmeRecord(t, "effect:k1")
+			rec := e.recordOf(t, "acme", "effect:k1")
 			if len(effects) != 1 || rec.Status != job.StatusSucceeded || effects[0].Token != rec.FencingToken {
 				t.Fatalf("effects %+v, execution %+v: want one effect, succeeded by its token", effects, rec)
 			}

@@ -166,9 +166,15 @@ func (e *env) effects(t *testing.T, jobKey string) []effect {
 
 func (e *env) record(t *testing.T, key string) execution.Record {
 	t.Helper()
-	rec, err := e.store.Get(t.Context(), "", key)
+	return e.recordOf(t, "", key)
+}
+
+// recordOf is the execution record of tenant's job key.
+func (e *env) recordOf(t *testing.T, tenant, key string) execution.Record {
+	t.Helper()
+	rec, err := e.store.Get(t.Context(), tenant, key)
 	if err != nil {
-		t.Fatalf("execution record of %s: %v", key, err)
+		t.Fatalf("execution record of %s/%s: %v", tenant, key, err)
 	}
 	return rec
 }
