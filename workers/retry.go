@@ -27,6 +27,9 @@ type Backoff struct {
 	// Rand returns a number in [0, n). Default math/rand/v2.Int64N; tests
 	// make it deterministic.
 	Rand func(n int64) int64 `yaml:"-"`
+	// Now is the clock a wait until a time is measured on. Default
+	// time.Now; tests fix it.
+	Now func() time.Time `yaml:"-"`
 }
 
 // Defaults for Backoff.
@@ -48,6 +51,9 @@ func (b Backoff) withDefaults() Backoff {
 	}
 	if b.Rand == nil {
 		b.Rand = mathrand.Int64N
+	}
+	if b.Now == nil {
+		b.Now = time.Now
 	}
 	return b
 }
@@ -77,20 +83,23 @@ func (b Backoff) validate() error {
 // delay is at least its After, even above Max: whoever asked knows when
 // it will be ready, and an earlier retry would only be refused again.
 //
-// A *NotDueError comes back at its NotBefore, rounded up to the whole
-// second (job.ProcessAt: asynq keeps a retry's time to the second, and an
-// earlier delivery would only be given back again), whatever n is.
+// asynq keeps a retry's time to the second, rounded down, so a wait
+// that must not end early is rounded up to end on a whole second
+// (job.ProcessAt): a *NotDueError comes back at its NotBefore, whatever n
+// is, and a *RetryAfterError's After is waited out in full (a Retry-After
+// of 2 seconds was otherwise honoured up to a second early).
 func (b Backoff) RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
+	b = b.withDefaults()
+	now := b.Now()
 	if nd, ok := errors.AsType[*NotDueError](err); ok {
-		return max(0, time.Until(job.ProcessAt(nd.NotBefore)))
+		return max(0, job.ProcessAt(nd.NotBefore).Sub(now))
 	}
 	if limited, ok := errors.AsType[*LimitedError](err); ok {
 		return limited.After
 	}
-	b = b.withDefaults()
 	d := b.jittered(n, err)
 	if ra, ok := errors.AsType[*RetryAfterError](err); ok {
-		d = max(d, ra.After)
+		d = max(d, job.ProcessAt(now.Add(ra.After)).Sub(now))
 	}
 	return d
 }

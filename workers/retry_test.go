@@ -20,7 +20,11 @@ func TestBackoffRetryDelay(t *testing.T) {
 	busy := &LockBusyError{Resource: "order:1", Err: lock.ErrBusy}
 	lost := &OwnershipLostError{Resource: "order:1", Err: fence.Stale("order:1", 1, 2)}
 	retryAfter5s := &RetryAfterError{After: 5 * time.Second, Err: errors.New("429")}
-	b := Backoff{Base: 100 * time.Millisecond, Max: 2 * time.Second, Busy: time.Second}
+	// The clock stands 300ms past a second: a Retry-After's wait is
+	// rounded up to end on a whole second (asynq keeps a retry's time in
+	// whole seconds, rounded down), 700ms more.
+	now := time.Date(2026, 1, 2, 3, 4, 5, 300_000_000, time.UTC)
+	b := Backoff{Base: 100 * time.Millisecond, Max: 2 * time.Second, Busy: time.Second, Now: func() time.Time { return now }}
 
 	tests := []struct {
 		name string
@@ -38,14 +42,14 @@ func TestBackoffRetryDelay(t *testing.T) {
 		{name: "busy lock, bottom", n: 7, err: fmt.Errorf("wrapped: %w", busy), rand: lowest, want: 500 * time.Millisecond},
 		{name: "busy lock, top", n: 7, err: busy, rand: highest, want: 1500*time.Millisecond - 1},
 		{name: "lost ownership is short too", n: 9, err: lost, rand: lowest, want: 500 * time.Millisecond},
-		{name: "retry-after floors the jitter", n: 0, err: fmt.Errorf("wrapped: %w", retryAfter5s), rand: lowest, want: 5 * time.Second},
-		{name: "retry-after above max", n: 0, err: &RetryAfterError{After: time.Hour, Err: errors.New("x")}, rand: highest, want: time.Hour},
+		{name: "retry-after floors the jitter", n: 0, err: fmt.Errorf("wrapped: %w", retryAfter5s), rand: lowest, want: 5*time.Second + 700*time.Millisecond},
+		{name: "retry-after above max", n: 0, err: &RetryAfterError{After: time.Hour, Err: errors.New("x")}, rand: highest, want: time.Hour + 700*time.Millisecond},
 		{name: "jitter above retry-after", n: 3, err: &RetryAfterError{After: time.Millisecond, Err: errors.New("x")}, rand: highest, want: 800*time.Millisecond - 1},
 		{name: "unavailable, first", n: 0, err: Unavailable(errors.New("503")), rand: highest, want: 100*time.Millisecond - 1},
 		{name: "unavailable keeps doubling", n: 3, err: fmt.Errorf("wrapped: %w", Unavailable(errors.New("503"))), rand: highest, want: 800*time.Millisecond - 1},
 		{name: "unavailable capped at max", n: 40, err: Unavailable(errors.New("503")), rand: highest, want: 2*time.Second - 1},
-		{name: "unavailable with retry-after", n: 0, err: Unavailable(retryAfter5s), rand: lowest, want: 5 * time.Second},
-		{name: "retry-after wrapping unavailable", n: 0, err: &RetryAfterError{After: 5 * time.Second, Err: Unavailable(errors.New("503"))}, rand: lowest, want: 5 * time.Second},
+		{name: "unavailable with retry-after", n: 0, err: Unavailable(retryAfter5s), rand: lowest, want: 5*time.Second + 700*time.Millisecond},
+		{name: "retry-after wrapping unavailable", n: 0, err: &RetryAfterError{After: 5 * time.Second, Err: Unavailable(errors.New("503"))}, rand: lowest, want: 5*time.Second + 700*time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
