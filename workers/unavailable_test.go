@@ -233,8 +233,9 @@ func TestDeliverUnavailableReceiverIsNotAnAttempt(t *testing.T) {
 					t.Fatalf("delivery %d while the receiver is down: %v, want an unavailable receiver, retried", n, err)
 				}
 				if tt.retryAfter != "" {
-					// As asynq sees it; a jitter of 0 shows the floor.
-					b := Backoff{Rand: func(int64) int64 { return 0 }}
+					// As asynq sees it; a jitter of 0 shows the floor, and
+					// a clock on a whole second leaves nothing to round up.
+					b := Backoff{Rand: func(int64) int64 { return 0 }, Now: func() time.Time { return time.Unix(1_800_000_000, 0) }}
 					if got := b.RetryDelay(n-1, err, task); got != 3*time.Second {
 						t.Fatalf("delivery %d: RetryDelay = %s, want the Retry-After, 3s", n, got)
 					}
