@@ -327,8 +327,10 @@ func runJobsGrowth(ctx context.Context, pool *pgxpool.Pool, o jobsOptions, prefi
 			if n <= 0 {
 				continue
 			}
+			// The batch's statement is not cancelled with the run: a batch
+			// that commits is always one the check knows of.
 			b := jobsBatch{Lo: next, Hi: next + n - 1, Finished: time.Now()}
-			if err := writeFinalJobs(runCtx, pool, prefix, b); err != nil {
+			if err := writeFinalJobs(context.WithoutCancel(runCtx), pool, prefix, b); err != nil {
 				if runCtx.Err() == nil {
 					wErr = err
 					stop()
@@ -386,7 +388,7 @@ loop:
 		return rep, err
 	}
 	var err error
-	if rep.Check, err = checkJobs(ctx, pool, prefix, batches, stopped, o.retention, o.interval); err != nil {
+	if rep.Check, err = checkJobs(ctx, pool, prefix, batches, o.retention, o.interval); err != nil {
 		return rep, err
 	}
 	rep.judge(o)

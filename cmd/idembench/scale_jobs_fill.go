@@ -190,32 +190,42 @@ func (c jobsCheck) problems() []string {
 	return out
 }
 
-// checkJobs reads what the janitor, stopped at stop, left of batches
-// and of the rows jobsKeptSQL wrote, as the rows the janitor must keep.
-func checkJobs(ctx context.Context, pool *pgxpool.Pool, prefix string, batches []jobsBatch, stop time.Time, retention, interval time.Duration) (jobsCheck, error) {
+// checkJobs reads what the janitor, stopped by now, left of batches and
+// of the rows jobsKeptSQL wrote, as the rows the janitor must keep.
+//
+// Both sides of the check are read on one clock, the database's: the
+// janitor deletes a job finished at f once its transaction's now() -
+// retention >= f, and every janitor transaction began before this read's
+// clock_timestamp(), so a job finished after clock_timestamp() - retention
+// must still be there. Which jobs those are is decided from the
+// finished_at values as stored, the same ones the janitor compared.
+func checkJobs(ctx context.Context, pool *pgxpool.Pool, prefix string, batches []jobsBatch, retention, interval time.Duration) (jobsCheck, error) {
 	c := jobsCheck{Kept: 7 * jobsKeptEach}
-	// The janitor deletes a job finished at f once now() - retention >= f,
-	// now() being its transaction's start, before stop: any job finished
-	// after stop - retention must still be there.
-	since := stop.Add(-retention)
-	for _, b := range batches {
-		if b.Finished.After(since) {
-			c.Recent += b.count()
-		}
+	lo, hi, finished := make([]int64, len(batches)), make([]int64, len(batches)), make([]time.Time, len(batches))
+	for i, b := range batches {
+		lo[i], hi[i], finished[i] = b.Lo, b.Hi, b.Finished
 	}
 	err := pool.QueryRow(ctx, `
-SELECT (SELECT count(*) FROM jobs WHERE finished_at > $1 AND idempotency_key NOT LIKE $2 || 'kept-%'),
-       (SELECT count(*) FROM jobs WHERE idempotency_key LIKE $2 || 'kept-%')
-     + (SELECT count(*) FROM job_executions WHERE status = $4),
-       (SELECT count(*) FROM jobs WHERE finished_at < $3 AND idempotency_key NOT LIKE $2 || 'kept-%'),
-       (SELECT count(*) FROM job_executions WHERE status IN ($5, $6, $7) AND finished_at < $3),
+WITH since AS (SELECT clock_timestamp() - $3::interval AS t),
+recent AS (
+    SELECT b.lo, b.hi FROM unnest($6::bigint[], $7::bigint[], $8::timestamptz[]) AS b(lo, hi, finished), since
+     WHERE b.finished > since.t
+)
+SELECT (SELECT coalesce(sum(hi - lo + 1), 0) FROM recent),
+       (SELECT count(*) FROM recent, generate_series(recent.lo, recent.hi) AS i, jobs j
+         WHERE j.tenant = $9 AND j.route = 'orders' AND j.idempotency_key = $1::text || i),
+       (SELECT count(*) FROM jobs WHERE idempotency_key LIKE $1 || 'kept-%')
+     + (SELECT count(*) FROM job_executions WHERE status = $2),
+       (SELECT count(*) FROM jobs, since WHERE finished_at < since.t - $4::interval AND idempotency_key NOT LIKE $1 || 'kept-%'),
+       (SELECT count(*) FROM job_executions, since WHERE status = ANY($5::text[]) AND finished_at < since.t - $4::interval),
        (SELECT count(*) FROM job_attempts a WHERE a.job_id <> '' AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = a.job_id))
      + (SELECT count(*) FROM job_callbacks c WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = c.job_id))
      + (SELECT count(*) FROM job_callback_attempts c WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = c.job_id)),
        (SELECT coalesce(sum(attempts), 0) FROM jobs) - (SELECT count(*) FROM job_attempts WHERE job_id <> '')`,
-		since, prefix, since.Add(-2*interval),
-		job.StatusProcessing, job.StatusSucceeded, job.StatusFailed, job.StatusCancelled).
-		Scan(&c.RecentLeft, &c.KeptLeft, &c.StaleJobs, &c.StaleExecutions, &c.Orphans, &c.Missing)
+		prefix, job.StatusProcessing, retention, 2*interval,
+		[]string{string(job.StatusSucceeded), string(job.StatusFailed), string(job.StatusCancelled)},
+		lo, hi, finished, jobsTenant).
+		Scan(&c.Recent, &c.RecentLeft, &c.KeptLeft, &c.StaleJobs, &c.StaleExecutions, &c.Orphans, &c.Missing)
 	if err != nil {
 		return c, fmt.Errorf("check the jobs tables: %w", err)
 	}
