@@ -409,9 +409,7 @@ func (c *Config) withDefaults() {
 		}
 	}
 	c.Idempotency.Config = c.Idempotency.WithDefaults()
-	if c.Idempotency.Memory.MaxBytes == 0 {
-		c.Idempotency.Memory.MaxBytes = DefaultMemoryMaxBytes
-	}
+	c.Idempotency.Memory.withDefaults(c.memoryTenants())
 
 	setDefault(&c.ReplayCache.Entries, 10000)
 	setDefault(&c.ReplayCache.TTL, 2*time.Second)

@@ -118,9 +118,7 @@ func (c *Config) validate(o *options) error {
 	c.validateTenants(bad)
 
 	validateIdempotency("idempotency", c.Idempotency.Config, func(string) bool { return true }, bad)
-	if c.Idempotency.Memory.MaxBytes < 0 {
-		bad("idempotency.memory.max_bytes", "must be positive, not %d", c.Idempotency.Memory.MaxBytes)
-	}
+	c.Idempotency.Memory.validate(bad)
 
 	nonNegative(bad, "janitor.interval", c.Janitor.Interval)
 	nonNegative(bad, "janitor.batch", c.Janitor.Batch)

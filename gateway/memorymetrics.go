@@ -30,7 +30,7 @@ func newMemoryStoreCollector() *memoryStoreCollector {
 		limit: prometheus.NewDesc("idemgate_memory_store_max_bytes",
 			"idempotency.memory.max_bytes: past it the memory store refuses new keys.", nil, nil),
 		refused: prometheus.NewDesc("idemgate_memory_store_refusals_total",
-			"New keys the memory store refused because it held idempotency.memory.max_bytes (503 idempotency-store-full).", nil, nil),
+			"New keys the memory store refused because it held idempotency.memory.max_bytes, or their tenant its max_bytes_per_tenant (503 idempotency-store-full).", nil, nil),
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 )
@@ -80,7 +81,7 @@ func TestMemoryStoreFull(t *testing.T) {
 # HELP idemgate_memory_store_max_bytes idempotency.memory.max_bytes: past it the memory store refuses new keys.
 # TYPE idemgate_memory_store_max_bytes gauge
 idemgate_memory_store_max_bytes %d
-# HELP idemgate_memory_store_refusals_total New keys the memory store refused because it held idempotency.memory.max_bytes (503 idempotency-store-full).
+# HELP idemgate_memory_store_refusals_total New keys the memory store refused because it held idempotency.memory.max_bytes, or their tenant its max_bytes_per_tenant (503 idempotency-store-full).
 # TYPE idemgate_memory_store_refusals_total counter
 idemgate_memory_store_refusals_total 1
 `, 8<<10)
@@ -100,5 +101,59 @@ idemgate_memory_store_refusals_total 1
 	}
 	if resp, _ := post(fmt.Sprintf("k%d", stored)); resp.StatusCode != http.StatusCreated {
 		t.Errorf("the refused key once the janitor freed room: %d, want 201", resp.StatusCode)
+	}
+}
+
+// TestMemoryStoreTenantShare: with store memory and a share per tenant,
+// tenant acme fills its share and is refused a new key with 503
+// idempotency-store-full, while tenant globex's new keys, as many as acme
+// stored, still reach the upstream and get its 201, and acme's stored
+// keys still replay.
+func TestMemoryStoreTenantShare(t *testing.T) {
+	t.Parallel()
+	const globexKey = "globex-api-key"
+	ran := map[string]int{}
+	opts := testOptions(nil)
+	opts.Auth.Tenants = append(opts.Auth.Tenants, auth.TenantKeys{Name: "globex", APIKeySHA256s: []string{hexSum(globexKey)}})
+	opts.Store = memstore.New(memstore.WithMaxBytes(32<<10), memstore.WithMaxBytesPerTenant(8<<10))
+	_, public := servePayments(t, opts, func(w http.ResponseWriter, r *http.Request) {
+		ran[r.Header.Get("Idemgate-Tenant")]++
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, strings.Repeat("x", 1000))
+	})
+	post := func(apiKey, key string) (*http.Response, string) {
+		return fetch(t, public, http.MethodPost, "/v1/payments", "Authorization", "Bearer "+apiKey, "Idempotency-Key", key)
+	}
+
+	stored := 0
+	var full *http.Response
+	var body string
+	for i := range 20 {
+		resp, b := post(testAPIKey, fmt.Sprintf("k%d", i))
+		if resp.StatusCode != http.StatusCreated {
+			full, body = resp, b
+			break
+		}
+		stored++
+	}
+	if full == nil || stored < 2 {
+		t.Fatalf("acme stored %d answers of 1000 bytes in its 8 KiB share and was never refused", stored)
+	}
+	if full.StatusCode != http.StatusServiceUnavailable || full.Header.Get("Retry-After") == "" || !strings.Contains(body, "/idempotency-store-full") {
+		t.Fatalf("acme's new key past its share: %d Retry-After %q %s; want 503 idempotency-store-full with Retry-After",
+			full.StatusCode, full.Header.Get("Retry-After"), body)
+	}
+
+	for i := range stored {
+		resp, b := post(globexKey, fmt.Sprintf("k%d", i))
+		if resp.StatusCode != http.StatusCreated || resp.Header.Get(idempotency.HeaderReplayed) != "" {
+			t.Fatalf("globex's new key %d while acme's share is full: %d %s; want the upstream's 201", i, resp.StatusCode, b)
+		}
+	}
+	if ran["acme"] != stored || ran["globex"] != stored {
+		t.Errorf("the upstream ran acme %d and globex %d times; want %d each", ran["acme"], ran["globex"], stored)
+	}
+	if resp, _ := post(testAPIKey, "k0"); resp.StatusCode != http.StatusCreated || resp.Header.Get(idempotency.HeaderReplayed) != "true" {
+		t.Errorf("acme's stored key while its share is full: %d replayed %q; want its 201 replayed", resp.StatusCode, resp.Header.Get(idempotency.HeaderReplayed))
 	}
 }

@@ -173,7 +173,8 @@ func (s *services) idempotencyStore(ctx context.Context) (idempotency.Store, err
 		s.closers.push(func() { _ = st.Close() })
 		s.store = st
 	default:
-		s.store = memstore.New(memstore.WithMaxBytes(s.cfg.Idempotency.Memory.MaxBytes))
+		m := s.cfg.Idempotency.Memory
+		s.store = memstore.New(memstore.WithMaxBytes(m.MaxBytes), memstore.WithMaxBytesPerTenant(m.MaxBytesPerTenant))
 	}
 	return s.store, nil
 }

@@ -104,3 +104,55 @@ func TestMaxBytesCompletionPastTheBound(t *testing.T) {
 		t.Errorf("after Delete: Bytes() = %d, %v; want 0", s.Bytes(), err)
 	}
 }
+
+// TestMaxBytesPerTenant: a tenant that fills its share is refused a new
+// key while another tenant's new keys are still claimed, and room the
+// janitor frees in a tenant's share is that tenant's again.
+func TestMaxBytesPerTenant(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 4, 8, 0, 0, 0, time.UTC)
+	s := memstore.New(memstore.WithMaxBytes(16<<10), memstore.WithMaxBytesPerTenant(4<<10),
+		memstore.WithClock(func() time.Time { return now }))
+	ctx := t.Context()
+	store := func(tenant, key string) error {
+		scope := idempotency.Scope{Tenant: tenant, Route: "r", Key: key}
+		res, err := s.Claim(ctx, idempotency.ClaimRequest{Scope: scope, Fingerprint: "fp", Owner: "o", Lease: time.Minute, Retention: time.Hour})
+		if err != nil {
+			return err
+		}
+		if !res.Claimed {
+			t.Fatalf("claim %s/%s: %+v, want a new claim", tenant, key, res)
+		}
+		return s.Complete(ctx, scope, "o", idempotency.Response{Status: 201, Body: make([]byte, 1000)}, time.Hour)
+	}
+
+	stored := 0
+	for ; ; stored++ {
+		err := store("a", fmt.Sprintf("k%d", stored))
+		if errors.Is(err, idempotency.ErrStoreFull) {
+			break
+		}
+		if err != nil || stored > 10 {
+			t.Fatalf("tenant a's record %d: %v (4 KiB share)", stored, err)
+		}
+	}
+	if stored < 2 || s.Bytes() > 4<<10+1500 {
+		t.Fatalf("tenant a stored %d records, %d bytes, before its first refusal; want its 4 KiB share full", stored, s.Bytes())
+	}
+	for i := range stored {
+		if err := store("b", fmt.Sprintf("k%d", i)); err != nil {
+			t.Fatalf("tenant b's new key %d while tenant a's share is full: %v", i, err)
+		}
+	}
+	if s.Refused() != 1 {
+		t.Errorf("Refused() = %d, want tenant a's one refusal", s.Refused())
+	}
+
+	now = now.Add(2 * time.Hour)
+	if n, err := s.DeleteExpired(ctx, 100); err != nil || n != 2*stored {
+		t.Fatalf("DeleteExpired = %d, %v; want %d", n, err, 2*stored)
+	}
+	if err := store("a", "late"); err != nil {
+		t.Errorf("tenant a's new key once the janitor freed its share: %v", err)
+	}
+}

@@ -21,15 +21,17 @@ var (
 
 // Store keeps records in memory. The zero value is not usable; call New.
 type Store struct {
-	now      func() time.Time
-	maxBytes int64 // 0: no bound
+	now            func() time.Time
+	maxBytes       int64 // 0: no bound
+	maxTenantBytes int64 // 0: no share; a tenant may fill maxBytes
 
-	mu       sync.Mutex
-	records  map[idempotency.Scope]*record
-	watchers map[idempotency.Scope]map[chan struct{}]struct{}
-	queue    []expiry // the records' expiries, earliest first (expiry.go)
-	bytes    int64    // the sum of the records' sizes
-	refused  int64    // claims refused with ErrStoreFull
+	mu          sync.Mutex
+	records     map[idempotency.Scope]*record
+	watchers    map[idempotency.Scope]map[chan struct{}]struct{}
+	queue       []expiry         // the records' expiries, earliest first (expiry.go)
+	bytes       int64            // the sum of the records' sizes
+	tenantBytes map[string]int64 // the same sum for each tenant that holds a record
+	refused     int64            // claims refused with ErrStoreFull
 }
 
 // record is a stored record. A completed one keeps its response headers
@@ -60,15 +62,27 @@ func sizeOf(r *record) int64 {
 // resize counts r's size again after a change. Callers hold mu.
 func (s *Store) resize(r *record) {
 	n := sizeOf(r)
-	s.bytes += n - r.size
+	s.count(r.Scope.Tenant, n-r.size)
 	r.size = n
 }
 
 // remove deletes the record of scope and its bytes. Callers hold mu.
 func (s *Store) remove(scope idempotency.Scope) {
 	if r := s.records[scope]; r != nil {
-		s.bytes -= r.size
+		s.count(scope.Tenant, -r.size)
 		delete(s.records, scope)
+	}
+}
+
+// count adds d bytes to the store's sum and to tenant's. A tenant that
+// holds nothing leaves the map, so it holds only the tenants with
+// records. Callers hold mu.
+func (s *Store) count(tenant string, d int64) {
+	s.bytes += d
+	if n := s.tenantBytes[tenant] + d; n != 0 {
+		s.tenantBytes[tenant] = n
+	} else {
+		delete(s.tenantBytes, tenant)
 	}
 }
 
@@ -91,12 +105,24 @@ func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = no
 // the janitor deletes them. n ≤ 0: no bound (the default).
 func WithMaxBytes(n int64) Option { return func(s *Store) { s.maxBytes = max(n, 0) } }
 
+// WithMaxBytesPerTenant bounds what the records of one tenant
+// (idempotency.Scope.Tenant) hold to about n bytes, as WithMaxBytes
+// bounds the whole store: a claim of a new key that would pass n is
+// refused with idempotency.ErrStoreFull. So a tenant that fills its share
+// is refused while the others still claim new keys, up to the store's
+// bound. n ≤ 0: no share, any tenant may fill the whole store (the
+// default).
+func WithMaxBytesPerTenant(n int64) Option {
+	return func(s *Store) { s.maxTenantBytes = max(n, 0) }
+}
+
 // New returns an empty store.
 func New(opts ...Option) *Store {
 	s := &Store{
-		now:      time.Now,
-		records:  make(map[idempotency.Scope]*record),
-		watchers: make(map[idempotency.Scope]map[chan struct{}]struct{}),
+		now:         time.Now,
+		records:     make(map[idempotency.Scope]*record),
+		watchers:    make(map[idempotency.Scope]map[chan struct{}]struct{}),
+		tenantBytes: make(map[string]int64),
 	}
 	for _, o := range opts {
 		o(s)
@@ -140,7 +166,7 @@ func (s *Store) Claim(_ context.Context, req idempotency.ClaimRequest) (idempote
 		}
 		r = &record{Record: idempotency.Record{Scope: req.Scope, CreatedAt: now, FencingToken: nextToken(last, now)}}
 		r.Fingerprint, r.Owner = req.Fingerprint, req.Owner
-		if err := s.room(old, sizeOf(r)); err != nil {
+		if err := s.room(old, req.Scope.Tenant, sizeOf(r)); err != nil {
 			return idempotency.ClaimResult{}, err
 		}
 		s.remove(req.Scope)
@@ -166,22 +192,23 @@ func nextToken(last int64, now time.Time) int64 {
 	return max(last+1, now.UnixMicro())
 }
 
-// room refuses a new record of size n when the store would pass its
-// bound; old, the expired record it replaces, gives its bytes back.
-// Callers hold mu.
-func (s *Store) room(old *record, n int64) error {
-	if s.maxBytes == 0 {
-		return nil
-	}
-	held := s.bytes
+// room refuses a new record of tenant, of size n, when the store would
+// pass its bound or the tenant its share; old, the expired record it
+// replaces, gives its bytes back. Callers hold mu.
+func (s *Store) room(old *record, tenant string, n int64) error {
+	var freed int64
 	if old != nil {
-		held -= old.size
+		freed = old.size
 	}
-	if held+n <= s.maxBytes {
-		return nil
+	if s.maxBytes > 0 && s.bytes-freed+n > s.maxBytes {
+		s.refused++
+		return fmt.Errorf("memstore: %d of %d bytes held: %w", s.bytes, s.maxBytes, idempotency.ErrStoreFull)
 	}
-	s.refused++
-	return fmt.Errorf("memstore: %d of %d bytes held: %w", s.bytes, s.maxBytes, idempotency.ErrStoreFull)
+	if held := s.tenantBytes[tenant]; s.maxTenantBytes > 0 && held-freed+n > s.maxTenantBytes {
+		s.refused++
+		return fmt.Errorf("memstore: tenant %q holds %d of its %d bytes: %w", tenant, held, s.maxTenantBytes, idempotency.ErrStoreFull)
+	}
+	return nil
 }
 
 func (s *Store) take(r *record, req idempotency.ClaimRequest, now time.Time) {
@@ -358,7 +385,12 @@ func (s *Store) Bytes() int64 {
 // MaxBytes reports the bound set with WithMaxBytes; 0 is none.
 func (s *Store) MaxBytes() int64 { return s.maxBytes }
 
-// Refused reports how many claims of new keys the bound has refused.
+// MaxBytesPerTenant reports the share set with WithMaxBytesPerTenant; 0
+// is none.
+func (s *Store) MaxBytesPerTenant() int64 { return s.maxTenantBytes }
+
+// Refused reports how many claims of new keys the bound or a tenant's
+// share has refused.
 func (s *Store) Refused() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()

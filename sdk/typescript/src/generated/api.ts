@@ -1057,7 +1057,8 @@ export interface components {
          *     requests in hand and shed this one before reading its key
          *     (`detail` says overloaded); nothing was claimed.
          *     `idempotency-store-full`: a new key while the memory store holds
-         *     `idempotency.memory.max_bytes`; nothing was claimed or run, and
+         *     `idempotency.memory.max_bytes`, or its tenant's records
+         *     `idempotency.memory.max_bytes_per_tenant`; nothing was claimed or run, and
          *     keys it already holds are still answered.
          *     Retry with the same key after `Retry-After` seconds.
          */
