@@ -127,6 +127,14 @@ type Admin struct {
 	// token, like the rest of the listener). Default true; it is served
 	// only while admin_listen is set.
 	UI bool `yaml:"ui"`
+	// MaxAuthFailures is how many wrong admin tokens one peer (an IP
+	// address; an IPv6 /64) may send within a minute; its next requests,
+	// with the right token too, are answered 429 for a minute without
+	// being compared. It holds for the worker's admin listener too.
+	// Default 10. The special value -1 refuses no peer (an admin listener
+	// reached through a proxy, where every peer is the proxy); wrong
+	// tokens are still counted and logged.
+	MaxAuthFailures int `yaml:"max_auth_failures"`
 }
 
 // Log configures the process logger.
@@ -398,6 +406,7 @@ func (c *Config) withDefaults() {
 	setDefault(&c.Auth.Mode, string(auth.ModeAPIKey))
 	setDefault(&c.Auth.Header, "Authorization")
 	setDefault(&c.RateLimitStore, "memory")
+	setDefault(&c.Admin.MaxAuthFailures, 10)
 	c.AdminTokenSHA256 = strings.ToLower(c.AdminTokenSHA256)
 	if c.Worker.AdminTokenSHA256 == inheritAdminToken {
 		c.Worker.AdminTokenSHA256 = c.AdminTokenSHA256

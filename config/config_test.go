@@ -177,6 +177,16 @@ func TestDefaultsOfAnEmptyFile(t *testing.T) {
 	if _, err := Parse([]byte(minimal+"admin:\n  ui: maybe\n"), "ui.yaml", nil); err == nil || !strings.Contains(err.Error(), "admin.ui") {
 		t.Errorf("admin.ui: maybe: err = %v, want an error naming admin.ui", err)
 	}
+	if cfg.Admin.MaxAuthFailures != 10 {
+		t.Errorf("admin.max_auth_failures defaults to %d, want 10", cfg.Admin.MaxAuthFailures)
+	}
+	if off, err := Parse([]byte(minimal+"admin:\n  max_auth_failures: -1\n"), "admin.yaml", nil); err != nil || off.Admin.MaxAuthFailures != -1 {
+		t.Errorf("admin.max_auth_failures: -1: %+v, %v; want -1, the throttle off", off, err)
+	}
+	if _, err := Parse([]byte(minimal+"admin:\n  max_auth_failures: -2\n"), "admin.yaml", nil); err == nil ||
+		!strings.Contains(err.Error(), "admin.max_auth_failures: must be positive, or -1 to refuse no peer, not -2") {
+		t.Errorf("admin.max_auth_failures: -2: err = %v", err)
+	}
 
 	// Without the key, the admin listener is on and needs a token.
 	_, err = Parse([]byte("store: memory\nauth: {mode: none}\n"), "admin.yaml", nil)

@@ -40,6 +40,9 @@ func (c *Config) validate(o *options) error {
 			bad("admin_token_sha256", "%s", msg)
 		}
 	}
+	if c.Admin.MaxAuthFailures < -1 {
+		bad("admin.max_auth_failures", "must be positive, or -1 to refuse no peer, not %d", c.Admin.MaxAuthFailures)
+	}
 	if u, err := url.Parse(c.ProblemBase); err != nil || !u.IsAbs() || u.Host == "" || !strings.HasSuffix(c.ProblemBase, "/") {
 		bad("problem_base", "%q must be an absolute URL ending in /", c.ProblemBase)
 	}

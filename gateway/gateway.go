@@ -63,6 +63,12 @@ type Options struct {
 	// Limits reads the flow limits for GET /admin/limits/{name}; nil
 	// means none is declared (every name is 404).
 	Limits Limits
+	// AdminMaxAuthFailures is how many wrong admin tokens one peer may
+	// send within a minute before the admin listener refuses it for a
+	// minute (AdminGuard). Default DefaultAdminMaxAuthFailures, 10. The
+	// special value -1 never refuses a peer; refusals are still counted
+	// and logged.
+	AdminMaxAuthFailures int
 	// Pprof mounts net/http/pprof at /debug/pprof/ on the admin listener.
 	Pprof bool
 	// OpenAPI is served at /openapi.yaml, OpenAPIJSON at /openapi.json.
@@ -115,8 +121,10 @@ type Gateway struct {
 	limiter  *ratelimit.Limiter
 	table    table
 	admin    [sha256.Size]byte
-	public   http.Handler
-	private  http.Handler
+	// adminGuard throttles admin token guessing on the admin listener.
+	adminGuard *AdminGuard
+	public     http.Handler
+	private    http.Handler
 	// publicMux and adminMux are the routers of the gateway's own
 	// endpoints; mounts are the prefixes AdminMount added.
 	publicMux, adminMux chi.Routes
@@ -159,6 +167,7 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g := &Gateway{opts: opts, problems: NewProblemWriter(opts.ProblemBase, opts.Logger), drained: make(chan struct{}),
 		recent: NewRecentRequests(nil)}
+	g.adminGuard = newAdminGuard(opts.AdminMaxAuthFailures, opts.Metrics.adminAuthFailures, opts.Logger)
 	if opts.AdminTokenSHA256 != "" {
 		b, err := hex.DecodeString(opts.AdminTokenSHA256)
 		if err != nil || len(b) != sha256.Size {
@@ -425,18 +434,26 @@ func (g *Gateway) requireAdmin(next http.Handler) http.Handler {
 // requireAdminToken is RequireAdminToken with the gateway's token and
 // problem writer; challenge is the WWW-Authenticate of a refusal.
 func (g *Gateway) requireAdminToken(next http.Handler, challenge string) http.Handler {
-	return RequireAdminToken(next, g.admin, challenge, "the admin API needs the admin bearer token", g.problems)
+	return RequireAdminToken(next, g.admin, challenge, "the admin API needs the admin bearer token", g.problems, g.adminGuard)
 }
 
 // RequireAdminToken lets through the requests that carry the admin token
 // whose SHA-256 is want (auth.AdminToken: a bearer token, or the password
 // of HTTP Basic authentication so that a browser can reach an admin page)
 // and answers any other 401, with challenge as WWW-Authenticate and a
-// problem document, written by problems, whose detail is detail. It
-// guards the gateway's admin listener and the worker's.
-func RequireAdminToken(next http.Handler, want [sha256.Size]byte, challenge, detail string, problems idempotency.ProblemWriter) http.Handler {
+// problem document, written by problems, whose detail is detail. guard
+// counts the refusals and answers a peer that sent too many wrong tokens
+// 429 without comparing its token (AdminGuard); a nil guard counts
+// nothing and refuses no peer. It guards the gateway's
+// admin listener and the worker's.
+func RequireAdminToken(next http.Handler, want [sha256.Size]byte, challenge, detail string, problems idempotency.ProblemWriter, guard *AdminGuard) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d := guard.throttled(r); d > 0 {
+			problems.Write(w, r, tooManyFailures(d))
+			return
+		}
 		if !auth.AdminToken(r, want) {
+			guard.refused(r)
 			w.Header().Set("WWW-Authenticate", challenge)
 			problems.Write(w, r, &idempotency.RequestError{Err: auth.ErrUnauthorized, Detail: detail})
 			return

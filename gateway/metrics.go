@@ -18,6 +18,8 @@ type Metrics struct {
 	inFlight        prometheus.Gauge
 	shed            prometheus.Counter
 	memoryStore     *memoryStoreCollector
+	// adminAuthFailures counts the admin listener's refusals (AdminGuard).
+	adminAuthFailures *prometheus.CounterVec
 }
 
 // NewMetrics registers the gateway's series (and the Go and process
@@ -53,9 +55,10 @@ func NewMetrics() *Metrics {
 			Name: "idemgate_requests_shed_total",
 			Help: "Requests answered 503 at once because server.max_in_flight requests were in hand.",
 		}),
-		memoryStore: newMemoryStoreCollector(),
+		memoryStore:       newMemoryStoreCollector(),
+		adminAuthFailures: newAdminAuthFailures(),
 	}
-	reg.MustRegister(m.requests, m.requestDuration, m.upstream, m.store, m.inFlight, m.shed, m.memoryStore,
+	reg.MustRegister(m.requests, m.requestDuration, m.upstream, m.store, m.inFlight, m.shed, m.memoryStore, m.adminAuthFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

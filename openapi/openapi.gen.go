@@ -721,6 +721,12 @@ type Tenant = string
 // not) and follows `documentation`.
 type AdminBadRequest = Problem
 
+// AdminThrottled An RFC 9457 problem document. Match on the slug that ends `type`;
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
+type AdminThrottled = Problem
+
 // AdminUnauthorized An RFC 9457 problem document. Match on the slug that ends `type`;
 // `detail` is for people and may change. A generic client acts on
 // `retryable` (send the same request again, with the same key, or

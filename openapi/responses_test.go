@@ -505,4 +505,12 @@ func TestUnknownOutcomeAndAdminMatchSpec(t *testing.T) {
 			t.Error("admin 401 without WWW-Authenticate")
 		}
 	}
+
+	// A peer that goes on guessing is refused, its right token too.
+	for range gateway.DefaultAdminMaxAuthFailures - 2 {
+		send(t, srv.Admin.Client(), newRequest(t, http.MethodGet, srv.Admin.URL+record, "", "Authorization", bearer(gatewaytest.APIKey)))
+	}
+	ex = admin(t, srv, http.MethodGet, record)
+	wantProblem(t, ex, http.StatusTooManyRequests, "rate-limited")
+	api.check(t, ex)
 }

@@ -25,6 +25,8 @@ const (
 	MetricMemoryStoreBytes    = "idemgate_memory_store_bytes"
 	MetricMemoryStoreMaxBytes = "idemgate_memory_store_max_bytes"
 	MetricMemoryStoreRefusals = "idemgate_memory_store_refusals_total"
+	// The admin listeners' refused requests, the worker's too.
+	MetricAdminAuthFailures = "idemgate_admin_auth_failures_total"
 )
 
 // MetricNames returns every series name idemgate exposes, gateway and
@@ -35,6 +37,7 @@ func MetricNames() []string {
 	names := []string{
 		MetricRequests,
 		MetricMemoryStoreBytes, MetricMemoryStoreMaxBytes, MetricMemoryStoreRefusals,
+		MetricAdminAuthFailures,
 		MetricLockAcquire, MetricLockRenewals, MetricLockLost, MetricFencingRejections,
 		MetricJobs, MetricJobAttempts, MetricJobReplays, MetricRecordRetries,
 		MetricDLQTasks, MetricQueueDepth,

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/internal/tlsfiles/tlsfilestest"
 )
@@ -250,7 +251,24 @@ func TestWorkerAdminListener(t *testing.T) {
 	if r := get("/metrics", bearer(adminToken)); r.status != http.StatusOK || !strings.Contains(string(r.body), "idemgate_") {
 		t.Fatalf("/metrics with the token: %d", r.status)
 	}
-	if r := get("/metrics", func(r *http.Request) { r.SetBasicAuth("prometheus", adminToken) }); r.status != http.StatusOK {
-		t.Fatalf("/metrics with the token as a Basic password: %d", r.status)
+	if r := get("/metrics", func(r *http.Request) { r.SetBasicAuth("prometheus", adminToken) }); r.status != http.StatusOK ||
+		!strings.Contains(string(r.body), `idemgate_admin_auth_failures_total{reason="wrong"} 1`+"\n") {
+		t.Fatalf("/metrics with the token as a Basic password: %d, or the one wrong token not counted", r.status)
+	}
+
+	// Guessing: after admin.max_auth_failures (10) wrong tokens in a
+	// minute, this peer is refused, its right token too.
+	for i := 1; i < gateway.DefaultAdminMaxAuthFailures; i++ {
+		if r := get("/metrics", bearer("wrong")); r.status != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d: %d, want 401", i+1, r.status)
+		}
+	}
+	r := get("/metrics", bearer(adminToken))
+	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" {
+		t.Fatalf("/metrics with the token after %d wrong ones: %d Retry-After %q, want 429 with Retry-After",
+			gateway.DefaultAdminMaxAuthFailures, r.status, r.header.Get("Retry-After"))
+	}
+	if p := r.problem(t); p["type"] != "https://idemgate.dev/problems/rate-limited" {
+		t.Fatalf("/metrics of a throttled peer: problem %v", p)
 	}
 }

@@ -136,7 +136,8 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 	}
 
 	admin := http.NewServeMux()
-	admin.Handle("GET /metrics", requireAdminToken(cfg.Worker.AdminTokenSHA256, cfg.ProblemBase,
+	guard := gateway.NewAdminGuard(cfg.Admin.MaxAuthFailures, reg, logger)
+	admin.Handle("GET /metrics", requireAdminToken(cfg.Worker.AdminTokenSHA256, cfg.ProblemBase, guard,
 		promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	// /healthz stays open: it says only that the process is up, and an
 	// orchestrator's liveness probe should not need a secret.
@@ -163,14 +164,15 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 }
 
 // requireAdminToken puts next behind the token whose hex SHA-256 is
-// tokenSHA256, as the gateway's admin listener does. An empty tokenSHA256
-// (checked by config) lets everything through.
-func requireAdminToken(tokenSHA256, problemBase string, next http.Handler) http.Handler {
+// tokenSHA256, as the gateway's admin listener does, guard throttling the
+// peers that guess. An empty tokenSHA256 (checked by config) lets
+// everything through.
+func requireAdminToken(tokenSHA256, problemBase string, guard *gateway.AdminGuard, next http.Handler) http.Handler {
 	if tokenSHA256 == "" {
 		return next
 	}
 	var want [sha256.Size]byte
 	_, _ = hex.Decode(want[:], []byte(tokenSHA256))
 	return gateway.RequireAdminToken(next, want, gateway.AdminChallenge,
-		"the worker's /metrics needs the admin bearer token", gateway.NewProblemWriter(problemBase, nil))
+		"the worker's /metrics needs the admin bearer token", gateway.NewProblemWriter(problemBase, nil), guard)
 }

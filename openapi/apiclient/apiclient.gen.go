@@ -1362,6 +1362,12 @@ type AdminCancelJobResponse409Headers struct {
 	XRequestId string
 }
 
+// AdminCancelJobResponse429Headers the declared response headers of an HTTP 429 response for AdminCancelJob
+type AdminCancelJobResponse429Headers struct {
+	RetryAfter int
+	XRequestId string
+}
+
 // AdminCancelJobResponse500Headers the declared response headers of an HTTP 500 response for AdminCancelJob
 type AdminCancelJobResponse500Headers struct {
 	XRequestId string
@@ -1389,6 +1395,8 @@ type AdminCancelJobResponse struct {
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *JobNotCancellable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *AdminThrottled
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -1403,6 +1411,8 @@ type AdminCancelJobResponse struct {
 	Headers404 *AdminCancelJobResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *AdminCancelJobResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AdminCancelJobResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *AdminCancelJobResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -1432,6 +1442,11 @@ func (r AdminCancelJobResponse) GetApplicationproblemJSON404() *NotFound {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r AdminCancelJobResponse) GetApplicationproblemJSON409() *JobNotCancellable {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AdminCancelJobResponse) GetApplicationproblemJSON429() *AdminThrottled {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -1489,6 +1504,12 @@ type ExplainJobResponse404Headers struct {
 	XRequestId string
 }
 
+// ExplainJobResponse429Headers the declared response headers of an HTTP 429 response for ExplainJob
+type ExplainJobResponse429Headers struct {
+	RetryAfter int
+	XRequestId string
+}
+
 // ExplainJobResponse500Headers the declared response headers of an HTTP 500 response for ExplainJob
 type ExplainJobResponse500Headers struct {
 	XRequestId string
@@ -1512,6 +1533,8 @@ type ExplainJobResponse struct {
 	ApplicationproblemJSON401 *AdminUnauthorized
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *AdminThrottled
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -1522,6 +1545,8 @@ type ExplainJobResponse struct {
 	Headers401 *ExplainJobResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ExplainJobResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ExplainJobResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ExplainJobResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -1541,6 +1566,11 @@ func (r ExplainJobResponse) GetApplicationproblemJSON401() *AdminUnauthorized {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r ExplainJobResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ExplainJobResponse) GetApplicationproblemJSON429() *AdminThrottled {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -1598,6 +1628,12 @@ type DeleteIdempotencyRecordResponse404Headers struct {
 	XRequestId string
 }
 
+// DeleteIdempotencyRecordResponse429Headers the declared response headers of an HTTP 429 response for DeleteIdempotencyRecord
+type DeleteIdempotencyRecordResponse429Headers struct {
+	RetryAfter int
+	XRequestId string
+}
+
 // DeleteIdempotencyRecordResponse500Headers the declared response headers of an HTTP 500 response for DeleteIdempotencyRecord
 type DeleteIdempotencyRecordResponse500Headers struct {
 	XRequestId string
@@ -1619,6 +1655,8 @@ type DeleteIdempotencyRecordResponse struct {
 	ApplicationproblemJSON401 *AdminUnauthorized
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *AdminThrottled
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -1629,6 +1667,8 @@ type DeleteIdempotencyRecordResponse struct {
 	Headers401 *DeleteIdempotencyRecordResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *DeleteIdempotencyRecordResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteIdempotencyRecordResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *DeleteIdempotencyRecordResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -1643,6 +1683,11 @@ func (r DeleteIdempotencyRecordResponse) GetApplicationproblemJSON401() *AdminUn
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r DeleteIdempotencyRecordResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteIdempotencyRecordResponse) GetApplicationproblemJSON429() *AdminThrottled {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -1700,6 +1745,12 @@ type GetIdempotencyRecordResponse404Headers struct {
 	XRequestId string
 }
 
+// GetIdempotencyRecordResponse429Headers the declared response headers of an HTTP 429 response for GetIdempotencyRecord
+type GetIdempotencyRecordResponse429Headers struct {
+	RetryAfter int
+	XRequestId string
+}
+
 // GetIdempotencyRecordResponse500Headers the declared response headers of an HTTP 500 response for GetIdempotencyRecord
 type GetIdempotencyRecordResponse500Headers struct {
 	XRequestId string
@@ -1723,6 +1774,8 @@ type GetIdempotencyRecordResponse struct {
 	ApplicationproblemJSON401 *AdminUnauthorized
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *AdminThrottled
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -1733,6 +1786,8 @@ type GetIdempotencyRecordResponse struct {
 	Headers401 *GetIdempotencyRecordResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetIdempotencyRecordResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetIdempotencyRecordResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetIdempotencyRecordResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -1752,6 +1807,11 @@ func (r GetIdempotencyRecordResponse) GetApplicationproblemJSON401() *AdminUnaut
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r GetIdempotencyRecordResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetIdempotencyRecordResponse) GetApplicationproblemJSON429() *AdminThrottled {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -1809,6 +1869,12 @@ type ExplainIdempotencyKeyResponse404Headers struct {
 	XRequestId string
 }
 
+// ExplainIdempotencyKeyResponse429Headers the declared response headers of an HTTP 429 response for ExplainIdempotencyKey
+type ExplainIdempotencyKeyResponse429Headers struct {
+	RetryAfter int
+	XRequestId string
+}
+
 // ExplainIdempotencyKeyResponse500Headers the declared response headers of an HTTP 500 response for ExplainIdempotencyKey
 type ExplainIdempotencyKeyResponse500Headers struct {
 	XRequestId string
@@ -1832,6 +1898,8 @@ type ExplainIdempotencyKeyResponse struct {
 	ApplicationproblemJSON401 *AdminUnauthorized
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *AdminThrottled
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -1842,6 +1910,8 @@ type ExplainIdempotencyKeyResponse struct {
 	Headers401 *ExplainIdempotencyKeyResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ExplainIdempotencyKeyResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ExplainIdempotencyKeyResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ExplainIdempotencyKeyResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -1861,6 +1931,11 @@ func (r ExplainIdempotencyKeyResponse) GetApplicationproblemJSON401() *AdminUnau
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r ExplainIdempotencyKeyResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ExplainIdempotencyKeyResponse) GetApplicationproblemJSON429() *AdminThrottled {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -1923,6 +1998,12 @@ type ResolveIdempotencyRecordResponse404Headers struct {
 	XRequestId string
 }
 
+// ResolveIdempotencyRecordResponse429Headers the declared response headers of an HTTP 429 response for ResolveIdempotencyRecord
+type ResolveIdempotencyRecordResponse429Headers struct {
+	RetryAfter int
+	XRequestId string
+}
+
 // ResolveIdempotencyRecordResponse500Headers the declared response headers of an HTTP 500 response for ResolveIdempotencyRecord
 type ResolveIdempotencyRecordResponse500Headers struct {
 	XRequestId string
@@ -1948,6 +2029,8 @@ type ResolveIdempotencyRecordResponse struct {
 	ApplicationproblemJSON401 *AdminUnauthorized
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *AdminThrottled
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -1960,6 +2043,8 @@ type ResolveIdempotencyRecordResponse struct {
 	Headers401 *ResolveIdempotencyRecordResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ResolveIdempotencyRecordResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ResolveIdempotencyRecordResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ResolveIdempotencyRecordResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -1984,6 +2069,11 @@ func (r ResolveIdempotencyRecordResponse) GetApplicationproblemJSON401() *AdminU
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r ResolveIdempotencyRecordResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ResolveIdempotencyRecordResponse) GetApplicationproblemJSON429() *AdminThrottled {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -2046,6 +2136,12 @@ type GetLimitResponse404Headers struct {
 	XRequestId string
 }
 
+// GetLimitResponse429Headers the declared response headers of an HTTP 429 response for GetLimit
+type GetLimitResponse429Headers struct {
+	RetryAfter int
+	XRequestId string
+}
+
 // GetLimitResponse500Headers the declared response headers of an HTTP 500 response for GetLimit
 type GetLimitResponse500Headers struct {
 	XRequestId string
@@ -2071,6 +2167,8 @@ type GetLimitResponse struct {
 	ApplicationproblemJSON401 *AdminUnauthorized
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *AdminThrottled
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -2083,6 +2181,8 @@ type GetLimitResponse struct {
 	Headers401 *GetLimitResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetLimitResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetLimitResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetLimitResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -2107,6 +2207,11 @@ func (r GetLimitResponse) GetApplicationproblemJSON401() *AdminUnauthorized {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r GetLimitResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetLimitResponse) GetApplicationproblemJSON429() *AdminThrottled {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -2207,20 +2312,35 @@ type GetMetricsResponse401Headers struct {
 	XRequestId      string
 }
 
+// GetMetricsResponse429Headers the declared response headers of an HTTP 429 response for GetMetrics
+type GetMetricsResponse429Headers struct {
+	RetryAfter int
+	XRequestId string
+}
+
 type GetMetricsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *AdminUnauthorized
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *AdminThrottled
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetMetricsResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetMetricsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetMetricsResponse429Headers
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r GetMetricsResponse) GetApplicationproblemJSON401() *AdminUnauthorized {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetMetricsResponse) GetApplicationproblemJSON429() *AdminThrottled {
+	return r.ApplicationproblemJSON429
 }
 
 // GetBody returns the raw response body bytes
@@ -2998,6 +3118,13 @@ func ParseAdminCancelJobResponse(rsp *http.Response) (*AdminCancelJobResponse, e
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AdminThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3100,6 +3227,23 @@ func ParseAdminCancelJobResponse(rsp *http.Response) (*AdminCancelJobResponse, e
 			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers AdminCancelJobResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers AdminCancelJobResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -3188,6 +3332,13 @@ func ParseExplainJobResponse(rsp *http.Response) (*ExplainJobResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AdminThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3242,6 +3393,23 @@ func ParseExplainJobResponse(rsp *http.Response) (*ExplainJobResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers ExplainJobResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ExplainJobResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -3326,6 +3494,13 @@ func ParseDeleteIdempotencyRecordResponse(rsp *http.Response) (*DeleteIdempotenc
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AdminThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3380,6 +3555,23 @@ func ParseDeleteIdempotencyRecordResponse(rsp *http.Response) (*DeleteIdempotenc
 			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeleteIdempotencyRecordResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers DeleteIdempotencyRecordResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -3468,6 +3660,13 @@ func ParseGetIdempotencyRecordResponse(rsp *http.Response) (*GetIdempotencyRecor
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AdminThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3522,6 +3721,23 @@ func ParseGetIdempotencyRecordResponse(rsp *http.Response) (*GetIdempotencyRecor
 			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetIdempotencyRecordResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetIdempotencyRecordResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -3610,6 +3826,13 @@ func ParseExplainIdempotencyKeyResponse(rsp *http.Response) (*ExplainIdempotency
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AdminThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3664,6 +3887,23 @@ func ParseExplainIdempotencyKeyResponse(rsp *http.Response) (*ExplainIdempotency
 			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers ExplainIdempotencyKeyResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ExplainIdempotencyKeyResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -3759,6 +3999,13 @@ func ParseResolveIdempotencyRecordResponse(rsp *http.Response) (*ResolveIdempote
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AdminThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3823,6 +4070,23 @@ func ParseResolveIdempotencyRecordResponse(rsp *http.Response) (*ResolveIdempote
 			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers ResolveIdempotencyRecordResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ResolveIdempotencyRecordResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -3918,6 +4182,13 @@ func ParseGetLimitResponse(rsp *http.Response) (*GetLimitResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AdminThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3982,6 +4253,23 @@ func ParseGetLimitResponse(rsp *http.Response) (*GetLimitResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetLimitResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetLimitResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -4095,6 +4383,13 @@ func ParseGetMetricsResponse(rsp *http.Response) (*GetMetricsResponse, error) {
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AdminThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	}
 
 	switch {
@@ -4125,6 +4420,23 @@ func ParseGetMetricsResponse(rsp *http.Response) (*GetMetricsResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetMetricsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil

@@ -883,6 +883,22 @@ export interface components {
             };
         };
         /**
+         * @description `rate-limited`: this address sent `admin.max_auth_failures` wrong
+         *     admin tokens within a minute; its requests are refused, the right
+         *     token too, without being compared, until `Retry-After` seconds
+         *     have passed.
+         */
+        AdminThrottled: {
+            headers: {
+                "X-Request-Id": components["headers"]["XRequestId"];
+                "Retry-After": components["headers"]["RetryAfter"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
          * @description `not-found`: no such job for this tenant (a job of another tenant is
          *     not found either), no idempotency record for this tenant, route and
          *     key, or no route matches the method and path.
@@ -1513,6 +1529,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["AdminUnauthorized"];
+            429: components["responses"]["AdminThrottled"];
         };
     };
     getIdempotencyRecord: {
@@ -1553,6 +1570,7 @@ export interface operations {
             };
             401: components["responses"]["AdminUnauthorized"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminThrottled"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -1593,6 +1611,7 @@ export interface operations {
             };
             401: components["responses"]["AdminUnauthorized"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminThrottled"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -1649,6 +1668,7 @@ export interface operations {
             400: components["responses"]["AdminBadRequest"];
             401: components["responses"]["AdminUnauthorized"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminThrottled"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -1691,6 +1711,7 @@ export interface operations {
             };
             401: components["responses"]["AdminUnauthorized"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminThrottled"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -1719,6 +1740,7 @@ export interface operations {
             };
             401: components["responses"]["AdminUnauthorized"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminThrottled"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -1778,6 +1800,7 @@ export interface operations {
             401: components["responses"]["AdminUnauthorized"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["JobNotCancellable"];
+            429: components["responses"]["AdminThrottled"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -1810,6 +1833,7 @@ export interface operations {
             400: components["responses"]["AdminBadRequest"];
             401: components["responses"]["AdminUnauthorized"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminThrottled"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
