@@ -160,3 +160,34 @@ func TestParseRate(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitKeyWithoutTenantWarns: a flow-limit key that does not name
+// {tenant} counts one budget per value across tenants, which a tenant can
+// spend by sending another's value. It may be meant (one partner account
+// for everyone), so config check warns and accepts it.
+func TestLimitKeyWithoutTenantWarns(t *testing.T) {
+	t.Parallel()
+	const tenants = "auth: {mode: api_key}\ntenants:\n  - {name: acme, api_key_sha256: [" +
+		"2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae]}\n"
+	doc := strings.Replace(enqueueBase, "auth: {mode: none}\n", tenants, 1) + `limits:
+  - {name: ship-api, concurrency: 8}
+  - {name: ship-accounts, rate: 100/1m}
+  - {name: ship-global, concurrency: 50}
+  - {name: ship-orders, concurrency: 1}
+` + limitJob(`[{use: ship-api, key: "{tenant}"}, {use: ship-accounts, key: "acct:{account}"}, {use: ship-global}, {use: ship-orders, key: "{tenant}/{order.id}"}]`)
+	cfg, err := Parse([]byte(doc), "x.yaml", nil)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	want := []string{`jobs[0] (shipment.book).limits[1]: key "acct:{account}" names no {tenant}: every tenant shares each value's budget of ship-accounts, ` +
+		`and a tenant that sends another's value spends it; add {tenant} unless the budget is meant to be shared`}
+	var got []string
+	for _, w := range cfg.Warnings() {
+		if strings.Contains(w, "limits[") {
+			got = append(got, w)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("warnings about limit keys:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

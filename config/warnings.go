@@ -2,7 +2,9 @@ package config
 
 import (
 	"fmt"
+	"slices"
 
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
@@ -32,6 +34,32 @@ func (c *Config) Warnings() []string {
 		}
 		if r.Timeout > c.Server.WriteTimeout && c.Server.WriteTimeout > 0 {
 			w = append(w, fmt.Sprintf("%s: timeout %s is longer than server.write_timeout %s; the client's connection is cut first", at, r.Timeout, c.Server.WriteTimeout))
+		}
+	}
+	w = append(w, c.sharedLimitKeys()...)
+	return w
+}
+
+// sharedLimitKeys lists the flow-limit keys that do not name {tenant}:
+// each value's budget is then shared by every tenant, and a payload
+// chooses the value, so a tenant that sends another's account spends its
+// budget. A budget shared on purpose (one partner account for everyone)
+// needs such a key, so this warns and does not refuse. A key left out (one
+// budget for every job) is plainly shared and not listed; with auth.mode
+// none there is one tenant.
+func (c *Config) sharedLimitKeys() []string {
+	if c.Auth.Mode == string(auth.ModeNone) {
+		return nil
+	}
+	var w []string
+	for i, j := range c.DeclaredJobs {
+		for k, u := range j.Limits {
+			t, err := job.ParseTemplate(u.Key)
+			if u.Key == "" || err != nil || slices.Contains(t.Fields(), "tenant") {
+				continue
+			}
+			w = append(w, fmt.Sprintf("jobs[%d] (%s).limits[%d]: key %q names no {tenant}: every tenant shares each value's budget of %s, "+
+				"and a tenant that sends another's value spends it; add {tenant} unless the budget is meant to be shared", i, j.Task, k, u.Key, u.Use))
 		}
 	}
 	return w

@@ -89,8 +89,11 @@ const DefaultTimeout = 30 * time.Second
 // error is a *PayloadError wrapping ErrMalformed when body is not one JSON
 // value, or one that is not I-JSON or that PostgreSQL cannot store (the
 // gateway answers 400), or ErrInvalid when the payload breaks the schema
-// or cannot form the business key or resource (422), with one FieldError
-// per fault.
+// or cannot form the business key, the resource or a flow limit's key
+// (422), with one FieldError per fault. A key cannot be formed from a
+// field that is missing, or not a string, number or boolean, or that
+// holds a control character; nor can a business key or resource longer
+// than MaxKeyBytes, or an empty business key.
 func (s *Spec) Decode(body []byte) (Payload, error) {
 	data, err := ijson.Decode(body)
 	if err != nil {
@@ -106,9 +109,16 @@ func (s *Spec) Decode(body []byte) (Payload, error) {
 	}
 	p := Payload{Data: data}
 	var faults []FieldError
-	p.BusinessKey, faults = render(s.BusinessKey, data, faults)
+	p.BusinessKey, faults = renderKey("business key", s.BusinessKey, data, MaxKeyBytes, faults)
+	if fields := s.BusinessKey.Fields(); p.BusinessKey == "" && len(faults) == 0 && len(fields) > 0 {
+		// Only a template of one field and no literal renders "".
+		faults = append(faults, FieldError{Field: fields[0], Message: "is empty: it forms the job's business key"})
+	}
 	if !s.Resource.IsZero() {
-		p.Resource, faults = render(s.Resource, data, faults)
+		p.Resource, faults = renderKey("resource", s.Resource, data, MaxKeyBytes, faults)
+	}
+	for _, u := range s.Limits {
+		faults = u.faults(data, faults)
 	}
 	if len(faults) > 0 {
 		return Payload{}, &PayloadError{Kind: ErrInvalid, Fields: sortFields(faults)}

@@ -31,7 +31,9 @@ type part struct {
 // field, and the template must hold at least one: a key without a field
 // would give every job of the task the same identity. Two fields need a
 // literal between them, and that literal may not hold '%' (Render's escape
-// character): otherwise two different payloads could render one key.
+// character): otherwise two different payloads could render one key. No
+// literal may hold a control character (Spec.Decode refuses them in
+// values too).
 func ParseTemplate(s string) (Template, error) {
 	t := Template{text: s}
 	rest := s
@@ -59,6 +61,11 @@ func ParseTemplate(s string) (Template, error) {
 		}
 		t.parts = append(t.parts, part{path: path})
 		rest = inner[end+1:]
+	}
+	for _, p := range t.parts {
+		if r, ok := controlRune(p.literal); ok {
+			return Template{}, fmt.Errorf("template %q holds the control character %U, which no key may hold", s, r)
+		}
 	}
 	if len(t.Fields()) == 0 {
 		return Template{}, fmt.Errorf("template %q names no {field}: every job of the task would get the same identity", s)

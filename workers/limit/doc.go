@@ -4,7 +4,9 @@
 // Burst above the even pace.
 //
 // A budget is two keys with one hash tag, `<prefix>idemgate:limit:{<name>:<value>}:slots`
-// and `…:tat`, so Redis Cluster keeps them in one slot:
+// and `…:tat`, so Redis Cluster keeps them in one slot (a value longer than
+// MaxValueBytes is named by its ShortValue, so a payload's size never
+// reaches Redis):
 //   - concurrency is leased slots: a sorted set of holders scored by the end
 //     of their lease. A holder renews its lease while it runs (the worker
 //     does it with the resource lock's renewal) and gives the slot back when

@@ -3,11 +3,14 @@ package limit
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -25,7 +28,8 @@ var _ Client = (redis.UniversalClient)(nil)
 // and the key value its budget is counted per.
 type Rule struct {
 	// Name is the limit's name; Value the key value (a tenant, a partner
-	// account). Both together name the budget.
+	// account), of any length: a long one is named by its ShortValue.
+	// Both together name the budget.
 	Name, Value string
 	// Concurrency is how many holders the budget allows at once; 0 means
 	// no concurrency limit.
@@ -57,6 +61,8 @@ const (
 
 // RefusedError says which rule refused a take and when to try again.
 type RefusedError struct {
+	// Name and Value name the budget that refused; Value is the rule's
+	// ShortValue.
 	Name, Value string
 	// Reason is ReasonConcurrency or ReasonRate.
 	Reason string
@@ -110,10 +116,38 @@ func New(client Client, opts Options) *Limiter {
 // holders scored by the end of their lease) and its rate state (GCRA's
 // theoretical arrival time, in µs of Redis time). They share the hash tag
 // {<name>:<value>}, so Redis Cluster keeps them in one slot and one
-// script can take both.
+// script can take both. A value over MaxValueBytes is named by its
+// ShortValue.
 func (l *Limiter) Keys(name, value string) (slots, tat string) {
-	base := l.prefix + "idemgate:limit:{" + name + ":" + value + "}:"
+	return l.keys(name, ShortValue(value))
+}
+
+// keys is Keys of a value ShortValue has already shortened.
+func (l *Limiter) keys(name, short string) (slots, tat string) {
+	base := l.prefix + "idemgate:limit:{" + name + ":" + short + "}:"
 	return base + "slots", base + "tat"
+}
+
+// MaxValueBytes is the longest key value that names its budget as it is.
+const MaxValueBytes = 64
+
+// ShortValue is how a key value names its budget: the value itself when
+// it has at most MaxValueBytes bytes; otherwise its first MaxValueBytes
+// bytes (fewer where that would split a character), "~" and 32 hex digits
+// of its SHA-256, 97 bytes at most. A value is in Redis key names, the
+// index of recent values, refusals and the attempt ledger; a payload
+// chooses it, so its size is bounded here. A short form is longer than
+// MaxValueBytes, so it never names the budget of a value kept whole.
+func ShortValue(value string) string {
+	if len(value) <= MaxValueBytes {
+		return value
+	}
+	cut := MaxValueBytes
+	for cut > 0 && !utf8.RuneStart(value[cut]) {
+		cut--
+	}
+	sum := sha256.Sum256([]byte(value))
+	return value[:cut] + "~" + hex.EncodeToString(sum[:16])
 }
 
 // recentKey is the index of a limit's recently used key values, scored by
@@ -148,6 +182,10 @@ func (l *Limiter) Take(ctx context.Context, holder string, lease time.Duration, 
 	if lease < time.Millisecond {
 		return nil, errors.New("limit: lease below 1ms")
 	}
+	rules = slices.Clone(rules)
+	for i := range rules {
+		rules[i].Value = ShortValue(rules[i].Value)
+	}
 	groups := [][]Rule{rules}
 	if l.cluster && len(rules) > 1 {
 		groups = make([][]Rule, len(rules))
@@ -179,7 +217,7 @@ func (l *Limiter) Take(ctx context.Context, holder string, lease time.Duration, 
 	h := &Hold{l: l, holder: holder}
 	for _, r := range rules {
 		if r.Concurrency > 0 {
-			slots, _ := l.Keys(r.Name, r.Value)
+			slots, _ := l.keys(r.Name, r.Value)
 			h.slots = append(h.slots, slots)
 		}
 	}
@@ -254,7 +292,7 @@ func (l *Limiter) takeArgs(holder string, lease time.Duration, rules []Rule) ([]
 	args := make([]any, 0, 3+3*len(rules))
 	args = append(args, holder, lease.Microseconds(), len(rules))
 	for _, r := range rules {
-		slots, tat := l.Keys(r.Name, r.Value)
+		slots, tat := l.keys(r.Name, r.Value)
 		keys = append(keys, slots, tat)
 		args = append(args, r.Concurrency, r.interval().Microseconds(), r.burst())
 	}
@@ -267,7 +305,7 @@ func (l *Limiter) undo(ctx context.Context, holder string, groups [][]Rule) erro
 		keys := make([]string, 0, 2*len(rules))
 		args := []any{holder, len(rules)}
 		for _, r := range rules {
-			slots, tat := l.Keys(r.Name, r.Value)
+			slots, tat := l.keys(r.Name, r.Value)
 			keys = append(keys, slots, tat)
 			args = append(args, r.Concurrency, r.interval().Microseconds())
 		}

@@ -26,14 +26,30 @@ type Usage struct {
 	LastUsed time.Time
 }
 
-// Busiest returns up to n of the name's recently used key values (the
-// index keeps Options.RecentValues), busiest first: most holders, then
-// the longest rate backlog, then the most recently used. It reads the
-// index and each value's keys without SCAN: two round trips.
+// BusiestWindow is how many of the most recently used values Busiest
+// ranks for each value it is asked for.
+const BusiestWindow = 4
+
+// MaxBusiestRead bounds the values one Busiest reads, whatever it is
+// asked for.
+const MaxBusiestRead = 1000
+
+// Busiest returns up to n of the name's recently used key values, busiest
+// first: most holders, then the longest rate backlog, then the most
+// recently used. It ranks the BusiestWindow·n most recently used values
+// (a value holding a slot or a backlog was taken lately), at most
+// MaxBusiestRead and what the index keeps (Options.RecentValues), so what
+// it reads grows with n, not with the index. It reads the index and each
+// of those values' keys without SCAN: two round trips. A value is its
+// ShortValue.
 func (l *Limiter) Busiest(ctx context.Context, name string, n int) ([]Usage, error) {
+	if n < 1 {
+		return nil, nil
+	}
+	window := min(min(n, MaxBusiestRead)*BusiestWindow, MaxBusiestRead, l.recent)
 	pipe := l.client.Pipeline()
 	tm := pipe.Time(ctx)
-	recent := pipe.ZRevRangeWithScores(ctx, l.recentKey(name), 0, int64(l.recent-1))
+	recent := pipe.ZRevRangeWithScores(ctx, l.recentKey(name), 0, int64(window-1))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("limit: read the values of %s: %w", name, err)
 	}
@@ -50,7 +66,7 @@ func (l *Limiter) Busiest(ctx context.Context, name string, n int) ([]Usage, err
 	holders := make([]*redis.StringSliceCmd, len(values))
 	tats := make([]*redis.StringCmd, len(values))
 	for i, z := range values {
-		slots, tat := l.Keys(name, z.Member.(string))
+		slots, tat := l.keys(name, z.Member.(string))
 		holders[i] = pipe.ZRangeByScore(ctx, slots, &redis.ZRangeBy{Min: "(" + strconv.FormatInt(nowUs, 10), Max: "+inf"})
 		tats[i] = pipe.Get(ctx, tat)
 	}
