@@ -67,6 +67,8 @@ func TestLoadValid(t *testing.T) {
 		{"default janitor", cfg.Janitor, Janitor{Interval: sec(60), Batch: 1000}},
 		{"default proxy", cfg.Proxy, Proxy{DialTimeout: sec(5), ResponseHeaderTimeout: sec(30), IdleConnTimeout: sec(90), MaxIdleConnsPerHost: 256}},
 		{"default server", cfg.Server, Server{ReadHeaderTimeout: sec(10), ReadTimeout: sec(60), WriteTimeout: sec(120), IdleTimeout: sec(120), MaxHeaderBytes: 65536, ShutdownTimeout: sec(30), MaxInFlight: 2048}},
+		{"default jobs_api.max_waiters", cfg.JobsAPI.MaxWaiters, 1024},
+		{"default jobs_api.max_waiters_per_tenant", cfg.JobsAPI.MaxWaitersPerTenant, 16},
 		{"default worker.shutdown_timeout", cfg.Worker.ShutdownTimeout, workers.DefaultShutdownTimeout},
 		{"worker.queues", len(cfg.Worker.Queues) == 1 && cfg.Worker.Queues["default"] == 1, true},
 		{"tenants", len(cfg.Tenants), 2},

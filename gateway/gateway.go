@@ -57,6 +57,12 @@ type Options struct {
 	// MaxWait caps GET /v1/jobs/{id}?wait=; a longer wait is clamped to
 	// it. Default DefaultMaxWait, 30s.
 	MaxWait time.Duration
+	// MaxWaiters bounds the GET /v1/jobs/{id}?wait= held at once, and
+	// MaxWaitersPerTenant those of one tenant; a wait beyond either is
+	// answered at once with HeaderWaitRefused. Held waits do not count
+	// against MaxInFlight. Defaults DefaultMaxWaiters (1024) and
+	// DefaultMaxWaitersPerTenant (16).
+	MaxWaiters, MaxWaitersPerTenant int
 	// Explainer tells the story of a job or a key at the admin API's
 	// …/explain endpoints; nil leaves them out (404).
 	Explainer Explainer
@@ -129,6 +135,8 @@ type Gateway struct {
 	drainOnce sync.Once
 	// inFlight counts the public requests being handled (shedOverload).
 	inFlight atomic.Int64
+	// waiters counts the job waits held (admitWait).
+	waiters *waiters
 	// recent counts the requests of each tenant and route over the last
 	// minutes, for the operator console.
 	recent *RecentRequests
@@ -157,8 +165,14 @@ func New(opts Options) (*Gateway, error) {
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = DefaultMaxWait
 	}
+	if opts.MaxWaiters <= 0 {
+		opts.MaxWaiters = DefaultMaxWaiters
+	}
+	if opts.MaxWaitersPerTenant <= 0 {
+		opts.MaxWaitersPerTenant = DefaultMaxWaitersPerTenant
+	}
 	g := &Gateway{opts: opts, problems: NewProblemWriter(opts.ProblemBase, opts.Logger), drained: make(chan struct{}),
-		recent: NewRecentRequests(nil)}
+		recent: NewRecentRequests(nil), waiters: newWaiters(opts.MaxWaiters, opts.MaxWaitersPerTenant)}
 	if opts.AdminTokenSHA256 != "" {
 		b, err := hex.DecodeString(opts.AdminTokenSHA256)
 		if err != nil || len(b) != sha256.Size {
@@ -279,8 +293,7 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 		return nil, errors.New("neither an upstream nor a handler")
 	}
 	h = mw.Wrap(h)
-	h = g.limiter.Wrap(h)
-	h = g.authenticate(h)
+	h = g.tenantChain(h)
 	name := ro.Name
 	rt.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		infoFrom(r.Context()).route = name
@@ -288,6 +301,14 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 		h.ServeHTTP(w, r)
 	})
 	return rt, nil
+}
+
+// tenantChain is what every tenant's request passes before its handler:
+// authentication, then the tenant's rate limit. The configured routes and
+// the job endpoints share it, so that a tenant's reads and cancels spend
+// the same budget as its writes.
+func (g *Gateway) tenantChain(next http.Handler) http.Handler {
+	return g.authenticate(g.limiter.Wrap(next))
 }
 
 // authenticate lets through only requests with valid credentials, noting

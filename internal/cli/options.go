@@ -279,6 +279,7 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 		MaxInFlight:      maxInFlight(cfg.Server.MaxInFlight, openFileLimit(), logger),
 		MaxWait:          cfg.JobsAPI.MaxWait,
 	}
+	opts.MaxWaiters, opts.MaxWaitersPerTenant = cfg.JobsAPI.MaxWaiters, cfg.JobsAPI.MaxWaitersPerTenant
 	shared := gateway.NewTransport(transportConfig(cfg.Proxy))
 	opts.Transport = telemetry.HTTPTransport(shared)
 	for _, t := range cfg.Tenants {
