@@ -69,6 +69,7 @@ func TestLoadValid(t *testing.T) {
 		{"default server", cfg.Server, Server{ReadHeaderTimeout: sec(10), ReadTimeout: sec(60), WriteTimeout: sec(120), IdleTimeout: sec(120), MaxHeaderBytes: 65536, ShutdownTimeout: sec(30), MaxInFlight: 2048}},
 		{"default jobs_api.max_waiters", cfg.JobsAPI.MaxWaiters, 1024},
 		{"default jobs_api.max_waiters_per_tenant", cfg.JobsAPI.MaxWaitersPerTenant, 16},
+		{"default auth.cross_site with auth.mode api_key", cfg.Auth.CrossSite, "allow"},
 		{"default worker.shutdown_timeout", cfg.Worker.ShutdownTimeout, workers.DefaultShutdownTimeout},
 		{"worker.queues", len(cfg.Worker.Queues) == 1 && cfg.Worker.Queues["default"] == 1, true},
 		{"tenants", len(cfg.Tenants), 2},

@@ -230,6 +230,11 @@ func TestValidate(t *testing.T) {
 			want: []string{"x.yaml:4: jobs_api.max_wait: must be positive, not -1s"},
 		},
 		{
+			name: "auth.cross_site is refuse or allow",
+			yaml: "store: memory\nadmin_listen: \"\"\nauth: {mode: header, cross_site: block}\ntenants:\n  - name: acme\n" + route,
+			want: []string{`x.yaml:3: auth.cross_site: "block" is neither refuse nor allow`},
+		},
+		{
 			name: "negative bounds on job waits",
 			yaml: minimal + "jobs_api: {max_waiters: -1, max_waiters_per_tenant: -2}\n" + route,
 			want: []string{

@@ -80,6 +80,12 @@ type Options struct {
 	// once; beyond it a request is shed with 503 (see shedOverload).
 	// 0: no limit.
 	MaxInFlight int
+	// RefuseCrossSite refuses, with 403 forbidden, a state-changing
+	// request to the public listener that a browser sent from another
+	// site (see refuseCrossOrigin): in auth mode header, a proxy that
+	// names the tenant from a cookie would otherwise act for a cross-site
+	// form. Default false.
+	RefuseCrossSite bool
 }
 
 // RouteOptions is one configured route.
@@ -339,6 +345,9 @@ func (g *Gateway) publicRoutes() http.Handler {
 	r.MethodNotAllowed(g.handleTable())
 	g.publicMux = r
 	var h http.Handler = r
+	if g.opts.RefuseCrossSite {
+		h = g.refuseCrossOrigin(h, true, "a state-changing request from another site is refused (auth.cross_site: refuse); send it from a page of the same site, or without a browser")
+	}
 	h = accessLog(g.opts.Logger, g.opts.Metrics, g.recent, h)
 	h = g.recoverPanics(h)
 	h = g.closeWhileDraining(h)

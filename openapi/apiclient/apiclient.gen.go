@@ -2603,6 +2603,11 @@ type CancelJobResponse401Headers struct {
 	XRequestId      string
 }
 
+// CancelJobResponse403Headers the declared response headers of an HTTP 403 response for CancelJob
+type CancelJobResponse403Headers struct {
+	XRequestId string
+}
+
 // CancelJobResponse404Headers the declared response headers of an HTTP 404 response for CancelJob
 type CancelJobResponse404Headers struct {
 	XRequestId string
@@ -2645,6 +2650,8 @@ type CancelJobResponse struct {
 	JSON202 *Job
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
@@ -2661,6 +2668,8 @@ type CancelJobResponse struct {
 	Headers202 *CancelJobResponse202Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *CancelJobResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *CancelJobResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *CancelJobResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
@@ -2686,6 +2695,11 @@ func (r CancelJobResponse) GetJSON202() *Job {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r CancelJobResponse) GetApplicationproblemJSON401() *Unauthorized {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CancelJobResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -4661,6 +4675,13 @@ func ParseCancelJobResponse(rsp *http.Response) (*CancelJobResponse, error) {
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4764,6 +4785,16 @@ func ParseCancelJobResponse(rsp *http.Response) (*CancelJobResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers CancelJobResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers CancelJobResponse404Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {

@@ -928,6 +928,22 @@ export interface components {
             };
         };
         /**
+         * @description `forbidden`: a browser sent this state-changing request from another
+         *     site (`Sec-Fetch-Site: cross-site`, or an `Origin` that is not the
+         *     request's host) and `auth.cross_site` is `refuse`, the default in
+         *     `auth.mode: header`. Nothing ran. Send it from the same site, or
+         *     without a browser. Not retryable.
+         */
+        Forbidden: {
+            headers: {
+                "X-Request-Id": components["headers"]["XRequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
          * @description `job-not-cancellable`: the job has already succeeded or failed; a
          *     cancel cannot undo it. Not retryable.
          */
@@ -1495,6 +1511,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["JobNotCancellable"];
             429: components["responses"]["RateLimited"];
