@@ -175,7 +175,22 @@ type Auth struct {
 	Mode string `yaml:"mode"`
 	// Header carries the credentials. Default "Authorization".
 	Header string `yaml:"header"`
+	// CrossSite is what the public listener does with a state-changing
+	// request a browser sent from another site (Sec-Fetch-Site
+	// cross-site, or an Origin that is not the request's host):
+	// CrossSiteRefuse answers 403 forbidden, CrossSiteAllow serves it.
+	// Requests from the same site and requests without either header
+	// (SDKs, curl, servers) are always served. Default CrossSiteRefuse
+	// with mode "header", whose proxy may name the tenant from a cookie
+	// the browser adds by itself, and CrossSiteAllow otherwise.
+	CrossSite string `yaml:"cross_site"`
 }
+
+// The values of Auth.CrossSite.
+const (
+	CrossSiteRefuse = "refuse"
+	CrossSiteAllow  = "allow"
+)
 
 // Tenant is one client of the gateway. Its name scopes every idempotency
 // record and appears in admin URLs.
@@ -405,6 +420,10 @@ func (c *Config) withDefaults() {
 	setDefault(&c.Log.Format, "json")
 	setDefault(&c.Auth.Mode, string(auth.ModeAPIKey))
 	setDefault(&c.Auth.Header, "Authorization")
+	if c.Auth.Mode == string(auth.ModeHeader) {
+		setDefault(&c.Auth.CrossSite, CrossSiteRefuse)
+	}
+	setDefault(&c.Auth.CrossSite, CrossSiteAllow)
 	setDefault(&c.RateLimitStore, "memory")
 	setDefault(&c.Admin.MaxAuthFailures, 10)
 	c.AdminTokenSHA256 = strings.ToLower(c.AdminTokenSHA256)

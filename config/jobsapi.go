@@ -9,6 +9,14 @@ type JobsAPI struct {
 	// it. Shorter than server.write_timeout, which would cut the answer.
 	// Default gateway.DefaultMaxWait, 30s.
 	MaxWait time.Duration `yaml:"max_wait"`
+	// MaxWaiters bounds the GET /v1/jobs/{id}?wait= one gateway holds at
+	// once, and MaxWaitersPerTenant those of one tenant. A wait beyond
+	// either is answered at once with the job as it stands and the
+	// header Idemgate-Wait-Refused. Held waits do not count against
+	// server.max_in_flight. Defaults gateway.DefaultMaxWaiters, 1024, and
+	// gateway.DefaultMaxWaitersPerTenant, 16.
+	MaxWaiters          int `yaml:"max_waiters"`
+	MaxWaitersPerTenant int `yaml:"max_waiters_per_tenant"`
 	// RedisWait holds an enqueue route's 202 until the job's task is on
 	// this many replicas of the queue's Redis, or the timeout has passed:
 	// a failover then does not lose the task, which the relay would
@@ -18,12 +26,19 @@ type JobsAPI struct {
 	RedisWait RedisWait `yaml:"redis_wait"`
 }
 
-// defaultMaxWait is gateway.DefaultMaxWait; config does not import the
-// gateway.
-const defaultMaxWait = 30 * time.Second
+// defaultMaxWait, defaultMaxWaiters and defaultMaxWaitersPerTenant are
+// the gateway's DefaultMaxWait, DefaultMaxWaiters and
+// DefaultMaxWaitersPerTenant; config does not import the gateway.
+const (
+	defaultMaxWait             = 30 * time.Second
+	defaultMaxWaiters          = 1024
+	defaultMaxWaitersPerTenant = 16
+)
 
 func (c *Config) jobsAPIDefaults() {
 	setDefault(&c.JobsAPI.MaxWait, defaultMaxWait)
+	setDefault(&c.JobsAPI.MaxWaiters, defaultMaxWaiters)
+	setDefault(&c.JobsAPI.MaxWaitersPerTenant, defaultMaxWaitersPerTenant)
 }
 
 func (c *Config) validateJobsAPI(bad badFunc) {
@@ -34,4 +49,6 @@ func (c *Config) validateJobsAPI(bad badFunc) {
 		bad("jobs_api.max_wait", "%v must be shorter than server.write_timeout (%v), which would cut a waiting GET /v1/jobs/{id} before it answers",
 			w, c.Server.WriteTimeout)
 	}
+	nonNegative(bad, "jobs_api.max_waiters", c.JobsAPI.MaxWaiters)
+	nonNegative(bad, "jobs_api.max_waiters_per_tenant", c.JobsAPI.MaxWaitersPerTenant)
 }

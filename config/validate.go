@@ -118,6 +118,11 @@ func (c *Config) validate(o *options) error {
 	if !isToken(c.Auth.Header) {
 		bad("auth.header", "%q is not a header name", c.Auth.Header)
 	}
+	switch c.Auth.CrossSite {
+	case CrossSiteRefuse, CrossSiteAllow:
+	default:
+		bad("auth.cross_site", "%q is neither %s nor %s", c.Auth.CrossSite, CrossSiteRefuse, CrossSiteAllow)
+	}
 	c.validateTenants(bad)
 
 	validateIdempotency("idempotency", c.Idempotency.Config, func(string) bool { return true }, bad)

@@ -230,6 +230,19 @@ func TestValidate(t *testing.T) {
 			want: []string{"x.yaml:4: jobs_api.max_wait: must be positive, not -1s"},
 		},
 		{
+			name: "auth.cross_site is refuse or allow",
+			yaml: "store: memory\nadmin_listen: \"\"\nauth: {mode: header, cross_site: block}\ntenants:\n  - name: acme\n" + route,
+			want: []string{`x.yaml:3: auth.cross_site: "block" is neither refuse nor allow`},
+		},
+		{
+			name: "negative bounds on job waits",
+			yaml: minimal + "jobs_api: {max_waiters: -1, max_waiters_per_tenant: -2}\n" + route,
+			want: []string{
+				"x.yaml:4: jobs_api.max_waiters: must be positive, not -1",
+				"x.yaml:4: jobs_api.max_waiters_per_tenant: must be positive, not -2",
+			},
+		},
+		{
 			name: "a negative drain delay",
 			yaml: minimal + "server: {drain_delay: -1s, shutdown_timeout: 10s}\n" + route,
 			want: []string{"x.yaml:4: server.drain_delay: must be 0s or more, not -1s"},

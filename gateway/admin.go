@@ -48,19 +48,39 @@ func (g *Gateway) adminRoutes() http.Handler {
 	return requestid.Middleware(g.sameOrigin(g.recoverPanics(r)))
 }
 
-// sameOrigin refuses a state-changing request that a browser sent from
-// another origin (http.CrossOriginProtection: Sec-Fetch-Site, else Origin
-// against Host). The admin token may be HTTP Basic credentials a browser
-// remembers and adds to a cross-site form's POST by itself. Safe methods,
-// same-origin requests (the queue UI's own) and requests without either
-// header (the CLI, curl, scripts) go through.
+// sameOrigin refuses a state-changing admin request that a browser sent
+// from another origin, same-site ones included: the admin token may be
+// HTTP Basic credentials a browser remembers and adds to a cross-site
+// form's POST by itself. The queue UI's own requests are same-origin.
 func (g *Gateway) sameOrigin(next http.Handler) http.Handler {
+	return g.refuseCrossOrigin(next, false,
+		"a state-changing request to the admin listener from another origin is refused; send it from the admin listener's own origin, or without a browser")
+}
+
+// refuseCrossOrigin refuses, with 403 forbidden and detail, a
+// state-changing request that a browser sent from another origin
+// (http.CrossOriginProtection: Sec-Fetch-Site, else Origin against Host).
+// With sameSite, a request whose Sec-Fetch-Site is same-site (a page on
+// another host of the same registrable domain) goes through too. Safe
+// methods, same-origin requests and requests with neither header (the
+// CLI, curl, SDKs, servers) always go through. It guards the admin
+// listener and, with Options.RefuseCrossSite, the public one.
+func (g *Gateway) refuseCrossOrigin(next http.Handler, sameSite bool, detail string) http.Handler {
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrForbidden,
-			Detail: "a state-changing request to the admin listener from another origin is refused; send it from the admin listener's own origin, or without a browser"})
+		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrForbidden, Detail: detail})
 	}))
-	return cop.Handler(next)
+	guarded := cop.Handler(next)
+	if !sameSite {
+		return guarded
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Sec-Fetch-Site") == "same-site" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		guarded.ServeHTTP(w, r)
+	})
 }
 
 // RouteEscaped makes chi match the path as it was sent, so that PathParam

@@ -32,9 +32,7 @@ type Canceller interface {
 // the job cancels it; another tenant gets 404, as for GET. It needs no
 // Idempotency-Key: a cancel converges, so sending it again is safe.
 func (g *Gateway) handleJobCancel() http.Handler {
-	return g.auth.Middleware(func(w http.ResponseWriter, r *http.Request, err error) {
-		g.problems.Write(w, r, err)
-	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return g.tenantChain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		telemetry.SetEndpoint(r, "/v1/jobs/{id}/cancel")
 		tenant := auth.Tenant(r.Context())
 		g.cancelJob(w, r, chi.URLParam(r, "id"), func(c Canceller, id string) (job.Record, bool, error) {

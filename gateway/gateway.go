@@ -57,6 +57,12 @@ type Options struct {
 	// MaxWait caps GET /v1/jobs/{id}?wait=; a longer wait is clamped to
 	// it. Default DefaultMaxWait, 30s.
 	MaxWait time.Duration
+	// MaxWaiters bounds the GET /v1/jobs/{id}?wait= held at once, and
+	// MaxWaitersPerTenant those of one tenant; a wait beyond either is
+	// answered at once with HeaderWaitRefused. Held waits do not count
+	// against MaxInFlight. Defaults DefaultMaxWaiters (1024) and
+	// DefaultMaxWaitersPerTenant (16).
+	MaxWaiters, MaxWaitersPerTenant int
 	// Explainer tells the story of a job or a key at the admin API's
 	// …/explain endpoints; nil leaves them out (404).
 	Explainer Explainer
@@ -80,6 +86,12 @@ type Options struct {
 	// once; beyond it a request is shed with 503 (see shedOverload).
 	// 0: no limit.
 	MaxInFlight int
+	// RefuseCrossSite refuses, with 403 forbidden, a state-changing
+	// request to the public listener that a browser sent from another
+	// site (see refuseCrossOrigin): in auth mode header, a proxy that
+	// names the tenant from a cookie would otherwise act for a cross-site
+	// form. Default false.
+	RefuseCrossSite bool
 }
 
 // RouteOptions is one configured route.
@@ -137,6 +149,8 @@ type Gateway struct {
 	drainOnce sync.Once
 	// inFlight counts the public requests being handled (shedOverload).
 	inFlight atomic.Int64
+	// waiters counts the job waits held (admitWait).
+	waiters *waiters
 	// recent counts the requests of each tenant and route over the last
 	// minutes, for the operator console.
 	recent *RecentRequests
@@ -165,8 +179,14 @@ func New(opts Options) (*Gateway, error) {
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = DefaultMaxWait
 	}
+	if opts.MaxWaiters <= 0 {
+		opts.MaxWaiters = DefaultMaxWaiters
+	}
+	if opts.MaxWaitersPerTenant <= 0 {
+		opts.MaxWaitersPerTenant = DefaultMaxWaitersPerTenant
+	}
 	g := &Gateway{opts: opts, problems: NewProblemWriter(opts.ProblemBase, opts.Logger), drained: make(chan struct{}),
-		recent: NewRecentRequests(nil)}
+		recent: NewRecentRequests(nil), waiters: newWaiters(opts.MaxWaiters, opts.MaxWaitersPerTenant)}
 	g.adminGuard = newAdminGuard(opts.AdminMaxAuthFailures, opts.Metrics.adminAuthFailures, opts.Logger)
 	if opts.AdminTokenSHA256 != "" {
 		b, err := hex.DecodeString(opts.AdminTokenSHA256)
@@ -288,8 +308,7 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 		return nil, errors.New("neither an upstream nor a handler")
 	}
 	h = mw.Wrap(h)
-	h = g.limiter.Wrap(h)
-	h = g.authenticate(h)
+	h = g.tenantChain(h)
 	name := ro.Name
 	rt.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		infoFrom(r.Context()).route = name
@@ -297,6 +316,14 @@ func (g *Gateway) buildRoute(ro RouteOptions, store idempotency.Store) (*route, 
 		h.ServeHTTP(w, r)
 	})
 	return rt, nil
+}
+
+// tenantChain is what every tenant's request passes before its handler:
+// authentication, then the tenant's rate limit. The configured routes and
+// the job endpoints share it, so that a tenant's reads and cancels spend
+// the same budget as its writes.
+func (g *Gateway) tenantChain(next http.Handler) http.Handler {
+	return g.authenticate(g.limiter.Wrap(next))
 }
 
 // authenticate lets through only requests with valid credentials, noting
@@ -327,6 +354,9 @@ func (g *Gateway) publicRoutes() http.Handler {
 	r.MethodNotAllowed(g.handleTable())
 	g.publicMux = r
 	var h http.Handler = r
+	if g.opts.RefuseCrossSite {
+		h = g.refuseCrossOrigin(h, true, "a state-changing request from another site is refused (auth.cross_site: refuse); send it from a page of the same site, or without a browser")
+	}
 	h = accessLog(g.opts.Logger, g.opts.Metrics, g.recent, h)
 	h = g.recoverPanics(h)
 	h = g.closeWhileDraining(h)

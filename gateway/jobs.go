@@ -139,9 +139,7 @@ func (g *Gateway) jobError(w http.ResponseWriter, r *http.Request, err error) {
 // gets 404, as if it did not exist. With ?wait= it holds until the job is
 // final, or with If-None-Match until its document changes (wait.go).
 func (g *Gateway) handleJobGet() http.Handler {
-	return g.auth.Middleware(func(w http.ResponseWriter, r *http.Request, err error) {
-		g.problems.Write(w, r, err)
-	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return g.tenantChain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		telemetry.SetEndpoint(r, "/v1/jobs/{id}")
 		if g.opts.Jobs == nil {
 			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "this gateway has no enqueue routes"})
@@ -157,6 +155,8 @@ func (g *Gateway) handleJobGet() http.Handler {
 			g.problems.Write(w, r, err)
 			return
 		}
+		jw, release := g.admitWait(w, auth.Tenant(r.Context()), jw)
+		defer release()
 		watch := g.watchJob(r.Context(), id, jw)
 		defer watch.Stop()
 		rec, err := g.opts.Jobs.Get(r.Context(), auth.Tenant(r.Context()), id)

@@ -17,6 +17,8 @@ type Metrics struct {
 	store           *prometheus.HistogramVec
 	inFlight        prometheus.Gauge
 	shed            prometheus.Counter
+	waiters         prometheus.Gauge
+	waitsRefused    *prometheus.CounterVec
 	memoryStore     *memoryStoreCollector
 	// adminAuthFailures counts the admin listener's refusals (AdminGuard).
 	adminAuthFailures *prometheus.CounterVec
@@ -49,16 +51,24 @@ func NewMetrics() *Metrics {
 		}, []string{"store", "op"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idemgate_requests_in_flight",
-			Help: "Requests the public listener is handling now (not /healthz and /readyz, not those being shed).",
+			Help: "Requests the public listener is handling now (not /healthz and /readyz, not those being shed, not the GET /v1/jobs/{id}?wait= being held).",
 		}),
 		shed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idemgate_requests_shed_total",
 			Help: "Requests answered 503 at once because server.max_in_flight requests were in hand.",
 		}),
+		waiters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemgate_job_waiters",
+			Help: "GET /v1/jobs/{id}?wait= being held now (jobs_api.max_waiters).",
+		}),
+		waitsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemgate_job_waits_refused_total",
+			Help: "GET /v1/jobs/{id}?wait= answered at once because the bound named by the label was reached (max_waiters_per_tenant, max_waiters).",
+		}, []string{"bound"}),
 		memoryStore:       newMemoryStoreCollector(),
 		adminAuthFailures: newAdminAuthFailures(),
 	}
-	reg.MustRegister(m.requests, m.requestDuration, m.upstream, m.store, m.inFlight, m.shed, m.memoryStore, m.adminAuthFailures,
+	reg.MustRegister(m.requests, m.requestDuration, m.upstream, m.store, m.inFlight, m.shed, m.waiters, m.waitsRefused, m.memoryStore, m.adminAuthFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

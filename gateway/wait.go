@@ -137,6 +137,9 @@ func (g *Gateway) awaitJob(r *http.Request, rec job.Record, jw jobWait, watch *j
 		return doc
 	}
 	watch.Seen(rec)
+	// Held, the request waits on a watch, not on work: its slot of
+	// max_in_flight goes back while it does (admitWait bounds the waits).
+	defer g.idle()()
 	timer := time.NewTimer(jw.d)
 	defer timer.Stop()
 	for {

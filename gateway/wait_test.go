@@ -112,6 +112,9 @@ func startWait(t *testing.T, listen bool, maxWait time.Duration) *waitEnv {
 	}})
 	opts.JobWatcher = v.watcher
 	opts.MaxWait = maxWait
+	// One tenant holds up to a thousand waits here (waiters_test.go
+	// tests the bounds).
+	opts.MaxWaiters, opts.MaxWaitersPerTenant = 2000, 2000
 	v.g = newTestGateway(t, opts)
 	v.srv = httptest.NewServer(v.g.Handler())
 	t.Cleanup(v.srv.Close)

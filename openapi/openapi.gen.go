@@ -745,6 +745,12 @@ type BadRequest = Problem
 // not) and follows `documentation`.
 type Conflict = Problem
 
+// Forbidden An RFC 9457 problem document. Match on the slug that ends `type`;
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
+type Forbidden = Problem
+
 // InternalError An RFC 9457 problem document. Match on the slug that ends `type`;
 // `detail` is for people and may change. A generic client acts on
 // `retryable` (send the same request again, with the same key, or

@@ -36,6 +36,7 @@ var problemStatus = map[string]int{
 	"method-override-refused":       400,
 	"invalid-schedule":              400,
 	"unauthorized":                  401,
+	"forbidden":                     403,
 	"not-found":                     404,
 	"idempotency-key-in-use":        409,
 	"idempotency-outcome-unknown":   409,

@@ -280,6 +280,8 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 		MaxWait:          cfg.JobsAPI.MaxWait,
 	}
 	opts.AdminMaxAuthFailures = cfg.Admin.MaxAuthFailures
+	opts.MaxWaiters, opts.MaxWaitersPerTenant = cfg.JobsAPI.MaxWaiters, cfg.JobsAPI.MaxWaitersPerTenant
+	opts.RefuseCrossSite = cfg.Auth.CrossSite == config.CrossSiteRefuse
 	shared := gateway.NewTransport(transportConfig(cfg.Proxy))
 	opts.Transport = telemetry.HTTPTransport(shared)
 	for _, t := range cfg.Tenants {

@@ -218,7 +218,11 @@ type ClientInterface interface {
 	// (the `ETag` of a document the client has) it answers as soon as the
 	// document differs from it, 200 with the new one, and 304 Not
 	// Modified when the wait ends unchanged (without `wait`: at once).
-	// A gateway that is shutting down answers its waits at once.
+	// A gateway that is shutting down answers its waits at once, and so
+	// does one that already holds `jobs_api.max_waiters_per_tenant` (16)
+	// waits of the tenant or `jobs_api.max_waiters` (1024) in all: it
+	// answers as without `wait`, with `Idemgate-Wait-Refused`; poll with
+	// a growing pause. Every GET spends the tenant's rate limit.
 	//
 	// Corresponds with GET /v1/jobs/{id} (the `GetJob` operationId).
 	GetJob(ctx context.Context, id JobID, params *GetJobParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -486,7 +490,11 @@ func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn
 // (the `ETag` of a document the client has) it answers as soon as the
 // document differs from it, 200 with the new one, and 304 Not
 // Modified when the wait ends unchanged (without `wait`: at once).
-// A gateway that is shutting down answers its waits at once.
+// A gateway that is shutting down answers its waits at once, and so
+// does one that already holds `jobs_api.max_waiters_per_tenant` (16)
+// waits of the tenant or `jobs_api.max_waiters` (1024) in all: it
+// answers as without `wait`, with `Idemgate-Wait-Refused`; poll with
+// a growing pause. Every GET spends the tenant's rate limit.
 //
 // Corresponds with GET /v1/jobs/{id} (the `GetJob` operationId).
 func (c *Client) GetJob(ctx context.Context, id JobID, params *GetJobParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1313,7 +1321,11 @@ type ClientWithResponsesInterface interface {
 	// (the `ETag` of a document the client has) it answers as soon as the
 	// document differs from it, 200 with the new one, and 304 Not
 	// Modified when the wait ends unchanged (without `wait`: at once).
-	// A gateway that is shutting down answers its waits at once.
+	// A gateway that is shutting down answers its waits at once, and so
+	// does one that already holds `jobs_api.max_waiters_per_tenant` (16)
+	// waits of the tenant or `jobs_api.max_waiters` (1024) in all: it
+	// answers as without `wait`, with `Idemgate-Wait-Refused`; poll with
+	// a growing pause. Every GET spends the tenant's rate limit.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2539,16 +2551,18 @@ func (r GetReadinessResponse) ContentType() string {
 
 // GetJobResponse200Headers the declared response headers of an HTTP 200 response for GetJob
 type GetJobResponse200Headers struct {
-	CacheControl *string
-	ETag         string
-	XRequestId   string
+	CacheControl        *string
+	ETag                string
+	IdemgateWaitRefused *string
+	XRequestId          string
 }
 
 // GetJobResponse304Headers the declared response headers of an HTTP 304 response for GetJob
 type GetJobResponse304Headers struct {
-	CacheControl *string
-	ETag         string
-	XRequestId   string
+	CacheControl        *string
+	ETag                string
+	IdemgateWaitRefused *string
+	XRequestId          string
 }
 
 // GetJobResponse400Headers the declared response headers of an HTTP 400 response for GetJob
@@ -2571,6 +2585,15 @@ type GetJobResponse401Headers struct {
 // GetJobResponse404Headers the declared response headers of an HTTP 404 response for GetJob
 type GetJobResponse404Headers struct {
 	XRequestId string
+}
+
+// GetJobResponse429Headers the declared response headers of an HTTP 429 response for GetJob
+type GetJobResponse429Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         int
+	XRequestId         string
 }
 
 // GetJobResponse500Headers the declared response headers of an HTTP 500 response for GetJob
@@ -2598,6 +2621,8 @@ type GetJobResponse struct {
 	ApplicationproblemJSON401 *Unauthorized
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimited
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -2612,6 +2637,8 @@ type GetJobResponse struct {
 	Headers401 *GetJobResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetJobResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetJobResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetJobResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -2636,6 +2663,11 @@ func (r GetJobResponse) GetApplicationproblemJSON401() *Unauthorized {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r GetJobResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetJobResponse) GetApplicationproblemJSON429() *RateLimited {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -2697,6 +2729,11 @@ type CancelJobResponse401Headers struct {
 	XRequestId      string
 }
 
+// CancelJobResponse403Headers the declared response headers of an HTTP 403 response for CancelJob
+type CancelJobResponse403Headers struct {
+	XRequestId string
+}
+
 // CancelJobResponse404Headers the declared response headers of an HTTP 404 response for CancelJob
 type CancelJobResponse404Headers struct {
 	XRequestId string
@@ -2705,6 +2742,15 @@ type CancelJobResponse404Headers struct {
 // CancelJobResponse409Headers the declared response headers of an HTTP 409 response for CancelJob
 type CancelJobResponse409Headers struct {
 	XRequestId string
+}
+
+// CancelJobResponse429Headers the declared response headers of an HTTP 429 response for CancelJob
+type CancelJobResponse429Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         int
+	XRequestId         string
 }
 
 // CancelJobResponse500Headers the declared response headers of an HTTP 500 response for CancelJob
@@ -2730,10 +2776,14 @@ type CancelJobResponse struct {
 	JSON202 *Job
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *JobNotCancellable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimited
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -2744,10 +2794,14 @@ type CancelJobResponse struct {
 	Headers202 *CancelJobResponse202Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *CancelJobResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *CancelJobResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *CancelJobResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CancelJobResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CancelJobResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CancelJobResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -2769,6 +2823,11 @@ func (r CancelJobResponse) GetApplicationproblemJSON401() *Unauthorized {
 	return r.ApplicationproblemJSON401
 }
 
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CancelJobResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r CancelJobResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
@@ -2777,6 +2836,11 @@ func (r CancelJobResponse) GetApplicationproblemJSON404() *NotFound {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r CancelJobResponse) GetApplicationproblemJSON409() *JobNotCancellable {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CancelJobResponse) GetApplicationproblemJSON429() *RateLimited {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3041,7 +3105,11 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, reqE
 // (the `ETag` of a document the client has) it answers as soon as the
 // document differs from it, 200 with the new one, and 304 Not
 // Modified when the wait ends unchanged (without `wait`: at once).
-// A gateway that is shutting down answers its waits at once.
+// A gateway that is shutting down answers its waits at once, and so
+// does one that already holds `jobs_api.max_waiters_per_tenant` (16)
+// waits of the tenant or `jobs_api.max_waiters` (1024) in all: it
+// answers as without `wait`, with `Idemgate-Wait-Refused`; poll with
+// a growing pause. Every GET spends the tenant's rate limit.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -4636,6 +4704,13 @@ func ParseGetJobResponse(rsp *http.Response) (*GetJobResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4669,6 +4744,13 @@ func ParseGetJobResponse(rsp *http.Response) (*GetJobResponse, error) {
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("Idemgate-Wait-Refused"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idemgate-Wait-Refused", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdemgateWaitRefused = &value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -4692,6 +4774,13 @@ func ParseGetJobResponse(rsp *http.Response) (*GetJobResponse, error) {
 				return nil, err
 			}
 			headers.ETag = value
+		}
+		if values := rsp.Header.Values("Idemgate-Wait-Refused"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idemgate-Wait-Refused", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdemgateWaitRefused = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -4780,6 +4869,44 @@ func ParseGetJobResponse(rsp *http.Response) (*GetJobResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetJobResponse429Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetJobResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -4868,6 +4995,13 @@ func ParseCancelJobResponse(rsp *http.Response) (*CancelJobResponse, error) {
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4881,6 +5015,13 @@ func ParseCancelJobResponse(rsp *http.Response) (*CancelJobResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
@@ -4964,6 +5105,16 @@ func ParseCancelJobResponse(rsp *http.Response) (*CancelJobResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers CancelJobResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers CancelJobResponse404Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -4984,6 +5135,44 @@ func ParseCancelJobResponse(rsp *http.Response) (*CancelJobResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers CancelJobResponse429Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers CancelJobResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {

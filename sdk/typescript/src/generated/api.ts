@@ -95,7 +95,11 @@ export interface paths {
          *     (the `ETag` of a document the client has) it answers as soon as the
          *     document differs from it, 200 with the new one, and 304 Not
          *     Modified when the wait ends unchanged (without `wait`: at once).
-         *     A gateway that is shutting down answers its waits at once.
+         *     A gateway that is shutting down answers its waits at once, and so
+         *     does one that already holds `jobs_api.max_waiters_per_tenant` (16)
+         *     waits of the tenant or `jobs_api.max_waiters` (1024) in all: it
+         *     answers as without `wait`, with `Idemgate-Wait-Refused`; poll with
+         *     a growing pause. Every GET spends the tenant's rate limit.
          */
         get: operations["getJob"];
         put?: never;
@@ -940,6 +944,22 @@ export interface components {
             };
         };
         /**
+         * @description `forbidden`: a browser sent this state-changing request from another
+         *     site (`Sec-Fetch-Site: cross-site`, or an `Origin` that is not the
+         *     request's host) and `auth.cross_site` is `refuse`, the default in
+         *     `auth.mode: header`. Nothing ran. Send it from the same site, or
+         *     without a browser. Not retryable.
+         */
+        Forbidden: {
+            headers: {
+                "X-Request-Id": components["headers"]["XRequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
          * @description `job-not-cancellable`: the job has already succeeded or failed; a
          *     cancel cannot undo it. Not retryable.
          */
@@ -1252,6 +1272,12 @@ export interface components {
          */
         RateLimitReset: number;
         /**
+         * @description Only on an answer to a GET with `wait` that was not held: the
+         *     gateway already held as many waits as it may. The value names the
+         *     bound: `max_waiters_per_tenant` or `max_waiters` (`jobs_api.*`).
+         */
+        WaitRefused: "max_waiters_per_tenant" | "max_waiters";
+        /**
          * @description The job's status URL, `/v1/jobs/{id}`.
          * @example /v1/jobs/job_8971b00d3650c8ca83d47f1920051829
          */
@@ -1411,6 +1437,7 @@ export interface operations {
                     ETag: components["headers"]["JobETag"];
                     /** @description Always `no-store`; a job's status changes. */
                     "Cache-Control"?: "no-store";
+                    "Idemgate-Wait-Refused": components["headers"]["WaitRefused"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1427,6 +1454,7 @@ export interface operations {
                     ETag: components["headers"]["JobETag"];
                     /** @description Always `no-store`. */
                     "Cache-Control"?: "no-store";
+                    "Idemgate-Wait-Refused": components["headers"]["WaitRefused"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -1434,6 +1462,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -1499,8 +1528,10 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["JobNotCancellable"];
+            429: components["responses"]["RateLimited"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
