@@ -1,6 +1,10 @@
 package config
 
-import "time"
+import (
+	"time"
+
+	"github.com/idemgate/idemgate/job"
+)
 
 // JobsAPI configures the gateway's job endpoints (GET /v1/jobs/{id}) and
 // how enqueue routes accept jobs.
@@ -9,6 +13,12 @@ type JobsAPI struct {
 	// it. Shorter than server.write_timeout, which would cut the answer.
 	// Default gateway.DefaultMaxWait, 30s.
 	MaxWait time.Duration `yaml:"max_wait"`
+	// MaxDepth bounds how deep an enqueue route's body may nest its
+	// arrays and objects ([[1]] is two deep). A deeper body is refused
+	// with 422 invalid-payload before anything is recorded. At most
+	// 10000, the nesting every JSON reader takes. Default
+	// job.DefaultMaxDepth, 64.
+	MaxDepth int `yaml:"max_depth"`
 	// RedisWait holds an enqueue route's 202 until the job's task is on
 	// this many replicas of the queue's Redis, or the timeout has passed:
 	// a failover then does not lose the task, which the relay would
@@ -22,8 +32,12 @@ type JobsAPI struct {
 // gateway.
 const defaultMaxWait = 30 * time.Second
 
+// maxJSONDepth is the deepest nesting encoding/json, and so ijson, reads.
+const maxJSONDepth = 10000
+
 func (c *Config) jobsAPIDefaults() {
 	setDefault(&c.JobsAPI.MaxWait, defaultMaxWait)
+	setDefault(&c.JobsAPI.MaxDepth, job.DefaultMaxDepth)
 }
 
 func (c *Config) validateJobsAPI(bad badFunc) {
@@ -33,5 +47,8 @@ func (c *Config) validateJobsAPI(bad badFunc) {
 	case c.Server.WriteTimeout > 0 && w >= c.Server.WriteTimeout:
 		bad("jobs_api.max_wait", "%v must be shorter than server.write_timeout (%v), which would cut a waiting GET /v1/jobs/{id} before it answers",
 			w, c.Server.WriteTimeout)
+	}
+	if d := c.JobsAPI.MaxDepth; d < 1 || d > maxJSONDepth {
+		bad("jobs_api.max_depth", "%d is outside 1..%d", d, maxJSONDepth)
 	}
 }

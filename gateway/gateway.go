@@ -57,6 +57,10 @@ type Options struct {
 	// MaxWait caps GET /v1/jobs/{id}?wait=; a longer wait is clamped to
 	// it. Default DefaultMaxWait, 30s.
 	MaxWait time.Duration
+	// MaxDepth bounds how deep an enqueue route's body may nest its
+	// arrays and objects; a deeper one is refused with 422
+	// invalid-payload. Default job.DefaultMaxDepth, 64.
+	MaxDepth int
 	// Explainer tells the story of a job or a key at the admin API's
 	// …/explain endpoints; nil leaves them out (404).
 	Explainer Explainer

@@ -954,9 +954,10 @@ export interface components {
          *     request (another fingerprint); use a new key for a new request. The
          *     stored record is untouched. `invalid-payload` (enqueue routes): the
          *     body is JSON but breaks the job's schema (a missing or unknown field,
-         *     a wrong type or value), or lacks a field its business key is made
-         *     of; each field at fault is named in `errors`. `schedule-out-of-range`
-         *     (enqueue routes): the schedule is further ahead than the job's
+         *     a wrong type or value), lacks a field its business key is made
+         *     of, or nests its arrays and objects deeper than
+         *     `jobs_api.max_depth` (64); each field at fault is named in
+         *     `errors`. `schedule-out-of-range` (enqueue routes): the schedule is further ahead than the job's
          *     `max_delay`, which `detail` names. Nothing was queued, and the
          *     answer is stored and replayed like any other answer.
          */
