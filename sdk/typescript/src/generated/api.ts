@@ -831,7 +831,8 @@ export interface components {
          *     media type is not `application/json`. `invalid-schedule` (enqueue
          *     routes): both `Idemgate-Delay` and `Idemgate-Not-Before`, a delay
          *     that is not a non-negative whole number of seconds, or a time that
-         *     is not RFC 3339 with an offset; nothing was recorded. A
+         *     is not RFC 3339 with an offset or not in the years 1970 to 9999;
+         *     nothing was recorded. A
          *     `bad-request` or `invalid-schedule` answer to a request with a
          *     valid key is stored and replayed like any other answer.
          */
@@ -1124,7 +1125,8 @@ export interface components {
         ScheduleDelay: string;
         /**
          * @description Run the job at this RFC 3339 date-time, which must carry an offset
-         *     (`Z` or `±hh:mm`); a time already past runs it at once. Excludes
+         *     (`Z` or `±hh:mm`) and fall in the years 1970 to 9999 (UTC), else
+         *     400 `invalid-schedule`; a time already past runs it at once. Excludes
          *     `Idemgate-Delay`; the rest is as for `Idemgate-Delay`. The job
          *     document shows it as `not_before` and the status `scheduled`
          *     until then.
