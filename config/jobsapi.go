@@ -1,6 +1,10 @@
 package config
 
-import "time"
+import (
+	"time"
+
+	"github.com/idemgate/idemgate/job"
+)
 
 // JobsAPI configures the gateway's job endpoints (GET /v1/jobs/{id}) and
 // how enqueue routes accept jobs.
@@ -17,6 +21,12 @@ type JobsAPI struct {
 	// gateway.DefaultMaxWaitersPerTenant, 16.
 	MaxWaiters          int `yaml:"max_waiters"`
 	MaxWaitersPerTenant int `yaml:"max_waiters_per_tenant"`
+	// MaxDepth bounds how deep an enqueue route's body may nest its
+	// arrays and objects ([[1]] is two deep). A deeper body is refused
+	// with 422 invalid-payload before anything is recorded. At most
+	// 10000, the nesting every JSON reader takes. Default
+	// job.DefaultMaxDepth, 64.
+	MaxDepth int `yaml:"max_depth"`
 	// RedisWait holds an enqueue route's 202 until the job's task is on
 	// this many replicas of the queue's Redis, or the timeout has passed:
 	// a failover then does not lose the task, which the relay would
@@ -35,10 +45,14 @@ const (
 	defaultMaxWaitersPerTenant = 16
 )
 
+// maxJSONDepth is the deepest nesting encoding/json, and so ijson, reads.
+const maxJSONDepth = 10000
+
 func (c *Config) jobsAPIDefaults() {
 	setDefault(&c.JobsAPI.MaxWait, defaultMaxWait)
 	setDefault(&c.JobsAPI.MaxWaiters, defaultMaxWaiters)
 	setDefault(&c.JobsAPI.MaxWaitersPerTenant, defaultMaxWaitersPerTenant)
+	setDefault(&c.JobsAPI.MaxDepth, job.DefaultMaxDepth)
 }
 
 func (c *Config) validateJobsAPI(bad badFunc) {
@@ -51,4 +65,7 @@ func (c *Config) validateJobsAPI(bad badFunc) {
 	}
 	nonNegative(bad, "jobs_api.max_waiters", c.JobsAPI.MaxWaiters)
 	nonNegative(bad, "jobs_api.max_waiters_per_tenant", c.JobsAPI.MaxWaitersPerTenant)
+	if d := c.JobsAPI.MaxDepth; d < 1 || d > maxJSONDepth {
+		bad("jobs_api.max_depth", "%d is outside 1..%d", d, maxJSONDepth)
+	}
 }

@@ -243,6 +243,11 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{
+			name: "a payload nesting bound past what JSON readers take",
+			yaml: minimal + "jobs_api: {max_depth: 10001}\n" + route,
+			want: []string{"x.yaml:4: jobs_api.max_depth: 10001 is outside 1..10000"},
+		},
+		{
 			name: "a negative drain delay",
 			yaml: minimal + "server: {drain_delay: -1s, shutdown_timeout: 10s}\n" + route,
 			want: []string{"x.yaml:4: server.drain_delay: must be 0s or more, not -1s"},

@@ -63,6 +63,10 @@ type Options struct {
 	// against MaxInFlight. Defaults DefaultMaxWaiters (1024) and
 	// DefaultMaxWaitersPerTenant (16).
 	MaxWaiters, MaxWaitersPerTenant int
+	// MaxDepth bounds how deep an enqueue route's body may nest its
+	// arrays and objects; a deeper one is refused with 422
+	// invalid-payload. Default job.DefaultMaxDepth, 64.
+	MaxDepth int
 	// Explainer tells the story of a job or a key at the admin API's
 	// …/explain endpoints; nil leaves them out (404).
 	Explainer Explainer

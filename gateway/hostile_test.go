@@ -124,6 +124,25 @@ func TestMethodOverride(t *testing.T) {
 	})
 }
 
+// A _method query parameter overrides nothing: the request's own method
+// decides whether it needs a key, and the parameter goes to the upstream
+// as sent, like any other.
+func TestMethodQueryParameterIsNotAnOverride(t *testing.T) {
+	t.Parallel()
+	g, ran := overrideGateway(t, false)
+	bearer := []string{"Authorization", "Bearer " + testAPIKey}
+	r, body := serve(t, g.Handler(), http.MethodPost, "/v1/orders?_method=GET", "{}", bearer...)
+	if p := decodeBody(t, body); r.StatusCode != http.StatusBadRequest || p.Type != idempotency.DefaultProblemBase+"idempotency-key-missing" {
+		t.Fatalf("POST ?_method=GET without a key: %d %s, want 400 idempotency-key-missing", r.StatusCode, p.Type)
+	}
+	if r, _ := serve(t, g.Handler(), http.MethodGet, "/v1/orders?_method=POST", "", bearer...); r.StatusCode != http.StatusCreated {
+		t.Fatalf("GET ?_method=POST without a key: %d, want the upstream's 201", r.StatusCode)
+	}
+	if got := ran(); !slices.Equal(got, []string{http.MethodGet}) {
+		t.Fatalf("the upstream ran %v, want the GET alone", got)
+	}
+}
+
 // encodingGateway proxies POST /v1/orders to an upstream that records the
 // body and Content-Encoding it receives; decode is the route's
 // decode_content_encodings.

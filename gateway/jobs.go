@@ -67,7 +67,7 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions, timeout time.Du
 			g.jobError(w, r, err)
 			return
 		}
-		req := job.Request{Tenant: a.Scope.Tenant, Route: route, Key: a.Scope.Key, Spec: eo.Spec, Queue: eo.Queue, Body: body, Schedule: sched}
+		req := job.Request{Tenant: a.Scope.Tenant, Route: route, Key: a.Scope.Key, Spec: eo.Spec, Queue: eo.Queue, Body: body, Schedule: sched, MaxDepth: g.opts.MaxDepth}
 		// Bounded like every commit of the route (commit_timeout): a
 		// database or broker out of reach costs the client a 503 (or,
 		// once the record is written, a 202 the relay makes good), not a

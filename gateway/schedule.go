@@ -19,13 +19,24 @@ const (
 	// recorded: a non-negative integer.
 	HeaderDelay = "Idemgate-Delay"
 	// HeaderNotBefore asks the job to run at an RFC 3339 date-time with
-	// an offset; a time already past runs it at once.
+	// an offset, from 1970 to 9999 in UTC; a time already past runs it at
+	// once.
 	HeaderNotBefore = "Idemgate-Not-Before"
+)
+
+// The years a not_before may fall in, in UTC. Before 1970 a time is no
+// schedule anyone means, and before 1678 its nanoseconds since 1970 no
+// longer fit an int64 (time.UnixNano wraps: 1600 became 2184); after 9999
+// it has no RFC 3339 form to store or show.
+const (
+	minNotBeforeYear = 1970
+	maxNotBeforeYear = 9999
 )
 
 // ErrInvalidSchedule refuses an enqueue request whose schedule headers
 // cannot be read: both given, a repeated one, a delay that is not a
-// non-negative integer, a time that is not RFC 3339.
+// non-negative integer, a time that is not RFC 3339 or outside the years
+// 1970 to 9999.
 var ErrInvalidSchedule = errors.New("invalid schedule")
 
 // scheduleHeaders are the headers an enqueue route's fingerprint covers
@@ -71,7 +82,11 @@ func parseSchedule(h http.Header) (job.Schedule, error) {
 		v := strings.TrimSpace(times[0])
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			return invalid("%s must be an RFC 3339 date-time with an offset, like 2026-01-02T08:00:00Z, not %q", HeaderNotBefore, times[0])
+			return invalid("%s must be an RFC 3339 date-time with an offset in the years %d to %d (UTC), like 2026-01-02T08:00:00Z, not %q",
+				HeaderNotBefore, minNotBeforeYear, maxNotBeforeYear, times[0])
+		}
+		if y := t.UTC().Year(); y < minNotBeforeYear || y > maxNotBeforeYear {
+			return invalid("%s must fall in the years %d to %d (UTC), not %q", HeaderNotBefore, minNotBeforeYear, maxNotBeforeYear, times[0])
 		}
 		return job.ScheduleAt(t), nil
 	}

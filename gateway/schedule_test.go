@@ -3,14 +3,17 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
 )
 
 // scheduleJobs records what each submit asked and answers with a job
@@ -137,5 +140,57 @@ func TestScheduleIsPartOfTheRequest(t *testing.T) {
 	}
 	if want := time.Now().Add(600*time.Hour + idempotency.DefaultRetention - time.Minute); rec.ExpiresAt.Before(want) {
 		t.Errorf("the stored 202 expires at %s, want at least not_before + retention (%s)", rec.ExpiresAt, want)
+	}
+}
+
+// Finding 7: a not_before before 1970 or after 9999 (in UTC) is refused
+// with 400 invalid-schedule; 1600 used to be taken, and its answer kept
+// until 2184 (time.UnixNano wraps before 1678). A time past in range runs
+// the job at once and keeps its answer the usual retention.
+func TestNotBeforeOutOfRange(t *testing.T) {
+	pool := testenv.Pool(t)
+	client, _, queue := testenv.Queue(t, "notbefore")
+	opts := testOptions(job.NewSubmitter(pool, client))
+	opts.Routes[0].Enqueue = &EnqueueOptions{Spec: invoiceSpec, Queue: queue}
+	store := pgstore.New(pool)
+	t.Cleanup(store.Close)
+	opts.Store = store
+	g := newTestGateway(t, opts)
+	run := testenv.Prefix()
+	body := `{"order_id":"o-1","amount_cents":100,"currency":"EUR"}`
+	for _, tc := range []struct {
+		name, at string
+		status   int
+	}{
+		{"1600", "1600-01-01T00:00:00Z", http.StatusBadRequest},
+		{"1969", "1969-12-31T23:59:59Z", http.StatusBadRequest},
+		{"0000", "0000-01-01T00:00:00Z", http.StatusBadRequest},
+		{"10000 by its offset", "9999-12-31T23:30:00-01:00", http.StatusBadRequest},
+		{"10000", "10000-01-01T00:00:00Z", http.StatusBadRequest},
+		{"1970", "1970-01-01T00:00:00Z", http.StatusAccepted},
+		{"last year", time.Now().AddDate(-1, 0, 0).Format(time.RFC3339), http.StatusAccepted},
+	} {
+		key := run + strings.ReplaceAll(tc.name, " ", "-")
+		resp, got := serve(t, g.Handler(), http.MethodPost, "/v1/invoices", body, "Authorization", "Bearer "+testAPIKey,
+			"Idempotency-Key", key, "Content-Type", "application/json", HeaderNotBefore, tc.at)
+		if resp.StatusCode != tc.status {
+			t.Fatalf("%s: %d %s, want %d", tc.name, resp.StatusCode, got, tc.status)
+		}
+		if tc.status == http.StatusBadRequest {
+			if p := decodeBody(t, got); p.Type != idempotency.DefaultProblemBase+"invalid-schedule" || !strings.Contains(p.Detail, "1970 to 9999") {
+				t.Errorf("%s: %s %q, want invalid-schedule naming the years", tc.name, p.Type, p.Detail)
+			}
+			if _, err := opts.Jobs.Get(t.Context(), "acme", job.ID("acme", "invoices", key)); !errors.Is(err, job.ErrNotFound) {
+				t.Errorf("%s: a job was recorded (%v)", tc.name, err)
+			}
+			continue
+		}
+		rec, err := store.Get(t.Context(), idempotency.Scope{Tenant: "acme", Route: "invoices", Key: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if limit := time.Now().Add(idempotency.DefaultRetention + time.Hour); rec.ExpiresAt.After(limit) {
+			t.Errorf("%s: the stored answer expires %s, want within the retention from now (%s)", tc.name, rec.ExpiresAt, limit)
+		}
 	}
 }

@@ -16,8 +16,13 @@ import (
 // has no one canonical form. Check's error is an *Error wrapping it.
 var ErrNotIJSON = errors.New("JSON body is not I-JSON")
 
-// Error says where and why a JSON document is not I-JSON. It wraps
-// ErrNotIJSON.
+// ErrTooDeep is the reason CheckDepth refuses a document whose arrays and
+// objects nest deeper than the bound its caller set. Such a document may
+// be I-JSON; the caller refuses the work of reading it.
+var ErrTooDeep = errors.New("JSON body nested too deep")
+
+// Error says where and why a JSON document is not I-JSON, or nests too
+// deep for CheckDepth. It wraps ErrNotIJSON, or ErrTooDeep.
 type Error struct {
 	// Path holds the member names and array indices leading to the
 	// offending value (a duplicate name: the object holding it); empty
@@ -27,6 +32,8 @@ type Error struct {
 	Offset int
 	// Reason says what is wrong, for people.
 	Reason string
+
+	tooDeep bool
 }
 
 func (e *Error) Error() string {
@@ -36,7 +43,12 @@ func (e *Error) Error() string {
 	return e.Pointer() + ": " + e.Reason + " (byte " + strconv.Itoa(e.Offset) + ")"
 }
 
-func (e *Error) Unwrap() error { return ErrNotIJSON }
+func (e *Error) Unwrap() error {
+	if e.tooDeep {
+		return ErrTooDeep
+	}
+	return ErrNotIJSON
+}
 
 // Pointer is Path as a JSON Pointer (RFC 6901).
 func (e *Error) Pointer() string {
@@ -54,8 +66,18 @@ func (e *Error) Pointer() string {
 // object with two members whose names are equal once unescaped
 // ({"a":1,"\u0061":2}), or nesting deeper than 10000. It returns nil for a
 // document whose every reader sees the same values.
-func Check(doc []byte) error {
-	s := ijsonScanner{in: doc}
+func Check(doc []byte) error { return CheckDepth(doc, 0) }
+
+// CheckDepth is Check with a tighter bound on nesting: a document whose
+// arrays and objects nest more than maxDepth deep ([[1]] is two deep) is
+// refused with an *Error wrapping ErrTooDeep. The scan stops at the first
+// array or object past the bound, so the work is bounded by the bytes
+// before it. A maxDepth of 0, or of 10000 and more, is Check's own bound.
+func CheckDepth(doc []byte, maxDepth int) error {
+	s := ijsonScanner{in: doc, maxDepth: maxJSONDepth}
+	if maxDepth > 0 && maxDepth < maxJSONDepth {
+		s.maxDepth, s.bounded = maxDepth, true
+	}
 	s.space()
 	if err := s.value(0); err != nil {
 		return err
@@ -67,7 +89,8 @@ func Check(doc []byte) error {
 	return nil
 }
 
-// maxJSONDepth is encoding/json's nesting limit.
+// maxJSONDepth is encoding/json's nesting limit: the arrays and objects
+// a document may nest.
 const maxJSONDepth = 10000
 
 // ijsonScanner reads a document once, checking JSON's grammar and
@@ -81,6 +104,10 @@ type ijsonScanner struct {
 	// names holds the names of the objects being read, innermost last;
 	// each object's start is remembered on the Go stack.
 	names []string
+	// maxDepth is the arrays and objects the document may nest; bounded
+	// is set when it is the caller's bound, not maxJSONDepth.
+	maxDepth int
+	bounded  bool
 }
 
 func (s *ijsonScanner) fail(at int, reason string) *Error {
@@ -102,10 +129,9 @@ func (s *ijsonScanner) value(depth int) *Error {
 	if s.pos >= len(s.in) {
 		return s.fail(s.pos, "unexpected end of JSON")
 	}
-	if depth > maxJSONDepth {
-		return s.fail(s.pos, "nested too deep")
-	}
 	switch c := s.in[s.pos]; {
+	case (c == '{' || c == '[') && depth >= s.maxDepth:
+		return s.tooDeep()
 	case c == '{':
 		return s.object(depth)
 	case c == '[':
@@ -123,6 +149,17 @@ func (s *ijsonScanner) value(depth int) *Error {
 		return s.number()
 	}
 	return s.fail(s.pos, "invalid character "+strconv.QuoteRune(rune(s.in[s.pos]))+" looking for a value")
+}
+
+// tooDeep refuses the array or object at s.pos, which would nest one
+// deeper than s.maxDepth.
+func (s *ijsonScanner) tooDeep() *Error {
+	if !s.bounded {
+		return s.fail(s.pos, "nested deeper than "+strconv.Itoa(maxJSONDepth)+" levels")
+	}
+	e := s.fail(s.pos, "arrays and objects nested deeper than "+strconv.Itoa(s.maxDepth)+" levels")
+	e.tooDeep = true
+	return e
 }
 
 func (s *ijsonScanner) literal(lit string) *Error {

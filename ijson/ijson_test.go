@@ -185,3 +185,46 @@ func duplicateNames(t *testing.T, doc []byte) bool {
 		}
 	}
 }
+
+// CheckDepth refuses nesting past its bound where it starts, and only
+// nesting: [[1]] is two deep, and a document at the bound is taken.
+func TestCheckDepth(t *testing.T) {
+	t.Parallel()
+	nest := func(n int) string { return strings.Repeat(`{"a":[`, n) + "1" + strings.Repeat("]}", n) }
+	for _, tc := range []struct {
+		name   string
+		doc    string
+		max    int
+		offset int // where the refusal points; -1 for none
+	}{
+		{"scalar", `1`, 1, -1},
+		{"at the bound", nest(2), 4, -1},
+		{"one past", nest(2) + "", 3, 11},
+		{"empty past", `[[]]`, 1, 1},
+		{"wide at the bound", `[[1],[2],{"x":[3]}]`, 2, 14},
+		{"far past, cut early", nest(5000), 64, 6 * 32},
+		{"zero is Check's bound", nest(200), 0, -1},
+	} {
+		err := ijson.CheckDepth([]byte(tc.doc), tc.max)
+		var je *ijson.Error
+		switch {
+		case tc.offset < 0 && err != nil:
+			t.Errorf("%s: CheckDepth(%d) = %v, want nil", tc.name, tc.max, err)
+		case tc.offset >= 0 && (!errors.As(err, &je) || !errors.Is(err, ijson.ErrTooDeep) || errors.Is(err, ijson.ErrNotIJSON)):
+			t.Errorf("%s: CheckDepth(%d) = %v, want an *Error wrapping ErrTooDeep alone", tc.name, tc.max, err)
+		case tc.offset >= 0 && (je.Offset != tc.offset || len(je.Path) != tc.max):
+			t.Errorf("%s: refused at byte %d under %q, want byte %d, %d levels down", tc.name, je.Offset, je.Pointer(), tc.offset, tc.max)
+		}
+	}
+	// Past encoding/json's own bound the document is no JSON every reader
+	// takes, whatever bound the caller set.
+	deep := strings.Repeat("[", 10001) + strings.Repeat("]", 10001)
+	for _, max := range []int{0, 10000, 20000} {
+		if err := ijson.CheckDepth([]byte(deep), max); !errors.Is(err, ijson.ErrNotIJSON) {
+			t.Errorf("CheckDepth(10001 deep, %d) = %v, want ErrNotIJSON", max, err)
+		}
+	}
+	if err := ijson.Check([]byte(deep[1 : len(deep)-1])); err != nil {
+		t.Errorf("Check(10000 deep) = %v, want nil", err)
+	}
+}

@@ -202,3 +202,32 @@ func TestNumericFault(t *testing.T) {
 		}
 	}
 }
+
+// A submitted body is bounded in nesting (Request.MaxDepth, 64 by
+// default) and refused as invalid; the worker's Spec.Decode reads a job
+// recorded before the bound as it was taken.
+func TestDecodeBoundsNestingAtSubmit(t *testing.T) {
+	t.Parallel()
+	s := spec(t)
+	nested := func(depth int) []byte {
+		return []byte(`{"order_id":"o","customer":{"id":"c"},"x":` + strings.Repeat("[", depth-1) + strings.Repeat("]", depth-1) + "}")
+	}
+	for _, tc := range []struct {
+		depth, max int
+		refused    bool
+	}{
+		{64, 0, false}, {65, 0, true}, {10000, 0, true}, {65, 65, false}, {66, 65, true},
+	} {
+		_, err := Request{Spec: s, Body: nested(tc.depth), MaxDepth: tc.max}.Decode()
+		var pe *PayloadError
+		switch {
+		case !tc.refused && err != nil:
+			t.Errorf("depth %d, max %d: %v, want it taken", tc.depth, tc.max, err)
+		case tc.refused && (!errors.As(err, &pe) || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "deeper than")):
+			t.Errorf("depth %d, max %d: %v, want an invalid payload nested too deep", tc.depth, tc.max, err)
+		}
+	}
+	if _, err := s.Decode(nested(1000)); err != nil {
+		t.Errorf("Spec.Decode of a job recorded 1000 deep: %v", err)
+	}
+}

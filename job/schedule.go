@@ -81,7 +81,9 @@ func (s *Spec) maxDelay() time.Duration {
 func (s *Spec) CheckSchedule(sc Schedule, now time.Time) error {
 	sc = s.effective(sc)
 	ahead := sc.after
-	if !sc.at.IsZero() {
+	if !sc.at.IsZero() && sc.at.After(now) {
+		// A time already past is due now: it is not measured, so no
+		// distance to it is ever computed.
 		ahead = sc.at.Sub(now)
 	}
 	if ahead > s.maxDelay() {

@@ -94,12 +94,23 @@ const DefaultTimeout = 30 * time.Second
 // field that is missing, or not a string, number or boolean, or that
 // holds a control character; nor can a business key or resource longer
 // than MaxKeyBytes, or an empty business key.
-func (s *Spec) Decode(body []byte) (Payload, error) {
+func (s *Spec) Decode(body []byte) (Payload, error) { return s.decode(body, 0) }
+
+// decode is Decode with a bound on the body's nesting (Request.MaxDepth;
+// 0 is ijson's own). The bound is checked first, by the scan that checks
+// I-JSON, so a body nested past it is refused before it is decoded.
+func (s *Spec) decode(body []byte, maxDepth int) (Payload, error) {
+	checked := ijson.CheckDepth(body, maxDepth)
+	var je *ijson.Error
+	if errors.Is(checked, ijson.ErrTooDeep) && errors.As(checked, &je) {
+		return Payload{}, &PayloadError{Kind: ErrInvalid, Fields: []FieldError{{Field: "",
+			Message: fmt.Sprintf("arrays and objects nest deeper than the %d levels a payload may have (byte %d)", maxDepth, je.Offset)}}}
+	}
 	data, err := ijson.Decode(body)
 	if err != nil {
 		return Payload{}, &PayloadError{Kind: ErrMalformed, Fields: []FieldError{{Field: "", Message: err.Error()}}}
 	}
-	if faults := unstorable(body, data); len(faults) > 0 {
+	if faults := unstorable(checked, data); len(faults) > 0 {
 		return Payload{}, &PayloadError{Kind: ErrMalformed, Fields: faults}
 	}
 	if s.Schema == nil {

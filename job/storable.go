@@ -30,12 +30,13 @@ const maxFaults = 20
 // string or name holds U+0000 and every number fits numeric. A body that
 // breaks either is refused as malformed, before anything is recorded: a
 // write that PostgreSQL refuses would otherwise look like an outage, and
-// the client would retry it forever.
-func unstorable(body []byte, data any) []FieldError {
-	if err := ijson.Check(body); err != nil {
+// the client would retry it forever. checked is what ijson.Check said of
+// the body.
+func unstorable(checked error, data any) []FieldError {
+	if checked != nil {
 		var je *ijson.Error
-		if !errors.As(err, &je) {
-			return []FieldError{{Field: "", Message: err.Error()}}
+		if !errors.As(checked, &je) {
+			return []FieldError{{Field: "", Message: checked.Error()}}
 		}
 		return []FieldError{{Field: fieldPath(data, je.Path), Message: je.Reason + "; the body must be I-JSON (RFC 7493)"}}
 	}

@@ -67,6 +67,29 @@ type Request struct {
 	// Schedule is when the job runs: the zero Schedule takes the job's
 	// Delay. The caller checks it first (Spec.CheckSchedule).
 	Schedule Schedule
+	// MaxDepth bounds how deep the body's arrays and objects nest. A
+	// deeper body is refused with a *PayloadError wrapping ErrInvalid,
+	// before it is decoded. Defaults to DefaultMaxDepth, 64.
+	//
+	// Only a submitted body is bounded: a job recorded before a lower
+	// bound was set still runs, and the worker reads it as it was taken.
+	MaxDepth int
+}
+
+// DefaultMaxDepth is Request.MaxDepth when it is 0: deeper than any
+// payload a schema describes by hand, and shallow enough that every
+// reader of a payload (the worker, a receiver, the console) walks it
+// cheaply.
+const DefaultMaxDepth = 64
+
+// Decode validates the body as Submit does: its nesting (MaxDepth), then
+// its job's Spec.Decode.
+func (r Request) Decode() (Payload, error) {
+	depth := r.MaxDepth
+	if depth <= 0 {
+		depth = DefaultMaxDepth
+	}
+	return r.Spec.decode(r.Body, depth)
 }
 
 // QueueName is the queue the job goes to: the request's own, else its
@@ -97,7 +120,7 @@ func (e *Submitter) Submit(ctx context.Context, req Request) (Record, error) {
 	if req.Spec == nil {
 		return Record{}, errors.New("job: submit: no job spec")
 	}
-	p, err := req.Spec.Decode(req.Body)
+	p, err := req.Decode()
 	if err != nil {
 		return Record{}, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/net/html"
 
+	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
@@ -190,6 +191,44 @@ func TestStoredJSONBodyIsIndentedAndMasked(t *testing.T) {
 	for _, want := range []string{`"id": "p-1"`, `"client_secret": "•••• (hidden)"`, `"password": "•••• (hidden)"`, `"name": "<i>Ann</i>"`} {
 		if !strings.Contains(got, want) {
 			t.Errorf("#stored-body %q lacks %q", got, want)
+		}
+	}
+}
+
+// Finding 1: a job payload and a stored body nested 10,000 deep — a job
+// recorded before jobs_api.max_depth, an upstream's answer — make pages of
+// about their own size. Indenting every level made them pages of 100 MB
+// and more, built again on every look.
+func TestDeepDocumentsMakeSmallPages(t *testing.T) {
+	v := setup(t)
+	client, _, queue := testenv.Queue(t, "console-deep")
+	spec, err := job.NewSpec("deep.take", []byte(`{"type":"object"}`), "deep:{order_id}", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := deepJSON(deepDepth)
+	rec, err := job.NewSubmitter(v.pool, client).Submit(t.Context(), job.Request{
+		Tenant: "acme", Route: "invoices", Key: "deep-1", Spec: spec, Queue: queue, Body: []byte(doc), MaxDepth: deepDepth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp := v.call(t, "acme", "/v1/pages", "deep-page", `{"want":"deep"}`); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("proxied call: %d", resp.StatusCode)
+	}
+	// The page around the document is a few KiB; the document, indented
+	// to a fixed depth, a few KiB more than its own size.
+	bound := len(doc) + 16<<10
+	for _, c := range []struct{ path, pre string }{
+		{"/admin/ui/jobs/" + rec.ID, "payload"},
+		{"/admin/ui/keys/acme/pages/deep-page", "stored-body"},
+	} {
+		resp, body := v.adminDo(t, http.MethodGet, c.path)
+		if resp.StatusCode != http.StatusOK || len(body) > bound {
+			t.Fatalf("GET %s: %d, %d bytes, want 200 and at most %d", c.path, resp.StatusCode, len(body), bound)
+		}
+		doc, _ := html.Parse(strings.NewReader(body))
+		if got := text(byID(doc, c.pre)); !strings.Contains(got, `"order_id": "o-deep"`) || !strings.Contains(got, `"x": [ [ [`) {
+			t.Errorf("#%s = %.60q…, want the document indented", c.pre, got)
 		}
 	}
 }

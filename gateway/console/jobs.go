@@ -86,7 +86,11 @@ func validStatus(s job.Status) bool {
 type jobView struct {
 	Story    *explain.Story
 	Document string
-	Payload  string
+	// Payload is the stored payload, payload, as the page shows it. Only
+	// handleJob renders it: the live check, polled every few seconds,
+	// shows none of it.
+	Payload bodyView
+	payload []byte
 	// Version changes whenever anything the page shows does.
 	Version string
 	Final   bool
@@ -114,11 +118,7 @@ func (c *console) jobStory(r *http.Request, id string) (jobView, int, error) {
 			return jobView{}, http.StatusServiceUnavailable, err
 		}
 		v.Document = pretty(gateway.JobDocument(rec))
-		if b, ok := prettyJSON(rec.Payload); ok {
-			v.Payload = string(b)
-		} else {
-			v.Payload = string(rec.Payload)
-		}
+		v.payload = rec.Payload
 	}
 	st := job.Status(story.Job.Status)
 	v.Final = st.Final()
@@ -145,6 +145,7 @@ func (c *console) handleJob(w http.ResponseWriter, r *http.Request) {
 		c.storyFailed(w, r, status, "job "+id, err)
 		return
 	}
+	v.Payload = viewBody(v.payload, false)
 	c.render(w, r, http.StatusOK, "job", "Job "+id, page{Data: v, Flash: flashOf(r), Live: c.jobURL(id) + "/live", Version: v.Version})
 }
 

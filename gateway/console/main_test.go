@@ -40,7 +40,8 @@ const adminToken = "console-test-token"
 // on its admin listener, as `idemgate serve` mounts it: an enqueue route
 // (invoices, on a private queue) and a proxied route (pages) whose
 // upstream answers HTML, or JSON when the request mentions json, with
-// a secret header and credentials.
+// a secret header and credentials, or a JSON document nested deepDepth
+// deep when it mentions deep.
 type env struct {
 	g         *gateway.Gateway
 	pool      *pgxpool.Pool
@@ -65,6 +66,12 @@ func setup(t *testing.T) *env {
 		body, _ := io.ReadAll(r.Body)
 		w.Header().Set("X-Partner-Secret", "s3cr3t-header")
 		w.Header().Set("Authorization", "Bearer s3cr3t-bearer")
+		if strings.Contains(string(body), "deep") {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, deepJSON(deepDepth))
+			return
+		}
 		if strings.Contains(string(body), "json") {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusCreated)
@@ -123,6 +130,15 @@ func setup(t *testing.T) *env {
 	t.Cleanup(v.public.Close)
 	t.Cleanup(v.admin.Close)
 	return v
+}
+
+// deepDepth is how deep the documents of the console's hostile tests
+// nest: encoding/json's limit, past which a document is not JSON to it.
+const deepDepth = 10000
+
+// deepJSON is an object whose arrays and objects nest depth deep.
+func deepJSON(depth int) string {
+	return `{"order_id":"o-deep","x":` + strings.Repeat("[", depth-1) + strings.Repeat("]", depth-1) + "}"
 }
 
 // claimsOf reads pgstore's claim ledger for explain, as the command line

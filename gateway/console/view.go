@@ -3,6 +3,7 @@ package console
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"html/template"
 	"net/http"
 	"slices"
@@ -111,9 +112,9 @@ func headerLines(h http.Header) []headerLine {
 	return out
 }
 
-// bodyView is a stored body as the key page shows it: pretty JSON when it
-// is JSON, else text, capped at MaxBodyPreview. html/template escapes it
-// wherever it is written.
+// bodyView is a stored body or a job's payload as a page shows it:
+// pretty JSON when it is JSON, else text, capped at MaxBodyPreview.
+// html/template escapes it wherever it is written.
 type bodyView struct {
 	Text    string
 	JSON    bool
@@ -125,8 +126,8 @@ type bodyView struct {
 
 func viewBody(b []byte, omitted bool) bodyView {
 	v := bodyView{Size: len(b), Omitted: omitted}
-	if pretty, ok := prettyJSON(b); ok {
-		v.JSON, b = true, pretty
+	if pretty, capped, ok := prettyJSON(b, MaxBodyPreview); ok {
+		v.JSON, v.Capped, b = true, capped, pretty
 	}
 	if len(b) > MaxBodyPreview {
 		b, v.Capped = b[:MaxBodyPreview], true
@@ -145,77 +146,112 @@ func viewBody(b []byte, omitted bool) bodyView {
 	return v
 }
 
+// maxIndent is the deepest level prettyJSON indents. Deeper values are
+// written compact, on the line of the value that holds them: indenting
+// every level would make a page grow with the square of the document's
+// depth (a 12 KB body nested 6,000 deep would be a 72 MB page).
+const maxIndent = 16
+
+// indentation is the white space of the deepest indented line.
+var indentation = strings.Repeat("  ", maxIndent)
+
+// errFull stops prettyJSON once it has written its limit.
+var errFull = errors.New("console: preview full")
+
 // prettyJSON indents a JSON document, members in the order written, and
 // hides the values of members whose names say they are secrets; ok is
-// false for anything that is not one JSON value.
-func prettyJSON(b []byte) ([]byte, bool) {
+// false for anything that is not one JSON value. It stops once it has
+// written more than limit bytes, and says so with capped, so that its work
+// is bounded by the limit, not by the document.
+func prettyJSON(b []byte, limit int) (out []byte, capped, ok bool) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || !json.Valid(b) {
-		return nil, false
+		return nil, false, false
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
-	var out bytes.Buffer
-	if err := writeValue(&out, dec, 0); err != nil {
-		return nil, false
+	p := printer{dec: dec, limit: limit}
+	switch err := p.value(0); {
+	case errors.Is(err, errFull):
+		return p.out.Bytes(), true, true
+	case err != nil:
+		return nil, false, false
 	}
-	return out.Bytes(), true
+	return p.out.Bytes(), false, true
 }
 
-// writeValue copies the next JSON value of dec to out, indented by depth.
-func writeValue(out *bytes.Buffer, dec *json.Decoder, depth int) error {
-	tok, err := dec.Token()
+// printer writes the JSON values of dec to out, indented.
+type printer struct {
+	dec   *json.Decoder
+	out   bytes.Buffer
+	limit int
+}
+
+// newline starts a line at depth, or, past maxIndent, writes nothing: the
+// value goes on where it is.
+func (p *printer) newline(depth int) {
+	if depth > maxIndent {
+		return
+	}
+	p.out.WriteByte('\n')
+	p.out.WriteString(indentation[:2*depth])
+}
+
+// value copies the next JSON value of dec to out, indented by depth.
+func (p *printer) value(depth int) error {
+	if p.out.Len() > p.limit {
+		return errFull
+	}
+	tok, err := p.dec.Token()
 	if err != nil {
 		return err
 	}
 	delim, ok := tok.(json.Delim)
 	if !ok {
-		return writeScalar(out, tok)
+		return writeScalar(&p.out, tok)
 	}
 	closing := byte(']')
 	if delim == '{' {
 		closing = '}'
 	}
-	out.WriteByte(byte(delim))
+	p.out.WriteByte(byte(delim))
 	n := 0
-	for dec.More() {
+	for p.dec.More() {
 		if n > 0 {
-			out.WriteByte(',')
+			p.out.WriteByte(',')
 		}
 		n++
-		out.WriteByte('\n')
-		out.WriteString(strings.Repeat("  ", depth+1))
+		p.newline(depth + 1)
 		if delim == '{' {
-			name, err := dec.Token()
+			name, err := p.dec.Token()
 			if err != nil {
 				return err
 			}
 			key, _ := name.(string)
-			if err := writeScalar(out, key); err != nil {
+			if err := writeScalar(&p.out, key); err != nil {
 				return err
 			}
-			out.WriteString(": ")
+			p.out.WriteString(": ")
 			if secretField(key) {
 				var skip json.RawMessage
-				if err := dec.Decode(&skip); err != nil {
+				if err := p.dec.Decode(&skip); err != nil {
 					return err
 				}
-				_ = writeScalar(out, masked)
+				_ = writeScalar(&p.out, masked)
 				continue
 			}
 		}
-		if err := writeValue(out, dec, depth+1); err != nil {
+		if err := p.value(depth + 1); err != nil {
 			return err
 		}
 	}
-	if _, err := dec.Token(); err != nil { // the closing delimiter
+	if _, err := p.dec.Token(); err != nil { // the closing delimiter
 		return err
 	}
 	if n > 0 {
-		out.WriteByte('\n')
-		out.WriteString(strings.Repeat("  ", depth))
+		p.newline(depth)
 	}
-	out.WriteByte(closing)
+	p.out.WriteByte(closing)
 	return nil
 }
 
@@ -239,9 +275,5 @@ func pretty(v any) string {
 	if err != nil {
 		return ""
 	}
-	out, ok := prettyJSON(b)
-	if !ok {
-		return string(b)
-	}
-	return string(out)
+	return viewBody(b, false).Text
 }

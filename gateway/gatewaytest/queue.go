@@ -45,7 +45,7 @@ func (j *Queue) Submit(ctx context.Context, req job.Request) (job.Record, error)
 	if req.Spec == nil {
 		return job.Record{}, errors.New("gatewaytest: submit: no job spec")
 	}
-	p, err := req.Spec.Decode(req.Body)
+	p, err := req.Decode()
 	if err != nil {
 		return job.Record{}, err
 	}

@@ -278,6 +278,7 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 		ReplayCache:      replayCache(cfg.ReplayCache),
 		MaxInFlight:      maxInFlight(cfg.Server.MaxInFlight, openFileLimit(), logger),
 		MaxWait:          cfg.JobsAPI.MaxWait,
+		MaxDepth:         cfg.JobsAPI.MaxDepth,
 	}
 	opts.AdminMaxAuthFailures = cfg.Admin.MaxAuthFailures
 	opts.MaxWaiters, opts.MaxWaitersPerTenant = cfg.JobsAPI.MaxWaiters, cfg.JobsAPI.MaxWaitersPerTenant

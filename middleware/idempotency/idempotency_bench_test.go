@@ -61,6 +61,11 @@ func BenchmarkFingerprint(b *testing.B) {
 		{name: "json-small", in: idempotency.FingerprintInput{ContentType: "application/json", Body: small}},
 		{name: "json-4KiB", in: idempotency.FingerprintInput{ContentType: "application/json", Body: big.Bytes()}},
 		{name: "json-fields", fields: []string{"/order_id", "/currency"}, in: idempotency.FingerprintInput{ContentType: "application/json", Body: big.Bytes()}},
+		// A proxied body is not bounded in depth: its fingerprint costs
+		// time linear in its size up to encoding/json's 10000 levels,
+		// past which it is fingerprinted as raw bytes.
+		{name: "json-nested-9990", in: idempotency.FingerprintInput{ContentType: "application/json",
+			Body: []byte(strings.Repeat(`{"a":`, 9990) + "1" + strings.Repeat("}", 9990))}},
 		{name: "raw-4KiB", in: idempotency.FingerprintInput{ContentType: "application/octet-stream", Body: big.Bytes()}},
 		{name: "query-headers", headers: []string{"X-Account", "Accept-Language"}, in: idempotency.FingerprintInput{
 			RawQuery: "expand=customer&b=2&a=1&a=0", ContentType: "application/json; charset=utf-8", Body: small,

@@ -1,6 +1,9 @@
 package idempotency
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // RetainAfter asks that the response this attempt stores be kept for the
 // configured retention after t instead of after now. A handler whose
@@ -12,6 +15,15 @@ import "time"
 // The stores count the retention from their own clocks, so the extension
 // is t's distance from this process's now.
 func (a *Attempt) RetainAfter(t time.Time) {
+	// A past t is dropped before any arithmetic, since t.UnixNano wraps
+	// before 1678 (1600 became 2184: a record kept for 160 years). A t
+	// after 2262, where it wraps too, is held at the last time it names.
+	if !t.After(time.Now()) {
+		return
+	}
+	if last := time.Unix(0, math.MaxInt64); t.After(last) {
+		t = last
+	}
 	n := t.UnixNano()
 	for {
 		old := a.retainAfter.Load()

@@ -835,7 +835,8 @@ export interface components {
          *     media type is not `application/json`. `invalid-schedule` (enqueue
          *     routes): both `Idemgate-Delay` and `Idemgate-Not-Before`, a delay
          *     that is not a non-negative whole number of seconds, or a time that
-         *     is not RFC 3339 with an offset; nothing was recorded. A
+         *     is not RFC 3339 with an offset or not in the years 1970 to 9999;
+         *     nothing was recorded. A
          *     `bad-request` or `invalid-schedule` answer to a request with a
          *     valid key is stored and replayed like any other answer.
          */
@@ -990,9 +991,10 @@ export interface components {
          *     request (another fingerprint); use a new key for a new request. The
          *     stored record is untouched. `invalid-payload` (enqueue routes): the
          *     body is JSON but breaks the job's schema (a missing or unknown field,
-         *     a wrong type or value), or lacks a field its business key is made
-         *     of; each field at fault is named in `errors`. `schedule-out-of-range`
-         *     (enqueue routes): the schedule is further ahead than the job's
+         *     a wrong type or value), lacks a field its business key is made
+         *     of, or nests its arrays and objects deeper than
+         *     `jobs_api.max_depth` (64); each field at fault is named in
+         *     `errors`. `schedule-out-of-range` (enqueue routes): the schedule is further ahead than the job's
          *     `max_delay`, which `detail` names. Nothing was queued, and the
          *     answer is stored and replayed like any other answer.
          */
@@ -1160,7 +1162,8 @@ export interface components {
         ScheduleDelay: string;
         /**
          * @description Run the job at this RFC 3339 date-time, which must carry an offset
-         *     (`Z` or `±hh:mm`); a time already past runs it at once. Excludes
+         *     (`Z` or `±hh:mm`) and fall in the years 1970 to 9999 (UTC), else
+         *     400 `invalid-schedule`; a time already past runs it at once. Excludes
          *     `Idemgate-Delay`; the rest is as for `Idemgate-Delay`. The job
          *     document shows it as `not_before` and the status `scheduled`
          *     until then.
