@@ -363,8 +363,10 @@ export interface paths {
          *     Redis, the key values the workers used most recently, busiest first
          *     (most slots held, then the longest rate backlog): who holds a slot
          *     now, and how far the rate runs ahead of its pace. The workers keep
-         *     an index of each limit's recently used values (the last 1000), so
-         *     this reads no more than that. A limit the configuration does not
+         *     an index of each limit's recently used values (the last 1000); this
+         *     ranks the 4 × `top` most recently used of them, at most 1000. A
+         *     value longer than 64 bytes shows as its first 64 bytes, `~` and 32
+         *     hex digits of its SHA-256. A limit the configuration does not
          *     declare is 404.
          */
         get: operations["getLimit"];
