@@ -285,6 +285,9 @@ func (s *callbackSender) send(ctx context.Context, p job.PendingCallback) (int, 
 	if len(dl.secrets) > 0 {
 		req.Header.Set(headerWebhookSignature, signatures(dl.secrets, id, ts, p.Body))
 	}
+	if p.Tenant != "" {
+		req.Header.Set(headerTenant, p.Tenant)
+	}
 	req.Header.Set(headerTask, p.Task)
 	req.Header.Set(headerAttempt, strconv.Itoa(p.Attempt))
 	resp, err := dl.client.Do(req)

@@ -33,6 +33,8 @@ type sent struct {
 	attempts  int
 	body      string
 	verified  bool
+	// tenant is the body's data.tenant, header its Idemgate-Tenant.
+	tenant, header string
 }
 
 // callbackReceiver verifies each callback with package receiver, answers
@@ -67,6 +69,7 @@ func (c *callbackReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var ev struct {
 		Type string `json:"type"`
 		Data struct {
+			Tenant   string     `json:"tenant"`
 			Status   job.Status `json:"status"`
 			Attempts int        `json:"attempts"`
 		} `json:"data"`
@@ -74,7 +77,7 @@ func (c *callbackReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(body, &ev)
 	id := r.Header.Get(receiver.HeaderWebhookID)
 	s := sent{id: id, event: ev.Type, status: ev.Data.Status, attempts: ev.Data.Attempts, body: string(body),
-		verified: c.verifier.Verify(r.Header, body) == nil}
+		verified: c.verifier.Verify(r.Header, body) == nil, tenant: ev.Data.Tenant, header: r.Header.Get("Idemgate-Tenant")}
 	c.mu.Lock()
 	c.sends = append(c.sends, s)
 	n := 0
@@ -177,7 +180,12 @@ func newCallbackEnv(t *testing.T, url string, maxAttempts int) *callbackEnv {
 
 func (e *callbackEnv) submit(t *testing.T, spec *job.Spec, orderID string) string {
 	t.Helper()
-	rec, err := e.submitter.Submit(t.Context(), job.Request{Tenant: "acme", Route: "r", Key: "k-" + orderID, Spec: spec,
+	return e.submitAs(t, "acme", spec, orderID)
+}
+
+func (e *callbackEnv) submitAs(t *testing.T, tenant string, spec *job.Spec, orderID string) string {
+	t.Helper()
+	rec, err := e.submitter.Submit(t.Context(), job.Request{Tenant: tenant, Route: "r", Key: "k-" + orderID, Spec: spec,
 		Body: []byte(fmt.Sprintf(`{"order_id": %q}`, orderID))})
 	if err != nil {
 		t.Fatal(err)
@@ -304,6 +312,36 @@ func TestFinalCallbackOncePerFinalStatus(t *testing.T) {
 	}
 	if n := rcv.appliedOf(bad + ":final"); n != 1 {
 		t.Errorf("the first event applied %d times", n)
+	}
+}
+
+// TestFinalCallbackNamesTenant: the callback URL is the task's, shared by
+// every tenant, so each event says whose job it is: the job's tenant in
+// the signed body's data, and in Idemgate-Tenant.
+func TestFinalCallbackNamesTenant(t *testing.T) {
+	t.Parallel()
+	rcv, url := newCallbackReceiver(t, 0)
+	e := newCallbackEnv(t, url, 10)
+	ids := map[string]string{}
+	for _, tenant := range []string{"acme", "globex"} {
+		ids[tenant] = e.submitAs(t, tenant, e.spec, "ok-"+tenant)
+	}
+	for _, id := range ids {
+		e.final(t, id)
+	}
+	f := e.dispatcher("w1")
+	runUntil(t, f, "both events applied", func() bool {
+		return rcv.appliedOf(ids["acme"]+":final") == 1 && rcv.appliedOf(ids["globex"]+":final") == 1
+	})
+	for tenant, id := range ids {
+		got := rcv.of(id)
+		if len(got) != 1 {
+			t.Fatalf("%s: %d POSTs, want 1", tenant, len(got))
+		}
+		if s := got[0]; !s.verified || s.tenant != tenant || s.header != tenant {
+			t.Errorf("%s's event: signed %v, data.tenant %q, Idemgate-Tenant %q; want both %q, signed\n%s",
+				tenant, s.verified, s.tenant, s.header, tenant, s.body)
+		}
 	}
 }
 
