@@ -86,7 +86,8 @@ type eventBody struct {
 // Collect makes the events of at most limit jobs of tasks that became
 // final and have none yet, oldest first, and reports how many jobs it
 // looked at. An event's body is fixed here: {"type", "timestamp" (when
-// the job became final), "data" (doc of the job)}. Several collectors
+// the job became final), "data" (doc of the job, with the job's "tenant"
+// first)}. Several collectors
 // share the work: a job another one is collecting is skipped.
 func (c *Callbacks) Collect(ctx context.Context, tasks []string, limit int, doc Document) (int, error) {
 	if len(tasks) == 0 || limit <= 0 {
@@ -157,8 +158,10 @@ UPDATE jobs j SET callback_for = l.finished_at FROM locked l WHERE j.id = l.job_
 	return len(picked), nil
 }
 
-// encodeEvent is the body of the event: the job document as data, exactly
-// as GET /v1/jobs/{id} would show it when the job became final.
+// encodeEvent is the body of the event: the job document as data, as GET
+// /v1/jobs/{id} would show it when the job became final, and the job's
+// tenant in it. The callback URL is the task's, shared by every tenant:
+// the signed body says whose job it is.
 func encodeEvent(ev Event, j Record, doc Document) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -166,7 +169,10 @@ func encodeEvent(ev Event, j Record, doc Document) ([]byte, error) {
 	if err := enc.Encode(doc(j)); err != nil {
 		return nil, err
 	}
-	data := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	data, err := withTenant(bytes.TrimSuffix(buf.Bytes(), []byte("\n")), j.Tenant)
+	if err != nil {
+		return nil, err
+	}
 	buf2 := bytes.Buffer{}
 	enc = json.NewEncoder(&buf2)
 	enc.SetEscapeHTML(false)
@@ -176,12 +182,50 @@ func encodeEvent(ev Event, j Record, doc Document) ([]byte, error) {
 	return bytes.TrimSuffix(buf2.Bytes(), []byte("\n")), nil
 }
 
+// withTenant returns the JSON object doc with a first member "tenant":
+// tenant, unless doc has a member "tenant" already, which must be tenant.
+func withTenant(doc []byte, tenant string) ([]byte, error) {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(doc, &members); err != nil || members == nil {
+		return nil, fmt.Errorf("the job document is not a JSON object: %s", clipText(doc))
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // as the rest of the body
+	if err := enc.Encode(tenant); err != nil {
+		return nil, err
+	}
+	name := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if have, ok := members["tenant"]; ok {
+		var got string
+		if json.Unmarshal(have, &got) != nil || got != tenant {
+			return nil, fmt.Errorf("the job document names tenant %s, not the job's %s", have, name)
+		}
+		return doc, nil
+	}
+	out := append([]byte(`{"tenant":`), name...)
+	if rest := bytes.TrimSpace(doc[1:]); len(rest) > 0 && rest[0] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, doc[1:]...), nil
+}
+
+// clipText is the start of b, for an error message.
+func clipText(b []byte) string {
+	if len(b) > 64 {
+		return string(b[:64]) + "…"
+	}
+	return string(b)
+}
+
 // PendingCallback is an event claimed for one attempt.
 type PendingCallback struct {
 	JobID string
 	Seq   int
 	Task  string
-	Event Event
+	// Tenant is the job's tenant; "" when its record is gone.
+	Tenant string
+	Event  Event
 	// Body is the event as it is signed and sent, the same on every attempt.
 	Body []byte
 	// Attempt counts this one: 1 for the first POST.
@@ -209,7 +253,8 @@ UPDATE job_callbacks c SET attempts = c.attempts + 1, due_at = now() + make_inte
          ORDER BY due_at LIMIT $2
          FOR UPDATE SKIP LOCKED) d
  WHERE c.job_id = d.job_id AND c.seq = d.seq
-RETURNING c.job_id, c.seq, c.task, c.event, c.body, c.attempts, now()`
+RETURNING c.job_id, c.seq, c.task, COALESCE((SELECT j.tenant FROM jobs j WHERE j.id = c.job_id), ''),
+          c.event, c.body, c.attempts, now()`
 	rows, err := c.db.Query(ctx, q, tasks, limit, lease.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("job: claim callbacks: %w", err)
@@ -219,7 +264,7 @@ RETURNING c.job_id, c.seq, c.task, c.event, c.body, c.attempts, now()`
 	for rows.Next() {
 		var p PendingCallback
 		var body string
-		if err := rows.Scan(&p.JobID, &p.Seq, &p.Task, &p.Event, &body, &p.Attempt, &p.ClaimedAt); err != nil {
+		if err := rows.Scan(&p.JobID, &p.Seq, &p.Task, &p.Tenant, &p.Event, &body, &p.Attempt, &p.ClaimedAt); err != nil {
 			return nil, fmt.Errorf("job: claim callbacks: %w", err)
 		}
 		p.Body = []byte(body)

@@ -76,7 +76,7 @@
 // to one sender at a time, Settle records each attempt; workers'
 // FinalCallbacks sends them. Records.DeleteFinished is the jobs
 // retention: a job final for longer than it is deleted with its attempt
-// ledger and callbacks.
+// ledger and callbacks, and a failed job's archived tasks with it.
 //
 // A request may schedule its job (Schedule: ScheduleAfter, ScheduleAt, or
 // the Spec's Delay; Spec.CheckSchedule bounds it by MaxDelay). The insert

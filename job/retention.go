@@ -2,8 +2,11 @@ package job
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/hibiken/asynq"
 )
 
 // DefaultRetention is how long a final job is kept, counted from when it
@@ -15,7 +18,10 @@ const DefaultRetention = 30 * 24 * time.Hour
 // and callback ledger, in one statement. SKIP LOCKED leaves a row a worker
 // or a cancel is writing to it, and two janitors never wait for each
 // other. A job whose final-status callback is still being sent stays
-// until that ends (delivered or abandoned).
+// until that ends (delivered or abandoned). It returns one row per job
+// deleted: its id, its queue, whether it had failed, and the fencing
+// tokens of its attempts that lost their lock or crashed (each may have
+// been taken over by a task of its own, TakeoverTaskID).
 const deleteFinishedSQL = `
 WITH gone AS (
     DELETE FROM jobs j
@@ -27,29 +33,83 @@ WITH gone AS (
              LIMIT $2
              FOR UPDATE SKIP LOCKED) d
      WHERE j.id = d.id
-    RETURNING j.id
+    RETURNING j.id, j.queue, j.status
 ), attempts AS (
     DELETE FROM job_attempts a USING gone g WHERE a.job_id = g.id
+    RETURNING a.job_id, a.fencing_token, a.outcome
 ), callbacks AS (
     DELETE FROM job_callbacks c USING gone g WHERE c.job_id = g.id
 ), callback_attempts AS (
     DELETE FROM job_callback_attempts c USING gone g WHERE c.job_id = g.id
 )
-SELECT count(*) FROM gone`
+SELECT g.id, g.queue, g.status = 'failed',
+       COALESCE(array_agg(DISTINCT a.fencing_token) FILTER (
+           WHERE a.fencing_token IS NOT NULL AND (a.outcome IS NULL OR a.outcome IN ('lock_lost', 'crashed'))), '{}')
+  FROM gone g LEFT JOIN attempts a ON a.job_id = g.id
+ GROUP BY g.id, g.queue, g.status`
+
+// TaskDeleter deletes a task asynq holds. An *asynq.Inspector is one.
+type TaskDeleter interface {
+	DeleteTask(queue, id string) error
+}
+
+var _ TaskDeleter = (*asynq.Inspector)(nil)
 
 // DeleteFinished deletes at most limit jobs that have been final for
 // longer than retention, oldest first, with their ledger rows, and
 // reports how many jobs it deleted. It is the jobs retention's batch
 // (an idempotency.Janitor's DeleteExpired, given the retention).
-func (s *Records) DeleteFinished(ctx context.Context, retention time.Duration, limit int) (int, error) {
+//
+// With tasks set, it then deletes from the queue the archived tasks of
+// the failed jobs it deleted: the job's own and its takeover tasks.
+// asynq keeps an archived task, with its payload, for 90 days, longer
+// than the job. A task it could not delete is reported in the error,
+// with the count of the jobs deleted all the same; the worker refuses to
+// run a task whose job is gone (workers' Deps.Jobs). Nil tasks leaves the
+// queue alone.
+func (s *Records) DeleteFinished(ctx context.Context, retention time.Duration, limit int, tasks TaskDeleter) (int, error) {
 	if limit <= 0 {
 		return 0, nil
 	}
-	var n int
-	if err := s.db.QueryRow(ctx, deleteFinishedSQL, retention.Seconds(), limit).Scan(&n); err != nil {
+	rows, err := s.db.Query(ctx, deleteFinishedSQL, retention.Seconds(), limit)
+	if err != nil {
 		return 0, fmt.Errorf("job: delete finished jobs: %w", err)
 	}
-	return n, nil
+	type archived struct{ queue, id string }
+	var n int
+	var left []archived
+	for rows.Next() {
+		var id, queue string
+		var failed bool
+		var lost []int64
+		if err := rows.Scan(&id, &queue, &failed, &lost); err != nil {
+			rows.Close()
+			return n, fmt.Errorf("job: delete finished jobs: %w", err)
+		}
+		n++
+		if !failed {
+			continue // only a failed job's task is archived
+		}
+		left = append(left, archived{queue, id})
+		for _, token := range lost {
+			left = append(left, archived{queue, TakeoverTaskID(id, token)})
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return n, fmt.Errorf("job: delete finished jobs: %w", err)
+	}
+	if tasks == nil {
+		return n, nil
+	}
+	var errs []error
+	for _, t := range left {
+		err := tasks.DeleteTask(t.queue, t.id)
+		if err != nil && !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
+			errs = append(errs, fmt.Errorf("job: delete the archived task %s of a deleted job: %w", t.id, err))
+		}
+	}
+	return n, errors.Join(errs...)
 }
 
 // deleteJobSQL deletes one job with its ledger rows (Records.Delete).

@@ -4,6 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+
+	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -45,19 +48,19 @@ VALUES ($1, 'acme', 'k', 't', '', 1, now() - interval '50 days', now() - interva
 	}
 	v.exec(t, `UPDATE job_callbacks SET delivered_at = now() WHERE job_id <> $1`, sending)
 
-	if n, err := records.DeleteFinished(ctx, 60*24*time.Hour, 10); err != nil || n != 0 {
+	if n, err := records.DeleteFinished(ctx, 60*24*time.Hour, 10, nil); err != nil || n != 0 {
 		t.Fatalf("with a 60-day retention: deleted %d (%v), want 0", n, err)
 	}
-	if n, err := records.DeleteFinished(ctx, job.DefaultRetention, 2); err != nil || n != 2 {
+	if n, err := records.DeleteFinished(ctx, job.DefaultRetention, 2, nil); err != nil || n != 2 {
 		t.Fatalf("a batch of 2: deleted %d (%v), want 2", n, err)
 	}
 	if _, err := records.ByID(ctx, oldCancelled); err != nil {
 		t.Fatalf("the batch did not delete the oldest first: the third oldest is gone (%v)", err)
 	}
-	if n, err := records.DeleteFinished(ctx, job.DefaultRetention, 10); err != nil || n != 1 {
+	if n, err := records.DeleteFinished(ctx, job.DefaultRetention, 10, nil); err != nil || n != 1 {
 		t.Fatalf("the rest: deleted %d (%v), want 1", n, err)
 	}
-	if n, err := records.DeleteFinished(ctx, job.DefaultRetention, 10); err != nil || n != 0 {
+	if n, err := records.DeleteFinished(ctx, job.DefaultRetention, 10, nil); err != nil || n != 0 {
 		t.Fatalf("again: deleted %d (%v), want 0", n, err)
 	}
 
@@ -93,5 +96,58 @@ VALUES ($1, 'acme', 'k', 't', '', 1, now() - interval '50 days', now() - interva
 	var left int
 	if err := v.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM job_attempts WHERE job_id = $1) + (SELECT count(*) FROM job_callbacks WHERE job_id = $1)`, recent).Scan(&left); err != nil || left != 0 {
 		t.Errorf("a deleted job left %d ledger rows (%v)", left, err)
+	}
+}
+
+// TestDeleteFinishedArchivedTasks: the jobs retention deletes from the
+// queue the archived tasks of the failed jobs it deletes, the job's own
+// and the takeover task of an attempt that lost its lock; a failed job
+// within the retention keeps its archived task.
+func TestDeleteFinishedArchivedTasks(t *testing.T) {
+	t.Parallel()
+	v := setup(t)
+	ctx := t.Context()
+	records := job.NewRecords(v.pool)
+	ids := v.submit(t, 2)
+	old, recent := ids[0], ids[1]
+	client, err := asynq.ParseRedisURI(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := asynq.NewClient(client)
+	t.Cleanup(func() { _ = c.Close() })
+	// The old job was taken over once (its attempt with token 7 lost its
+	// lock), and the takeover task made it fail.
+	takeover := job.TakeoverTaskID(old, 7)
+	if _, err := c.Enqueue(asynq.NewTask("invoice.create", []byte(`{}`)), asynq.TaskID(takeover), asynq.Queue(v.queue)); err != nil {
+		t.Fatal(err)
+	}
+	v.exec(t, `INSERT INTO job_attempts (job_id, tenant, key, task, resource, attempt, fencing_token, started_at, ended_at, outcome)
+VALUES ($1, 'acme', 'k', 't', 'r', 1, 7, now(), now(), 'lock_lost'), ($1, 'acme', 'k', 't', 'r', 2, 8, now(), now(), 'permanent')`, old)
+	for _, id := range []string{old, recent, takeover} {
+		if err := v.inspector.ArchiveTask(v.queue, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		if err := records.SetStatus(ctx, id, job.StatusFailed, 2, "", "refused"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v.exec(t, `UPDATE jobs SET finished_at = now() - interval '40 days' WHERE id = $1`, old)
+
+	if n, err := records.DeleteFinished(ctx, job.DefaultRetention, 10, v.inspector); err != nil || n != 1 {
+		t.Fatalf("deleted %d (%v), want the old job", n, err)
+	}
+	archived, err := v.inspector.ListArchivedTasks(v.queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, a := range archived {
+		left = append(left, a.ID)
+	}
+	if len(left) != 1 || left[0] != recent {
+		t.Errorf("archived tasks left: %v, want only %s, the failed job within the retention", left, recent)
 	}
 }

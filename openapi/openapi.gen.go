@@ -293,7 +293,7 @@ type IdempotencyRecord struct {
 	Response *StoredResponse `json:"response,omitempty"`
 }
 
-// Job A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it. When the job's task declares `on_final`, the worker also POSTs this document once per final status the job reaches, as a Standard Webhooks message signed like an HTTP delivery: body `{"type": "job.succeeded" | "job.failed" | "job.cancelled", "timestamp": <when it became final>, "data": <this document>}`, `webhook-id` `<job id>:final` (`<job id>:final:<n>` for the n-th final status of a job replayed from the dead-letter queue), the same on every attempt; retried until a 2xx answer or `on_final.http.max_attempts`.
+// Job A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it. When the job's task declares `on_final`, the worker also POSTs this document once per final status the job reaches, as a Standard Webhooks message signed like an HTTP delivery: body `{"type": "job.succeeded" | "job.failed" | "job.cancelled", "timestamp": <when it became final>, "data": <this document, with the job's "tenant" first>}` and the header `Idemgate-Tenant`, `webhook-id` `<job id>:final` (`<job id>:final:<n>` for the n-th final status of a job replayed from the dead-letter queue), the same on every attempt; retried until a 2xx answer or `on_final.http.max_attempts`.
 type Job struct {
 	// Id `job_` and 32 hex digits, derived from (tenant, route, Idempotency-Key).
 	Id JobID `json:"id"`
@@ -757,7 +757,7 @@ type Forbidden = Problem
 // not) and follows `documentation`.
 type InternalError = Problem
 
-// JobAccepted A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it. When the job's task declares `on_final`, the worker also POSTs this document once per final status the job reaches, as a Standard Webhooks message signed like an HTTP delivery: body `{"type": "job.succeeded" | "job.failed" | "job.cancelled", "timestamp": <when it became final>, "data": <this document>}`, `webhook-id` `<job id>:final` (`<job id>:final:<n>` for the n-th final status of a job replayed from the dead-letter queue), the same on every attempt; retried until a 2xx answer or `on_final.http.max_attempts`.
+// JobAccepted A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it. When the job's task declares `on_final`, the worker also POSTs this document once per final status the job reaches, as a Standard Webhooks message signed like an HTTP delivery: body `{"type": "job.succeeded" | "job.failed" | "job.cancelled", "timestamp": <when it became final>, "data": <this document, with the job's "tenant" first>}` and the header `Idemgate-Tenant`, `webhook-id` `<job id>:final` (`<job id>:final:<n>` for the n-th final status of a job replayed from the dead-letter queue), the same on every attempt; retried until a 2xx answer or `on_final.http.max_attempts`.
 type JobAccepted = Job
 
 // JobNotCancellable An RFC 9457 problem document. Match on the slug that ends `type`;

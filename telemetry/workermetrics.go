@@ -54,7 +54,7 @@ func NewWorkerMetrics(reg prometheus.Registerer) *WorkerMetrics {
 		}, []string{"task", "status"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricJobAttempts,
-			Help: "Attempts that did not succeed, by task and error class (transient, permanent, unavailable, lock_busy, stale_token).",
+			Help: "Attempts that did not succeed, by task and error class (transient, permanent, unavailable, lock_busy, stale_token, cancelled, limited, job_gone).",
 		}, []string{"task", "error_class"}),
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricJobReplays,

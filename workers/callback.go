@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,27 +23,39 @@ import (
 // cancel, the dead-letter queue), never one per attempt.
 //
 // It works from the jobs table and the job_callbacks outbox (see
-// job.Callbacks): each round it makes the events of jobs that became
-// final, claims the due ones (FOR UPDATE SKIP LOCKED, so the workers of a
-// fleet share them), POSTs them and records every attempt. A worker that
-// dies between a POST and its record leaves the event due again: the
-// receiver gets it again with the same webhook-id, and dedupes by it.
+// job.Callbacks): it makes the events of jobs that became final, claims
+// the due ones (FOR UPDATE SKIP LOCKED, so the workers of a fleet share
+// them), POSTs them and records every attempt. A worker that dies between
+// a POST and its record leaves the event due again: the receiver gets it
+// again with the same webhook-id, and dedupes by it.
+//
+// The POSTs run in a bounded pool, each in a goroutine Run owns and waits
+// for. Events are claimed whenever a slot is free, never in rounds that
+// wait for their slowest POST, and each receiver (the host of a callback
+// URL) has slots of its own within the pool: a slow receiver holds at
+// most PerReceiver of them, and every other receiver's events go on.
 //
 //	cb := workers.NewFinalCallbacks(workers.FinalCallbacksConfig{DB: pool, Specs: specs, Document: doc})
 //	go cb.Run(ctx)
 type FinalCallbacks struct {
-	store    *job.Callbacks
-	doc      job.Document
-	senders  map[string]*callbackSender
-	tasks    []string
-	interval time.Duration
-	batch    int
-	lease    time.Duration
-	backoff  func(attempt int) time.Duration
-	worker   string
-	logger   *slog.Logger
-	now      func() time.Time
-	observer CallbackObserver
+	store   *job.Callbacks
+	doc     job.Document
+	senders map[string]*callbackSender
+	tasks   []string
+	// receivers are the hosts of the callback URLs, in a fixed order;
+	// receiverTasks the tasks that post to each.
+	receivers     []string
+	receiverTasks map[string][]string
+	interval      time.Duration
+	batch         int
+	concurrency   int
+	perReceiver   int
+	lease         time.Duration
+	backoff       func(attempt int) time.Duration
+	worker        string
+	logger        *slog.Logger
+	now           func() time.Time
+	observer      CallbackObserver
 }
 
 // FinalCallbacksConfig configures FinalCallbacks. Every field documents
@@ -57,11 +71,17 @@ type FinalCallbacksConfig struct {
 	// Client sends the callbacks. Default: a client on
 	// http.DefaultTransport. Redirects are never followed.
 	Client *http.Client
-	// Interval between rounds when there is nothing to do. Default 1s.
+	// Interval between passes when there is nothing to do. Default 1s.
 	Interval time.Duration
-	// Batch is the most events made, and the most sent at once, per
-	// round. Default 32.
+	// Batch is the most events made at once. Default 32.
 	Batch int
+	// Concurrency is the most POSTs in flight at once. Default 32.
+	Concurrency int
+	// PerReceiver is the most POSTs in flight at once to one receiver,
+	// the host (and port) of a callback URL, so that a slow receiver
+	// holds at most that many of the Concurrency slots. Default 8, at
+	// most Concurrency.
+	PerReceiver int
 	// Backoff is the wait after failed attempt n (1 for the first).
 	// Default DefaultCallbackBackoff.
 	Backoff func(attempt int) time.Duration
@@ -105,16 +125,19 @@ func DefaultCallbackBackoff(attempt int) time.Duration {
 // configuration mistakes, found at start-up.
 func NewFinalCallbacks(cfg FinalCallbacksConfig) *FinalCallbacks {
 	f := &FinalCallbacks{
-		store:    job.NewCallbacks(cfg.DB),
-		doc:      cfg.Document,
-		senders:  map[string]*callbackSender{},
-		interval: cfg.Interval,
-		batch:    cfg.Batch,
-		backoff:  cfg.Backoff,
-		worker:   workerName(cfg.Worker),
-		logger:   cfg.Logger,
-		now:      cfg.Now,
-		observer: cfg.Observer,
+		store:         job.NewCallbacks(cfg.DB),
+		doc:           cfg.Document,
+		senders:       map[string]*callbackSender{},
+		receiverTasks: map[string][]string{},
+		interval:      cfg.Interval,
+		batch:         cfg.Batch,
+		concurrency:   cfg.Concurrency,
+		perReceiver:   cfg.PerReceiver,
+		backoff:       cfg.Backoff,
+		worker:        workerName(cfg.Worker),
+		logger:        cfg.Logger,
+		now:           cfg.Now,
+		observer:      cfg.Observer,
 	}
 	if f.interval <= 0 {
 		f.interval = time.Second
@@ -122,6 +145,13 @@ func NewFinalCallbacks(cfg FinalCallbacksConfig) *FinalCallbacks {
 	if f.batch <= 0 {
 		f.batch = 32
 	}
+	if f.concurrency <= 0 {
+		f.concurrency = 32
+	}
+	if f.perReceiver <= 0 {
+		f.perReceiver = 8
+	}
+	f.perReceiver = min(f.perReceiver, f.concurrency)
 	if f.backoff == nil {
 		f.backoff = DefaultCallbackBackoff
 	}
@@ -146,6 +176,12 @@ func NewFinalCallbacks(cfg FinalCallbacksConfig) *FinalCallbacks {
 		f.senders[s.Task] = &callbackSender{dl: dl, maxAttempts: maxAttempts}
 		f.tasks = append(f.tasks, s.Task)
 		longest = max(longest, dl.timeout)
+		u, _ := url.Parse(h.URL) // newDeliverer has checked it
+		rcv := strings.ToLower(u.Host)
+		if _, ok := f.receiverTasks[rcv]; !ok {
+			f.receivers = append(f.receivers, rcv)
+		}
+		f.receiverTasks[rcv] = append(f.receiverTasks[rcv], s.Task)
 	}
 	// A claim outlasts the POST it is for: another sender takes the event
 	// only once this one is surely done with it, or dead.
@@ -157,15 +193,19 @@ func NewFinalCallbacks(cfg FinalCallbacksConfig) *FinalCallbacks {
 // nothing to do.
 func (f *FinalCallbacks) Tasks() []string { return f.tasks }
 
-// Run sends callbacks until ctx ends: rounds back to back while they find
-// work, then a pause of the interval. A failed round is logged and tried
-// again after the pause. It returns nil when ctx ends. The caller runs it
-// in a goroutine it owns and waits for.
+// Run sends callbacks until ctx ends. It makes events and claims due
+// ones whenever a slot of the pool is free: at once after a pass that
+// made a full batch, when a POST ends, and otherwise after the interval.
+// A failed pass is logged and tried again after the interval. When ctx
+// ends it waits for the POSTs in flight, which end without a verdict, and
+// returns nil. The caller runs it in a goroutine it owns and waits for.
 func (f *FinalCallbacks) Run(ctx context.Context) error {
 	if len(f.tasks) == 0 {
 		<-ctx.Done()
 		return nil
 	}
+	inflight := f.newSends()
+	defer inflight.wg.Wait()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -173,42 +213,107 @@ func (f *FinalCallbacks) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
+		case <-inflight.ended:
 		}
-		for ctx.Err() == nil {
-			busy, err := f.Round(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					f.logger.Warn("final callbacks: round failed", "err", err)
-				}
-				break
+		busy, err := f.pass(ctx, inflight)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				f.logger.Warn("final callbacks: a pass failed", "err", err)
 			}
-			if !busy {
-				break
-			}
+			timer.Reset(f.interval)
+		case busy:
+			timer.Reset(0)
+		default:
+			timer.Reset(f.interval)
 		}
-		timer.Reset(f.interval)
 	}
 }
 
-// Round makes the events of jobs that became final, then claims the due
-// events and sends them, each in its own goroutine, and waits for them.
-// It reports whether either step came back with a full batch (more work
-// may be waiting).
+// Round makes the events of jobs that became final, claims as many due
+// events as the pool's slots allow, sends them, and waits for them. It
+// reports whether more events may be waiting to be made. Run does not
+// wait like this; Round is one step of it, for a caller that paces the
+// steps itself.
 func (f *FinalCallbacks) Round(ctx context.Context) (bool, error) {
+	inflight := f.newSends()
+	defer inflight.wg.Wait()
+	return f.pass(ctx, inflight)
+}
+
+// pass makes the events of jobs that became final, then claims, for each
+// receiver with free slots, as many due events as it has slots, and
+// starts their POSTs in inflight without waiting for them. It reports
+// whether it made a full batch of events (more may be waiting).
+func (f *FinalCallbacks) pass(ctx context.Context, inflight *sends) (bool, error) {
 	made, err := f.store.Collect(ctx, f.tasks, f.batch, f.doc)
 	if err != nil {
 		return false, err
 	}
-	due, err := f.store.Claim(ctx, f.tasks, f.batch, f.lease)
-	if err != nil {
-		return false, err
+	// Each pass starts with the next receiver, so that a small pool is
+	// shared among them.
+	inflight.next = (inflight.next + 1) % len(f.receivers)
+	for i := range f.receivers {
+		rcv := f.receivers[(inflight.next+i)%len(f.receivers)]
+		free := inflight.free(rcv)
+		if free == 0 {
+			continue
+		}
+		due, err := f.store.Claim(ctx, f.receiverTasks[rcv], free, f.lease)
+		if err != nil {
+			return false, err
+		}
+		for _, p := range due {
+			inflight.start(rcv, func() { f.attempt(ctx, p) })
+		}
 	}
-	var wg sync.WaitGroup
-	for _, p := range due {
-		wg.Go(func() { f.attempt(ctx, p) })
-	}
-	wg.Wait()
-	return made == f.batch || len(due) == f.batch, nil
+	return made == f.batch, nil
+}
+
+// sends are the POSTs in flight of one Run or Round: at most concurrency
+// in all and perReceiver per receiver. Each runs in a goroutine counted
+// in wg; ended gets a token when one ends, for Run to claim more.
+type sends struct {
+	concurrency, perReceiver int
+	wg                       sync.WaitGroup
+	ended                    chan struct{}
+	// next is the receiver the next pass starts with (pass only).
+	next int
+
+	mu    sync.Mutex
+	total int
+	per   map[string]int
+}
+
+func (f *FinalCallbacks) newSends() *sends {
+	return &sends{concurrency: f.concurrency, perReceiver: f.perReceiver, ended: make(chan struct{}, 1), per: map[string]int{}}
+}
+
+// free is how many more POSTs to rcv may start now.
+func (s *sends) free(rcv string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return max(0, min(s.concurrency-s.total, s.perReceiver-s.per[rcv]))
+}
+
+// start runs send to rcv in a goroutine of its own, holding a slot until
+// it returns.
+func (s *sends) start(rcv string, send func()) {
+	s.mu.Lock()
+	s.total++
+	s.per[rcv]++
+	s.mu.Unlock()
+	s.wg.Go(func() {
+		send()
+		s.mu.Lock()
+		s.total--
+		s.per[rcv]--
+		s.mu.Unlock()
+		select {
+		case s.ended <- struct{}{}:
+		default: // a wake-up is already pending
+		}
+	})
 }
 
 // attempt POSTs one claimed event and records what happened.
@@ -284,6 +389,9 @@ func (s *callbackSender) send(ctx context.Context, p job.PendingCallback) (int, 
 	req.Header.Set(headerWebhookTimestamp, ts)
 	if len(dl.secrets) > 0 {
 		req.Header.Set(headerWebhookSignature, signatures(dl.secrets, id, ts, p.Body))
+	}
+	if p.Tenant != "" {
+		req.Header.Set(headerTenant, p.Tenant)
 	}
 	req.Header.Set(headerTask, p.Task)
 	req.Header.Set(headerAttempt, strconv.Itoa(p.Attempt))

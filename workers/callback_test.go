@@ -16,6 +16,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/receiver"
 )
@@ -33,6 +34,8 @@ type sent struct {
 	attempts  int
 	body      string
 	verified  bool
+	// tenant is the body's data.tenant, header its Idemgate-Tenant.
+	tenant, header string
 }
 
 // callbackReceiver verifies each callback with package receiver, answers
@@ -67,6 +70,7 @@ func (c *callbackReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var ev struct {
 		Type string `json:"type"`
 		Data struct {
+			Tenant   string     `json:"tenant"`
 			Status   job.Status `json:"status"`
 			Attempts int        `json:"attempts"`
 		} `json:"data"`
@@ -74,7 +78,7 @@ func (c *callbackReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(body, &ev)
 	id := r.Header.Get(receiver.HeaderWebhookID)
 	s := sent{id: id, event: ev.Type, status: ev.Data.Status, attempts: ev.Data.Attempts, body: string(body),
-		verified: c.verifier.Verify(r.Header, body) == nil}
+		verified: c.verifier.Verify(r.Header, body) == nil, tenant: ev.Data.Tenant, header: r.Header.Get("Idemgate-Tenant")}
 	c.mu.Lock()
 	c.sends = append(c.sends, s)
 	n := 0
@@ -177,7 +181,12 @@ func newCallbackEnv(t *testing.T, url string, maxAttempts int) *callbackEnv {
 
 func (e *callbackEnv) submit(t *testing.T, spec *job.Spec, orderID string) string {
 	t.Helper()
-	rec, err := e.submitter.Submit(t.Context(), job.Request{Tenant: "acme", Route: "r", Key: "k-" + orderID, Spec: spec,
+	return e.submitAs(t, "acme", spec, orderID)
+}
+
+func (e *callbackEnv) submitAs(t *testing.T, tenant string, spec *job.Spec, orderID string) string {
+	t.Helper()
+	rec, err := e.submitter.Submit(t.Context(), job.Request{Tenant: tenant, Route: "r", Key: "k-" + orderID, Spec: spec,
 		Body: []byte(fmt.Sprintf(`{"order_id": %q}`, orderID))})
 	if err != nil {
 		t.Fatal(err)
@@ -304,6 +313,135 @@ func TestFinalCallbackOncePerFinalStatus(t *testing.T) {
 	}
 	if n := rcv.appliedOf(bad + ":final"); n != 1 {
 		t.Errorf("the first event applied %d times", n)
+	}
+}
+
+// TestFinalCallbackNamesTenant: the callback URL is the task's, shared by
+// every tenant, so each event says whose job it is: the job's tenant in
+// the signed body's data, and in Idemgate-Tenant.
+func TestFinalCallbackNamesTenant(t *testing.T) {
+	t.Parallel()
+	rcv, url := newCallbackReceiver(t, 0)
+	e := newCallbackEnv(t, url, 10)
+	ids := map[string]string{}
+	for _, tenant := range []string{"acme", "globex"} {
+		ids[tenant] = e.submitAs(t, tenant, e.spec, "ok-"+tenant)
+	}
+	for _, id := range ids {
+		e.final(t, id)
+	}
+	f := e.dispatcher("w1")
+	runUntil(t, f, "both events applied", func() bool {
+		return rcv.appliedOf(ids["acme"]+":final") == 1 && rcv.appliedOf(ids["globex"]+":final") == 1
+	})
+	for tenant, id := range ids {
+		got := rcv.of(id)
+		if len(got) != 1 {
+			t.Fatalf("%s: %d POSTs, want 1", tenant, len(got))
+		}
+		if s := got[0]; !s.verified || s.tenant != tenant || s.header != tenant {
+			t.Errorf("%s's event: signed %v, data.tenant %q, Idemgate-Tenant %q; want both %q, signed\n%s",
+				tenant, s.verified, s.tenant, s.header, tenant, s.body)
+		}
+	}
+}
+
+// TestFinalCallbackSlowReceiver: a receiver that holds its POSTs delays
+// no other receiver's events, and holds no more than its own slots. Three
+// events of a task whose receiver holds every POST until the test lets
+// it go, then an event of another task whose receiver answers at once:
+// the slow receiver gets two POSTs at a time (PerReceiver), never three,
+// and the fast one gets its event while the slow ones are still held.
+func TestFinalCallbackSlowReceiver(t *testing.T) {
+	t.Parallel()
+	slow, slowURL := newCallbackReceiver(t, 0)
+	fast, fastURL := newCallbackReceiver(t, 0)
+	release := make(chan struct{})
+	var (
+		mu                   sync.Mutex
+		holding, most, ended int
+	)
+	entered := make(chan struct{}, 8)
+	slow.hold = func() {
+		mu.Lock()
+		holding++
+		most = max(most, holding)
+		mu.Unlock()
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-time.After(3 * time.Minute): // the test failed; do not hang
+		}
+		mu.Lock()
+		holding--
+		ended++
+		mu.Unlock()
+	}
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	e := newCallbackEnv(t, slowURL, 10)
+	// The slow receiver's POSTs outlast the test: the sender never gives up on them.
+	e.spec.OnFinal.HTTP.Timeout = 5 * time.Minute
+	key, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(callbackSecret, "whsec_"))
+	e.quiet.OnFinal = &job.Callback{HTTP: job.HTTP{URL: fastURL, Secrets: [][]byte{key}, Timeout: 10 * time.Second}, MaxAttempts: 10}
+
+	var slowIDs []string
+	for i := range 3 {
+		id := e.submit(t, e.spec, fmt.Sprintf("slow-%d", i))
+		e.final(t, id)
+		slowIDs = append(slowIDs, id)
+	}
+	f := NewFinalCallbacks(FinalCallbacksConfig{
+		DB: e.pool, Specs: []*job.Spec{e.spec, e.quiet}, Worker: "w1", Logger: testenv.Logger(),
+		Interval: 20 * time.Millisecond, Concurrency: 4, PerReceiver: 2,
+		Document: func(r job.Record) any { return map[string]any{"id": r.ID, "status": r.Status} },
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = f.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	for range 2 {
+		select {
+		case <-entered:
+		case <-time.After(time.Minute):
+			t.Fatal("the slow receiver never got two POSTs")
+		}
+	}
+	fastID := e.submit(t, e.quiet, "fast-1")
+	e.final(t, fastID)
+	waitFor(t, "the fast receiver's event applied", func() bool { return fast.appliedOf(fastID+":final") == 1 })
+	mu.Lock()
+	heldThen, endedThen := holding, ended
+	mu.Unlock()
+	if endedThen != 0 || heldThen != 2 {
+		t.Errorf("when the fast receiver got its event, the slow one held %d POSTs and had answered %d; want 2 held, none answered", heldThen, endedThen)
+	}
+	slow.mu.Lock()
+	got := len(slow.sends)
+	slow.mu.Unlock()
+	if n := got; n != 2 {
+		t.Errorf("the slow receiver got %d POSTs while two were held, want 2 (PerReceiver)", n)
+	}
+
+	close(release)
+	waitFor(t, "every slow event applied", func() bool {
+		for _, id := range slowIDs {
+			if slow.appliedOf(id+":final") != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if most != 2 {
+		t.Errorf("the slow receiver held %d POSTs at once, want at most PerReceiver, 2", most)
 	}
 }
 

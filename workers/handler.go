@@ -300,6 +300,10 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	resource = Scope(tenant, resource)
 	log = log.With("tenant", tenant, "job_key", key, "resource", resource)
 	id := execID{tenant: tenant, key: key, sha: sha, job: task.Headers()[job.HeaderID]}
+	// A submitted job's task runs only while its jobs row exists (Take
+	// checks it): one that outlived its job, replayed from asynq's
+	// archive after the jobs retention, is acked without running.
+	id.recorded = id.job != "" && h.jobs != nil
 	if id.job == "" {
 		id.job, _ = asynq.GetTaskID(ctx)
 	}
@@ -436,13 +440,16 @@ func (h *handler[T]) release(ctx context.Context, log *slog.Logger, lease *lock.
 type execID struct {
 	tenant, key, sha string
 	job              string // the asynq task id, for the ledger
+	// recorded: job names a jobs row that must exist (Deps.Jobs is set
+	// and the task carries a job.HeaderID).
+	recorded bool
 }
 
 // attempt is the execution.Attempt of id on resource.
 func (h *handler[T]) attempt(id execID, resource string) execution.Attempt {
 	return execution.Attempt{
 		Tenant: id.tenant, Key: id.key, Task: h.kind, Resource: resource, PayloadSHA256: id.sha,
-		JobID: id.job, Worker: h.worker,
+		JobID: id.job, JobRecorded: id.recorded, Worker: h.worker,
 	}
 }
 
@@ -486,6 +493,8 @@ func (r *run[T]) do(ctx context.Context) error {
 		return h.replay(ctx, r.log, r.task, rec)
 	case errors.Is(err, execution.ErrCancelled):
 		return h.refuseCancelled(ctx, r.log, r.task, r.id)
+	case errors.Is(err, execution.ErrNoJob):
+		return h.refuseGone(ctx, r.log)
 	case err != nil:
 		return r.beforeAttempt(ctx, err)
 	}

@@ -28,6 +28,9 @@ const (
 	// ClassCancelled: the job was cancelled while the attempt ran, and the
 	// attempt did not succeed; the job ends cancelled.
 	ClassCancelled = "cancelled"
+	// ClassJobGone: the task's job record is gone (deleted by the jobs
+	// retention or an operator); the task is acked without an attempt.
+	ClassJobGone = "job_gone"
 )
 
 // LockResults lists the results Observer.LockAcquire reports.
@@ -35,7 +38,7 @@ func LockResults() []string { return []string{LockAcquired, LockBusy, LockError}
 
 // ErrorClasses lists the error classes Observer.Attempt reports.
 func ErrorClasses() []string {
-	return []string{ClassTransient, ClassPermanent, ClassUnavailable, ClassLockBusy, ClassStaleToken, ClassCancelled, ClassLimited}
+	return []string{ClassTransient, ClassPermanent, ClassUnavailable, ClassLockBusy, ClassStaleToken, ClassCancelled, ClassLimited, ClassJobGone}
 }
 
 // FinishedStatuses lists the statuses Observer.JobFinished reports: the
@@ -64,7 +67,7 @@ type Observer interface {
 	FencingRejected()
 	// Attempt reports an attempt that did not succeed, by error class
 	// (ClassTransient, ClassPermanent, ClassUnavailable, ClassLockBusy,
-	// ClassStaleToken, ClassCancelled, ClassLimited).
+	// ClassStaleToken, ClassCancelled, ClassLimited, ClassJobGone).
 	Attempt(task, errorClass string)
 	// JobReplay reports a delivery of a job that had already succeeded,
 	// acked without running it again.

@@ -171,6 +171,16 @@ func (h *handler[T]) replay(ctx context.Context, log *slog.Logger, task *asynq.T
 	return nil
 }
 
+// refuseGone acks a task whose job's record is gone (the jobs retention or
+// an operator deleted it) without running it: a task replayed from asynq's
+// archive after its job was deleted would run a job that no longer
+// exists, which no document, ledger or callback could show.
+func (h *handler[T]) refuseGone(ctx context.Context, log *slog.Logger) error {
+	h.obs.Attempt(h.kind, ClassJobGone)
+	log.WarnContext(ctx, "job record gone: acking its task without running it")
+	return nil
+}
+
 // unprocessable archives a task whose payload is invalid or names no job.
 // There may be no key, so there is no execution state to mark; the job's
 // status still says why it failed.

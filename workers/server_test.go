@@ -315,6 +315,71 @@ func TestServerDeadLetters(t *testing.T) {
 	}
 }
 
+// TestServerRefusesTaskOfDeletedJob: a failed job's archived task, run
+// again from the queue (as asynqmon's "run" does) after the job's record
+// was deleted, is acked without running the business function: no
+// attempt, no ledger row, the task gone from the queue.
+func TestServerRefusesTaskOfDeletedJob(t *testing.T) {
+	t.Parallel()
+	s := newServerEnv(t)
+	records := job.NewRecords(s.pool)
+	obs := newRecorder()
+	var calls atomic.Int64
+	deps := s.deps(obs, 20*time.Second)
+	deps.Jobs = records
+	h := Handle(deps, kind, orderKey, orderResource, func(context.Context, Job[order]) (string, error) {
+		calls.Add(1)
+		return "", Permanent(errors.New("card declined"))
+	})
+	s.start(t, h, Config{})
+	rec, err := job.NewSubmitter(s.pool, s.client).Submit(t.Context(), job.Request{Tenant: "acme", Route: "orders", Key: "k-gone",
+		Spec: orderSpec(t, s.queue), Body: []byte(`{"order_id": "gone-1"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the task archived", func() bool { return s.queueInfo(t).Archived == 1 })
+	if calls.Load() != 1 {
+		t.Fatalf("the business function ran %d times before the job failed, want 1", calls.Load())
+	}
+
+	// The job's record goes (the retention deleted it; its archived task
+	// was left behind), and someone runs the archived task again.
+	if err := records.Delete(t.Context(), rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.inspector.RunTask(s.queue, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the task handled", func() bool {
+		qi := s.queueInfo(t)
+		return qi.Pending+qi.Active+qi.Scheduled+qi.Retry == 0
+	})
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the business function ran %d times, want once: the task of a deleted job ran", n)
+	}
+	if qi := s.queueInfo(t); qi.Size != 0 {
+		t.Errorf("the queue holds %d tasks (%d archived), want the task acked", qi.Size, qi.Archived)
+	}
+	if n := obs.count("attempt:" + ClassJobGone); n != 1 {
+		t.Errorf("observer counted %d %s, want 1", n, ClassJobGone)
+	}
+	// The execution state, kept longer than jobs, is as the failure left
+	// it, and the ledger has no row for a job that no longer exists.
+	if ex := s.recordOf(t, "acme", "effect:gone-1"); ex.Status != job.StatusFailed || ex.Attempts != 1 {
+		t.Errorf("execution %+v, want failed after 1 attempt", ex)
+	}
+	var attempts int
+	if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM job_attempts WHERE job_id = $1`, rec.ID).Scan(&attempts); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 0 {
+		t.Errorf("the refused task wrote %d ledger rows for a job that no longer exists", attempts)
+	}
+	if _, err := records.ByID(t.Context(), rec.ID); !errors.Is(err, job.ErrNotFound) {
+		t.Errorf("the deleted job is back: %v", err)
+	}
+}
+
 func TestServerShutdownLetsRunningJobFinish(t *testing.T) {
 	t.Parallel()
 	s := newServerEnv(t)

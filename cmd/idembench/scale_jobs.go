@@ -175,7 +175,7 @@ var _ idempotency.Janitor = (*jobsJanitor)(nil)
 
 func (j *jobsJanitor) DeleteExpired(ctx context.Context, limit int) (int, error) {
 	j.batches.Add(1)
-	most, err := j.jobs.DeleteFinished(ctx, j.retention, limit)
+	most, err := j.jobs.DeleteFinished(ctx, j.retention, limit, nil)
 	if err != nil {
 		return 0, err
 	}

@@ -19,15 +19,16 @@ import (
 
 // callbackPost is one final-status callback the test receiver got.
 type callbackPost struct {
-	id       string
-	body     []byte
-	verified bool
+	id, tenant string
+	body       []byte
+	verified   bool
 }
 
 // TestFinalCallbackEndToEnd: a job declared with on_final, run by a real
 // `idemgate worker` behind a real gateway: its receiver fails the first
 // POST and gets the second, both signed, under one webhook-id, carrying
-// the document GET /v1/jobs/{id} shows; explain shows both attempts.
+// the document GET /v1/jobs/{id} shows and the job's tenant (in the data
+// and in Idemgate-Tenant); explain shows both attempts.
 func TestFinalCallbackEndToEnd(t *testing.T) {
 	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
 	deliveries := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -44,7 +45,8 @@ func TestFinalCallbackEndToEnd(t *testing.T) {
 	callbacks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		mu.Lock()
-		posts = append(posts, callbackPost{id: r.Header.Get("webhook-id"), body: body, verified: v.Verify(r.Header, body) == nil})
+		posts = append(posts, callbackPost{id: r.Header.Get("webhook-id"), tenant: r.Header.Get("Idemgate-Tenant"), body: body,
+			verified: v.Verify(r.Header, body) == nil})
 		n := len(posts)
 		mu.Unlock()
 		if n == 1 {
@@ -80,8 +82,8 @@ func TestFinalCallbackEndToEnd(t *testing.T) {
 	got := slices.Clone(posts)
 	mu.Unlock()
 	for i, p := range got {
-		if p.id != id+":final" || !p.verified {
-			t.Errorf("POST %d: webhook-id %q, signature verified %v; want %s:final, verified", i+1, p.id, p.verified, id)
+		if p.id != id+":final" || !p.verified || p.tenant != "acme" {
+			t.Errorf("POST %d: webhook-id %q, signature verified %v, Idemgate-Tenant %q; want %s:final, verified, acme", i+1, p.id, p.verified, p.tenant, id)
 		}
 		var ev struct {
 			Type      string         `json:"type"`
@@ -95,8 +97,9 @@ func TestFinalCallbackEndToEnd(t *testing.T) {
 		if err := json.Unmarshal(doc.body, &want); err != nil {
 			t.Fatal(err)
 		}
+		want["tenant"] = "acme"
 		if ev.Type != "job.succeeded" || !reflect.DeepEqual(ev.Data, want) {
-			t.Errorf("POST %d: %s with data %v; want job.succeeded with the job document %v", i+1, ev.Type, ev.Data, want)
+			t.Errorf("POST %d: %s with data %v; want job.succeeded with the job document and its tenant %v", i+1, ev.Type, ev.Data, want)
 		}
 		if _, err := time.Parse(time.RFC3339Nano, ev.Timestamp); err != nil || ev.Timestamp == "" {
 			t.Errorf("POST %d: timestamp %q", i+1, ev.Timestamp)

@@ -14,11 +14,13 @@ import (
 
 // retentionJanitor is the worker's idempotency.Janitor of the job tables:
 // each batch deletes final jobs past jobs_retention with their attempt
-// ledger and callbacks, then (unless executions are kept forever) final
-// executions past executions_retention and the ledger rows of tasks that
-// ran without a job, which have no job to go with.
+// ledger and callbacks, and a failed job's archived tasks from the queue,
+// then (unless executions are kept forever) final executions past
+// executions_retention and the ledger rows of tasks that ran without a
+// job, which have no job to go with.
 type retentionJanitor struct {
 	jobs       *job.Records
+	tasks      job.TaskDeleter
 	executions *execution.Store
 	jobsFor    time.Duration
 	// execFor is executions_retention; 0 keeps them forever.
@@ -26,8 +28,8 @@ type retentionJanitor struct {
 	metrics *telemetry.RetentionMetrics
 }
 
-func newRetentionJanitor(pool *pgxpool.Pool, cfg *config.Config, m *telemetry.RetentionMetrics) retentionJanitor {
-	j := retentionJanitor{jobs: job.NewRecords(pool), executions: execution.New(pool), jobsFor: cfg.JobsRetention, metrics: m}
+func newRetentionJanitor(pool *pgxpool.Pool, tasks job.TaskDeleter, cfg *config.Config, m *telemetry.RetentionMetrics) retentionJanitor {
+	j := retentionJanitor{jobs: job.NewRecords(pool), tasks: tasks, executions: execution.New(pool), jobsFor: cfg.JobsRetention, metrics: m}
 	if cfg.ExecutionsRetention != nil {
 		j.execFor = *cfg.ExecutionsRetention
 	}
@@ -38,11 +40,11 @@ func newRetentionJanitor(pool *pgxpool.Pool, cfg *config.Config, m *telemetry.Re
 // largest count, so that idempotency.RunJanitor goes on at once while any
 // kind came back full.
 func (j retentionJanitor) DeleteExpired(ctx context.Context, limit int) (int, error) {
-	most, err := j.jobs.DeleteFinished(ctx, j.jobsFor, limit)
+	most, err := j.jobs.DeleteFinished(ctx, j.jobsFor, limit, j.tasks)
+	j.metrics.Deleted("jobs", most)
 	if err != nil {
 		return 0, err
 	}
-	j.metrics.Deleted("jobs", most)
 	if j.execFor <= 0 {
 		return most, nil
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hibiken/asynq"
 
 	"github.com/idemgate/idemgate/internal/testenv"
 )
@@ -87,5 +90,57 @@ func TestRetentionInWorker(t *testing.T) {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// TestRetentionDeletesArchivedTask: when `idemgate worker` deletes a
+// failed job past jobs_retention, its archived task goes too, so the
+// payload does not outlive the job in Redis and no one can run it again
+// from the queue's console.
+func TestRetentionDeletesArchivedTask(t *testing.T) {
+	dbURL := testenv.Postgres(t, exampleTables())
+	pool := testenv.PoolAt(t, dbURL)
+	_, inspector, queue := testenv.Queue(t, "retarch")
+	srv := httptest.NewServer(newScriptedReceiver(t))
+	t.Cleanup(srv.Close)
+	base := deliverConfig(t, dbURL, testenv.RedisURL(t), srv.URL+"/hooks/shipments", queue)
+	text, err := os.ReadFile(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeFile(t, "retention.yaml", string(text)+"jobs_retention: 1h\njanitor: {interval: 100ms, batch: 10}\n")
+	g := startGateway(t, cfg)
+	p := runInProcess("worker", "--config", cfg)
+	t.Cleanup(func() { _ = p.stop() })
+
+	// The receiver refuses order "bad-…" for good: the job fails and its
+	// task is archived.
+	id := submitShipment(t, g, "retarch-1", `{"order_id": "bad-retarch", "quantity": 1}`)
+	waitFor(t, "job "+id+" failed", time.Minute, func() bool { return decodeJob(t, getJob(t, g.public, id, "acme-key")).Status == "failed" })
+	waitFor(t, "its task archived", time.Minute, func() bool {
+		info, err := inspector.GetTaskInfo(queue, id)
+		return err == nil && info.State == asynq.TaskStateArchived
+	})
+
+	if _, err := pool.Exec(t.Context(), `UPDATE jobs SET finished_at = now() - interval '90 minutes' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the janitor deleted the failed job", time.Minute, func() bool {
+		var n int
+		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM jobs WHERE id = $1`, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	})
+	waitFor(t, "its archived task deleted", time.Minute, func() bool {
+		_, err := inspector.GetTaskInfo(queue, id)
+		return errors.Is(err, asynq.ErrTaskNotFound)
+	})
+	archived, err := inspector.ListArchivedTasks(queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(archived) != 0 {
+		t.Errorf("%d archived tasks left on the queue, want none", len(archived))
 	}
 }

@@ -145,7 +145,7 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
-	janitor := newRetentionJanitor(pool, cfg, telemetry.NewRetentionMetrics(reg))
+	janitor := newRetentionJanitor(pool, inspector, cfg, telemetry.NewRetentionMetrics(reg))
 	ledgerJanitor := func(ctx context.Context) error {
 		return idempotency.RunJanitor(ctx, janitor, cfg.Janitor.Interval, cfg.Janitor.Batch, logger)
 	}

@@ -30,6 +30,10 @@ var (
 	// cancelled or being cancelled, so no attempt may start. The delivery
 	// is acked: it does nothing.
 	ErrCancelled = errors.New("execution: job cancelled")
+	// ErrNoJob: the attempt requires its job's record (Attempt.JobRecorded)
+	// and the jobs row of Attempt.JobID is gone: the jobs retention or an
+	// operator deleted it. Nothing starts and nothing is written.
+	ErrNoJob = errors.New("execution: the job's record is gone")
 )
 
 // maxErrorLen bounds the stored last_error; a cause longer than this is an
@@ -76,6 +80,11 @@ type Attempt struct {
 	// it. Both optional.
 	JobID  string
 	Worker string
+	// JobRecorded says that JobID names a jobs row that must exist: the
+	// task came from a submitted job. Take refuses the attempt with
+	// ErrNoJob when the row is gone, so a task that outlived its job (one
+	// replayed from asynq's archive after the jobs retention) never runs.
+	JobRecorded bool
 }
 
 // DB is the part of a PostgreSQL handle the store uses. *pgxpool.Pool,
@@ -246,13 +255,16 @@ func Conflicts(rec Record, sha string) bool {
 // key's execution row is released ('cancelled', as a failed job releases
 // it), the attempts a crash left open end as cancelled, and the refused
 // delivery gets a ledger row of its own (no token) saying so. A task with
-// no job record is taken as before.
+// no job record is taken as before, unless a.JobRecorded says it must
+// have one: then it is refused with ErrNoJob, and nothing is written (no
+// token, no execution row, no ledger row that would outlive the job).
 func (s *Store) Take(ctx context.Context, a Attempt) (Record, error) {
 	query := `
 WITH job AS (
     SELECT status FROM jobs WHERE id = $6::text FOR UPDATE
 ), gate AS (
-    SELECT NOT EXISTS (SELECT 1 FROM job WHERE status IN ('cancelling', 'cancelled')) AS ok
+    SELECT NOT EXISTS (SELECT 1 FROM job WHERE status IN ('cancelling', 'cancelled')) AS ok,
+           $8::boolean AND NOT EXISTS (SELECT 1 FROM job) AS gone
 ), released AS (
     UPDATE job_executions SET status = 'cancelled', finished_at = now(), updated_at = now()
      WHERE tenant = $2 AND key = $3 AND status = 'processing' AND NOT (SELECT ok FROM gate)
@@ -263,7 +275,7 @@ WITH job AS (
 ), refusal AS (
     INSERT INTO job_attempts (job_id, tenant, key, task, resource, attempt, worker, outcome, ended_at, error)
     SELECT $6::text, $2, $3, $4, $1, 0, $7::text, 'cancelled', now(), '` + errRefused + `' FROM gate WHERE NOT gate.ok
-), next AS (` + fence.NextStatementIf("(SELECT ok FROM gate)") + `
+), next AS (` + fence.NextStatementIf("(SELECT ok AND NOT gone FROM gate)") + `
 ), taken AS (
 INSERT INTO job_executions AS e (tenant, key, task, resource, status, attempt_count, fencing_token, payload_sha256)
 SELECT $2, $3, $4, $1, 'processing', 1, next.token, NULLIF($5, '') FROM next
@@ -275,17 +287,21 @@ SELECT $2, $3, $4, $1, 'processing', 1, next.token, NULLIF($5, '') FROM next
       FROM taken t
      WHERE j.id = $6::text` + ledgerTake + `
 UNION ALL
-SELECT $2, $3, $4, $1, 'cancelled', '', 0, 0::bigint, '', '', now(), now(), NULL::timestamptz FROM gate WHERE NOT gate.ok`
+SELECT $2, $3, $4, $1, 'cancelled', '', 0, 0::bigint, '', '', now(), now(), NULL::timestamptz FROM gate WHERE NOT gate.ok
+UNION ALL
+SELECT $2, $3, $4, $1, '', '', 0, 0::bigint, '', '', now(), now(), NULL::timestamptz FROM gate WHERE gate.gone`
 	var r Record
 	err := s.queryRow(ctx, jobOrder(a.Tenant, a.Key), query, func(row pgx.Row) error {
 		var err error
 		r, err = scan(row)
 		return err
-	}, a.Resource, a.Tenant, a.Key, a.Task, a.PayloadSHA256, a.JobID, a.Worker)
-	if err == nil {
-		if r.FencingToken == 0 {
-			return r, fmt.Errorf("execution: take %q: %w", a.Key, ErrCancelled)
-		}
+	}, a.Resource, a.Tenant, a.Key, a.Task, a.PayloadSHA256, a.JobID, a.Worker, a.JobRecorded)
+	switch {
+	case err == nil && r.FencingToken == 0 && r.Status == "":
+		return Record{}, fmt.Errorf("execution: take %q: job %s: %w", a.Key, a.JobID, ErrNoJob)
+	case err == nil && r.FencingToken == 0:
+		return r, fmt.Errorf("execution: take %q: %w", a.Key, ErrCancelled)
+	case err == nil:
 		return r, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {

@@ -507,7 +507,7 @@ export interface components {
          * @enum {string}
          */
         JobStatus: "scheduled" | "queued" | "processing" | "retrying" | "cancelling" | "succeeded" | "failed" | "cancelled";
-        /** @description A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it. When the job's task declares `on_final`, the worker also POSTs this document once per final status the job reaches, as a Standard Webhooks message signed like an HTTP delivery: body `{"type": "job.succeeded" | "job.failed" | "job.cancelled", "timestamp": <when it became final>, "data": <this document>}`, `webhook-id` `<job id>:final` (`<job id>:final:<n>` for the n-th final status of a job replayed from the dead-letter queue), the same on every attempt; retried until a 2xx answer or `on_final.http.max_attempts`. */
+        /** @description A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it. When the job's task declares `on_final`, the worker also POSTs this document once per final status the job reaches, as a Standard Webhooks message signed like an HTTP delivery: body `{"type": "job.succeeded" | "job.failed" | "job.cancelled", "timestamp": <when it became final>, "data": <this document, with the job's "tenant" first>}` and the header `Idemgate-Tenant`, `webhook-id` `<job id>:final` (`<job id>:final:<n>` for the n-th final status of a job replayed from the dead-letter queue), the same on every attempt; retried until a 2xx answer or `on_final.http.max_attempts`. */
         Job: {
             id: components["schemas"]["JobID"];
             task: components["schemas"]["JobTask"];
