@@ -63,3 +63,27 @@ func TestDatabaseDirectURL(t *testing.T) {
 		})
 	}
 }
+
+// A connection string is read as pgx reads it at start-up, so config check
+// refuses what start-up would, without echoing the password.
+func TestDatabaseURLReadAsPgxReadsIt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ url, want string }{
+		{"postgres://u:hunter2@db:5432/app?sslmode=verify-full", ""},
+		{"postgres://u@db1:5432,db2:5432/app?target_session_attrs=read-write", ""},
+		{"postgres://u@db/app?pool_max_conns=8", ""},
+		{"host=db dbname=app password=hunter2", ""},
+		{"postgres://u:hunter2@db:5432/app?sslmode=sometimes", "failed to configure TLS (sslmode is invalid)"},
+		{"postgres://u:hunter2@db/app?connect_timeout=soon", `invalid connect_timeout (strconv.ParseInt: parsing "soon": invalid syntax)`},
+		{"postgres://u:hunter2@db/app?pool_max_conns=many", `cannot parse pool_max_conns (strconv.ParseInt: parsing "many": invalid syntax)`},
+		{"host=db port=five password=hunter2", "invalid port"},
+	} {
+		got := databaseURLProblem(tc.url)
+		if got != tc.want {
+			t.Errorf("databaseURLProblem(%q) = %q, want %q", tc.url, got, tc.want)
+		}
+		if strings.Contains(got, "hunter2") {
+			t.Errorf("databaseURLProblem(%q) echoes the password: %q", tc.url, got)
+		}
+	}
+}

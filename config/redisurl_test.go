@@ -2,6 +2,10 @@ package config
 
 import "testing"
 
+// clusterAsURL is the answer to a Redis Cluster written as a redis:// URL,
+// which go-redis would read as one host named "a:7000,b:7001,c".
+const clusterAsURL = "a Redis Cluster is the comma list of its nodes without a scheme, path or parameters (h1:7000,h2:7001,h3:7002), not a redis:// URL"
+
 func TestRedisURLProblem(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -10,6 +14,8 @@ func TestRedisURLProblem(t *testing.T) {
 		{"one node", "redis://r:6379/0", ""},
 		{"one node with options", "rediss://:pw@r:6379/1?dial_timeout=3s", ""},
 		{"cluster nodes", "a:7000,b:7001", ""},
+		{"cluster nodes written as a URL", "redis://a:7000,b:7001,c:7002/0", clusterAsURL},
+		{"cluster nodes written as a TLS URL", "rediss://:pw@a:7000,b:7001", clusterAsURL},
 		{"sentinels", "redis://s1:26379/0?master_name=mymaster&addr=s2:26379&addr=s3:26379", ""},
 		{"sentinels with passwords and db", "redis://:sentinel-pw@s1:26379?master_name=m&password=pw&username=u&db=2", ""},
 		{"sentinels over TLS", "rediss://s1:26379?master_name=m&skip_verify=true", ""},

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/net/http/httpguts"
 
@@ -464,7 +466,7 @@ func sha256Problem(h string) string {
 func databaseURLProblem(s string) string {
 	if !strings.Contains(s, "://") {
 		if strings.Contains(s, "=") {
-			return "" // key=value connection string
+			return pgParseProblem(s) // key=value connection string
 		}
 		return "must be a postgres:// URL or a key=value connection string"
 	}
@@ -475,7 +477,37 @@ func databaseURLProblem(s string) string {
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
 		return fmt.Sprintf("scheme %q is not postgres or postgresql", u.Scheme)
 	}
-	return ""
+	return pgParseProblem(s)
+}
+
+// pgParseProblem is what pgxpool, which opens the pool at start-up, finds
+// wrong with a connection string (a port that is not a number, an unknown
+// sslmode, a bad timeout), without the connection string itself.
+func pgParseProblem(s string) string {
+	_, err := pgxpool.ParseConfig(s)
+	if err == nil {
+		return ""
+	}
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return "is not a connection string pgx can read"
+	}
+	// pgx's text is "cannot parse `<the string, passwords masked>`: <msg>
+	// (<cause>)"; only msg and the cause are kept, and a URL's parse error
+	// loses the URL it quotes.
+	text, cause := pe.Error(), pe.Unwrap()
+	if cause != nil {
+		text = strings.TrimSuffix(text, " ("+cause.Error()+")")
+	}
+	msg := text[strings.LastIndex(text, "`: ")+len("`: "):]
+	if cause != nil {
+		var ue *url.Error
+		if errors.As(cause, &ue) {
+			cause = ue.Err
+		}
+		msg += " (" + cause.Error() + ")"
+	}
+	return msg
 }
 
 // redisURLProblem never echoes a URL: it may hold a password.
@@ -490,6 +522,10 @@ func redisURLProblem(s string) string {
 		}
 		if u.Host == "" {
 			return "the URL has no host"
+		}
+		if strings.Contains(u.Host, ",") {
+			// go-redis would read "h1:7000,h2:7001,h3" as one host name.
+			return "a Redis Cluster is the comma list of its nodes without a scheme, path or parameters (h1:7000,h2:7001,h3:7002), not a redis:// URL"
 		}
 		return redisOptionsProblem(s, u)
 	}
