@@ -514,12 +514,18 @@ func TestFinalCallbackCrashResends(t *testing.T) {
 	e.final(t, id)
 
 	ctx, die := context.WithCancel(t.Context())
-	arrived := make(chan struct{})
+	arrived, dead := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	rcv.hold = func() {
 		once.Do(func() {
 			close(arrived)
-			<-ctx.Done() // the answer comes only after the worker died
+			// The answer comes only once the worker's round has returned:
+			// released by the kill itself, the 200 could reach the worker
+			// before it saw its context end, and be recorded as delivered.
+			select {
+			case <-dead:
+			case <-t.Context().Done():
+			}
 		})
 	}
 	doomed := e.dispatcher("doomed")
@@ -535,6 +541,7 @@ func TestFinalCallbackCrashResends(t *testing.T) {
 	}
 	die()
 	<-done
+	close(dead)
 	var due time.Time
 	if err := e.pool.QueryRow(t.Context(), `SELECT due_at FROM job_callbacks WHERE job_id = $1`, id).Scan(&due); err != nil {
 		t.Fatal(err)
