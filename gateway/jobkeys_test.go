@@ -45,16 +45,8 @@ func shipmentSpec(t *testing.T) *job.Spec {
 // its job stayed queued for ever.
 func TestKeysFromThePayloadAreChecked(t *testing.T) {
 	pool := testenv.Pool(t)
-	opt, err := asynq.ParseRedisURI(testenv.RedisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	queue := asynq.NewClient(opt)
-	t.Cleanup(func() { _ = queue.Close() })
-	inspector := asynq.NewInspector(opt)
-	t.Cleanup(func() { _ = inspector.Close() })
+	queue, inspector, qname := testenv.Queue(t, "keys")
 	opts := testOptions(job.NewSubmitter(pool, queue))
-	qname := "keys" + strings.ReplaceAll(testenv.Prefix(), ":", "")
 	opts.Routes = []RouteOptions{{
 		Name: "shipments", Methods: []string{http.MethodPost}, Path: "/v1/shipments",
 		Enqueue: &EnqueueOptions{Spec: shipmentSpec(t), Queue: qname},

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hibiken/asynq"
-
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
@@ -24,13 +22,9 @@ import (
 // replays it.
 func TestUnstorableRequests(t *testing.T) {
 	pool := testenv.Pool(t)
-	opt, err := asynq.ParseRedisURI(testenv.RedisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	queue := asynq.NewClient(opt)
-	t.Cleanup(func() { _ = queue.Close() })
+	queue, _, qname := testenv.Queue(t, "unstorable")
 	opts := testOptions(job.NewSubmitter(pool, queue))
+	opts.Routes[0].Enqueue.Queue = qname
 	store := pgstore.New(pool)
 	t.Cleanup(store.Close)
 	opts.Store = store

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/idemgate/idemgate/internal/testenv"
@@ -36,12 +35,7 @@ type jobsEnv struct {
 func startJobs(t *testing.T, edit func(*Options)) *jobsEnv {
 	t.Helper()
 	pool := testenv.Pool(t)
-	opt, err := asynq.ParseRedisURI(testenv.RedisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	queue := asynq.NewClient(opt)
-	t.Cleanup(func() { _ = queue.Close() })
+	queue, _, qname := testenv.Queue(t, "waits")
 	sub := job.NewSubmitter(pool, queue)
 
 	w := job.NewWatcher(pool, job.WatcherOptions{Poll: 200 * time.Millisecond, Logger: testenv.Logger()})
@@ -55,6 +49,7 @@ func startJobs(t *testing.T, edit func(*Options)) *jobsEnv {
 
 	e := &jobsEnv{records: sub.Records(), watcher: signalledWatcher{Watcher: w, watching: make(chan string, 100)}}
 	opts := testOptions(sub)
+	opts.Routes[0].Enqueue.Queue = qname
 	opts.JobWatcher = e.watcher
 	edit(&opts)
 	e.g = newTestGateway(t, opts)
