@@ -30,8 +30,8 @@ func renderKey(what string, t Template, data any, max int, faults []FieldError) 
 // in an HTTP header, a Redis key and PostgreSQL text, and a CR, LF or NUL
 // breaks one of them), and a key longer than max bytes (max 0: no bound).
 // what names the key in the messages ("business key"). A field the
-// template cannot render is left to render, which reports it; for a
-// limit's key, {tenant} is not a payload field and is skipped.
+// template cannot render is reported as render reports it; for a limit's
+// key, {tenant} is not a payload field and is skipped.
 func (t Template) keyFaults(what string, data any, key string, max int, limitKey bool) []FieldError {
 	var faults []FieldError
 	longest, longestLen := "", -1
@@ -41,6 +41,7 @@ func (t Template) keyFaults(what string, data any, key string, max int, limitKey
 		}
 		s, err := renderField(data, p.path)
 		if err != nil {
+			faults = append(faults, fieldError(err))
 			continue
 		}
 		field := strings.Join(p.path, ".")

@@ -117,13 +117,7 @@ func (u LimitUse) KeyFields() []string {
 // field it names must render, and hold no control character. Its length
 // is not bounded: a long value is shortened where it names a budget.
 func (u LimitUse) faults(data any, faults []FieldError) []FieldError {
-	what := "flow limit's key (" + u.Limit.Name + ")"
-	for _, f := range u.KeyFields() {
-		if _, err := renderField(data, strings.Split(f, ".")); err != nil {
-			faults = append(faults, fieldError(err))
-		}
-	}
-	return append(faults, u.Key.keyFaults(what, data, "", 0, true)...)
+	return append(faults, u.Key.keyFaults("flow limit's key ("+u.Limit.Name+")", data, "", 0, true)...)
 }
 
 // Value renders the key value of a job of tenant whose payload is data
