@@ -21,7 +21,10 @@ import (
 
 // The demo's configuration and the addresses the pages print for it, as
 // `make run` starts it (deploy/local/run.sh).
-const demoConfig = "deploy/local/idemgate.yaml"
+const (
+	demoConfig = "deploy/local/idemgate.yaml"
+	demoSecret = "whsec_aWRlbWdhdGUtZGVtby1zaGlwbWVudHMtc2VjcmV0ISE="
+)
 
 var demoAddrs = []string{"127.0.0.1:8080", "127.0.0.1:9090", "127.0.0.1:9091", "127.0.0.1:9100", "127.0.0.1:9200"}
 
@@ -105,7 +108,8 @@ func startDemo(t *testing.T) *demo {
 		t.Fatal(err)
 	}
 
-	env := append(proc.ChildEnv(), "DATABASE_URL="+dbURL, "REDIS_URL="+redisURL)
+	// run.sh gives the receiver and the gateway the demo's webhook secret.
+	env := append(proc.ChildEnv(), "DATABASE_URL="+dbURL, "REDIS_URL="+redisURL, "SHIP_WEBHOOK_SECRET="+demoSecret)
 	start(t, dir, "shipments-receiver", bin.receiver, []string{"--listen", receiverAddr}, env, "http://"+receiverAddr+"/healthz")
 	start(t, dir, "idemgate-examples dev", bin.examples, []string{"dev", "--config", configPath}, env,
 		"http://"+public+"/readyz", "http://"+workerAdmin+"/healthz")
