@@ -3,6 +3,7 @@ package docstest
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -101,5 +102,27 @@ func TestNavListsEveryPage(t *testing.T) {
 	}
 	for p := range inNav {
 		t.Errorf("mkdocs.yml's nav names %s, which docs/ does not have", p)
+	}
+}
+
+// TestRootLinksResolve: the pages outside the site (README.md, BENCHMARKS.md)
+// link into it by relative paths that mkdocs does not check; each must name
+// a file of the repository.
+func TestRootLinksResolve(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for _, page := range []string{"README.md", "BENCHMARKS.md"} {
+		raw, err := os.ReadFile(filepath.Join(root, page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(raw), -1) {
+			target, _, _ := strings.Cut(m[1], "#")
+			if target == "" || strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(root, target)); err != nil {
+				t.Errorf("%s links to %s, which does not exist", page, m[1])
+			}
+		}
 	}
 }
