@@ -47,7 +47,7 @@ node: ## install the TypeScript parts' packages (npm ci) and build the example r
 	cd sdk/typescript && npm run --silent build
 
 .PHONY: test
-test: node ## start the services, then go vet and go test -race every package (integration tests included) and the TypeScript tests
+test: node ## start the services, then go vet and go test -race every package (integration tests included), the TypeScript tests and make docs
 	@$(WITH_SERVICES) \
 	  test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }; \
 	  $(GO) vet ./...; \
@@ -56,9 +56,10 @@ test: node ## start the services, then go vet and go test -race every package (i
 	  $(GO) build -o bin/idemgate-examples ./examples/cmd/idemgate-examples; \
 	  (cd deploy/manifests && $(GO) vet ./... && IDEMGATE_BIN=$(CURDIR)/bin/idemgate IDEMGATE_EXAMPLES_BIN=$(CURDIR)/bin/idemgate-examples $(GO) test -count=1 ./...); \
 	  (cd sdk/typescript && IDEMGATE_BIN=$(CURDIR)/bin/idemgate npm test --silent); \
-	  $(GO) test -race -count=1 -timeout 20m ./...
+	  $(GO) test -race -count=1 -timeout 20m ./...; \
+	  if command -v $(MKDOCS) >/dev/null; then $(MAKE) --no-print-directory docs; else echo "mkdocs is not installed: the documentation site is not built (apt-get install mkdocs mkdocs-material)"; fi
 
-# The console's pages as the README shows them: the browser test run alone,
+# The console's pages as the docs show them: the browser test run alone,
 # saving docs/console-*.png. It needs Redis, PostgreSQL and chromium (which
 # --topology installs), not the Redis Cluster.
 .PHONY: screenshots
@@ -132,12 +133,19 @@ soak: build ## idemgate at a fixed rate for 10 minutes: RSS and goroutines at st
 chaos: build ## run the fault suite against private Redis and PostgreSQL servers (about 15 minutes)
 	@$(BENCH_SERVICES) $(GO) build -o bin/idemchaos ./cmd/idemchaos && $(GO) build -o bin/idemgate-examples ./examples/cmd/idemgate-examples && ./bin/idemchaos -idemgate bin/idemgate-examples $(CHAOSFLAGS)
 
-# API reference: docs/api.html, one self-contained page rendered from
-# openapi/openapi.yaml by Redocly's CLI (fetched from npm by npx).
-REDOCLY_VERSION ?= 2.77.0
+# The documentation site: mkdocs.yml and docs/, built by Debian's mkdocs
+# and mkdocs-material (apt-get install mkdocs mkdocs-material) into site/.
+# Strict: a broken link, or a nav entry without its page, fails the build.
+MKDOCS ?= mkdocs
 
 .PHONY: docs
-docs: ## write docs/api.html from openapi/openapi.yaml (needs Node.js >= 20; installs it with apt-get when missing)
-	@command -v npx >/dev/null || { command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y nodejs npm; } || { echo "make docs needs Node.js and npm"; exit 1; }
-	@mkdir -p docs
-	npx --yes @redocly/cli@$(REDOCLY_VERSION) build-docs openapi/openapi.yaml --output docs/api.html
+docs: ## build the documentation site into site/ with mkdocs --strict (needs Debian's mkdocs and mkdocs-material)
+	@command -v $(MKDOCS) >/dev/null && [ -d /usr/share/mkdocs/themes/material ] || { echo "make docs needs mkdocs and mkdocs-material: apt-get install mkdocs mkdocs-material"; exit 1; }
+	$(MKDOCS) build --strict --quiet
+
+# The pictures the site's home shows: the site itself (docs/img/docs-*.png,
+# taken by internal/docstest from the built site served on loopback) and
+# the console's pages (docs/console-*.png, by `make screenshots`).
+.PHONY: docs-screenshots
+docs-screenshots: docs screenshots ## build the site, then take its pictures and the console's in headless Chromium (docs/img/, docs/console-*.png)
+	IDEMGATE_DOCS_SCREENSHOTS=1 $(GO) test -count=1 -run '^TestScreenshots$$' -v ./internal/docstest

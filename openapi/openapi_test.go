@@ -28,7 +28,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // problemStatus is every problem type the gateway answers with and its
-// status: the contract of README's "Statuses and problem types".
+// status: the contract of docs/reference/problems.md.
 var problemStatus = map[string]int{
 	"idempotency-key-missing":       400,
 	"idempotency-key-invalid":       400,

@@ -622,7 +622,7 @@ func TestFinalCallbacksShared(t *testing.T) {
 }
 
 // TestDefaultCallbackBackoff: the n-th retry waits between half and all of
-// 10s·2^(n−1), at most an hour, as the README says.
+// 10s·2^(n−1), at most an hour, as docs/guide/jobs/final-callbacks.md says.
 func TestDefaultCallbackBackoff(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -29,7 +29,7 @@ const (
 )
 
 // The names the deployment uses for its parts; the alert rules and the
-// README refer to them.
+// docs (docs/operations/kubernetes.md) refer to them.
 const (
 	gatewayName = "idemgate-gateway"
 	workerName  = "idemgate-worker"

@@ -312,7 +312,7 @@ func (tb *tab) screenshot(t testing.TB, name string) {
 }
 
 // docsDir is the repository's docs/ directory: the screenshots are
-// committed there and the README shows them.
+// committed there and the docs show them.
 func docsDir(t *testing.T) string {
 	t.Helper()
 	dir, err := os.Getwd()

@@ -24,7 +24,7 @@ var guarantees = []guarantee{
 	// With store: redis, a record lost with Redis' data is gone: the retry
 	// is a new request to the gateway and runs again (with a higher token,
 	// checked below). An upstream that honours the key answers as before;
-	// the suite's naive one answers anew. README: "store: redis is as
+	// the suite's naive one answers anew. docs/guarantees.md: "store: redis is as
 	// durable as your Redis".
 	// A failover to a replica that lags loses the last writes: answers
 	// given from them are forgotten (the limits RELIABILITY.md tables),
@@ -46,7 +46,7 @@ var guarantees = []guarantee{
 }
 
 // recommended are the failovers with a lagging replica under the settings
-// the README recommends (Sentinel with idempotency.redis_wait, a
+// the docs recommend (Sentinel with idempotency.redis_wait, a
 // synchronous PostgreSQL standby), and the failovers in sync: nothing
 // answered may be forgotten, and the replica's lag may not refuse
 // healthy requests.

@@ -29,7 +29,7 @@ const masterName = "chaos"
 // redisHA is a Redis primary, two replicas behind a lag proxy, and one
 // sentinel (quorum 1) that promotes a replica a second after the primary
 // stops answering, and points the other at it. The gateways and workers
-// find the master through the sentinel, as the README's Sentinel
+// find the master through the sentinel, as the docs' Sentinel
 // deployment does. Two replicas, not one: after a failover the new
 // primary still has one, which a write that waits for a replica
 // (redis_wait) needs.

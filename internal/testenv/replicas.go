@@ -183,3 +183,8 @@ func RedisClusterReplicated(t testing.TB) (primaries, replicas [2]*PrivateRedis)
 	}
 	return primaries, replicas
 }
+
+// RedisServer starts a redis-server of the test's own on a free loopback
+// port, stopped when the test ends: for a process under test whose queue
+// names cannot be made the test's own.
+func RedisServer(t testing.TB) *PrivateRedis { return startRedis(t) }

@@ -172,7 +172,7 @@ func TestSentinelFailover(t *testing.T) {
 
 	// store redis: records written to the primary and not yet replicated
 	// are lost with it, and their retries run again. Measured, not
-	// asserted: README, "store: redis is as durable as your Redis".
+	// asserted: docs/guarantees.md, "store: redis is as durable as your Redis".
 	var doubled, split, unanswered int
 	for _, k := range rdProxy.keys() {
 		if len(applied["/v1/charges "+rdProxy.tenant+":"+k.key]) > 1 {
