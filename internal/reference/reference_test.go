@@ -43,3 +43,7 @@ func TestReferenceConfiguration(t *testing.T) {
 	b, err := Configuration(root)
 	check(t, "configuration.md", b, err)
 }
+
+func TestReferenceProblems(t *testing.T) {
+	check(t, "problems.md", Problems(), nil)
+}
