@@ -47,3 +47,8 @@ func TestReferenceConfiguration(t *testing.T) {
 func TestReferenceProblems(t *testing.T) {
 	check(t, "problems.md", Problems(), nil)
 }
+
+func TestReferenceMetrics(t *testing.T) {
+	b, err := Metrics(root)
+	check(t, "metrics.md", b, err)
+}
