@@ -52,3 +52,8 @@ func TestReferenceMetrics(t *testing.T) {
 	b, err := Metrics(root)
 	check(t, "metrics.md", b, err)
 }
+
+func TestReferenceCLI(t *testing.T) {
+	b, err := CLI(t.Context())
+	check(t, "cli.md", b, err)
+}
