@@ -61,7 +61,7 @@ declares, by the package that declares them.
 			if len(m.labels) > 0 {
 				labels = "`" + strings.Join(m.labels, "`, `") + "`"
 			}
-			help := strings.NewReplacer("|", `\|`, "<", "&lt;", ">", "&gt;").Replace(m.help)
+			help := strings.ReplaceAll(prose.Replace(m.help), "|", `\|`)
 			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", m.name, m.kind, labels, help)
 		}
 	}

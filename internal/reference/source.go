@@ -112,15 +112,19 @@ func embeddedName(e ast.Expr) string {
 	return ""
 }
 
+// prose escapes what Markdown would read as markup in text that is not
+// code: HTML's angle brackets and emphasis's asterisk.
+var prose = strings.NewReplacer("<", "&lt;", ">", "&gt;", "*", `\*`)
+
 // markdown turns a doc comment's text into Markdown paragraphs: lines
-// joined, indented blocks kept as code, < and > escaped outside code.
+// joined, indented blocks kept as code, markup escaped outside code.
 func markdown(text string) string {
 	var out []string
 	var para, code []string
 	flush := func() {
 		if len(para) > 0 {
 			p := strings.Join(para, " ")
-			p = strings.NewReplacer("<", "&lt;", ">", "&gt;").Replace(p)
+			p = prose.Replace(p)
 			out = append(out, p)
 			para = nil
 		}
