@@ -22,7 +22,7 @@ shipments receiver (examples/shipments) http://127.0.0.1:9200.
   metrics    http://127.0.0.1:9090/metrics (gateway), http://127.0.0.1:9091/metrics (worker)
              curl -s -H 'Authorization: Bearer admin-token' http://127.0.0.1:9090/metrics
 
-Redis and PostgreSQL keep running after Ctrl-C; make stop stops them.
+Redis and PostgreSQL keep running after Ctrl-C; make stop stops those make run started.
 
 1. A payment through the proxy, sent twice with one key: the second answer is
    the stored first one (Idempotent-Replayed: true); partnersim charges once.
