@@ -71,7 +71,8 @@ in it at once, and an unknown key is one.
 - A duration is a Go duration: ` + "`300ms`, `1.5s`, `2h45m`" + `.
 - ` + "`${VAR}` and `${VAR:-default}`" + ` are replaced from the environment before
   the file is read; ` + "`$${`" + ` is a literal ` + "`${`" + `.
-- ` + "`routes[].name`" + ` is the key ` + "`name`" + ` of each entry of the list ` + "`routes`" + `.
+- ` + "`routes[].name`" + ` is the key ` + "`name`" + ` of each entry of the list ` + "`routes`" + `;
+  ` + "`a.*.b`" + ` would be the key ` + "`b`" + ` of each value of a map ` + "`a`" + `.
 - The default shown is what a file that leaves the key out gets. A
   list's entries have no default of their own: their entries say what an
   absent key means.
@@ -137,6 +138,12 @@ func (w *configWriter) walkType(t reflect.Type, v, v5 reflect.Value, prefix stri
 			fmt.Fprintf(&w.b, "list of objects\n\n%s\n", doc)
 			w.seen[ft.Elem()] = key + "[]"
 			if err := w.walkType(ft.Elem(), reflect.Value{}, reflect.Value{}, key+"[]."); err != nil {
+				return err
+			}
+		case ft.Kind() == reflect.Map && ft.Elem().Kind() == reflect.Struct:
+			fmt.Fprintf(&w.b, "map of %s to objects\n\n%s\n", typeName(ft.Key()), doc)
+			w.seen[ft.Elem()] = key + ".*"
+			if err := w.walkType(ft.Elem(), reflect.Value{}, reflect.Value{}, key+".*."); err != nil {
 				return err
 			}
 		default:
