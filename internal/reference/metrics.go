@@ -160,7 +160,11 @@ func fileMetrics(src *source, pkg string, f *ast.File) ([]metric, error) {
 			if strings.HasSuffix(name, "_total") {
 				kind = "counter"
 			}
-			out = append(out, metric{name: name, kind: kind, help: str(call.Args[1]), pkg: short, labels: stringList(src, pkg, imports, call.Args[2], str)})
+			labels, ok := stringList(call.Args[2], str)
+			if !ok && werr == nil {
+				werr = fmt.Errorf("%s: the labels of %s are not a []string literal", short, name)
+			}
+			out = append(out, metric{name: name, kind: kind, help: str(call.Args[1]), pkg: short, labels: labels})
 		case strings.HasPrefix(sel.Sel.Name, "New") && len(call.Args) >= 1:
 			lit, ok := call.Args[0].(*ast.CompositeLit)
 			if !ok {
@@ -188,7 +192,11 @@ func fileMetrics(src *source, pkg string, f *ast.File) ([]metric, error) {
 				}
 			}
 			if len(call.Args) >= 2 {
-				m.labels = stringList(src, pkg, imports, call.Args[1], str)
+				labels, ok := stringList(call.Args[1], str)
+				if !ok && werr == nil {
+					werr = fmt.Errorf("%s: the labels of %s are not a []string literal", short, m.name)
+				}
+				m.labels = labels
 			}
 			out = append(out, m)
 		}
@@ -202,17 +210,20 @@ func isIdent(e ast.Expr, name string) bool {
 	return ok && name != "" && id.Name == name
 }
 
-// stringList reads a []string{...} literal; nil for anything else.
-func stringList(src *source, pkg string, imports map[string]string, e ast.Expr, str func(ast.Expr) string) []string {
+// stringList reads a []string{...} literal of label names, or nil; ok
+// is false for anything else, whose labels the reference cannot know.
+func stringList(e ast.Expr, str func(ast.Expr) string) (labels []string, ok bool) {
+	if isIdent(e, "nil") {
+		return nil, true
+	}
 	lit, ok := e.(*ast.CompositeLit)
 	if !ok {
-		return nil
+		return nil, false
 	}
-	var out []string
 	for _, el := range lit.Elts {
-		out = append(out, str(el))
+		labels = append(labels, str(el))
 	}
-	return out
+	return labels, true
 }
 
 // stringValue evaluates a string constant expression of package pkg: a
