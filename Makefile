@@ -29,9 +29,18 @@ build: ## build bin/idemgate, bin/idemgate-examples (idemgate with the example j
 services: ## start Redis, PostgreSQL and a Redis Cluster on loopback and print their URLs
 	@$(SERVICES) --cluster
 
+# make run starts Redis and PostgreSQL only (not the Redis Cluster, nor
+# nginx, PgBouncer or chromium, which make test needs); what it or make
+# test started keeps a pid file under IDEMGATE_LOCAL_STATE
+# (default /tmp/idemgate-local), and make stop stops exactly that.
 .PHONY: run
-run: build ## start the services, migrate, and run the demo (bin/idemgate-examples dev) with deploy/local/idemgate.yaml
-	@$(WITH_SERVICES) ./bin/idemgate-examples migrate up --config $(CONFIG) && exec deploy/local/run.sh $(CONFIG)
+run: build ## start Redis and PostgreSQL, migrate, and run the demo (bin/idemgate-examples dev) with deploy/local/idemgate.yaml
+	@eval "$$($(SERVICES))"; export REDIS_URL DATABASE_URL; \
+	  ./bin/idemgate-examples migrate up --config $(CONFIG) && exec deploy/local/run.sh $(CONFIG)
+
+.PHONY: stop
+stop: ## stop the Redis, PostgreSQL and Redis Cluster that make run or make test started (their pid files under IDEMGATE_LOCAL_STATE), nothing else
+	@$(SERVICES) --stop
 
 # The TypeScript parts: the example receiver (built, then tested by itself
 # and end to end from cmd/idemgate), the check that a client generated

@@ -87,8 +87,9 @@ type Config struct {
 	// ExecutionsRetention is how long a final execution, the
 	// once-per-business-key promise, is kept after it ended; a job with
 	// the same business key that arrives later runs again. At least
-	// JobsRetention; 0 keeps executions forever. Default
-	// execution.DefaultRetention, 2160h (90 days).
+	// JobsRetention. Default execution.DefaultRetention, 2160h (90 days).
+	// The special value -1s (any negative duration) keeps executions
+	// forever.
 	ExecutionsRetention *time.Duration `yaml:"executions_retention"`
 	// Proxy configures the transport to upstreams.
 	Proxy Proxy `yaml:"proxy"`
@@ -116,6 +117,9 @@ type Config struct {
 	// claimedListeners are the loopback addresses the program's own
 	// settings name (WithSettings), for the dev-mode port warnings.
 	claimedListeners []claimedListener
+	// executionsZero: executions_retention was written 0, which once
+	// kept executions forever (retentionWarnings).
+	executionsZero bool
 }
 
 // claimedListener is an address a claimed setting names.

@@ -72,8 +72,10 @@ func TestOnFinal(t *testing.T) {
 	}
 }
 
-// TestRetention: the defaults, executions kept forever with 0, and the
-// refusal of executions kept shorter than jobs.
+// TestRetention: the defaults, a retention written 0 taking its default
+// (executions_retention's 0 once kept executions forever: warned), -1s
+// keeping executions forever, and the refusal of executions kept shorter
+// than jobs.
 func TestRetention(t *testing.T) {
 	t.Parallel()
 	cfg, err := Parse([]byte(minimal), "x.yaml", nil)
@@ -86,17 +88,33 @@ func TestRetention(t *testing.T) {
 	if job.DefaultRetention != 720*time.Hour || execution.DefaultRetention != 2160*time.Hour {
 		t.Fatalf("the documented defaults are 720h and 2160h, not %v and %v", job.DefaultRetention, execution.DefaultRetention)
 	}
-	cfg, err = Parse([]byte(minimal+"jobs_retention: 48h\nexecutions_retention: 0s\n"), "x.yaml", nil)
+	if w := cfg.Warnings(); slices.ContainsFunc(w, func(s string) bool { return strings.Contains(s, "retention") }) {
+		t.Fatalf("a file without retentions warns %q", w)
+	}
+	cfg, err = Parse([]byte(minimal+"jobs_retention: 0s\nexecutions_retention: 0s\n"), "x.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.JobsRetention != 48*time.Hour || *cfg.ExecutionsRetention != 0 {
-		t.Fatalf("jobs %v, executions %v; want 48h and 0 (forever)", cfg.JobsRetention, *cfg.ExecutionsRetention)
+	if cfg.JobsRetention != job.DefaultRetention || *cfg.ExecutionsRetention != execution.DefaultRetention {
+		t.Fatalf("written 0: jobs %v, executions %v; want the defaults %v and %v", cfg.JobsRetention, *cfg.ExecutionsRetention, job.DefaultRetention, execution.DefaultRetention)
+	}
+	want := "executions_retention: 0s now means the default, 2160h0m0s (90 days), as 0 does for every key; write -1s to keep executions forever, as 0s did before"
+	if w := cfg.Warnings(); !slices.Contains(w, want) {
+		t.Fatalf("warnings %q, want %q", w, want)
+	}
+	cfg, err = Parse([]byte(minimal+"jobs_retention: 48h\nexecutions_retention: -1s\n"), "x.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.JobsRetention != 48*time.Hour || *cfg.ExecutionsRetention >= 0 {
+		t.Fatalf("jobs %v, executions %v; want 48h and negative (forever)", cfg.JobsRetention, *cfg.ExecutionsRetention)
+	}
+	if w := cfg.Warnings(); slices.ContainsFunc(w, func(s string) bool { return strings.Contains(s, "retention") }) {
+		t.Fatalf("-1s warns %q", w)
 	}
 	for _, tc := range []struct{ yaml, want string }{
 		{"jobs_retention: 720h\nexecutions_retention: 24h\n", "x.yaml:5: executions_retention: 24h0m0s is shorter than jobs_retention (720h0m0s)"},
 		{"executions_retention: 24h\n", "x.yaml:4: executions_retention: 24h0m0s is shorter than jobs_retention (720h0m0s)"},
-		{"executions_retention: -1h\n", "x.yaml:4: executions_retention: must be positive, or 0 to keep executions forever, not -1h0m0s"},
 		{"jobs_retention: -1h\n", "x.yaml:4: jobs_retention: must be positive, not -1h0m0s"},
 	} {
 		_, err := Parse([]byte(minimal+tc.yaml), "x.yaml", nil)

@@ -37,6 +37,7 @@ func (c *Config) Warnings() []string {
 		}
 	}
 	w = append(w, c.sharedLimitKeys()...)
+	w = append(w, c.retentionWarnings()...)
 	return w
 }
 

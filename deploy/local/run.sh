@@ -17,6 +17,13 @@ idemgate dev is starting: gateway http://127.0.0.1:8080, admin 127.0.0.1:9090,
 worker admin 127.0.0.1:9091, partnersim http://127.0.0.1:9100, and the
 shipments receiver (examples/shipments) http://127.0.0.1:9200.
 
+  console    http://127.0.0.1:9090/admin/ui/   (user any, password admin-token)
+  API docs   http://127.0.0.1:8080/openapi.yaml (the OpenAPI document it serves)
+  metrics    http://127.0.0.1:9090/metrics (gateway), http://127.0.0.1:9091/metrics (worker)
+             curl -s -H 'Authorization: Bearer admin-token' http://127.0.0.1:9090/metrics
+
+Redis and PostgreSQL keep running after Ctrl-C; make stop stops those make run started.
+
 1. A payment through the proxy, sent twice with one key: the second answer is
    the stored first one (Idempotent-Replayed: true); partnersim charges once.
 

@@ -6,18 +6,22 @@
 #
 # Services that already answer are used as they are. Missing binaries are
 # installed with apt-get. Running it twice is harmless. Progress goes to
-# stderr; only the assignments go to stdout.
+# stderr; only the assignments go to stdout. What it starts keeps its pid
+# file under IDEMGATE_LOCAL_STATE (default /tmp/idemgate-local), and
+# --stop stops exactly that.
 set -euo pipefail
 
-want_cluster=0 want_topology=0
+want_cluster=0 want_topology=0 want_stop=0
 for arg in "$@"; do
   case "$arg" in
     --cluster) want_cluster=1 ;;
     --topology) want_topology=1 ;;
+    --stop) want_stop=1 ;;
     -h|--help)
-      sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+      sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
       echo "Options: --cluster   also start a Redis Cluster on 127.0.0.1:7000-7002"
       echo "         --topology  also install nginx, pgbouncer (the topology tests start their own) and chromium (the console's browser test)"
+      echo "         --stop      stop what this script started under IDEMGATE_LOCAL_STATE, and nothing else"
       exit 0 ;;
     *) echo "services.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
@@ -88,7 +92,8 @@ ensure_cluster() {
         rm -f "$state_dir/cluster-$p/nodes.conf"
         redis-server --daemonize yes --bind 127.0.0.1 --port "$p" --cluster-enabled yes \
           --cluster-config-file "$state_dir/cluster-$p/nodes.conf" --save "" --appendonly no \
-          --dir "$state_dir/cluster-$p" --logfile "$state_dir/cluster-$p/redis.log" >&2
+          --dir "$state_dir/cluster-$p" --logfile "$state_dir/cluster-$p/redis.log" \
+          --pidfile "$state_dir/cluster-$p/redis.pid" >&2
       fi
       wait_for "redis cluster node $p" redis-cli -p "$p" ping
     done
@@ -104,34 +109,108 @@ ensure_cluster() {
 
 pg_answers() { psql "$DATABASE_URL" -Atqc 'select 1' >/dev/null 2>&1; }
 
+# url_user URL: the user a postgres:// URL names, postgres when none.
+url_user() {
+  local rest=${1#*://}
+  case "$rest" in
+    *@*) rest=${rest%%@*}; echo "${rest%%:*}" ;;
+    *) echo postgres ;;
+  esac
+}
+
+pg_bindir() {
+  if command -v initdb >/dev/null; then dirname "$(readlink -f "$(command -v initdb)")"; return; fi
+  ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
+}
+
+# as_pg_owner COMMAND...: runs a PostgreSQL server command as the owner of
+# the clusters this script creates: the user postgres when run as root
+# (initdb and postgres refuse root), else the user running it.
+as_pg_owner() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
 ensure_postgres() {
   read -r host port < <(hostport "$DATABASE_URL" 5432)
   command -v psql >/dev/null || apt_install postgresql-client
   if pg_answers; then log "postgresql on $host:$port is up"; return; fi
+  local own=0
   if ! port_open "$host" "$port"; then
-    if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then apt_install postgresql; fi
-    local version
-    version=$(ls /usr/lib/postgresql | sort -V | tail -n 1)
-    if ! pg_lsclusters -h 2>/dev/null | awk '{print $1" "$2}' | grep -q "^$version main$"; then
-      log "creating cluster $version/main"
-      pg_createcluster "$version" main -p "$port" >&2
+    # A cluster of this script's own, under the state directory: a
+    # distribution's cluster (Debian's main) is never edited, and any port
+    # can be taken beside it.
+    if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && ! command -v initdb >/dev/null; then
+      apt_install postgresql
     fi
-    local conf=/etc/postgresql/$version/main
-    # Loopback trust for development and tests, as the README says.
-    if ! grep -q '^host all all 127.0.0.1/32 trust' "$conf/pg_hba.conf"; then
-      sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$conf/pg_hba.conf"
+    local bin data user
+    bin=$(pg_bindir) data=$state_dir/postgres-$port user=$(url_user "$DATABASE_URL")
+    if [ "$(id -u)" = 0 ]; then chmod 755 "$state_dir"; fi
+    if [ ! -s "$data/PG_VERSION" ]; then
+      log "creating a postgresql cluster in $data"
+      mkdir -p "$data"
+      [ "$(id -u)" = 0 ] && chown postgres:postgres "$data"
+      chmod 700 "$data"
+      as_pg_owner "$bin/initdb" -D "$data" -U "$user" --auth=trust -E UTF8 --no-sync >"$state_dir/postgres-$port.initdb.log" 2>&1 ||
+        { log "initdb failed; see $state_dir/postgres-$port.initdb.log"; exit 1; }
     fi
-    log "starting postgresql $version on port $port"
-    pg_ctlcluster --skip-systemctl-redirect "$version" main start >&2 || true
-    wait_for "postgresql" port_open "$host" "$port"
+    log "starting postgresql on $host:$port ($data)"
+    as_pg_owner "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 \
+      -o "-c listen_addresses=$host -p $port -c unix_socket_directories=$data" start >&2
+    own=1
   fi
   if ! pg_answers; then
     # The server is up but the database (or trust) is missing.
     local db=${DATABASE_URL##*/}; db=${db%%\?*}
     log "creating database $db"
-    su postgres -c "psql -Atqc \"select 1 from pg_database where datname='$db'\" | grep -q 1 || createdb '$db'" >&2 || true
+    if [ "$own" = 1 ]; then
+      psql -h "$host" -p "$port" -U "$(url_user "$DATABASE_URL")" -d postgres -Atqc "create database \"$db\"" >&2
+    else
+      su postgres -c "psql -Atqc \"select 1 from pg_database where datname='$db'\" | grep -q 1 || createdb '$db'" >&2 || true
+    fi
     wait_for "postgresql database $db" pg_answers
   fi
+}
+
+# running PID: true while the process runs (a zombie has ended).
+running() { [ -e "/proc/$1" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
+
+wait_gone() { # wait_gone PID NAME
+  for _ in $(seq 1 300); do
+    running "$1" || return 0
+    sleep 0.1
+  done
+  log "$2 (pid $1) did not end"; return 1
+}
+
+# stop_pidfile FILE NAME: stops the process whose pid FILE holds, when it
+# is still NAME, and waits for it to end.
+stop_pidfile() {
+  local file=$1 name=$2 pid
+  pid=$(head -n 1 "$file" 2>/dev/null) || return 0
+  if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ]; then
+    log "stopping $name (pid $pid, $file)"
+    kill "$pid"
+    wait_gone "$pid" "$name"
+  fi
+  rm -f "$file"
+}
+
+# stop_all: stops what this script started under the state directory, by
+# its pid files: Redis, the Redis Cluster's nodes and its own PostgreSQL
+# clusters, whose data it keeps.
+stop_all() {
+  local f data pid
+  for f in "$state_dir"/redis-*.pid "$state_dir"/cluster-*/redis.pid; do
+    if [ -e "$f" ]; then stop_pidfile "$f" redis-server; fi
+  done
+  for data in "$state_dir"/postgres-*; do
+    [ -s "$data/postmaster.pid" ] || continue
+    log "stopping postgresql ($data)"
+    pid=$(head -n 1 "$data/postmaster.pid")
+    as_pg_owner "$(pg_bindir)/pg_ctl" -D "$data" -m fast -w -t 60 stop >&2 || stop_pidfile "$data/postmaster.pid" postgres
+    wait_gone "$pid" postgres
+  done
+  return 0
 }
 
 # The topology tests start private nginx, PgBouncer and Redis Sentinel
@@ -153,6 +232,11 @@ ensure_topology_binaries() {
   [ "$added" = 1 ] && rm -f "$policy"
   return 0
 }
+
+if [ "$want_stop" = 1 ]; then
+  stop_all
+  exit 0
+fi
 
 ensure_redis
 ensure_postgres

@@ -66,6 +66,17 @@ func TestCLIUsage(t *testing.T) {
 	}
 }
 
+// A command's --help prints its help once, on stdout.
+func TestCLIHelpOnce(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"serve", "worker", "dev", "migrate", "keys", "config", "dlq", "jobs", "reconcile", "explain"} {
+		code, out, errOut := cli(t, nil, name, "--help")
+		if code != 0 || strings.Count(out, "Usage: idemgate "+name) != 1 || errOut != "" {
+			t.Errorf("%s --help: exit %d, stdout %q, stderr %q; want the help once on stdout", name, code, out, errOut)
+		}
+	}
+}
+
 func TestConfigCheck(t *testing.T) {
 	t.Parallel()
 	code, out, _ := cli(t, map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "REDIS_URL": "redis://127.0.0.1:6379/0"},

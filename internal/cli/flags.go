@@ -29,7 +29,7 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fs.Usage()
+				// Parse has printed the help (fs.Usage) already.
 				return nil, errHelp
 			}
 			return nil, usagef("%s: %v", fs.Name(), err)

@@ -15,7 +15,8 @@ import (
 // retentionJanitor is the worker's idempotency.Janitor of the job tables:
 // each batch deletes final jobs past jobs_retention with their attempt
 // ledger and callbacks, and a failed job's archived tasks from the queue,
-// then (unless executions are kept forever) final executions past
+// then (unless executions are kept forever, executions_retention
+// negative) final executions past
 // executions_retention and the ledger rows of tasks that ran without a
 // job, which have no job to go with.
 type retentionJanitor struct {
@@ -23,7 +24,7 @@ type retentionJanitor struct {
 	tasks      job.TaskDeleter
 	executions *execution.Store
 	jobsFor    time.Duration
-	// execFor is executions_retention; 0 keeps them forever.
+	// execFor is executions_retention; negative keeps them forever.
 	execFor time.Duration
 	metrics *telemetry.RetentionMetrics
 }
