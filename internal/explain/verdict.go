@@ -178,7 +178,6 @@ func judgeCancelled(s *Story, own []openapi.StoryAttempt) {
 	}
 }
 
-
 // mayHaveApplied names the job's attempts that may have had an effect
 // nothing here shows ("" when none may have): an attempt that got no
 // answer, timed out, crashed, lost its lock or its ownership after its
