@@ -75,9 +75,10 @@ func BenchmarkOverviewPage(b *testing.B) {
 	}
 }
 
-// seedJobs inserts n jobs: 1% queued, 1% retrying, 4% failed, 2%
-// cancelled, the rest succeeded, created over the last 30 days, then
-// vacuums and analyzes the table.
+// seedJobs inserts n jobs: 1% queued and 1% retrying, changed in the
+// last ten minutes (none stuck), 4% failed, 2% cancelled and the rest
+// succeeded, finished over the last 30 days; then it vacuums and analyzes
+// the table, as autovacuum would.
 func seedJobs(b *testing.B, pool *pgxpool.Pool, n int) {
 	b.Helper()
 	ctx := b.Context()
@@ -91,7 +92,8 @@ SELECT 'job_' || md5(i::text), 'tenant-' || (i % 20), 'invoices', 'k-' || i, 'in
        LATERAL (SELECT CASE WHEN i % 100 = 0 THEN 'queued' WHEN i % 100 = 1 THEN 'retrying'
                             WHEN i % 100 BETWEEN 2 AND 5 THEN 'failed' WHEN i % 100 IN (6, 7) THEN 'cancelled'
                             ELSE 'succeeded' END AS status) s,
-       LATERAL (SELECT now() - make_interval(secs => (i::float8 / $1) * 30 * 86400) AS at) t`
+       LATERAL (SELECT CASE WHEN s.status IN ('queued', 'retrying') THEN now() - make_interval(secs => i % 600)
+                            ELSE now() - make_interval(secs => (i::float8 / $1) * 30 * 86400) END AS at) t`
 	if _, err := pool.Exec(ctx, q, n); err != nil {
 		b.Fatalf("seed %d jobs: %v", n, err)
 	}
