@@ -79,7 +79,7 @@ func BenchmarkOverviewPage(b *testing.B) {
 // last ten minutes (none stuck), 4% failed, 2% cancelled and the rest
 // succeeded, finished over the last 30 days; then it vacuums and analyzes
 // the table, as autovacuum would.
-func seedJobs(b *testing.B, pool *pgxpool.Pool, n int) {
+func seedJobs(b testing.TB, pool *pgxpool.Pool, n int) {
 	b.Helper()
 	ctx := b.Context()
 	const q = `
