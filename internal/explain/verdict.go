@@ -165,7 +165,9 @@ func judgeCancelled(s *Story, own []openapi.StoryAttempt) {
 	}
 	tokened := len(ownTokened(own))
 	switch {
-	case stopped == nil && tokened == 0:
+	case stopped == nil && tokened == 0 && (len(own) > 0 || j.Attempts == 0):
+		// Without rows of its own, only the document's count can say
+		// nothing ran (a job older than the ledger says otherwise).
 		s.Verdict = "cancelled before any attempt: nothing ran"
 	case stopped == nil:
 		s.Verdict = fmt.Sprintf("cancelled between attempts after %s: no attempt ran after the cancel", triesText(j, own))
