@@ -507,10 +507,10 @@ type Story struct {
 	// Execution The execution state of the job's business key.
 	Execution *StoryExecution `json:"execution,omitempty"`
 
-	// Attempts The attempt ledger of the job's business key, oldest first.
+	// Attempts The attempt ledger of the job's business key, oldest first. Rows another job on the same business key wrote are marked `sibling`; the verdict rests on the job's own rows.
 	Attempts []StoryAttempt `json:"attempts"`
 
-	// Effects The effects that carry the job's business key.
+	// Effects The effects that carry the job's business key, each with the job that wrote it when the ledger tells.
 	Effects []StoryEffect `json:"effects"`
 
 	// Verdict The story in one line.
@@ -521,6 +521,12 @@ type Story struct {
 
 	// Callbacks The job's final-status callbacks (`on_final`), one per final status it reached, oldest first, each with its attempts; absent when its task declares none or none was made yet.
 	Callbacks *[]StoryCallback `json:"callbacks,omitempty"`
+
+	// Uncertain True when the verdict cannot rule out an effect nothing here shows: an attempt of a job whose effect lives elsewhere (an HTTP delivery's receiver) got no answer, timed out, crashed or was cancelled in flight. The console draws it in amber.
+	Uncertain bool `json:"uncertain"`
+
+	// EffectsKnown True when the effects come from the business tables of the job's task, so that none means none; false when they live where nothing here can read them (an HTTP delivery's receiver, a task no extension knows): then no effect listed is not no effect.
+	EffectsKnown bool `json:"effects_known"`
 }
 
 // StoryAttempt defines model for StoryAttempt.
@@ -536,7 +542,21 @@ type StoryAttempt struct {
 	EndedAt   *time.Time          `json:"ended_at"`
 	Error     string              `json:"error"`
 	Worker    string              `json:"worker"`
-	JobId     string              `json:"job_id"`
+
+	// JobId The job whose delivery wrote the row; empty for a task enqueued without a job.
+	JobId string `json:"job_id"`
+
+	// Try The row's number among the job's own rows, from 1, counted or not; 0 for a sibling's row.
+	Try int `json:"try"`
+
+	// Counted The row is one of the job's counted attempts (`attempt` is its number). Rows that drew no token (lock_busy, limited, a delivery refused after a cancel) and attempts given back (unavailable) are not counted.
+	Counted bool `json:"counted"`
+
+	// Replay The row belongs to a run after the job was replayed from the dead-letter queue: its attempts count from 1 again.
+	Replay bool `json:"replay"`
+
+	// Sibling Another job on the same business key wrote the row (`job_id` names it); it says nothing about this job.
+	Sibling bool `json:"sibling"`
 }
 
 // StoryAttemptOutcome Empty while the attempt runs.
@@ -614,6 +634,12 @@ type StoryEffect struct {
 	Ref       string     `json:"ref"`
 	WrittenAt *time.Time `json:"written_at,omitempty"`
 	Detail    *string    `json:"detail,omitempty"`
+
+	// JobId The job whose succeeded attempt wrote the effect, when the ledger tells; absent when it does not.
+	JobId *string `json:"job_id,omitempty"`
+
+	// Sibling Another job on the same business key wrote the effect (`job_id` names it); it is not this job's.
+	Sibling *bool `json:"sibling,omitempty"`
 }
 
 // StoryExecution The execution state of the job's business key.

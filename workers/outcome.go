@@ -81,7 +81,7 @@ func (r *run[T]) failed(ctx, fctx context.Context, err error) error {
 	case r.attempts >= h.maxAttempts || budgetSpent(ctx):
 		return r.deadLetter(ctx, fctx, err, false)
 	}
-	if merr := h.store.MarkRetrying(fctx, r.id.tenant, r.id.key, r.token, err.Error()); merr != nil {
+	if merr := h.store.MarkRetrying(fctx, r.id.tenant, r.id.key, r.token, ledgerText(err)); merr != nil {
 		if lost := r.lost(ctx, merr, execution.OutcomeStaleToken); lost != nil {
 			return lost
 		}
@@ -104,7 +104,7 @@ func (r *run[T]) unavailable(ctx, fctx context.Context, err error) error {
 		return r.deadLetter(ctx, fctx, err, false)
 	}
 	attempts := r.attempts
-	if merr := h.store.MarkUnavailable(fctx, r.id.tenant, r.id.key, r.token, err.Error()); merr != nil {
+	if merr := h.store.MarkUnavailable(fctx, r.id.tenant, r.id.key, r.token, ledgerText(err)); merr != nil {
 		if lost := r.lost(ctx, merr, execution.OutcomeStaleToken); lost != nil {
 			return lost
 		}
@@ -137,7 +137,7 @@ func (r *run[T]) deadLetter(ctx, fctx context.Context, err error, permanent bool
 			prefix = fmt.Sprintf("asynq retry budget spent after %d of %d attempts: ", r.attempts, h.maxAttempts)
 		}
 	}
-	reason, public := prefix+err.Error(), prefix+publicReason(err)
+	reason, public := prefix+ledgerText(err), prefix+publicReason(err)
 	var merr error
 	switch class {
 	case ClassPermanent:

@@ -1,6 +1,10 @@
 package workers
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/idemgate/idemgate/workers/execution"
+)
 
 // A job's tenant reads its error in the job document (GET /v1/jobs/{id});
 // operators read the attempt ledger (idemgate explain, the admin API) and
@@ -41,6 +45,16 @@ type reasoned struct {
 func unanswered(err error) bool {
 	re, ok := errors.AsType[*reasoned](err)
 	return ok && re.unanswered
+}
+
+// ledgerText is err as the attempt ledger and the execution state record
+// it: a delivery that got no answer is marked so, since the receiver may
+// have applied it whatever the attempt's outcome (execution.Unanswered).
+func ledgerText(err error) string {
+	if unanswered(err) {
+		return execution.NoAnswer + ": " + err.Error()
+	}
+	return err.Error()
 }
 
 func (e *reasoned) Error() string        { return e.err.Error() }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/idemgate/idemgate/gateway"
@@ -21,11 +22,33 @@ type overview struct {
 	Stuck    []stuckJob
 	// StuckChecked is false when stuck jobs are not looked for.
 	StuckChecked bool
+	// Unreadable says that PostgreSQL could not be read: the page shows
+	// what it has without it (the requests this instance counted).
+	Unreadable string
 }
 
 type statusCount struct {
 	Status job.Status
 	Count  int64
+	// Shown is the count as the page shows it: "10,000+" past maxCounted.
+	Shown string
+}
+
+// maxCounted is how far the overview counts the jobs of a status: past
+// it the count reads "10,000+". Counting further would read the whole
+// jobs table, which holds millions of rows at the default retention.
+const maxCounted = 10000
+
+// shownCount is n as the overview shows it.
+func shownCount(n int64) string {
+	if n > maxCounted {
+		return "10,000+"
+	}
+	s := strconv.FormatInt(n, 10)
+	if len(s) > 3 {
+		s = s[:len(s)-3] + "," + s[len(s)-3:]
+	}
+	return s
 }
 
 type stuckJob struct {
@@ -40,20 +63,20 @@ func (c *console) handleOverview(w http.ResponseWriter, r *http.Request) {
 	if c.opts.Jobs == nil {
 		o.NoJobs = "Jobs are kept in PostgreSQL, and this gateway has no database_url."
 	} else {
-		counts, err := c.opts.Jobs.CountByStatus(r.Context())
+		counts, err := c.opts.Jobs.CountByStatusUpTo(r.Context(), maxCounted+1)
 		if err != nil {
-			c.storeFailed(w, r, "counting jobs", err)
-			return
+			c.unreadable(r, &o, "counting jobs", err)
 		}
 		for _, s := range job.Statuses() {
-			o.Statuses = append(o.Statuses, statusCount{s, counts[s]})
+			if err == nil {
+				o.Statuses = append(o.Statuses, statusCount{s, counts[s], shownCount(counts[s])})
+			}
 		}
 	}
-	if c.opts.Stuck != nil {
+	if c.opts.Stuck != nil && o.Unreadable == "" {
 		violations, err := c.opts.Stuck(r.Context())
 		if err != nil {
-			c.storeFailed(w, r, "looking for stuck jobs", err)
-			return
+			c.unreadable(r, &o, "looking for stuck jobs", err)
 		}
 		o.StuckChecked = true
 		for _, v := range violations {
@@ -67,6 +90,13 @@ func (c *console) handleOverview(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.render(w, r, http.StatusOK, "overview", "Overview", page{Data: o})
+}
+
+// unreadable notes on the overview that PostgreSQL could not be read; the
+// page still shows the rest. The cause goes to the log.
+func (c *console) unreadable(r *http.Request, o *overview, what string, err error) {
+	c.opts.Logger.WarnContext(r.Context(), "console: "+what+" failed", "err", err)
+	o.Unreadable = "PostgreSQL could not be read (" + what + "): jobs by status and stuck jobs are not shown. The requests above are this instance's own count. Reload in a moment."
 }
 
 // StuckJobs is Options.Stuck as `idemgate reconcile` sees it: the

@@ -46,6 +46,8 @@ func (c *console) funcs() template.FuncMap {
 					return ""
 				}
 				return formatTime(*v)
+			case *bool:
+				return v != nil && *v
 			}
 			return p
 		},

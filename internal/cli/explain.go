@@ -115,7 +115,10 @@ func newExplainer(ctx context.Context, ext extension.Set, cfg *config.Config, sv
 // explainerOn is the explainer on pool (nil: no job tables) and store
 // (nil: no records).
 func explainerOn(ext extension.Set, cfg *config.Config, svc *services, pool *pgxpool.Pool, store idempotency.Store) (*explain.Explainer, error) {
-	x := &explain.Explainer{}
+	x := &explain.Explainer{Delivered: func(task string) bool {
+		spec, ok := cfg.Job(task)
+		return ok && spec.HTTP != nil
+	}}
 	if pool != nil {
 		x.DB = pool
 		if len(ext.Effects) > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/idemgate/idemgate/job"
@@ -47,6 +48,11 @@ type Explainer struct {
 	// whether it knows the task's effects at all. A task it does not know
 	// (an HTTP delivery) shows the receiver's recorded answer instead.
 	Effects func(ctx context.Context, task, tenant, businessKey string) ([]openapi.StoryEffect, bool, error)
+	// Delivered reports whether task is delivered over HTTP (a job
+	// declaration's deliver.http): its effect lives in the receiver's
+	// database, so an attempt that got no answer may have applied it. Nil:
+	// no task is.
+	Delivered func(task string) bool
 	// TaskState says where the queue holds a job's task ("" when it has
 	// none); nil leaves it out.
 	TaskState func(ctx context.Context, queue, id string) (string, error)
@@ -187,19 +193,7 @@ func (x *Explainer) addJob(ctx context.Context, s *Story, j job.Record) (bool, e
 	if err != nil {
 		return false, fmt.Errorf("explain: %w", err)
 	}
-	for _, e := range entries {
-		a := openapi.StoryAttempt{Attempt: e.Attempt, Outcome: openapi.StoryAttemptOutcome(e.Outcome), StartedAt: e.StartedAt,
-			Error: e.Error, Worker: e.Worker, JobId: e.JobID}
-		if e.FencingToken != 0 {
-			tok := e.FencingToken
-			a.FencingToken = &tok
-		}
-		if !e.EndedAt.IsZero() {
-			end := e.EndedAt
-			a.EndedAt = &end
-		}
-		s.Attempts = append(s.Attempts, a)
-	}
+	s.Attempts = append(s.Attempts, ledgerRows(j.ID, entries)...)
 	known := false
 	if x.Effects != nil {
 		effects, ok, err := x.Effects(ctx, j.Task, j.Tenant, j.BusinessKey)
@@ -215,5 +209,91 @@ func (x *Explainer) addJob(ctx context.Context, s *Story, j job.Record) (bool, e
 		s.Effects = append(s.Effects, openapi.StoryEffect{Kind: "delivery", Ref: s.Execution.ResultRef,
 			Detail: optional("the receiver answered 2xx (its effect lives in the receiver's database)")})
 	}
+	attributeEffects(s, j)
 	return known, nil
+}
+
+// ledgerRows is the ledger of a business key as job id's story shows it.
+// The key's rows may have been written by other jobs with the same
+// business key (another payload refused, a duplicate acked): those are
+// siblings, shown apart and never judged as the job's. The job's own rows
+// are numbered as tries, counted or not, and a run after a replay from
+// the dead-letter queue is marked.
+func ledgerRows(id string, entries []execution.Entry) []openapi.StoryAttempt {
+	out := make([]openapi.StoryAttempt, 0, len(entries))
+	tries, lastCounted, replay := 0, 0, false
+	for _, e := range entries {
+		a := openapi.StoryAttempt{Attempt: e.Attempt, Outcome: openapi.StoryAttemptOutcome(e.Outcome), StartedAt: e.StartedAt,
+			Error: e.Error, Worker: e.Worker, JobId: e.JobID}
+		if e.FencingToken != 0 {
+			tok := e.FencingToken
+			a.FencingToken = &tok
+		}
+		if !e.EndedAt.IsZero() {
+			end := e.EndedAt
+			a.EndedAt = &end
+		}
+		if e.JobID != id {
+			a.Sibling = true
+			out = append(out, a)
+			continue
+		}
+		tries++
+		a.Try = tries
+		a.Counted = counted(e)
+		if a.Counted {
+			// A failed execution taken again counts from 1: the job ran
+			// once more after a replay.
+			if lastCounted > 0 && e.Attempt <= lastCounted {
+				replay = true
+			}
+			lastCounted = e.Attempt
+		}
+		a.Replay = replay
+		out = append(out, a)
+	}
+	return out
+}
+
+// counted reports whether a ledger row is one of its job's attempts: it
+// drew a fencing token and was not given back. lock_busy and limited rows
+// and a delivery refused after a cancel drew none; an unavailable attempt
+// is given back (execution.Store.MarkUnavailable), unless it was the last.
+func counted(e execution.Entry) bool {
+	if e.FencingToken == 0 {
+		return false
+	}
+	switch e.Outcome {
+	case execution.OutcomeLockBusy, execution.OutcomeLimited:
+		return false
+	case execution.OutcomeUnavailable:
+		return strings.HasPrefix(e.Error, "attempts exhausted") || strings.HasPrefix(e.Error, "asynq retry budget spent")
+	}
+	return true
+}
+
+// attributeEffects names the job that wrote the business key's effects:
+// the job of the ledger's succeeded row (the latest), or this job when it
+// succeeded and the ledger no longer shows it. Effects another job wrote
+// are marked as its; without a succeeded row nothing is attributed.
+func attributeEffects(s *Story, j job.Record) {
+	owner := ""
+	for _, a := range s.Attempts {
+		if a.Outcome == openapi.StoryAttemptOutcome(execution.OutcomeSucceeded) {
+			owner = a.JobId
+		}
+	}
+	if owner == "" && j.Status == job.StatusSucceeded && len(ownTokened(s.Attempts)) > 0 {
+		owner = j.ID
+	}
+	if owner == "" {
+		return
+	}
+	for i := range s.Effects {
+		s.Effects[i].JobId = &owner
+		if owner != j.ID {
+			sib := true
+			s.Effects[i].Sibling = &sib
+		}
+	}
 }

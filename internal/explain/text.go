@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"text/tabwriter"
 	"time"
+
+	"github.com/idemgate/idemgate/openapi"
 )
 
 // WriteText writes the story for a person: the record and its claims, the
@@ -60,18 +62,21 @@ func WriteText(w io.Writer, s *Story) error {
 		if len(s.Attempts) == 0 {
 			p("attempts\tnone in the ledger\n")
 		} else {
-			p("attempts\t#\tattempt\ttoken\toutcome\tstarted\tended\tworker\terror\n")
-			for i, a := range s.Attempts {
+			p("attempts\ttry\tcounts as\ttoken\toutcome\tstarted\tended\tworker\terror\n")
+			for _, a := range s.Attempts {
 				out := string(a.Outcome)
 				if out == "" {
 					out = "running"
 				}
-				p("\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, a.Attempt, tokenText(a.FencingToken), out,
+				p("\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tryText(a), countsText(a), tokenText(a.FencingToken), out,
 					a.StartedAt.UTC().Format(stamp), timeText(a.EndedAt), dash(a.Worker), dash(oneLine(a.Error)))
 			}
 		}
-		if len(s.Effects) == 0 {
+		switch {
+		case len(s.Effects) == 0 && s.EffectsKnown:
 			p("effects\tnone\n")
+		case len(s.Effects) == 0:
+			p("effects\tnone known: the task's effect lives where explain cannot read it (an HTTP delivery's receiver)\n")
 		}
 		for i, e := range s.Effects {
 			label := ""
@@ -85,12 +90,50 @@ func WriteText(w io.Writer, s *Story) error {
 			if detail := value(e.Detail); detail != "" {
 				line += ": " + detail
 			}
+			switch by := value(e.JobId); {
+			case e.Sibling != nil && *e.Sibling:
+				line += ", written by sibling job " + by + " (not this job's)"
+			case by != "":
+				line += ", written by this job"
+			}
 			p("%s\t%s\n", label, line)
 		}
 		writeCallbacks(p, s)
 	}
 	p("verdict\t%s\n", s.Verdict)
+	if s.Uncertain {
+		p("\tuncertain: the ledger cannot rule out an effect it does not show\n")
+	}
 	return tw.Flush()
+}
+
+// tryText numbers a ledger row: the job's own tries, or the sibling job
+// that wrote it.
+func tryText(a openapi.StoryAttempt) string {
+	switch {
+	case a.Sibling && a.JobId == "":
+		return "sibling (no job)"
+	case a.Sibling:
+		return "sibling " + a.JobId
+	}
+	return "try " + strconv.Itoa(a.Try)
+}
+
+// countsText says whether a row counts as an attempt, and which.
+func countsText(a openapi.StoryAttempt) string {
+	var t string
+	switch {
+	case a.Counted || a.Sibling:
+		t = "attempt " + strconv.Itoa(a.Attempt)
+	case a.Outcome == "":
+		t = "not counted"
+	default:
+		t = "not counted: " + string(a.Outcome)
+	}
+	if a.Replay {
+		t += ", replay"
+	}
+	return t
 }
 
 const stamp = "2006-01-02T15:04:05.000Z"

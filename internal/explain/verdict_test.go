@@ -24,6 +24,7 @@ func TestVerdict(t *testing.T) {
 		effectsKnown bool
 		want         string
 		violation    bool
+		uncertain    bool
 	}{
 		{
 			name: "succeeded once",
@@ -96,10 +97,10 @@ func TestVerdict(t *testing.T) {
 		},
 		{
 			name: "cancelled with the HTTP answer unknown",
-			story: Story{Job: &openapi.StoryJob{Status: "cancelled", Attempts: 2, CancelRequestedAt: &now},
+			story: Story{Job: &openapi.StoryJob{Status: "cancelled", Task: "shipment.book", Attempts: 2, CancelRequestedAt: &now},
 				Attempts: []openapi.StoryAttempt{{Attempt: 1, FencingToken: ptr(int64(3)), Outcome: "transient"},
 					{Attempt: 2, FencingToken: ptr(int64(5)), Outcome: "cancelled", Error: execution.CancelledNoAnswer + ": deliver: no answer within 30s"}}},
-			want: "cancelled in flight at attempt 2 with token 5, the HTTP answer unknown: the receiver may have applied it",
+			want: "cancelled after 2 attempt(s): the receiver may have applied it at attempt 2 (token 5)", uncertain: true,
 		},
 		{
 			name: "cancel arrived, the attempt succeeded",
@@ -117,6 +118,67 @@ func TestVerdict(t *testing.T) {
 			want:         "cancelled, but payment ch_1 carries its business key", violation: true,
 		},
 		{
+			name: "refused: another payload did the business key",
+			story: Story{Job: &openapi.StoryJob{Id: "job_b", Status: "failed", BusinessKey: "payment:p-1",
+				Error: ptr("conflict: business key payment:p-1 already succeeded with a different payload (result ch_1)")},
+				Execution: succeeded,
+				Attempts:  []openapi.StoryAttempt{{JobId: "job_a", Attempt: 1, FencingToken: ptr(int64(4)), Outcome: "succeeded"}},
+				Effects:   []openapi.StoryEffect{{Kind: "payment", Ref: "ch_1", JobId: ptr("job_a"), Sibling: ptr(true)}}},
+			effectsKnown: true,
+			want:         "refused: business key payment:p-1 already done by job job_a (result ch_1); this job ran nothing",
+		},
+		{
+			name: "refused while another payload runs",
+			story: Story{Job: &openapi.StoryJob{Id: "job_b", Status: "failed", BusinessKey: "payment:p-1"},
+				Execution: &openapi.StoryExecution{Status: "processing"},
+				Attempts:  []openapi.StoryAttempt{{JobId: "job_a", Attempt: 1, FencingToken: ptr(int64(4))}}},
+			effectsKnown: true,
+			want:         "refused: business key payment:p-1 was being processed by job job_a with another payload; this job ran nothing",
+		},
+		{
+			name: "a duplicate acked with its sibling's result",
+			story: Story{Job: &openapi.StoryJob{Id: "job_b", Status: "succeeded", BusinessKey: "payment:p-1"}, Execution: succeeded,
+				Attempts: []openapi.StoryAttempt{{JobId: "job_a", Attempt: 1, FencingToken: ptr(int64(4)), Outcome: "succeeded"}},
+				Effects:  []openapi.StoryEffect{{Kind: "payment", Ref: "ch_1", JobId: ptr("job_a"), Sibling: ptr(true)}}},
+			effectsKnown: true,
+			want:         "succeeded without an attempt of its own: business key payment:p-1 was already done by job job_a (result ch_1)",
+		},
+		{
+			name: "a failed job beside its sibling's effect",
+			story: Story{Job: &openapi.StoryJob{Id: "job_b", Status: "failed", Error: ptr("permanent: declined")}, Execution: succeeded,
+				Attempts: []openapi.StoryAttempt{{Attempt: 1, FencingToken: ptr(int64(3)), Outcome: "permanent"},
+					{JobId: "job_a", Attempt: 1, FencingToken: ptr(int64(4)), Outcome: "succeeded"}},
+				Effects: []openapi.StoryEffect{{Kind: "payment", Ref: "ch_1", JobId: ptr("job_a"), Sibling: ptr(true)}}},
+			effectsKnown: true,
+			want:         "failed after 1 attempt(s): permanent: declined",
+		},
+		{
+			name: "a delivery cancelled between tries that timed out",
+			story: Story{Job: &openapi.StoryJob{Status: "cancelled", Task: "shipment.book", Attempts: 1, CancelRequestedAt: &now},
+				Attempts: []openapi.StoryAttempt{
+					{Attempt: 1, FencingToken: ptr(int64(3)), Outcome: "unavailable", Error: execution.NoAnswer + ": deliver to http://r/: no answer within 2s: context deadline exceeded"},
+					{Attempt: 1, FencingToken: ptr(int64(5)), Outcome: "unavailable", Error: "deliver to http://r/: no answer within 2s: context deadline exceeded"},
+					{Outcome: "cancelled", Error: execution.CancelledBefore}}},
+			want:      "cancelled after 2 tries (0 counted): the receiver may have applied it at attempt 1 (token 3) or attempt 1 (token 5)",
+			uncertain: true,
+		},
+		{
+			name: "a delivery cancelled between tries the receiver refused",
+			story: Story{Job: &openapi.StoryJob{Status: "cancelled", Task: "shipment.book", Attempts: 1, CancelRequestedAt: &now},
+				Attempts: []openapi.StoryAttempt{
+					{Attempt: 1, FencingToken: ptr(int64(3)), Outcome: "unavailable", Error: "deliver to http://r/: 503 Service Unavailable"},
+					{Outcome: "cancelled", Error: execution.CancelledBefore}}},
+			want: "cancelled between attempts after 1 try (0 counted): no attempt ran after the cancel",
+		},
+		{
+			name: "a delivery retrying after a dropped answer",
+			story: Story{Job: &openapi.StoryJob{Status: "retrying", Task: "shipment.book", Queue: "default", TaskState: ptr("retry"), UpdatedAt: now},
+				Attempts: []openapi.StoryAttempt{{Attempt: 1, FencingToken: ptr(int64(3)), Outcome: "unavailable",
+					Error: execution.NoAnswer + ": deliver to http://r/: EOF"}}},
+			want:      "in progress: retrying, 0 attempt(s) so far, its task retry in queue default; the receiver may have applied it at attempt 1 (token 3)",
+			uncertain: true,
+		},
+		{
 			name: "key taken over",
 			story: Story{Record: &openapi.StoryRecord{State: "completed", FencingToken: 2, Status: ptr(201)},
 				Claims: []openapi.StoryClaim{{FencingToken: 1, Outcome: "taken_over"}, {FencingToken: 2, Outcome: "completed"}}},
@@ -132,11 +194,12 @@ func TestVerdict(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			x := &Explainer{StuckAfter: 10 * time.Minute, Now: func() time.Time { return now }}
+			x := &Explainer{StuckAfter: 10 * time.Minute, Now: func() time.Time { return now }, Delivered: delivered}
 			s := tt.story
+			s.Attempts = relabel(s.Attempts)
 			x.judge(&s, tt.effectsKnown)
-			if s.Verdict != tt.want || s.Violation != tt.violation {
-				t.Errorf("verdict %q (violation %v), want %q (%v)", s.Verdict, s.Violation, tt.want, tt.violation)
+			if s.Verdict != tt.want || s.Violation != tt.violation || s.Uncertain != tt.uncertain {
+				t.Errorf("verdict %q (violation %v, uncertain %v), want %q (%v, %v)", s.Verdict, s.Violation, s.Uncertain, tt.want, tt.violation, tt.uncertain)
 			}
 			var buf bytes.Buffer
 			if err := WriteText(&buf, &s); err != nil || !strings.Contains(buf.String(), tt.want) {
@@ -144,4 +207,29 @@ func TestVerdict(t *testing.T) {
 			}
 		})
 	}
+}
+
+// delivered is the tests' Explainer.Delivered: shipment.book goes over
+// HTTP.
+func delivered(task string) bool { return task == "shipment.book" }
+
+// relabel numbers hand-written ledger rows as addJob does: rows without a
+// job id are the job's own (job ""), rows naming a job are a sibling's.
+func relabel(as []openapi.StoryAttempt) []openapi.StoryAttempt {
+	es := make([]execution.Entry, len(as))
+	for i, a := range as {
+		es[i] = execution.Entry{JobID: a.JobId, Attempt: a.Attempt, FencingToken: value64(a.FencingToken),
+			Outcome: execution.Outcome(a.Outcome), Error: a.Error, StartedAt: a.StartedAt}
+		if a.EndedAt != nil {
+			es[i].EndedAt = *a.EndedAt
+		}
+	}
+	return ledgerRows("", es)
+}
+
+func value64(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

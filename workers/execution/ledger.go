@@ -3,6 +3,7 @@ package execution
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -55,6 +56,21 @@ const (
 	CancelledNoAnswer = "cancelled in flight, no answer: the receiver may have applied it"
 	CancelledBefore   = "cancelled before this delivery: nothing ran"
 )
+
+// NoAnswer starts the ledger error of an attempt whose HTTP delivery got
+// no answer (a timeout, a connection lost after the request went out), so
+// that explain can tell "the receiver refused it" from "the receiver may
+// have applied it" whatever the outcome the attempt ended with.
+const NoAnswer = "no answer, the receiver may have applied it"
+
+// Unanswered reports whether a ledger row's error says its delivery got no
+// answer: it holds NoAnswer (after "attempts exhausted …: " when it was
+// the last), starts with CancelledNoAnswer, or is the delivery's own
+// timeout (rows written before NoAnswer was).
+func Unanswered(ledgerErr string) bool {
+	return strings.Contains(ledgerErr, NoAnswer) || strings.HasPrefix(ledgerErr, CancelledNoAnswer) ||
+		strings.Contains(ledgerErr, ": no answer within ")
+}
 
 // Entry is one row of the attempt ledger.
 type Entry struct {

@@ -339,15 +339,35 @@ var (
 	markRetryingSQL = ledgerEnd(`
 UPDATE job_executions SET last_error = $4, updated_at = now()
  WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`)
-	markUnavailableSQL = ledgerEnd(`
-UPDATE job_executions
-   SET last_error = $4, attempt_count = GREATEST(attempt_count - 1, 0), updated_at = now()
- WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`)
 	markFailedSQL = ledgerEnd(`
 UPDATE job_executions
    SET status = 'failed', last_error = $4, finished_at = now(), updated_at = now()
  WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'`)
 )
+
+// markUnavailableSQL gives an attempt back: the execution's count goes
+// down by one, the attempt's ledger row ends, and the job's document (the
+// jobs row the ledger names, while it runs) shows the count the execution
+// now has, in one statement, so the two never disagree. The job's count
+// is otherwise only ever raised (GREATEST), which kept the given-back
+// attempt in it.
+const markUnavailableSQL = `
+WITH done AS (
+    UPDATE job_executions
+       SET last_error = $4, attempt_count = GREATEST(attempt_count - 1, 0), updated_at = now()
+     WHERE tenant = $1 AND key = $2 AND fencing_token = $3 AND status = 'processing'
+    RETURNING tenant, key, fencing_token, attempt_count
+), ended AS (
+    UPDATE job_attempts a SET outcome = $5::text, ended_at = now(), error = NULLIF($6::text, '')
+      FROM done d
+     WHERE a.tenant = d.tenant AND a.key = d.key AND a.fencing_token = d.fencing_token
+    RETURNING a.job_id, d.attempt_count
+), doc AS (
+    UPDATE jobs j SET attempts = e.attempt_count
+      FROM ended e
+     WHERE j.id = e.job_id AND e.job_id <> '' AND j.status NOT IN ('succeeded', 'failed', 'cancelled')
+)
+SELECT count(*) FROM done`
 
 // markSucceededSQL records a success: the execution, the attempt's ledger
 // row and the job's document (the jobs row the ledger names, if there is

@@ -258,9 +258,14 @@ func TestLongErrorIsClipped(t *testing.T) {
 // counted; only the owner can give its attempt back.
 func TestMarkUnavailableGivesTheAttemptBack(t *testing.T) {
 	t.Parallel()
-	store := execution.New(testenv.Pool(t))
+	pool := testenv.Pool(t)
+	store := execution.New(pool)
 	ctx := t.Context()
-	a := execution.Attempt{Tenant: "acme", Key: "payment:1", Task: "payment.charge", Resource: "payment:1"}
+	a := execution.Attempt{Tenant: "acme", Key: "payment:1", Task: "payment.charge", Resource: "payment:1", JobID: "job_u1", JobRecorded: true}
+	if _, err := pool.Exec(ctx, `INSERT INTO jobs (id, tenant, route, idempotency_key, task, queue, business_key, payload)
+		VALUES ('job_u1', 'acme', 'charges', 'k1', 'payment.charge', 'default', 'payment:1', '{}')`); err != nil {
+		t.Fatal(err)
+	}
 	take := func() execution.Record {
 		t.Helper()
 		rec, err := store.Take(ctx, a)
@@ -277,6 +282,11 @@ func TestMarkUnavailableGivesTheAttemptBack(t *testing.T) {
 		}
 		if rec.Status != job.StatusProcessing || rec.Attempts != attempts || rec.LastError != lastErr {
 			t.Fatalf("%s: record = %+v, want processing, %d attempts, last error %q", step, rec, attempts, lastErr)
+		}
+		// The job's document counts what its execution counts.
+		var doc int
+		if err := pool.QueryRow(ctx, `SELECT attempts FROM jobs WHERE id = 'job_u1'`).Scan(&doc); err != nil || doc != attempts {
+			t.Fatalf("%s: the job document shows %d attempts (%v), its execution %d", step, doc, err, attempts)
 		}
 	}
 

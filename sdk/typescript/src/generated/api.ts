@@ -608,14 +608,18 @@ export interface components {
             /** @description The job the key created; null for a proxied key. */
             job: components["schemas"]["StoryJob"] | null;
             execution?: components["schemas"]["StoryExecution"];
-            /** @description The attempt ledger of the job's business key, oldest first. */
+            /** @description The attempt ledger of the job's business key, oldest first. Rows another job on the same business key wrote are marked `sibling`; the verdict rests on the job's own rows. */
             attempts: components["schemas"]["StoryAttempt"][];
-            /** @description The effects that carry the job's business key. */
+            /** @description The effects that carry the job's business key, each with the job that wrote it when the ledger tells. */
             effects: components["schemas"]["StoryEffect"][];
             /** @description The story in one line. */
             verdict: string;
             /** @description True when the story breaks a promise (the CLI then exits 1). */
             violation: boolean;
+            /** @description True when the effects come from the business tables of the job's task, so that none means none; false when they live where nothing here can read them (an HTTP delivery's receiver, a task no extension knows): then no effect listed is not no effect. */
+            effects_known: boolean;
+            /** @description True when the verdict cannot rule out an effect nothing here shows: an attempt of a job whose effect lives elsewhere (an HTTP delivery's receiver) got no answer, timed out, crashed or was cancelled in flight. The console draws it in amber. */
+            uncertain: boolean;
             /** @description The job's final-status callbacks (`on_final`), one per final status it reached, oldest first, each with its attempts; absent when its task declares none or none was made yet. */
             callbacks?: components["schemas"]["StoryCallback"][];
         };
@@ -755,7 +759,16 @@ export interface components {
             ended_at: string | null;
             error: string;
             worker: string;
+            /** @description The job whose delivery wrote the row; empty for a task enqueued without a job. */
             job_id: string;
+            /** @description The row's number among the job's own rows, from 1, counted or not; 0 for a sibling's row. */
+            try: number;
+            /** @description The row is one of the job's counted attempts (`attempt` is its number). Rows that drew no token (lock_busy, limited, a delivery refused after a cancel) and attempts given back (unavailable) are not counted. */
+            counted: boolean;
+            /** @description The row belongs to a run after the job was replayed from the dead-letter queue: its attempts count from 1 again. */
+            replay: boolean;
+            /** @description Another job on the same business key wrote the row (`job_id` names it); it says nothing about this job. */
+            sibling: boolean;
         };
         /** @description One final-status callback of a job, as the worker's outbox holds it. */
         StoryCallback: {
@@ -802,6 +815,10 @@ export interface components {
             /** Format: date-time */
             written_at?: string;
             detail?: string;
+            /** @description The job whose succeeded attempt wrote the effect, when the ledger tells; absent when it does not. */
+            job_id?: string;
+            /** @description Another job on the same business key wrote the effect (`job_id` names it); it is not this job's. */
+            sibling?: boolean;
         };
     };
     responses: {

@@ -1,0 +1,103 @@
+package console_test
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/gateway/console"
+	"github.com/idemgate/idemgate/internal/explain"
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/job"
+	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
+	"github.com/idemgate/idemgate/reconcile"
+)
+
+// BenchmarkOverviewPage times the console's overview (jobs by status and
+// the stuck-jobs check) at each size in IDEMGATE_BENCH_JOBS (a comma list
+// of job counts; default 1600). Each size is seeded with INSERT … SELECT
+// generate_series into a schema of the benchmark's own, dropped after,
+// with the status mix of a retained history (mostly succeeded), and
+// vacuumed as autovacuum would:
+//
+//	IDEMGATE_BENCH_JOBS=1600,300000,3000000 go test -run '^$' -bench BenchmarkOverviewPage -benchtime 20x ./gateway/console/
+func BenchmarkOverviewPage(b *testing.B) {
+	sizes := []int{1600}
+	if s := os.Getenv("IDEMGATE_BENCH_JOBS"); s != "" {
+		sizes = sizes[:0]
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				b.Fatalf("IDEMGATE_BENCH_JOBS: %q is not a job count", f)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
+			pool := testenv.Pool(b)
+			seedJobs(b, pool, n)
+			h, err := console.New(console.Options{
+				Stories: &explain.Explainer{DB: pool}, Keys: memstore.New(), StoreName: "memory",
+				Requests: gateway.NewRecentRequests(time.Now),
+				Jobs:     job.NewRecords(pool),
+				Stuck:    console.StuckJobs(pool, reconcile.Options{StuckAfter: explain.DefaultStuckAfter}),
+				Logger:   slog.New(slog.DiscardHandler),
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := httptest.NewServer(h)
+			b.Cleanup(srv.Close)
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := http.Get(srv.URL + console.DefaultPrefix + "/")
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Fatalf("overview: %d", resp.StatusCode)
+				}
+			}
+		})
+	}
+}
+
+// seedJobs inserts n jobs: 1% queued and 1% retrying, changed in the
+// last ten minutes (none stuck), 4% failed, 2% cancelled and the rest
+// succeeded, finished over the last 30 days; then it vacuums and analyzes
+// the table, as autovacuum would.
+func seedJobs(b testing.TB, pool *pgxpool.Pool, n int) {
+	b.Helper()
+	ctx := b.Context()
+	const q = `
+INSERT INTO jobs (id, tenant, route, idempotency_key, task, queue, business_key, payload, status, attempts,
+                  created_at, updated_at, finished_at)
+SELECT 'job_' || md5(i::text), 'tenant-' || (i % 20), 'invoices', 'k-' || i, 'invoice.create', 'default',
+       'invoice:o-' || i, '{"order_id":"o"}',
+       s.status, 1, t.at, t.at, CASE WHEN s.status IN ('succeeded', 'failed', 'cancelled') THEN t.at END
+  FROM generate_series(1, $1::int) i,
+       LATERAL (SELECT CASE WHEN i % 100 = 0 THEN 'queued' WHEN i % 100 = 1 THEN 'retrying'
+                            WHEN i % 100 BETWEEN 2 AND 5 THEN 'failed' WHEN i % 100 IN (6, 7) THEN 'cancelled'
+                            ELSE 'succeeded' END AS status) s,
+       LATERAL (SELECT CASE WHEN s.status IN ('queued', 'retrying') THEN now() - make_interval(secs => i % 600)
+                            ELSE now() - make_interval(secs => (i::float8 / $1) * 30 * 86400) END AS at) t`
+	if _, err := pool.Exec(ctx, q, n); err != nil {
+		b.Fatalf("seed %d jobs: %v", n, err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE jobs`); err != nil {
+		b.Fatalf("vacuum: %v", err)
+	}
+}
