@@ -17,7 +17,7 @@ import (
 const MaxBatchItems = 1000
 
 // sendConcurrency bounds the tasks of one batch sent at once.
-const sendConcurrency = 16
+const sendConcurrency = 32
 
 // BatchID derives a batch's id from its idempotency scope, as ID does a
 // job's, so that a retry of the batch names the same batch.

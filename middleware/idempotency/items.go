@@ -53,9 +53,29 @@ type ItemStore interface {
 	ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error)
 }
 
+// ItemCompleter is implemented by stores that store many answers in one
+// round trip. CompleteMany answers like Complete for each item, in order.
+type ItemCompleter interface {
+	CompleteMany(ctx context.Context, items []ItemCompletion) []error
+}
+
+// ItemCompletion is one answer for CompleteMany.
+type ItemCompletion struct {
+	Scope     Scope
+	Owner     string
+	Response  Response
+	Retention time.Duration
+}
+
+// ErrItemsUnsupported is what a wrapper of a store (one that measures its
+// calls) returns from ClaimMany, or alone from CompleteMany, when the
+// store it wraps does not implement it: the middleware then goes item by
+// item.
+var ErrItemsUnsupported = errors.New("idempotency: the store claims one record at a time")
+
 // itemConcurrency bounds the store calls ClaimItems, CompleteItems and
 // ReleaseItems make at once for one batch on a store without ItemStore.
-const itemConcurrency = 16
+const itemConcurrency = 128
 
 // ItemKey checks an item's key as the Idempotency-Key header carrying it
 // would be checked, and returns it. The error is a *RequestError wrapping
@@ -139,9 +159,12 @@ func (m *Middleware) claimMany(ctx context.Context, reqs []ClaimRequest) ([]Clai
 		return nil, nil
 	}
 	if is, ok := m.store.(ItemStore); ok {
-		ctx, cancel := m.commitContext(ctx)
-		defer cancel()
-		return is.ClaimMany(ctx, reqs)
+		cctx, cancel := m.commitContext(ctx)
+		res, err := is.ClaimMany(cctx, reqs)
+		cancel()
+		if !errors.Is(err, ErrItemsUnsupported) {
+			return res, err
+		}
 	}
 	results := make([]ClaimResult, len(reqs))
 	errs := make([]error, len(reqs))
@@ -180,6 +203,20 @@ type ItemOutcome struct {
 // item whose answer was not stored stays claimed until its lease ends,
 // and a retry then runs it again.
 func (m *Middleware) CompleteItems(ctx context.Context, outs []ItemOutcome) error {
+	if ic, ok := m.store.(ItemCompleter); ok {
+		items := make([]ItemCompletion, len(outs))
+		for i, o := range outs {
+			var a Attempt
+			a.RetainAfter(o.RetainAfter)
+			items[i] = ItemCompletion{Scope: o.Claim.Scope, Owner: o.Claim.owner, Response: o.Response, Retention: a.retention(m.cfg.Retention)}
+		}
+		cctx, cancel := m.commitContext(ctx)
+		errs := ic.CompleteMany(cctx, items)
+		cancel()
+		if len(errs) != 1 || !errors.Is(errs[0], ErrItemsUnsupported) {
+			return errors.Join(errs...)
+		}
+	}
 	errs := make([]error, len(outs))
 	m.each(len(outs), func(i int) {
 		o := outs[i]
