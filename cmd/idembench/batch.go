@@ -108,7 +108,7 @@ func runBatchBench(ctx context.Context, args []string, getenv func(string) strin
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.concurrency}}
 	defer client.CloseIdleConnections()
-	fmt.Fprintf(stdout, "jobs accepted per second, %d items: %d single submits (%d clients) against one batch\n\n", o.items, o.items, o.concurrency)
+	fmt.Fprintf(stdout, "jobs accepted per second: %d single submits (concurrency %d) against one batch of %d items\n\n", o.items, o.concurrency, o.items)
 	fmt.Fprintf(stdout, "| round | single submits, jobs/s | one batch, jobs/s | ratio |\n|---|---:|---:|---:|\n")
 	var singles, batches []float64
 	for round := range o.rounds {
