@@ -365,7 +365,7 @@ func (g *Gateway) submitBatch(w http.ResponseWriter, r *http.Request, br batchRo
 			idx[i] = strings.TrimPrefix(f.Field, "/items/")
 		}
 		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBatchRefused, Fields: failing,
-			Detail: "the batch is atomic and items " + strings.Join(idx, ", ") + " failed; nothing was recorded"})
+			Detail: "the batch is atomic, and these items failed: " + strings.Join(idx, ", ") + "; nothing was recorded"})
 		return
 	}
 

@@ -52,6 +52,7 @@ var problemStatus = map[string]int{
 	"idempotency-store-full":        503,
 	"queue-unavailable":             503,
 	"job-not-cancellable":           409,
+	"batch-refused":                 422,
 	"not-ready":                     503,
 	"upstream-timeout":              504,
 }
@@ -186,7 +187,7 @@ func checkOperations(t *testing.T, doc *openapi3.T) {
 			}
 			// The gateway's own job endpoints are not enqueue routes: the
 			// cancel converges and needs no key.
-			if !admin && path != "/v1/jobs/{id}" && path != "/v1/jobs/{id}/cancel" && !slices.Contains(op.Tags, "health") {
+			if !admin && path != "/v1/jobs/{id}" && path != "/v1/jobs/{id}/cancel" && path != "/v1/batches/{id}" && !slices.Contains(op.Tags, "health") {
 				checkEnqueue(t, name, op)
 			}
 		}
