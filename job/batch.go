@@ -243,3 +243,41 @@ SELECT b.id, b.items, b.created_at, s.status, count(j.id)
 func (e *Submitter) Batch(ctx context.Context, tenant, id string) (BatchState, error) {
 	return e.records.Batch(ctx, tenant, id)
 }
+
+// BatchByID returns the batch with id whatever its tenant (operators):
+// its tenant, its jobs counted by status, and those jobs in item order.
+func (s *Records) BatchByID(ctx context.Context, id string) (string, BatchState, []Record, error) {
+	if !Storable(id) {
+		return "", BatchState{}, nil, ErrNotFound
+	}
+	var tenant string
+	var ids []string
+	err := s.db.QueryRow(ctx, `SELECT tenant, job_ids FROM batches WHERE id = $1 ORDER BY created_at LIMIT 1`, id).Scan(&tenant, &ids)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", BatchState{}, nil, ErrNotFound
+	}
+	if err != nil {
+		return "", BatchState{}, nil, fmt.Errorf("job: get batch: %w", err)
+	}
+	st, err := s.Batch(ctx, tenant, id)
+	if err != nil {
+		return "", BatchState{}, nil, err
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+recordColumns+` FROM jobs WHERE tenant = $1 AND id = ANY($2) ORDER BY array_position($2, id)`, tenant, ids)
+	if err != nil {
+		return "", BatchState{}, nil, fmt.Errorf("job: batch jobs: %w", err)
+	}
+	defer rows.Close()
+	var jobs []Record
+	for rows.Next() {
+		j, err := scanRecord(rows)
+		if err != nil {
+			return "", BatchState{}, nil, fmt.Errorf("job: batch jobs: %w", err)
+		}
+		jobs = append(jobs, j)
+	}
+	if err := rows.Err(); err != nil {
+		return "", BatchState{}, nil, fmt.Errorf("job: batch jobs: %w", err)
+	}
+	return tenant, st, jobs, nil
+}
