@@ -15,6 +15,7 @@ import (
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
 	"github.com/idemgate/idemgate/openapi"
@@ -355,5 +356,27 @@ func TestBatchGet(t *testing.T) {
 	doc := <-done
 	if !doc.Final || doc.Counts["succeeded"] != 2 || doc.Counts["failed"] != 1 {
 		t.Fatalf("GET ?wait=: %+v, want final with 2 succeeded and 1 failed", doc)
+	}
+}
+
+// On a store that claims one record at a time (memory) the items are
+// claimed and answered one by one, with the same outcome.
+func TestBatchOnTheMemoryStore(t *testing.T) {
+	bg := newBatchGateway(t, func(o *Options) { o.Store = memstore.New() })
+	run := testenv.Prefix()
+	keys := []string{run + "0", run + "1", run + "2"}
+	body := batchBody(keys, false)
+	resp, got := bg.post(t, "/v1/invoices:batch", run+"b", body)
+	ans := decodeBatchAnswer(t, got)
+	if resp.StatusCode != http.StatusOK || ans.Counts.Accepted != 3 || bg.jobCount(t) != 3 {
+		t.Fatalf("%d %s", resp.StatusCode, got)
+	}
+	alone, again := bg.post(t, "/v1/invoices", keys[1], invoiceBody(1))
+	if alone.Header.Get(idempotency.HeaderReplayed) != "true" || compact(t, []byte(again)) != compact(t, ans.Items[1].Job) {
+		t.Errorf("item 1's key sent alone: %d %s, want its 202 replayed", alone.StatusCode, again)
+	}
+	retry, retried := bg.post(t, "/v1/invoices:batch", run+"b", body)
+	if retry.Header.Get(idempotency.HeaderReplayed) != "true" || retried != got {
+		t.Errorf("the retried batch: %d, same bytes %v", retry.StatusCode, retried == got)
 	}
 }
