@@ -335,6 +335,9 @@ type Route struct {
 	Upstream string `yaml:"upstream"`
 	// Enqueue turns a request into a job instead.
 	Enqueue *Enqueue `yaml:"enqueue"`
+	// Batch, on an enqueue route, also serves a batch path that submits
+	// many of its jobs in one request. Default none.
+	Batch *RouteBatch `yaml:"batch"`
 	// UpstreamTLS, when set, is how this route's https:// upstream is
 	// trusted and, with a client certificate, how the gateway proves
 	// itself to it (mutual TLS). Default: the system's roots, no client
@@ -462,6 +465,7 @@ func (c *Config) withDefaults() {
 	setDefault(&c.Server.ShutdownTimeout, 30*time.Second)
 	setDefault(&c.Server.MaxInFlight, 2048)
 	c.jobsAPIDefaults()
+	c.batchDefaults()
 
 	c.Worker.Config = c.Worker.WithDefaults()
 

@@ -34,6 +34,8 @@ type JobsAPI struct {
 	// truth either way, so a wait that falls short still answers 202.
 	// Default off.
 	RedisWait RedisWait `yaml:"redis_wait"`
+	// Batch configures the enqueue routes' batch paths (routes[].batch).
+	Batch JobsBatch `yaml:"batch"`
 }
 
 // defaultMaxWait, defaultMaxWaiters and defaultMaxWaitersPerTenant are

@@ -155,6 +155,7 @@ func (c *Config) validate(o *options) error {
 	}
 
 	c.validateJobsAPI(bad)
+	c.validateBatches(bad)
 	c.validateRedisWait(bad)
 	c.validateWorker(bad)
 	c.validateLimits(bad)

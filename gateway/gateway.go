@@ -67,6 +67,10 @@ type Options struct {
 	// arrays and objects; a deeper one is refused with 422
 	// invalid-payload. Default job.DefaultMaxDepth, 64.
 	MaxDepth int
+	// RequireItemKeys refuses a batch item without its own
+	// idempotency_key (400) instead of keying it by the batch's key and
+	// its index. Default false.
+	RequireItemKeys bool
 	// Explainer tells the story of a job or a key at the admin API's
 	// …/explain endpoints; nil leaves them out (404).
 	Explainer Explainer
@@ -231,6 +235,13 @@ func New(opts Options) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: route %s: %w", ro.Name, err)
 		}
 		routes = append(routes, rt)
+		if ro.Enqueue != nil && ro.Enqueue.Batch != nil {
+			brt, err := g.buildBatchRoute(ro, g.guards[len(g.guards)-1], store)
+			if err != nil {
+				return nil, fmt.Errorf("gateway: route %s: batch: %w", ro.Name, err)
+			}
+			routes = append(routes, brt)
+		}
 	}
 	g.table = newTable(routes)
 	g.public = g.publicRoutes()
@@ -354,6 +365,7 @@ func (g *Gateway) publicRoutes() http.Handler {
 	r.Get("/openapi.json", g.handleOpenAPI("application/json", g.opts.OpenAPIJSON))
 	r.Method(http.MethodGet, "/v1/jobs/{id}", g.handleJobGet())
 	r.Method(http.MethodPost, "/v1/jobs/{id}/cancel", g.handleJobCancel())
+	r.Method(http.MethodGet, "/v1/batches/{id}", g.handleBatchGet())
 	r.NotFound(g.handleTable())
 	r.MethodNotAllowed(g.handleTable())
 	g.publicMux = r

@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -31,6 +33,8 @@ type EnqueueOptions struct {
 	Spec *job.Spec
 	// Queue overrides the job's own queue when set.
 	Queue string
+	// Batch, when set, also serves the route's batch path.
+	Batch *BatchOptions
 }
 
 // handleEnqueue accepts a request as a job. It runs inside the idempotency
@@ -96,11 +100,39 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions, timeout time.Du
 			// for the retention after, however far ahead it is scheduled.
 			a.RetainAfter(*j.NotBefore)
 		}
-		w.Header().Set("Location", "/v1/jobs/"+j.ID)
-		doc := jobDocument(j)
-		w.Header().Set("ETag", jobETag(doc))
-		writeJSON(w, http.StatusAccepted, doc)
+		writeResponse(w, jobAccepted(j))
 	})
+}
+
+// jobAccepted is the 202 an enqueue route answers for job j, which every
+// retry with its key replays: its Location, its ETag and the job
+// document. A batch's items are answered, and stored, with the same one,
+// so that a request sent alone with an item's key replays it.
+func jobAccepted(j job.Record) idempotency.Response {
+	doc := jobDocument(j)
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(doc) // strings, numbers and times: cannot fail
+	return idempotency.Response{
+		Status: http.StatusAccepted,
+		Header: http.Header{
+			"Content-Type": {"application/json"},
+			"Location":     {"/v1/jobs/" + j.ID},
+			"Etag":         {jobETag(doc)},
+		},
+		Body: body.Bytes(),
+	}
+}
+
+// writeResponse writes resp to w.
+func writeResponse(w http.ResponseWriter, resp idempotency.Response) {
+	h := w.Header()
+	for k, vs := range resp.Header {
+		h[k] = vs
+	}
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
 }
 
 // jobDocument is how the enqueue routes and GET /v1/jobs/{id} show a job:
@@ -114,25 +146,29 @@ func jobDocument(j job.Record) openapi.Job {
 }
 
 func (g *Gateway) jobError(w http.ResponseWriter, r *http.Request, err error) {
+	g.problems.Write(w, r, jobProblem(err))
+}
+
+// jobProblem is the refusal a job's error is answered with.
+func jobProblem(err error) error {
 	var pe *job.PayloadError
 	switch {
 	case errors.Is(err, ErrInvalidSchedule):
-		g.problems.Write(w, r, err)
+		return err
 	case errors.Is(err, job.ErrScheduleOutOfRange):
-		g.problems.Write(w, r, &idempotency.RequestError{Err: err, Detail: err.Error()})
+		return &idempotency.RequestError{Err: err, Detail: err.Error()}
 	case errors.As(err, &pe):
 		kind := ErrInvalidPayload
 		if errors.Is(err, job.ErrMalformed) {
 			kind = ErrBadRequest
 		}
-		g.problems.Write(w, r, &idempotency.RequestError{Err: kind, Detail: pe.Error(), Fields: pe.Faults()})
+		return &idempotency.RequestError{Err: kind, Detail: pe.Error(), Fields: pe.Faults()}
 	case errors.Is(err, job.ErrNotFound):
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no such job"})
-	default:
-		// No job was recorded (or none could be read): 503, which
-		// releases the key.
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrQueueUnavailable, Detail: "the job could not be queued; retry with the same Idempotency-Key", RetryAfter: time.Second, Cause: err})
+		return &idempotency.RequestError{Err: ErrNotFound, Detail: "no such job"}
 	}
+	// No job was recorded (or none could be read): 503, which releases
+	// the key.
+	return &idempotency.RequestError{Err: ErrQueueUnavailable, Detail: "the job could not be queued; retry with the same Idempotency-Key", RetryAfter: time.Second, Cause: err}
 }
 
 // handleJobGet shows a job to the tenant that created it; another tenant

@@ -47,6 +47,7 @@ var problemTypes = append(idempotency.Refusals(), idempotency.ProblemTable{
 	{Err: ErrInvalidSchedule, Status: http.StatusBadRequest, Slug: "invalid-schedule", Title: "Invalid schedule"},
 	{Err: job.ErrScheduleOutOfRange, Status: http.StatusUnprocessableEntity, Slug: "schedule-out-of-range", Title: "Schedule out of range"},
 	{Err: ErrJobNotCancellable, Status: http.StatusConflict, Slug: "job-not-cancellable", Title: "Job not cancellable"},
+	{Err: ErrBatchRefused, Status: http.StatusUnprocessableEntity, Slug: "batch-refused", Title: "Batch refused"},
 }...)
 
 // NewProblemWriter returns the writer of every error the gateway answers

@@ -54,6 +54,7 @@ func TestPublicRoutes(t *testing.T) {
 		{Method: "GET", Path: "/openapi.json", Kind: KindAPI},
 		{Method: "GET", Path: "/openapi.yaml", Kind: KindAPI},
 		{Method: "GET", Path: "/readyz", Kind: KindAPI},
+		{Method: "GET", Path: "/v1/batches/{id}", Kind: KindAPI},
 		{Method: "GET", Path: "/v1/jobs/{id}", Kind: KindAPI},
 		{Method: "POST", Path: "/v1/jobs/{id}/cancel", Kind: KindAPI},
 		{Method: "POST", Path: "/v1/invoices", Kind: KindEnqueue, Route: "invoices"},

@@ -22,7 +22,33 @@ type timedStore struct {
 	hist *prometheus.HistogramVec
 }
 
-var _ idempotency.Watcher = timedStore{}
+var (
+	_ idempotency.Watcher       = timedStore{}
+	_ idempotency.ItemStore     = timedStore{}
+	_ idempotency.ItemCompleter = timedStore{}
+)
+
+// CompleteMany passes a batch's answers on as ClaimMany passes its claims.
+func (s timedStore) CompleteMany(ctx context.Context, items []idempotency.ItemCompletion) []error {
+	ic, ok := s.Store.(idempotency.ItemCompleter)
+	if !ok {
+		return []error{idempotency.ErrItemsUnsupported}
+	}
+	defer s.observe("complete_many", time.Now())
+	return ic.CompleteMany(ctx, items)
+}
+
+// ClaimMany passes a batch's claims on to a store that makes them at once,
+// measured as one "claim_many"; for any other store the middleware claims
+// them one by one, each measured as a claim.
+func (s timedStore) ClaimMany(ctx context.Context, reqs []idempotency.ClaimRequest) ([]idempotency.ClaimResult, error) {
+	is, ok := s.Store.(idempotency.ItemStore)
+	if !ok {
+		return nil, idempotency.ErrItemsUnsupported
+	}
+	defer s.observe("claim_many", time.Now())
+	return is.ClaimMany(ctx, reqs)
+}
 
 // immediateTimedStore is a timedStore over a store that never blocks: it
 // passes idempotency.Immediate on, so the middleware still skips the

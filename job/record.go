@@ -101,28 +101,12 @@ func scanRecord(row pgx.Row) (Record, error) {
 // recorded scheduled. An existing job keeps its own: a retry never moves
 // it.
 func (s *Records) create(ctx context.Context, j Record, sc Schedule) (Record, bool, error) {
-	const q = `
-WITH sched AS (
-    SELECT CASE WHEN $9::timestamptz IS NOT NULL THEN $9::timestamptz
-                WHEN $10::float8 IS NOT NULL THEN now() + make_interval(secs => $10::float8)
-           END AS not_before
-), ins AS (
-    INSERT INTO jobs (id, tenant, route, idempotency_key, task, queue, business_key, payload, not_before, status)
-    SELECT $1, $2, $3, $4, $5, $6, $7, $8, sched.not_before,
-           CASE WHEN sched.not_before > now() THEN 'scheduled' ELSE 'queued' END
-      FROM sched
-    ON CONFLICT DO NOTHING
-    RETURNING ` + recordColumns + `, true AS created
-)
-SELECT * FROM ins
-UNION ALL
-SELECT ` + recordColumns + `, false FROM jobs WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)`
 	at, delaySecs := scheduleArgs(sc)
 	for range 3 {
 		var created bool
 		var got Record
-		err := s.db.QueryRow(ctx, q, j.ID, j.Tenant, j.Route, j.IdempotencyKey, j.Task, j.Queue, j.BusinessKey, j.Payload,
-			at, delaySecs).Scan(append(got.scanTargets(), &created)...)
+		err := s.db.QueryRow(ctx, createJobSQL, j.ID, j.Tenant, j.Route, j.IdempotencyKey, j.Task, j.Queue, j.BusinessKey, j.Payload,
+			at, delaySecs, nil).Scan(append(got.scanTargets(), &created)...)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // a concurrent insert our snapshot cannot see yet
 		}
@@ -133,6 +117,26 @@ SELECT ` + recordColumns + `, false FROM jobs WHERE id = $1 AND NOT EXISTS (SELE
 	}
 	return Record{}, false, errors.New("job: create job: the row was neither inserted nor found")
 }
+
+// createJobSQL inserts a job unless its id exists and returns the stored
+// one, with whether it was inserted. $11 is the batch that records it,
+// NULL for a single submit.
+const createJobSQL = `
+WITH sched AS (
+    SELECT CASE WHEN $9::timestamptz IS NOT NULL THEN $9::timestamptz
+                WHEN $10::float8 IS NOT NULL THEN now() + make_interval(secs => $10::float8)
+           END AS not_before
+), ins AS (
+    INSERT INTO jobs (id, tenant, route, idempotency_key, task, queue, business_key, payload, not_before, status, batch_id)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8, sched.not_before,
+           CASE WHEN sched.not_before > now() THEN 'scheduled' ELSE 'queued' END, $11::text
+      FROM sched
+    ON CONFLICT DO NOTHING
+    RETURNING ` + recordColumns + `, true AS created
+)
+SELECT * FROM ins
+UNION ALL
+SELECT ` + recordColumns + `, false FROM jobs WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)`
 
 // Get returns the job with id if it belongs to tenant.
 func (s *Records) Get(ctx context.Context, tenant, id string) (Record, error) {

@@ -28,6 +28,11 @@ type JobRoute struct {
 	Task string
 	// Schema is the job's JSON Schema (2020-12), as declared.
 	Schema json.RawMessage
+	// BatchPath, when set, is the route's batch path (routes[].batch),
+	// described as a POST whose items' bodies are the job's schema;
+	// BatchMaxItems is its max_items.
+	BatchPath     string
+	BatchMaxItems int
 }
 
 // WithJobRoutes returns the documents the gateway serves at
@@ -176,7 +181,80 @@ func (d *document) addRoute(r JobRoute) error {
 		}
 		item.Content = append(item.Content, str(key), enqueueOperation(r, d.operationIDs.take(id), schema))
 	}
+	if r.BatchPath == "" {
+		return nil
+	}
+	switch {
+	case !strings.HasPrefix(r.BatchPath, "/"):
+		return fmt.Errorf("batch path %q does not start with /", r.BatchPath)
+	case strings.ContainsAny(r.BatchPath, "{}"):
+		return fmt.Errorf("batch path %q holds { or }, which OpenAPI reads as a path template", r.BatchPath)
+	case lookup(d.paths, r.BatchPath) != nil || d.items[r.BatchPath] != nil:
+		return fmt.Errorf("batch path %s is described already", r.BatchPath)
+	}
+	d.items[r.BatchPath] = mapping(str("post"), batchOperation(r, d.operationIDs.take("submitBatch"+pascal(r.Name)), schema))
+	d.newPaths = append(d.newPaths, r.BatchPath)
 	return nil
+}
+
+// batchOperation describes the batch path of an enqueue route: its items'
+// bodies are the job's schema, so a generated client gets a typed array.
+func batchOperation(r JobRoute, operationID, schema string) *yaml.Node {
+	desc := fmt.Sprintf("Submits up to %d `%s` jobs (route `%s`) in one request, under the batch's own "+
+		"`Idempotency-Key`: a retry with it replays the whole answer. Each item is answered as a request "+
+		"sent alone to `%s` with the item's key would be (its `status`, and its job document or problem), "+
+		"and that key lives in the route's scope. Every accepted job is recorded in one transaction before "+
+		"the answer. Two items with one key are 400 `bad-request`; with `atomic`, any failing item makes the "+
+		"batch 422 `batch-refused` and nothing is recorded. Each item spends one token of the tenant's rate limit.",
+		r.BatchMaxItems, r.Task, r.Name, r.Path)
+	responses := mapping()
+	responses.Content = append(responses.Content, str("200"), mapping(
+		str("description"), str("Each item's answer."),
+		str("content"), mapping(str("application/json"), mapping(str("schema"), ref("#/components/schemas/BatchResult")))))
+	for _, s := range []struct{ status, response string }{
+		{"400", "BadRequest"}, {"401", "Unauthorized"}, {"409", "Conflict"},
+		{"413", "RequestTooLarge"}, {"422", "UnprocessableEntity"}, {"429", "RateLimited"},
+		{"500", "InternalError"}, {"503", "ServiceUnavailable"},
+	} {
+		responses.Content = append(responses.Content, str(s.status), ref("#/components/responses/"+s.response))
+	}
+	intNode := func(n int) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: fmt.Sprint(n)} }
+	item := mapping(
+		str("type"), str("object"),
+		str("required"), flowSeq(str("body")),
+		str("additionalProperties"), &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "false"},
+		str("properties"), mapping(
+			str("idempotency_key"), mapping(str("type"), str("string"),
+				str("description"), str("The item's Idempotency-Key in the route's scope; without it, the batch's key, a colon and the item's index.")),
+			str("body"), ref("#/components/schemas/"+schema),
+			str("delay"), mapping(str("type"), str("integer"), str("minimum"), intNode(0),
+				str("description"), str("Seconds to wait before the job runs, as Idemgate-Delay.")),
+			str("not_before"), mapping(str("type"), str("string"), str("format"), str("date-time"),
+				str("description"), str("When the job runs, as Idemgate-Not-Before; excludes delay.")),
+		),
+	)
+	body := mapping(
+		str("type"), str("object"),
+		str("required"), flowSeq(str("items")),
+		str("additionalProperties"), &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "false"},
+		str("properties"), mapping(
+			str("items"), mapping(str("type"), str("array"), str("minItems"), intNode(1), str("maxItems"), intNode(r.BatchMaxItems), str("items"), item),
+			str("atomic"), mapping(str("type"), str("boolean"), str("default"), &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "false"}),
+		),
+	)
+	return mapping(
+		str("tags"), flowSeq(str("jobs")),
+		str("operationId"), str(operationID),
+		str("summary"), str(fmt.Sprintf("Submit a batch of %s jobs.", r.Task)),
+		str("description"), block(desc),
+		str("security"), seq(mapping(str("apiKey"), flowSeq())),
+		str("parameters"), seq(ref("#/components/parameters/IdempotencyKey"), ref("#/components/parameters/RequestID")),
+		str("requestBody"), mapping(
+			str("required"), &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "true"},
+			str("content"), mapping(str("application/json"), mapping(str("schema"), body)),
+		),
+		str("responses"), responses,
+	)
 }
 
 // describeTask adds the components of task's schema, once per task, and

@@ -391,3 +391,35 @@ func TestJobSchemaDialect(t *testing.T) {
 		}
 	}
 }
+
+// A route's batch path is described as a POST whose items' bodies are the
+// job's own schema, bounded by max_items, answered with BatchResult: a
+// generated client gets a typed array.
+func TestServedDocumentDescribesBatchPaths(t *testing.T) {
+	t.Parallel()
+	yamlDoc, _, err := openapi.WithJobRoutes(openapi.Spec, []openapi.JobRoute{{
+		Name: "shipments", Path: "/v1/shipments", Methods: []string{"POST"}, Task: "shipment.book",
+		Schema: json.RawMessage(shipmentSchema), BatchPath: "/v1/shipments:batch", BatchMaxItems: 250,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := loadDoc(t, yamlDoc)
+	item := doc.Paths.Value("/v1/shipments:batch")
+	if item == nil || item.Post == nil {
+		t.Fatal("no POST /v1/shipments:batch")
+	}
+	op := item.Post
+	checkEnqueue(t, "POST /v1/shipments:batch", op)
+	body := op.RequestBody.Value.Content.Get("application/json").Schema.Value
+	items := body.Properties["items"].Value
+	if items.MaxItems == nil || *items.MaxItems != 250 {
+		t.Errorf("items: maxItems %v, want 250", items.MaxItems)
+	}
+	if ref := items.Items.Value.Properties["body"].Ref; ref != "#/components/schemas/ShipmentBook" {
+		t.Errorf("an item's body is %q, want the job's schema", ref)
+	}
+	if ref := op.Responses.Value("200").Value.Content.Get("application/json").Schema.Ref; ref != "#/components/schemas/BatchResult" {
+		t.Errorf("200 is %q, want BatchResult", ref)
+	}
+}

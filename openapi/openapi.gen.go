@@ -244,6 +244,58 @@ func (e StoryClaimOutcome) Valid() bool {
 	}
 }
 
+// BatchItemResult defines model for BatchItemResult.
+type BatchItemResult struct {
+	// Index The item's place in the request, from 0.
+	Index int `json:"index"`
+
+	// Job A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it. When the job's task declares `on_final`, the worker also POSTs this document once per final status the job reaches, as a Standard Webhooks message signed like an HTTP delivery: body `{"type": "job.succeeded" | "job.failed" | "job.cancelled", "timestamp": <when it became final>, "data": <this document, with the job's "tenant" first>}` and the header `Idemgate-Tenant`, `webhook-id` `<job id>:final` (`<job id>:final:<n>` for the n-th final status of a job replayed from the dead-letter queue), the same on every attempt; retried until a 2xx answer or `on_final.http.max_attempts`.
+	Job *Job `json:"job,omitempty"`
+
+	// Problem An RFC 9457 problem document. Match on the slug that ends `type`;
+	// `detail` is for people and may change. A generic client acts on
+	// `retryable` (send the same request again, with the same key, or
+	// not) and follows `documentation`.
+	Problem *Problem `json:"problem,omitempty"`
+
+	// Status The status a request sent alone would have had (202 for an accepted job).
+	Status int `json:"status"`
+}
+
+// BatchResult The answer of a batch path (`routes[].batch`): each item's status
+// and job document or problem, as a request sent alone to the route
+// with the item's key would have had them.
+type BatchResult struct {
+	BatchId string `json:"batch_id"`
+	Counts  struct {
+		// Accepted Items with a job.
+		Accepted int `json:"accepted"`
+
+		// Rejected Items refused, each with its problem.
+		Rejected int `json:"rejected"`
+	} `json:"counts"`
+	Items []BatchItemResult `json:"items"`
+}
+
+// BatchState A batch's jobs counted by status (`GET /v1/batches/{id}`).
+type BatchState struct {
+	// Accepted How many items have a job (recorded by the batch, or before with the item's key).
+	Accepted int `json:"accepted"`
+
+	// BatchId `bat_` and 32 hex digits, derived from (tenant, batch path, Idempotency-Key).
+	BatchId string `json:"batch_id"`
+
+	// Counts The accepted items' jobs by status; a status no job has is left out.
+	Counts    map[string]int `json:"counts"`
+	CreatedAt time.Time      `json:"created_at"`
+
+	// Final Every accepted job is final.
+	Final bool `json:"final"`
+
+	// Items How many items the batch held, refused ones included.
+	Items int `json:"items"`
+}
+
 // FieldError One bad field of a job's payload.
 type FieldError struct {
 	// Field The field's path in the payload, dotted, with array indices in
@@ -850,6 +902,21 @@ type UpstreamUnavailable = Problem
 type GetLimitParams struct {
 	// Top How many key values to show, busiest first.
 	Top *int `form:"top,omitempty" json:"top,omitempty"`
+}
+
+// GetBatchParams defines parameters for GetBatch.
+type GetBatchParams struct {
+	// Wait Hold the answer until the job is final (or, with `If-None-Match`,
+	// until its document changes), at most this many seconds; larger
+	// values are lowered to `jobs_api.max_wait` (default 30). 0 answers at
+	// once. Anything but a whole number of seconds is 400 `bad-request`.
+	Wait *JobWait `form:"wait,omitempty" json:"wait,omitempty"`
+
+	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
+	// in problem documents (`request_id`, and as a UUID in `instance`) and
+	// in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+	// else, or none, is replaced with a new UUIDv7.
+	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
 }
 
 // GetJobParams defines parameters for GetJob.

@@ -48,6 +48,7 @@ Usage:
   idembench scale [flags]  claims, replays, 409s and the janitor as the stores fill to millions of records
                            (-stores jobs: the job tables' rows and sizes under the retention janitor)
   idembench capacity [flags]  requests held in flight up to 10,000: RSS, goroutines, probe latency, shedding
+  idembench batch [flags]  jobs accepted per second: one 500-item batch against 500 single submits
   idembench proxy  -listen ADDR -upstream URL   the baseline proxy (started by run)
   idembench worker -mode raw|wrapped|effect|river ...   one worker run (started by run)
 `
@@ -66,6 +67,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runScale(ctx, args[1:], getenv, stdout, stderr)
 	case "capacity":
 		return runCapacity(ctx, args[1:], getenv, stdout, stderr)
+	case "batch":
+		return runBatchBench(ctx, args[1:], getenv, stdout, stderr)
 	case "proxy":
 		return runProxy(ctx, args[1:], stdout)
 	case "worker":

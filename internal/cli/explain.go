@@ -3,8 +3,12 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -17,7 +21,7 @@ import (
 	"github.com/idemgate/idemgate/openapi"
 )
 
-const explainSynopsis = "explain --config FILE (--job JOB_ID | --key TENANT ROUTE KEY) [--json]"
+const explainSynopsis = "explain --config FILE (--job JOB_ID | --key TENANT ROUTE KEY | --batch BATCH_ID) [--json]"
 
 // runExplain is `idemgate explain`: the whole story of one job or one
 // idempotency key. Exit 1 when the story shows a violation.
@@ -25,10 +29,18 @@ func runExplain(ctx context.Context, ext extension.Set, args []string, getenv fu
 	fs := newConfigFlags("explain", explainSynopsis, stdout)
 	jobID := fs.String("job", "", "explain the job with this id")
 	byKey := fs.Bool("key", false, "explain the idempotency key TENANT ROUTE KEY (three arguments)")
+	batchID := fs.String("batch", "", "explain the batch with this id: its tenant, its jobs counted by status, and each job")
 	asJSON := fs.Bool("json", false, "print one JSON document instead of text")
 	pos, err := fs.parseArgs(args)
 	if err != nil {
 		return err
+	}
+	if *batchID != "" {
+		if *jobID != "" || *byKey || len(pos) > 0 {
+			fs.Usage()
+			return usagef("explain: --batch takes one batch id, alone")
+		}
+		return explainBatch(ctx, ext, fs, getenv, *batchID, *asJSON, stdout)
 	}
 	switch {
 	case *jobID != "" && *byKey:
@@ -194,4 +206,71 @@ func effectsOf(fs []extension.EffectsFunc, pool *pgxpool.Pool) func(ctx context.
 		}
 		return []openapi.StoryEffect{}, false, nil
 	}
+}
+
+// batchStory is what `idemgate explain --batch` prints.
+type batchStory struct {
+	BatchID   string         `json:"batch_id"`
+	Tenant    string         `json:"tenant"`
+	CreatedAt time.Time      `json:"created_at"`
+	Items     int            `json:"items"`
+	Counts    map[string]int `json:"counts"`
+	Final     bool           `json:"final"`
+	Jobs      []batchJob     `json:"jobs"`
+}
+
+type batchJob struct {
+	ID             string `json:"id"`
+	IdempotencyKey string `json:"idempotency_key"`
+	Status         string `json:"status"`
+	Attempts       int    `json:"attempts"`
+}
+
+// explainBatch prints a batch: its tenant, its jobs counted by status and
+// each job; `idemgate explain --job` tells one job's whole story.
+func explainBatch(ctx context.Context, ext extension.Set, fs configFlags, getenv func(string) string, id string, asJSON bool, stdout io.Writer) error {
+	cfg, err := fs.load(ext, getenv, false)
+	if err != nil {
+		return err
+	}
+	if cfg.DatabaseURL == "" {
+		return usagef("explain: database_url is required")
+	}
+	var cl closers
+	defer cl.close()
+	pool, err := newServices(cfg, &cl).postgres(ctx)
+	if err != nil {
+		return err
+	}
+	tenant, st, jobs, err := job.NewRecords(pool).BatchByID(ctx, id)
+	if errors.Is(err, job.ErrNotFound) {
+		return fmt.Errorf("explain: no batch %q", id)
+	}
+	if err != nil {
+		return err
+	}
+	story := batchStory{BatchID: st.ID, Tenant: tenant, CreatedAt: st.CreatedAt.UTC(), Items: st.Items, Counts: map[string]int{}, Final: st.Final(), Jobs: []batchJob{}}
+	for s, n := range st.Counts {
+		story.Counts[string(s)] = n
+	}
+	for _, j := range jobs {
+		story.Jobs = append(story.Jobs, batchJob{ID: j.ID, IdempotencyKey: j.IdempotencyKey, Status: string(j.Status), Attempts: j.Attempts})
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(story)
+	}
+	fmt.Fprintf(stdout, "batch %s of tenant %s, %s: %d items, %d jobs", story.BatchID, story.Tenant, story.CreatedAt.Format(time.RFC3339), story.Items, len(story.Jobs))
+	if story.Final {
+		fmt.Fprint(stdout, ", all final")
+	}
+	fmt.Fprintln(stdout)
+	for _, s := range slices.Sorted(maps.Keys(story.Counts)) {
+		fmt.Fprintf(stdout, "  %-11s %d\n", s, story.Counts[s])
+	}
+	for _, j := range story.Jobs {
+		fmt.Fprintf(stdout, "  %s  %-10s attempts %d  key %s\n", j.ID, j.Status, j.Attempts, j.IdempotencyKey)
+	}
+	return nil
 }

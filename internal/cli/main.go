@@ -78,7 +78,7 @@ func commands(ext extension.Set) []command {
 		{"dlq", "list|replay|delete [JOB_ID...] --config FILE", "", runDLQ},
 		{"jobs", "requeue|cancel JOB_ID... --config FILE", "", runJobs},
 		{"reconcile", "--config FILE", "check the business invariants and stuck jobs", runReconcile},
-		{"explain", "--config FILE (--job JOB_ID | --key TENANT ROUTE KEY) [--json]", "the story of a job or key: record, attempts, effects, verdict", runExplain},
+		{"explain", "--config FILE (--job JOB_ID | --key TENANT ROUTE KEY | --batch BATCH_ID) [--json]", "the story of a job, key or batch: record, attempts, effects, verdict", runExplain},
 	}
 }
 

@@ -282,6 +282,7 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 	}
 	opts.AdminMaxAuthFailures = cfg.Admin.MaxAuthFailures
 	opts.MaxWaiters, opts.MaxWaitersPerTenant = cfg.JobsAPI.MaxWaiters, cfg.JobsAPI.MaxWaitersPerTenant
+	opts.RequireItemKeys = cfg.JobsAPI.Batch.RequireItemKeys
 	opts.RefuseCrossSite = cfg.Auth.CrossSite == config.CrossSiteRefuse
 	shared := gateway.NewTransport(transportConfig(cfg.Proxy))
 	opts.Transport = telemetry.HTTPTransport(shared)
@@ -345,6 +346,9 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 				return opts, usagef("routes[%d].enqueue.task: %q is not a declared job", i, r.Enqueue.Task)
 			}
 			ro.Enqueue = &gateway.EnqueueOptions{Spec: spec, Queue: r.Enqueue.Queue}
+			if r.Batch != nil {
+				ro.Enqueue.Batch = &gateway.BatchOptions{Path: r.Batch.Path, MaxItems: r.Batch.MaxItems}
+			}
 		}
 		opts.Routes = append(opts.Routes, ro)
 	}

@@ -206,8 +206,12 @@ func servedSpec(cfg *config.Config) (yamlDoc, jsonDoc []byte, err error) {
 		if path == "" {
 			path = r.PathPrefix
 		}
-		routes = append(routes, openapi.JobRoute{Name: r.Name, Path: path, Prefix: r.PathPrefix != "",
-			Methods: r.Methods, Task: spec.Task, Schema: spec.Schema.JSON()})
+		jr := openapi.JobRoute{Name: r.Name, Path: path, Prefix: r.PathPrefix != "",
+			Methods: r.Methods, Task: spec.Task, Schema: spec.Schema.JSON()}
+		if r.Batch != nil {
+			jr.BatchPath, jr.BatchMaxItems = r.Batch.Path, r.Batch.MaxItems
+		}
+		routes = append(routes, jr)
 	}
 	yamlDoc, jsonDoc, err = openapi.WithJobRoutes(openapi.Spec, routes)
 	if err != nil {

@@ -173,6 +173,24 @@ func (m *Memory) Take(_ context.Context, key string) (tokens, remaining, reset u
 	return b.tokens, b.avail, b.reset(), ok, nil
 }
 
+// TakeN takes n tokens from key's bucket, all or none, and returns what
+// Take does: ok is whether they were taken.
+func (m *Memory) TakeN(_ context.Context, key string, n uint64) (tokens, remaining, reset uint64, ok bool, err error) {
+	if m.stopped.Load() {
+		return 0, 0, 0, false, limiter.ErrStopped
+	}
+	now := m.now()
+	m.sweep(now)
+	b := m.locked(key, now)
+	defer b.mu.Unlock()
+	b.advance(now)
+	if b.avail >= n {
+		b.avail -= n
+		ok = true
+	}
+	return b.tokens, b.avail, b.reset(), ok, nil
+}
+
 // Get returns key's limit and the tokens left in the current interval,
 // without taking one or changing anything; 0, 0 for a key the store does
 // not hold.

@@ -202,6 +202,77 @@ func (l *Limiter) Wrap(next http.Handler) http.Handler {
 	})
 }
 
+// Taker is implemented by stores that take many tokens at once, all or
+// none: Memory and redislimit.Store. TakeN answers like Take.
+type Taker interface {
+	TakeN(ctx context.Context, key string, n uint64) (tokens, remaining, reset uint64, ok bool, err error)
+}
+
+// TakeN spends n more tokens of the tenant of r at once, for a request
+// that counts as more than one (a batch counts its items), and sets the
+// RateLimit-* headers on h as Wrap does. It returns nil when the tenant
+// is not limited, when the tokens were taken, or when the store failed
+// (reported to OnError: the limiter fails open). A refusal takes nothing
+// and is the *idempotency.RequestError OnLimited would get, with
+// Retry-After set on h. A store without Taker is asked for the tokens
+// left, then spends them one at a time.
+func (l *Limiter) TakeN(r *http.Request, h http.Header, n uint64) error {
+	tenant := l.cfg.Key(r)
+	b, limited := l.tenants[tenant]
+	if !limited || n == 0 {
+		return nil
+	}
+	ctx := r.Context()
+	if l.cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.cfg.Timeout)
+		defer cancel()
+	}
+	tokens, remaining, reset, ok, err := takeN(ctx, b.store, tenant, n)
+	if err != nil {
+		l.cfg.OnError(r, fmt.Errorf("ratelimit: tenant %q: %w", tenant, err))
+		return nil
+	}
+	untilReset := seconds(time.Unix(0, int64(reset)).Sub(l.cfg.Now()))
+	h.Set(HeaderLimit, strconv.FormatUint(tokens, 10))
+	h.Set(HeaderRemaining, strconv.FormatUint(remaining, 10))
+	h.Set(HeaderReset, strconv.FormatInt(untilReset, 10))
+	if ok {
+		return nil
+	}
+	h.Set(HeaderRetryAfter, strconv.FormatInt(untilReset, 10))
+	return &idempotency.RequestError{
+		Err:        ErrLimited,
+		Detail:     limitedDetail,
+		RetryAfter: time.Duration(untilReset) * time.Second,
+		Cause:      &LimitedError{Tenant: tenant, Limit: b.limit},
+	}
+}
+
+// takeN takes n tokens from st, all or none where st is a Taker.
+func takeN(ctx context.Context, st limiter.Store, key string, n uint64) (tokens, remaining, reset uint64, ok bool, err error) {
+	if t, ok := st.(Taker); ok {
+		return t.TakeN(ctx, key, n)
+	}
+	_, left, err := st.Get(ctx, key)
+	if err != nil {
+		return 0, 0, 0, false, err
+	}
+	if left < n {
+		// Refused: one Take tells the limit and the reset, and spends at
+		// most the one token a refusal's own request would have.
+		tokens, remaining, reset, _, err = st.Take(ctx, key)
+		return tokens, remaining, reset, false, err
+	}
+	for range n {
+		tokens, remaining, reset, ok, err = st.Take(ctx, key)
+		if err != nil || !ok {
+			return tokens, remaining, reset, false, err
+		}
+	}
+	return tokens, remaining, reset, true, nil
+}
+
 func (l *Limiter) take(ctx context.Context, st limiter.Store, key string) (tokens, remaining, reset uint64, ok bool, err error) {
 	if l.cfg.Timeout > 0 {
 		var cancel context.CancelFunc

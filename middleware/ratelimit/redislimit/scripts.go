@@ -66,6 +66,22 @@ if ok == 1 or changed then save(key, start, avail, iv) end
 return {max, avail, start + iv, ok}
 `
 
+// takeNScript: ARGV[4] tokens to take, all or none. Returns what
+// takeScript does.
+const takeNScript = prelude + `
+local key = KEYS[1]
+local n = tonumber(ARGV[4])
+local now = now_us()
+local max, iv, start, avail, changed = load(key, now)
+local ok = 0
+if avail >= n then
+  avail = avail - n
+  ok = 1
+end
+if ok == 1 or changed then save(key, start, avail, iv) end
+return {max, avail, start + iv, ok}
+`
+
 // getScript returns {limit, remaining}, or {0, 0} for a missing key (as
 // ratelimit.Memory does for a key it has not seen). It writes nothing.
 const getScript = prelude + `
@@ -95,7 +111,7 @@ return 1
 `
 
 type scripts struct {
-	take, get, set, burst *redis.Script
+	take, takeN, get, set, burst *redis.Script
 }
 
 // newScripts wraps the scripts; Run sends EVALSHA and falls back to EVAL
@@ -103,6 +119,7 @@ type scripts struct {
 func newScripts() scripts {
 	return scripts{
 		take:  redis.NewScript(takeScript),
+		takeN: redis.NewScript(takeNScript),
 		get:   redis.NewScript(getScript),
 		set:   redis.NewScript(setScript),
 		burst: redis.NewScript(burstScript),

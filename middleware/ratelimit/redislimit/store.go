@@ -122,6 +122,22 @@ func (s *Store) Take(ctx context.Context, key string) (tokens, remaining, reset 
 	return uint64(vals[0]), uint64(vals[1]), uint64(vals[2]) * uint64(time.Microsecond), vals[3] == 1, nil
 }
 
+// TakeN takes n tokens from key's bucket, all or none, and returns what
+// Take does: ok is whether they were taken.
+func (s *Store) TakeN(ctx context.Context, key string, n uint64) (tokens, remaining, reset uint64, ok bool, err error) {
+	if s.stopped.Load() {
+		return 0, 0, 0, false, limiter.ErrStopped
+	}
+	vals, err := s.run(ctx, s.scripts.takeN, key, strconv.FormatUint(n, 10)).Int64Slice()
+	if err != nil {
+		return 0, 0, 0, false, fmt.Errorf("redislimit: take: %w", err)
+	}
+	if len(vals) != 4 {
+		return 0, 0, 0, false, fmt.Errorf("redislimit: take: %d values in reply, want 4", len(vals))
+	}
+	return uint64(vals[0]), uint64(vals[1]), uint64(vals[2]) * uint64(time.Microsecond), vals[3] == 1, nil
+}
+
 // Get returns key's limit and the tokens left in the current interval,
 // without taking one; 0, 0 when Redis has no bucket for key.
 func (s *Store) Get(ctx context.Context, key string) (tokens, remaining uint64, err error) {

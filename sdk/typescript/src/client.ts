@@ -2,12 +2,16 @@ import { IdemgateError, IdemgateProblem, IdemgateRedirectError, IdemgateTimeoutE
 import { encodeIdempotencyKey, newIdempotencyKey } from "./key.js";
 import { backoff, parseRetryAfter, resolveRetry, safeMethods, sleep } from "./retry.js";
 import type {
+  BatchItem,
+  BatchResult,
+  BatchState,
   IdemgateOptions,
   IdemgateResponse,
   Job,
   RequestOptions,
   RetryEvent,
   RetryOptions,
+  SubmitBatchOptions,
   SubmitJobOptions,
   WaitJobOptions,
 } from "./types.js";
@@ -161,6 +165,44 @@ export class Idemgate {
         attempts: res.attempts,
       });
     }
+    return res.body;
+  }
+
+  /**
+   * POSTs items to an enqueue route's batch path (`/v1/emails:batch`) under
+   * the batch's key (`options.idempotencyKey`): a retry replays the whole
+   * answer. Each item is answered as a single submit with its key would
+   * be: `status` and `job`, or `problem`. With `atomic`, a failing item
+   * rejects with an IdemgateProblem (`batch-refused`) and nothing is
+   * recorded.
+   */
+  async submitBatch<P = unknown>(path: string, items: BatchItem<P>[], options: SubmitBatchOptions = {}): Promise<BatchResult> {
+    const { atomic, ...rest } = options;
+    const body = {
+      items: items.map((it) => ({
+        ...(it.idempotencyKey !== undefined ? { idempotency_key: it.idempotencyKey } : {}),
+        body: it.payload,
+        ...(it.delay !== undefined ? { delay: it.delay } : {}),
+        ...(it.notBefore !== undefined
+          ? { not_before: it.notBefore instanceof Date ? it.notBefore.toISOString() : it.notBefore }
+          : {}),
+      })),
+      atomic: atomic ?? false,
+    };
+    const res = await this.request<BatchResult>("POST", path, body, rest);
+    if (res.status !== 200 || typeof res.body !== "object" || res.body === null || !("batch_id" in res.body)) {
+      throw new IdemgateError(`POST ${path}: expected 200 and a batch result, got ${res.status}`, {
+        idempotencyKey: res.idempotencyKey,
+        attempts: res.attempts,
+      });
+    }
+    return res.body;
+  }
+
+  /** `GET /v1/batches/{id}`: the batch's jobs counted by status; with `waitSeconds`, held until they are all final. */
+  async getBatch(id: string, options: { waitSeconds?: number; signal?: AbortSignal } = {}): Promise<BatchState> {
+    const wait = options.waitSeconds ? `?wait=${Math.floor(options.waitSeconds)}` : "";
+    const res = await this.request<BatchState>("GET", `/v1/batches/${encodeURIComponent(id)}${wait}`, undefined, { signal: options.signal });
     return res.body;
   }
 

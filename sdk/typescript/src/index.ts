@@ -3,6 +3,9 @@ export { IdemgateError, IdemgateProblem, IdemgateRedirectError, IdemgateTimeoutE
 export { encodeIdempotencyKey, newIdempotencyKey } from "./key.js";
 export { defaultRetry, parseRetryAfter } from "./retry.js";
 export type {
+  BatchItem,
+  BatchResult,
+  BatchState,
   FieldError,
   IdemgateOptions,
   IdemgateResponse,
@@ -12,6 +15,7 @@ export type {
   RequestOptions,
   RetryEvent,
   RetryOptions,
+  SubmitBatchOptions,
   SubmitJobOptions,
   WaitJobOptions,
 } from "./types.js";

@@ -133,3 +133,26 @@ export interface WaitJobOptions {
    */
   waitSeconds?: number;
 }
+
+/** The answer of a batch path: each item's status and job or problem. */
+export type BatchResult = components["schemas"]["BatchResult"];
+
+/** A batch's jobs counted by status (`GET /v1/batches/{id}`). */
+export type BatchState = components["schemas"]["BatchState"];
+
+/** One job of a batch: the payload a single submit would post, under its own key. */
+export interface BatchItem<P = unknown> {
+  /** The item's Idempotency-Key in the route's scope; without it, the batch's key, a colon and its index. */
+  idempotencyKey?: string;
+  /** The job's payload. */
+  payload: P;
+  /** Seconds before the job runs, as submitJob's `delay`. */
+  delay?: number;
+  /** When the job runs, as submitJob's `notBefore`; excludes `delay`. */
+  notBefore?: Date | string;
+}
+
+export interface SubmitBatchOptions extends RequestOptions {
+  /** Any failing item refuses the whole batch (422 `batch-refused`) and nothing is recorded. */
+  atomic?: boolean;
+}

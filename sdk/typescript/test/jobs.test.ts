@@ -7,6 +7,7 @@ import { after, before, describe, test } from "node:test";
 import pg from "pg";
 import { Idemgate, IdemgateProblem } from "@idemgate/client";
 import { json, startServer, type TestServer } from "./helpers.js";
+import type { BatchItem } from "@idemgate/client";
 import { childEnv, publicReady, run, skipWithoutBinary, start, tempFile, workerReady, type Running } from "./process.js";
 
 const databaseUrl = process.env.TEST_DATABASE_URL;
@@ -80,7 +81,7 @@ jobs:
     resource: "order:{order_id}"
     deliver: {http: {url: "${receiver.url}/hooks", secret: "whsec_dGVzdC1kZWxpdmVyeS1zZWNyZXQtb2YtMzItYnl0ZXM=", timeout: 10s}}
 routes:
-  - {name: shipments, methods: [POST], path: /v1/shipments, enqueue: {task: shipment.book}}
+  - {name: shipments, methods: [POST], path: /v1/shipments, enqueue: {task: shipment.book}, batch: {path: "/v1/shipments:batch", max_items: 10}}
 worker:
   admin_listen: "127.0.0.1:0"
   queues: {${queue}: 1}
@@ -120,6 +121,38 @@ worker:
     assert.equal(mine[0]!.headers["webhook-id"], job.id);
     assert.equal(mine[0]!.headers["idempotency-key"], `shipment:${orderId}`);
     assert.deepEqual(mine[0]!.body.data, { order_id: orderId, quantity: 2 });
+  });
+
+  test("submitBatch: each item is the job a single submit with its key names; atomic refuses; getBatch counts", async () => {
+    const id = randomUUID();
+    const items: BatchItem<Record<string, unknown>>[] = [
+      { idempotencyKey: `b-${id}-1`, payload: { order_id: `o-${id}-1`, quantity: 1 } },
+      { idempotencyKey: `b-${id}-2`, payload: { order_id: `o-${id}-2`, quantity: 2 }, delay: 3600 },
+      { idempotencyKey: `b-${id}-3`, payload: { order_id: `o-${id}-3` } },
+    ];
+    const res = await client.submitBatch("/v1/shipments:batch", items, { idempotencyKey: `batch-${id}` });
+    assert.deepEqual(res.counts, { accepted: 2, rejected: 1 });
+    assert.equal(res.items[1]!.job?.status, "scheduled");
+    assert.equal(res.items[2]!.status, 422);
+    assert.equal(res.items[2]!.problem?.type, "https://idemgate.dev/problems/invalid-payload");
+    const alone = await client.submitJob("/v1/shipments", items[0]!.payload, { idempotencyKey: items[0]!.idempotencyKey });
+    assert.equal(alone.id, res.items[0]!.job?.id);
+    const again = await client.submitBatch("/v1/shipments:batch", items, { idempotencyKey: `batch-${id}` });
+    assert.deepEqual(again, res);
+
+    const refused = await client
+      .submitBatch("/v1/shipments:batch", [items[0]!, { idempotencyKey: `b-${id}-4`, payload: { quantity: 4 } }], {
+        idempotencyKey: `atomic-${id}`,
+        atomic: true,
+      })
+      .then(() => assert.fail("resolved"), (e: unknown) => e);
+    assert.ok(refused instanceof IdemgateProblem, String(refused));
+    assert.equal(refused.slug, "batch-refused");
+
+    const state = await client.getBatch(res.batch_id);
+    assert.equal(state.items, 3);
+    assert.equal(state.accepted, 2);
+    assert.equal(state.counts["scheduled"], 1);
   });
 
   test("submitJob twice with one idempotencyKey names one job", async () => {

@@ -75,6 +75,37 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/batches/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Count a batch's jobs by status, or wait until they are final.
+         * @description A batch is submitted to an enqueue route's batch path
+         *     (`routes[].batch`); its answer names it in `batch_id` and
+         *     `Location`. This counts the jobs of the batch's accepted items by
+         *     status, now. A batch is visible only to the tenant that submitted
+         *     it; for any other tenant it does not exist (404).
+         *
+         *     With `wait=N` the gateway holds the request until every accepted
+         *     job is final (`succeeded`, `failed`, `cancelled`) or N seconds have
+         *     passed, within the bounds of `GET /v1/jobs/{id}?wait=`
+         *     (`jobs_api.max_wait`, `max_waiters`, `max_waiters_per_tenant`; a
+         *     wait beyond them is answered at once with `Idemgate-Wait-Refused`).
+         *     Every GET spends the tenant's rate limit.
+         */
+        get: operations["getBatch"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/jobs/{id}": {
         parameters: {
             query?: never;
@@ -507,6 +538,56 @@ export interface components {
          * @enum {string}
          */
         JobStatus: "scheduled" | "queued" | "processing" | "retrying" | "cancelling" | "succeeded" | "failed" | "cancelled";
+        /** @description A batch's jobs counted by status (`GET /v1/batches/{id}`). */
+        BatchState: {
+            /**
+             * @description `bat_` and 32 hex digits, derived from (tenant, batch path, Idempotency-Key).
+             * @example bat_7afb262f549cc66ce69e83d6b6e5cf12
+             */
+            batch_id: string;
+            /** Format: date-time */
+            created_at: string;
+            /** @description How many items the batch held, refused ones included. */
+            items: number;
+            /** @description How many items have a job (recorded by the batch, or before with the item's key). */
+            accepted: number;
+            /**
+             * @description The accepted items' jobs by status; a status no job has is left out.
+             * @example {
+             *       "scheduled": 1,
+             *       "succeeded": 1
+             *     }
+             */
+            counts: {
+                [key: string]: number;
+            };
+            /** @description Every accepted job is final. */
+            final: boolean;
+        };
+        /**
+         * @description The answer of a batch path (`routes[].batch`): each item's status
+         *     and job document or problem, as a request sent alone to the route
+         *     with the item's key would have had them.
+         */
+        BatchResult: {
+            /** @example bat_7afb262f549cc66ce69e83d6b6e5cf12 */
+            batch_id: string;
+            items: components["schemas"]["BatchItemResult"][];
+            counts: {
+                /** @description Items with a job. */
+                accepted: number;
+                /** @description Items refused, each with its problem. */
+                rejected: number;
+            };
+        };
+        BatchItemResult: {
+            /** @description The item's place in the request, from 0. */
+            index: number;
+            /** @description The status a request sent alone would have had (202 for an accepted job). */
+            status: number;
+            job?: components["schemas"]["Job"];
+            problem?: components["schemas"]["Problem"];
+        };
         /** @description A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it. When the job's task declares `on_final`, the worker also POSTs this document once per final status the job reaches, as a Standard Webhooks message signed like an HTTP delivery: body `{"type": "job.succeeded" | "job.failed" | "job.cancelled", "timestamp": <when it became final>, "data": <this document, with the job's "tenant" first>}` and the header `Idemgate-Tenant`, `webhook-id` `<job id>:final` (`<job id>:final:<n>` for the n-th final status of a job replayed from the dead-letter queue), the same on every attempt; retried until a 2xx answer or `on_final.http.max_attempts`. */
         Job: {
             id: components["schemas"]["JobID"];
@@ -1414,6 +1495,55 @@ export interface operations {
                     "application/json": components["schemas"]["OpenAPIDocument"];
                 };
             };
+        };
+    };
+    getBatch: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Hold the answer until the job is final (or, with `If-None-Match`,
+                 *     until its document changes), at most this many seconds; larger
+                 *     values are lowered to `jobs_api.max_wait` (default 30). 0 answers at
+                 *     once. Anything but a whole number of seconds is 400 `bad-request`.
+                 * @example 10
+                 */
+                wait?: components["parameters"]["JobWait"];
+            };
+            header?: {
+                /**
+                 * @description An id for this request, echoed in the `X-Request-Id` response header,
+                 *     in problem documents (`request_id`, and as a UUID in `instance`) and
+                 *     in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+                 *     else, or none, is replaced with a new UUIDv7.
+                 */
+                "X-Request-Id"?: components["parameters"]["RequestID"];
+            };
+            path: {
+                /** @description The batch id, from the batch's answer. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The batch's jobs, counted by status. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description Always `no-store`; the jobs' statuses change. */
+                    "Cache-Control"?: "no-store";
+                    "Idemgate-Wait-Refused": components["headers"]["WaitRefused"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BatchState"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
         };
     };
     getJob: {
