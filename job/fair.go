@@ -121,11 +121,12 @@ type FairObserver interface {
 
 // Fairness holds the declared pools and which job goes to which.
 type Fairness struct {
-	rdb    redis.UniversalClient
-	prefix string
-	pools  map[string]*fairPool
+	rdb   redis.UniversalClient
+	pools map[string]*fairPool
 	// uses: task → its pool and tier.
 	uses map[string]fairUse
+	// Prefix starts every key of the pools. Default DefaultFairPrefix.
+	Prefix string
 	// Observer counts dispatches and dwell times; nil counts nothing.
 	Observer FairObserver
 	// Logger gets a line for each dispatch or reconcile pass that failed.
@@ -158,7 +159,7 @@ const DefaultFairPrefix = "idemgate:"
 // NewFairness returns the pools on rdb, with the specs that name one. A
 // spec naming an undeclared pool is an error (config checks it first).
 func NewFairness(rdb redis.UniversalClient, pools []FairPool, specs []*Spec) (*Fairness, error) {
-	f := &Fairness{rdb: rdb, prefix: DefaultFairPrefix, pools: map[string]*fairPool{}, uses: map[string]fairUse{}}
+	f := &Fairness{rdb: rdb, pools: map[string]*fairPool{}, uses: map[string]fairUse{}}
 	for _, p := range pools {
 		if p.DefaultWeight == 0 {
 			p.DefaultWeight = 1
@@ -219,7 +220,11 @@ func (f *Fairness) logger() *slog.Logger {
 
 // keys are p's keys, in the scripts' order (fairscript.go).
 func (f *Fairness) keys(p *fairPool) []string {
-	base := f.prefix + "fair:{fair:" + p.Name + "}:"
+	prefix := f.Prefix
+	if prefix == "" {
+		prefix = DefaultFairPrefix
+	}
+	base := prefix + "fair:{fair:" + p.Name + "}:"
 	keys := []string{base + "jobs", base + "state", base + "finish", base + "weights", base + "delayed", base + "inflight"}
 	for _, t := range p.tiers {
 		keys = append(keys, base+"ready:"+strconv.Itoa(t))
