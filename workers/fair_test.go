@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,7 +67,7 @@ func (o *fairOrder) Dwelt(string, string, time.Duration) {}
 func newFairEnv(t *testing.T, pool job.FairPool) *fairEnv {
 	t.Helper()
 	s := newServerEnv(t)
-	spec, err := job.NewSpec(fairTask, []byte(`{"type":"object","required":["order_id"],"properties":{"order_id":{"type":"string"}}}`), "{order_id}", "order:{order_id}")
+	spec, err := job.NewSpec(fairTask, []byte(`{"type":"object","required":["order_id"],"properties":{"order_id":{"type":"string"}}}`), "effect:{order_id}", "order:{order_id}")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,4 +275,95 @@ func TestFairRetryReentersAtTenantPosition(t *testing.T) {
 	if ids[20] != x {
 		t.Errorf("x's retry started at %d (%v); want it last, behind every job bigco submitted after it", slices.Index(ids[1:], x)+1, ids)
 	}
+}
+
+// Losing the pool's keys mid-run loses no job and runs none twice: the
+// relay files again every unfinished job it finds neither in the pool nor
+// in asynq, and the effects, counted in PostgreSQL, are one per job.
+func TestFairPoolFlushedMidRunLosesNoJob(t *testing.T) {
+	e := newFairEnv(t, job.FairPool{Name: "tenants", Window: 8})
+	const n = 300
+	e.submit(t, e.spec, "acme", "a", n/2)
+	e.submit(t, e.spec, "bigco", "b", n/2)
+	deps := e.deps(nil, 5*time.Second)
+	deps.Jobs = job.NewRecords(e.pool)
+	var calls atomic.Int64
+	effect := plainEffect(e.pool, "w1", &calls)
+	h := Handle(deps, fairTask, orderKey, orderResource, func(ctx context.Context, j Job[order]) (string, error) {
+		time.Sleep(2 * time.Millisecond)
+		return effect(ctx, j)
+	})
+	e.run(t, h, Config{})
+	relay := job.NewRelay(e.sub, e.inspector, job.RelayOptions{After: 100 * time.Millisecond, Interval: 200 * time.Millisecond, Logger: testenv.Logger()})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = relay.Run(ctx) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+
+	waitFor(t, "50 effects", func() bool { return calls.Load() >= 50 })
+	keys, err := e.rdb.Keys(t.Context(), e.prefix+"fair:*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("the pool's keys: %v %v", keys, err)
+	}
+	if err := e.rdb.Del(t.Context(), keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if done := calls.Load(); done > n-20 {
+		t.Fatalf("%d effects before the flush: too few jobs were left to lose", done)
+	}
+	waitFor(t, "every job succeeded", func() bool {
+		var left int
+		err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM jobs WHERE task = $1 AND status <> 'succeeded'`, fairTask).Scan(&left)
+		return err == nil && left == 0
+	})
+	var rows, keysDone int
+	if err := e.pool.QueryRow(t.Context(), `SELECT count(*), count(DISTINCT job_key) FROM effects`).Scan(&rows, &keysDone); err != nil {
+		t.Fatal(err)
+	}
+	if rows != n || keysDone != n {
+		t.Errorf("effects: %d rows for %d jobs; want exactly %d, one per job", rows, keysDone, n)
+	}
+}
+
+// A dispatcher that moved jobs into flight but could not enqueue their
+// tasks (it died, or asynq's Redis failed it) leaves them in the window:
+// the reconcile pass enqueues the tasks of those still unfinished.
+func TestFairReconcileEnqueuesJobsInFlightWithoutTask(t *testing.T) {
+	e := newFairEnv(t, job.FairPool{Name: "tenants", Window: 5})
+	e.submit(t, e.spec, "acme", "a", 8)
+	broken := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1", DialTimeout: 100 * time.Millisecond})
+	defer broken.Close()
+	lost := job.NewSubmitter(e.pool, broken)
+	lost.Fairness = e.fair
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = e.fair.Run(ctx, lost, e.inspector) })
+	inflight := e.prefix + "fair:{fair:tenants}:inflight"
+	waitFor(t, "5 jobs in flight", func() bool { n, _ := e.rdb.ZCard(t.Context(), inflight).Result(); return n == 5 })
+	cancel()
+	wg.Wait()
+	if qi, err := e.inspector.GetQueueInfo(e.queue); err == nil && qi.Size > 0 {
+		t.Fatalf("asynq holds %d tasks; the broken dispatch should have enqueued none", qi.Size)
+	}
+
+	sent, err := e.fair.Reconcile(t.Context(), e.sub, e.inspector, "tenants", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sent) != 5 {
+		t.Fatalf("reconcile re-enqueued %v; want the 5 jobs in flight", sent)
+	}
+	for _, id := range sent {
+		if _, err := e.inspector.GetTaskInfo(e.queue, id); err != nil {
+			t.Errorf("task %s: %v", id, err)
+		}
+	}
+	e.run(t, e.recorder(), Config{})
+	waitFor(t, "all 8 jobs started and the window empty", func() bool {
+		n, _ := e.rdb.ZCard(t.Context(), inflight).Result()
+		return e.started.len() >= 8 && n == 0
+	})
 }
