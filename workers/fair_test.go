@@ -64,7 +64,7 @@ func (o *fairOrder) len() int {
 func (o *fairOrder) Dispatched(_, tenant string) { o.add(tenant, "") }
 func (o *fairOrder) Dwelt(string, string, time.Duration) {}
 
-func newFairEnv(t *testing.T, pool job.FairPool) *fairEnv {
+func newFairEnv(t testing.TB, pool job.FairPool) *fairEnv {
 	t.Helper()
 	s := newServerEnv(t)
 	spec, err := job.NewSpec(fairTask, []byte(`{"type":"object","required":["order_id"],"properties":{"order_id":{"type":"string"}}}`), "effect:{order_id}", "order:{order_id}")
@@ -96,7 +96,7 @@ func newFairEnv(t *testing.T, pool job.FairPool) *fairEnv {
 }
 
 // submit submits n jobs of tenant, keyed prefix-0…, with spec.
-func (e *fairEnv) submit(t *testing.T, spec *job.Spec, tenant, prefix string, n int) {
+func (e *fairEnv) submit(t testing.TB, spec *job.Spec, tenant, prefix string, n int) {
 	t.Helper()
 	const workers = 8
 	var wg sync.WaitGroup
@@ -123,7 +123,7 @@ func (e *fairEnv) submit(t *testing.T, spec *job.Spec, tenant, prefix string, n 
 
 // run starts the workers with h and the dispatchers; both stop when the
 // test ends.
-func (e *fairEnv) run(t *testing.T, h asynq.Handler, cfg Config) {
+func (e *fairEnv) run(t testing.TB, h asynq.Handler, cfg Config) {
 	t.Helper()
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 8
