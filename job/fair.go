@@ -361,6 +361,9 @@ type fairEntry struct {
 // fairPopMax bounds the delayed jobs one dispatch files.
 const fairPopMax = 1000
 
+// fairSendParallel bounds the enqueues one dispatch has in flight.
+const fairSendParallel = 16
+
 // dispatch moves what the window allows of p into flight and enqueues the
 // tasks; it returns how many it moved.
 func (f *Fairness) dispatch(ctx context.Context, sub *Submitter, p *fairPool) (int, error) {
@@ -384,20 +387,32 @@ func (f *Fairness) dispatch(ctx context.Context, sub *Submitter, p *fairPool) (i
 		// They stay in flight: the reconcile pass enqueues them.
 		return len(ids), fmt.Errorf("job: fairness pool %s: dispatch: %w", p.Name, err)
 	}
-	var errs []error
-	for _, id := range ids {
+	// The enqueues go out together: each is a round trip to Redis, and
+	// one after the other they would bound the pool's throughput.
+	errs := make([]error, len(ids))
+	sent := make([]string, len(ids)) // the tenant of each job sent
+	sem := make(chan struct{}, fairSendParallel)
+	var wg sync.WaitGroup
+	for i, id := range ids {
 		r, ok := records[id]
 		if !ok || r.Status.Final() {
-			errs = append(errs, f.drop(ctx, p, id))
+			errs[i] = f.drop(ctx, p, id)
 			continue
 		}
-		e := entries[id]
-		if _, err := sub.sendAs(ctx, r, r.ID, fairHeaders(p, e)); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if f.Observer != nil {
-			f.Observer.Dispatched(p.Name, r.Tenant)
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if _, err := sub.sendAs(ctx, r, r.ID, fairHeaders(p, entries[id])); err != nil {
+				errs[i] = err
+				return
+			}
+			sent[i] = r.Tenant
+		})
+	}
+	wg.Wait()
+	for i := range ids {
+		if errs[i] == nil && sent[i] != "" && f.Observer != nil {
+			f.Observer.Dispatched(p.Name, sent[i]) // in the pool's order
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

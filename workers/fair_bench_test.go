@@ -30,28 +30,42 @@ func (e *fairEnv) runMode(b *testing.B, h asynq.Handler, cfg Config, on bool) {
 	e.start(b, h, cfg)
 }
 
-// BenchmarkFairLoneTenant: one tenant's jobs (a no-op handler) through
-// the workers, with and without a fairness pool. One op is one job,
-// from the first start to the last; jobs/s is the throughput.
+// BenchmarkFairLoneTenant: one tenant's jobs through the workers, with
+// and without a fairness pool, run by a no-op asynq handler (the pool's
+// own cost laid bare) and by an idempotent handler (workers.Handle, with
+// its lock, execution state and job document, around a no-op business
+// function: what a job costs in idemgate). One op is one job, from the
+// first start to the last; jobs/s is the throughput.
 //
 //	go test -run '^$' -bench BenchmarkFairLoneTenant -benchtime 3000x ./workers/
 func BenchmarkFairLoneTenant(b *testing.B) {
-	for _, mode := range fairModes {
-		b.Run(mode.name, func(b *testing.B) {
-			e := newFairEnv(b, job.FairPool{Name: "tenants", Window: job.DefaultFairWindow})
-			if !mode.on {
-				e.sub.Fairness = nil
-			}
-			e.submit(b, e.spec, "acme", "a", b.N)
-			b.ResetTimer()
-			start := time.Now()
-			e.runMode(b, e.recorder(), Config{Concurrency: 16}, mode.on)
-			for e.started.len() < b.N {
-				time.Sleep(time.Millisecond)
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
-		})
+	for _, handler := range []string{"noop", "idempotent"} {
+		for _, mode := range fairModes {
+			b.Run(handler+"/"+mode.name, func(b *testing.B) {
+				e := newFairEnv(b, job.FairPool{Name: "tenants", Window: job.DefaultFairWindow})
+				if !mode.on {
+					e.sub.Fairness = nil
+				}
+				var h asynq.Handler = e.recorder()
+				if handler == "idempotent" {
+					deps := e.deps(nil, 30*time.Second)
+					deps.Jobs = job.NewRecords(e.pool)
+					h = Handle(deps, fairTask, orderKey, orderResource, func(_ context.Context, j Job[order]) (string, error) {
+						e.started.add(j.Tenant, "")
+						return "", nil
+					})
+				}
+				e.submit(b, e.spec, "acme", "a", b.N)
+				b.ResetTimer()
+				start := time.Now()
+				e.runMode(b, h, Config{Concurrency: 16}, mode.on)
+				for e.started.len() < b.N {
+					time.Sleep(time.Millisecond)
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
+			})
+		}
 	}
 }
 
