@@ -61,7 +61,7 @@ func (o *fairOrder) len() int {
 
 // Dispatched and Dwelt make fairOrder a job.FairObserver recording the
 // dispatch order (the job ids come from the started order instead).
-func (o *fairOrder) Dispatched(_, tenant string) { o.add(tenant, "") }
+func (o *fairOrder) Dispatched(_, tenant string)         { o.add(tenant, "") }
 func (o *fairOrder) Dwelt(string, string, time.Duration) {}
 
 func newFairEnv(t testing.TB, pool job.FairPool) *fairEnv {
