@@ -40,6 +40,9 @@ type Submitter struct {
 	// enqueued is on the queue's replicas, or the wait's timeout passed
 	// (brokerwait.go). The relay's enqueues do not wait.
 	Broker *BrokerWait
+	// Shards spreads each queue over this many asynq queues, chosen by
+	// tenant (shard.go); 0 or 1: one queue.
+	Shards int
 	// Fairness, when set, holds the jobs of the declared pools: a job
 	// whose Spec names a pool waits there for its turn (fair.go) instead
 	// of going to asynq at once.
@@ -128,7 +131,7 @@ func (e *Submitter) Submit(ctx context.Context, req Request) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	queue := req.QueueName()
+	queue := ShardQueue(req.QueueName(), req.Tenant, e.Shards)
 	j, _, err := e.records.create(ctx, Record{
 		ID: ID(req.Tenant, req.Route, req.Key), Tenant: req.Tenant, Route: req.Route, IdempotencyKey: req.Key,
 		Task: req.Spec.Task, Queue: queue, BusinessKey: p.BusinessKey, Payload: req.Body,
