@@ -101,6 +101,8 @@ type Config struct {
 	// Limits are the flow limits jobs share (jobs[].limits), enforced by
 	// every worker through Redis. Default none.
 	Limits []Limit `yaml:"limits"`
+	// Broker lays jobs' tasks out in asynq's Redis (broker.shards).
+	Broker Broker `yaml:"broker"`
 	// Fairness are the pools in which jobs (jobs[].fairness) share the
 	// workers fairly between tenants. Default none.
 	Fairness []Fairness `yaml:"fairness"`

@@ -201,6 +201,7 @@ func openJobQueue(ctx context.Context, cfg *config.Config, cl *closers, cmd stri
 		return nil, nil, err
 	}
 	sub := job.NewSubmitter(pool, client)
+	sub.Shards = cfg.Shards()
 	if sub.Fairness, err = svc.fairness(); err != nil {
 		return nil, nil, err
 	}

@@ -94,7 +94,7 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 	for _, l := range cfg.LimitDefs() {
 		metrics.InitLimits(l.Name)
 	}
-	reg.MustRegister(telemetry.NewQueueCollector(inspector, slices.Sorted(maps.Keys(cfg.Worker.Queues)), logger))
+	reg.MustRegister(telemetry.NewQueueCollector(inspector, slices.Sorted(maps.Keys(cfg.WorkerConfig().Queues)), logger))
 
 	deps := cfg.Worker.Deps(pool, rdb)
 	deps.Logger = logger
@@ -108,6 +108,7 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 	relayOpts.Logger = logger
 	relayOpts.Locks = locks
 	sub := job.NewSubmitter(pool, client)
+	sub.Shards = cfg.Shards()
 	fair, err := svc.fairness()
 	if err != nil {
 		return nil, err
@@ -145,7 +146,7 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 		return nil, usagef("worker: %v", err)
 	}
 	mux.Use(telemetry.TaskTracing(telemetry.WithFailure(workers.IsFailure)))
-	srv, err := workers.NewServer(opt, cfg.Worker.Config, mux, append(serverOpts, workers.WithCancelWatcher(cancels))...)
+	srv, err := workers.NewServer(opt, cfg.WorkerConfig(), mux, append(serverOpts, workers.WithCancelWatcher(cancels))...)
 	if err != nil {
 		return nil, usagef("worker: %v", err)
 	}
