@@ -127,6 +127,11 @@ type Fairness struct {
 	uses map[string]fairUse
 	// Prefix starts every key of the pools. Default DefaultFairPrefix.
 	Prefix string
+	// Shards is broker.shards: with more than one, each pool is kept per
+	// shard (a tenant's jobs in its shard's, job.ShardQueue), with a
+	// window of its own and its keys in a hash slot of its own. Default
+	// 1. Set it before the first use.
+	Shards int
 	// Observer counts dispatches and dwell times; nil counts nothing.
 	Observer FairObserver
 	// Logger gets a line for each dispatch or reconcile pass that failed.
@@ -145,7 +150,15 @@ type Fairness struct {
 type fairPool struct {
 	FairPool
 	tiers []int // highest first
-	wake  chan struct{}
+	mu    sync.Mutex
+	wake  chan struct{} // closed to wake every dispatcher of the pool
+}
+
+// woken returns the channel the pool's next Wake closes.
+func (p *fairPool) woken() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.wake
 }
 
 type fairUse struct {
@@ -167,7 +180,7 @@ func NewFairness(rdb redis.UniversalClient, pools []FairPool, specs []*Spec) (*F
 		if p.Window <= 0 {
 			p.Window = DefaultFairWindow
 		}
-		f.pools[p.Name] = &fairPool{FairPool: p, wake: make(chan struct{}, 1)}
+		f.pools[p.Name] = &fairPool{FairPool: p, wake: make(chan struct{})}
 	}
 	for _, s := range specs {
 		if s.Fairness == "" {
@@ -218,13 +231,24 @@ func (f *Fairness) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// keys are p's keys, in the scripts' order (fairscript.go).
-func (f *Fairness) keys(p *fairPool) []string {
+// shards is Shards, at least 1.
+func (f *Fairness) shards() int { return max(f.Shards, 1) }
+
+// shardOf is tenant's shard of a pool.
+func (f *Fairness) shardOf(tenant string) int { return shardIndex(tenant, f.shards()) }
+
+// keys are the keys of shard of p, in the scripts' order
+// (fairscript.go).
+func (f *Fairness) keys(p *fairPool, shard int) []string {
 	prefix := f.Prefix
 	if prefix == "" {
 		prefix = DefaultFairPrefix
 	}
-	base := prefix + "fair:{fair:" + p.Name + "}:"
+	tag := "fair:" + p.Name
+	if f.shards() > 1 {
+		tag += ":" + strconv.Itoa(shard)
+	}
+	base := prefix + "fair:{" + tag + "}:"
 	keys := []string{base + "jobs", base + "state", base + "finish", base + "weights", base + "delayed", base + "inflight"}
 	for _, t := range p.tiers {
 		keys = append(keys, base+"ready:"+strconv.Itoa(t))
@@ -257,7 +281,7 @@ func (f *Fairness) add(ctx context.Context, u fairUse, r Record) (bool, error) {
 	if submitted.IsZero() {
 		submitted = f.now()
 	}
-	n, err := fairAdd.Run(ctx, f.rdb, f.keys(u.pool), f.args(u.pool, r.ID, r.Tenant, u.tier, submitted.UnixMilli(), due)...).Int()
+	n, err := fairAdd.Run(ctx, f.rdb, f.keys(u.pool, f.shardOf(r.Tenant)), f.args(u.pool, r.ID, r.Tenant, u.tier, submitted.UnixMilli(), due)...).Int()
 	if err != nil {
 		return false, fmt.Errorf("job: fairness pool %s: add %s: %w", u.pool.Name, r.ID, err)
 	}
@@ -268,10 +292,10 @@ func (f *Fairness) add(ctx context.Context, u fairUse, r Record) (bool, error) {
 // Wake makes pool's dispatchers in this process look at it now.
 func (f *Fairness) Wake(pool string) {
 	if p, ok := f.pools[pool]; ok {
-		select {
-		case p.wake <- struct{}{}:
-		default:
-		}
+		p.mu.Lock()
+		close(p.wake)
+		p.wake = make(chan struct{})
+		p.mu.Unlock()
 	}
 }
 
@@ -316,7 +340,7 @@ func (f *Fairness) Done(ctx context.Context, task *asynq.Task) error {
 		return nil
 	}
 	id := task.Headers()[HeaderID]
-	if err := fairDone.Run(ctx, f.rdb, f.keys(p), f.args(p, id)...).Err(); err != nil {
+	if err := fairDone.Run(ctx, f.rdb, f.keys(p, f.shardOf(task.Headers()[HeaderTenant])), f.args(p, id)...).Err(); err != nil {
 		return fmt.Errorf("job: fairness pool %s: done %s: %w", p.Name, id, err)
 	}
 	f.Wake(p.Name)
@@ -342,7 +366,7 @@ func (f *Fairness) Back(ctx context.Context, task *asynq.Task, due time.Time, fa
 		fail = 1
 	}
 	submitted := task.Headers()[HeaderFairSubmitted]
-	if err := fairBack.Run(ctx, f.rdb, f.keys(p), f.args(p, id, due.UnixMilli(), fail, tenant, tier, submitted)...).Err(); err != nil {
+	if err := fairBack.Run(ctx, f.rdb, f.keys(p, f.shardOf(tenant)), f.args(p, id, due.UnixMilli(), fail, tenant, tier, submitted)...).Err(); err != nil {
 		return fmt.Errorf("job: fairness pool %s: back %s: %w", p.Name, id, err)
 	}
 	f.Wake(p.Name)
@@ -366,8 +390,8 @@ const fairSendParallel = 16
 
 // dispatch moves what the window allows of p into flight and enqueues the
 // tasks; it returns how many it moved.
-func (f *Fairness) dispatch(ctx context.Context, sub *Submitter, p *fairPool) (int, error) {
-	out, err := fairDispatch.Run(ctx, f.rdb, f.keys(p), f.args(p, p.Window, fairPopMax)...).StringSlice()
+func (f *Fairness) dispatch(ctx context.Context, sub *Submitter, p *fairPool, shard int) (int, error) {
+	out, err := fairDispatch.Run(ctx, f.rdb, f.keys(p, shard), f.args(p, p.Window, fairPopMax)...).StringSlice()
 	if err != nil {
 		return 0, fmt.Errorf("job: fairness pool %s: dispatch: %w", p.Name, err)
 	}
@@ -396,7 +420,7 @@ func (f *Fairness) dispatch(ctx context.Context, sub *Submitter, p *fairPool) (i
 	for i, id := range ids {
 		r, ok := records[id]
 		if !ok || r.Status.Final() {
-			errs[i] = f.drop(ctx, p, id)
+			errs[i] = f.drop(ctx, p, shard, id)
 			continue
 		}
 		sem <- struct{}{}
@@ -431,8 +455,8 @@ func fairHeaders(p *fairPool, e fairEntry) map[string]string {
 }
 
 // drop takes job id out of p.
-func (f *Fairness) drop(ctx context.Context, p *fairPool, id string) error {
-	if err := fairDone.Run(ctx, f.rdb, f.keys(p), f.args(p, id)...).Err(); err != nil {
+func (f *Fairness) drop(ctx context.Context, p *fairPool, shard int, id string) error {
+	if err := fairDone.Run(ctx, f.rdb, f.keys(p, shard), f.args(p, id)...).Err(); err != nil {
 		return fmt.Errorf("job: fairness pool %s: drop %s: %w", p.Name, id, err)
 	}
 	return nil
@@ -444,13 +468,15 @@ func (f *Fairness) drop(ctx context.Context, p *fairPool, id string) error {
 func (f *Fairness) Run(ctx context.Context, sub *Submitter, inspector TaskInspector) error {
 	var wg sync.WaitGroup
 	for _, p := range f.pools {
-		wg.Go(func() { f.runPool(ctx, sub, inspector, p) })
+		for shard := range f.shards() {
+			wg.Go(func() { f.runPool(ctx, sub, inspector, p, shard) })
+		}
 	}
 	wg.Wait()
 	return nil
 }
 
-func (f *Fairness) runPool(ctx context.Context, sub *Submitter, inspector TaskInspector, p *fairPool) {
+func (f *Fairness) runPool(ctx context.Context, sub *Submitter, inspector TaskInspector, p *fairPool, shard int) {
 	poll := f.Poll
 	if poll <= 0 {
 		poll = 100 * time.Millisecond
@@ -465,7 +491,8 @@ func (f *Fairness) runPool(ctx context.Context, sub *Submitter, inspector TaskIn
 	defer reconcile.Stop()
 	failing := false
 	for {
-		n, err := f.dispatch(ctx, sub, p)
+		woken := p.woken()
+		n, err := f.dispatch(ctx, sub, p, shard)
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -479,10 +506,10 @@ func (f *Fairness) runPool(ctx context.Context, sub *Submitter, inspector TaskIn
 		select {
 		case <-ctx.Done():
 			return
-		case <-p.wake:
+		case <-woken:
 		case <-tick.C:
 		case <-reconcile.C:
-			if _, err := f.Reconcile(ctx, sub, inspector, p.Name, after); err != nil && ctx.Err() == nil {
+			if _, err := f.reconcile(ctx, sub, inspector, p, shard, after); err != nil && ctx.Err() == nil {
 				f.logger().WarnContext(ctx, "fairness: reconcile failed; the next pass tries again", "pool", p.Name, "err", err)
 			}
 		}
@@ -496,9 +523,22 @@ func (f *Fairness) runPool(ctx context.Context, sub *Submitter, inspector TaskIn
 func (f *Fairness) Reconcile(ctx context.Context, sub *Submitter, inspector TaskInspector, pool string, after time.Duration) ([]string, error) {
 	p, ok := f.pools[pool]
 	if !ok {
-		return nil, fmt.Errorf("job: no fairness pool %q", pool)
+		return nil, fmt.Errorf("%w: %q", ErrNoPool, pool)
 	}
-	keys := f.keys(p)
+	var sent []string
+	for shard := range f.shards() {
+		s, err := f.reconcile(ctx, sub, inspector, p, shard, after)
+		sent = append(sent, s...)
+		if err != nil {
+			return sent, err
+		}
+	}
+	return sent, nil
+}
+
+// reconcile is Reconcile for one shard of p.
+func (f *Fairness) reconcile(ctx context.Context, sub *Submitter, inspector TaskInspector, p *fairPool, shard int, after time.Duration) ([]string, error) {
+	keys := f.keys(p, shard)
 	ids, err := f.rdb.ZRangeByScore(ctx, keys[5], &redis.ZRangeBy{
 		Min: "-inf", Max: strconv.FormatInt(f.now().Add(-after).UnixMilli(), 10), Count: DefaultRelayBatch,
 	}).Result()
@@ -513,7 +553,7 @@ func (f *Fairness) Reconcile(ctx context.Context, sub *Submitter, inspector Task
 	for _, id := range ids {
 		r, ok := records[id]
 		if !ok || r.Status.Final() {
-			if err := f.drop(ctx, p, id); err != nil {
+			if err := f.drop(ctx, p, shard, id); err != nil {
 				return sent, err
 			}
 			continue
@@ -554,7 +594,7 @@ func (f *Fairness) Weights(ctx context.Context, pool string) (FairPool, FairWeig
 	if w.Weights == nil {
 		w.Weights = map[string]float64{}
 	}
-	set, err := f.rdb.HGetAll(ctx, f.keys(p)[3]).Result()
+	set, err := f.rdb.HGetAll(ctx, f.keys(p, 0)[3]).Result()
 	if err != nil {
 		return p.FairPool, w, true, fmt.Errorf("job: fairness pool %s: weights: %w", pool, err)
 	}
@@ -585,18 +625,21 @@ func (f *Fairness) SetWeights(ctx context.Context, pool string, w FairWeights) e
 	if err := w.Check(); err != nil {
 		return err
 	}
-	key := f.keys(p)[3]
 	vals := []any{"default", strconv.FormatFloat(w.Default, 'g', -1, 64)}
 	for t, x := range w.Weights {
 		vals = append(vals, "t:"+t, strconv.FormatFloat(x, 'g', -1, 64))
 	}
-	_, err := f.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		pipe.Del(ctx, key)
-		pipe.HSet(ctx, key, vals...)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("job: fairness pool %s: set weights: %w", pool, err)
+	// Each shard keeps a copy in its own slot, where its scripts read it.
+	for shard := range f.shards() {
+		key := f.keys(p, shard)[3]
+		_, err := f.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			pipe.Del(ctx, key)
+			pipe.HSet(ctx, key, vals...)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("job: fairness pool %s: set weights: %w", pool, err)
+		}
 	}
 	return nil
 }
@@ -616,21 +659,37 @@ func (f *Fairness) Backlog(ctx context.Context, pool string) ([]FairBacklog, int
 	if !ok {
 		return nil, 0, fmt.Errorf("%w: %q", ErrNoPool, pool)
 	}
-	keys := f.keys(p)
+	by := map[string]*FairBacklog{}
+	total := 0
+	for shard := range f.shards() {
+		n, err := f.backlog(ctx, f.keys(p, shard), by)
+		if err != nil {
+			return nil, 0, fmt.Errorf("job: fairness pool %s: backlog: %w", pool, err)
+		}
+		total += n
+	}
+	out := make([]FairBacklog, 0, len(by))
+	for _, t := range slices.Sorted(maps.Keys(by)) {
+		out = append(out, *by[t])
+	}
+	return out, total, nil
+}
+
+// backlog counts one shard's jobs into by and returns its jobs in flight.
+func (f *Fairness) backlog(ctx context.Context, keys []string, by map[string]*FairBacklog) (int, error) {
 	flying, err := f.rdb.ZRange(ctx, keys[5], 0, -1).Result()
 	if err != nil {
-		return nil, 0, fmt.Errorf("job: fairness pool %s: backlog: %w", pool, err)
+		return 0, err
 	}
 	inFlight := map[string]bool{}
 	for _, id := range flying {
 		inFlight[id] = true
 	}
-	by := map[string]*FairBacklog{}
 	var cursor uint64
 	for {
 		kv, next, err := f.rdb.HScan(ctx, keys[0], cursor, "", 1000).Result()
 		if err != nil {
-			return nil, 0, fmt.Errorf("job: fairness pool %s: backlog: %w", pool, err)
+			return 0, err
 		}
 		for i := 0; i+1 < len(kv); i += 2 {
 			var e struct {
@@ -658,9 +717,5 @@ func (f *Fairness) Backlog(ctx context.Context, pool string) ([]FairBacklog, int
 			break
 		}
 	}
-	out := make([]FairBacklog, 0, len(by))
-	for _, t := range slices.Sorted(maps.Keys(by)) {
-		out = append(out, *by[t])
-	}
-	return out, len(flying), nil
+	return len(flying), nil
 }

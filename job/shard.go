@@ -23,9 +23,17 @@ func ShardQueue(queue, tenant string, shards int) string {
 	if shards <= 1 {
 		return queue
 	}
+	return shardName(queue, shardIndex(tenant, shards), shards)
+}
+
+// shardIndex is tenant's shard of shards: a stable hash.
+func shardIndex(tenant string, shards int) int {
+	if shards <= 1 {
+		return 0
+	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(tenant))
-	return shardName(queue, int(h.Sum32()%uint32(shards)), shards)
+	return int(h.Sum32() % uint32(shards))
 }
 
 // ShardQueues are every shard queue of queue, in shard order: queue

@@ -53,7 +53,9 @@ func newServerEnv(t testing.TB) *serverEnv {
 // error. The test's cleanup stops it too.
 func (s *serverEnv) start(t testing.TB, h asynq.Handler, cfg Config, opts ...ServerOption) (stop func() error) {
 	t.Helper()
-	cfg.Queues = map[string]int{s.queue: 1}
+	if cfg.Queues == nil {
+		cfg.Queues = map[string]int{s.queue: 1}
+	}
 	if cfg.Retry.Base == 0 && cfg.Retry.Busy == 0 {
 		cfg.Retry = Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond, Busy: 50 * time.Millisecond}
 	}

@@ -312,6 +312,7 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 		if err != nil {
 			return opts, usagef("%v", err)
 		}
+		f.Shards = cfg.Shards()
 		opts.Fairness = f
 	}
 	if deps.pool != nil {

@@ -224,6 +224,7 @@ func (s *services) fairness() (*job.Fairness, error) {
 	if err != nil {
 		return nil, usagef("%v", err)
 	}
+	f.Shards = s.cfg.Shards()
 	s.fair = f
 	return f, nil
 }
