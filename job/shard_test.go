@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/hibiken/asynq"
@@ -69,13 +70,16 @@ func TestShardsSpreadTasksOverClusterNodes(t *testing.T) {
 		}
 	}
 	held := map[string]int{}
+	var mu sync.Mutex // ForEachMaster asks the nodes at once
 	err = cluster.ForEachMaster(t.Context(), func(ctx context.Context, node *redis.Client) error {
 		for _, q := range job.ShardQueues(queue, 3) {
 			n, err := node.LLen(ctx, "asynq:{"+q+"}:pending").Result()
 			if err != nil && !strings.Contains(err.Error(), "MOVED") {
 				return err
 			}
+			mu.Lock()
 			held[node.Options().Addr] += int(n)
+			mu.Unlock()
 		}
 		return nil
 	})
