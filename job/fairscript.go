@@ -102,9 +102,12 @@ place(ARGV[4], e, tonumber(ARGV[5]))
 return 1
 `)
 
-// fairDone takes a finished job out of the pool. ARGV[4] id.
+// fairDone takes a finished job out of the pool, its entry with it.
+// ARGV[4] id.
 var fairDone = redis.NewScript(fairLib + `
-if unfile(ARGV[4]) then return 1 end
+local e = unfile(ARGV[4])
+redis.call('HDEL', KEYS[1], ARGV[4])
+if e then return 1 end
 return 0
 `)
 

@@ -373,9 +373,10 @@ func TestFairReconcileEnqueuesJobsInFlightWithoutTask(t *testing.T) {
 		}
 	}
 	e.run(t, e.recorder(), Config{})
-	waitFor(t, "all 8 jobs started and the window empty", func() bool {
+	waitFor(t, "all 8 jobs started and the pool empty", func() bool {
 		n, _ := e.rdb.ZCard(t.Context(), inflight).Result()
-		return e.started.len() >= 8 && n == 0
+		entries, _ := e.rdb.HLen(t.Context(), e.prefix+"fair:{fair:tenants}:jobs").Result()
+		return e.started.len() >= 8 && n == 0 && entries == 0
 	})
 }
 
