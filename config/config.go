@@ -102,6 +102,11 @@ type Config struct {
 	// Limits are the flow limits jobs share (jobs[].limits), enforced by
 	// every worker through Redis. Default none.
 	Limits []Limit `yaml:"limits"`
+	// Broker lays jobs' tasks out in asynq's Redis (broker.shards).
+	Broker Broker `yaml:"broker"`
+	// Fairness are the pools in which jobs (jobs[].fairness) share the
+	// workers fairly between tenants. Default none.
+	Fairness []Fairness `yaml:"fairness"`
 	// DeclaredJobs are the jobs enqueue routes accept and workers run, as
 	// written; Jobs and Job return them compiled.
 	DeclaredJobs []Job `yaml:"jobs"`
@@ -114,6 +119,8 @@ type Config struct {
 	defaulted []defaultJob
 	// limits are the compiled limits, by name.
 	limits map[string]job.Limit
+	// fairPools are the valid fairness pools (validateFairness).
+	fairPools []job.FairPool
 	// claimedListeners are the loopback addresses the program's own
 	// settings name (WithSettings), for the dev-mode port warnings.
 	claimedListeners []claimedListener

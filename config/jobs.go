@@ -66,6 +66,14 @@ type Job struct {
 	// OnFinal, when set, POSTs one signed event per final status the job
 	// reaches (see OnFinal). Default none.
 	OnFinal *OnFinal `yaml:"on_final"`
+	// Fairness names the pool under fairness the job's tasks wait in, so
+	// that tenants share the workers by weight. Default none: a task goes
+	// to its queue at once, first come first served.
+	Fairness string `yaml:"fairness"`
+	// Priority is the job's tier in its fairness pool: a higher tier is
+	// dispatched first, whatever the tenants' shares. Default 0. It needs
+	// fairness.
+	Priority int `yaml:"priority"`
 }
 
 // Deliver says how the worker hands a job over.
@@ -372,6 +380,14 @@ func (c *Config) checkJob(j *Job, at string, o *options, bad badFunc) *job.Spec 
 		fail(at+".delay", "%s is above max_delay %s", j.Delay, spec.MaxDelay)
 	}
 	spec.Limits = c.jobLimits(j, spec.Schema, at, fail)
+	spec.Fairness, spec.Priority = j.Fairness, j.Priority
+	if j.Fairness != "" {
+		if p := c.fairnessProblem(j.Fairness); p != "" {
+			fail(at+".fairness", "%s", p)
+		}
+	} else if j.Priority != 0 {
+		fail(at+".priority", "orders the job within its fairness pool; it needs fairness")
+	}
 
 	if j.Deliver != nil {
 		if j.Deliver.HTTP == nil {

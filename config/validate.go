@@ -159,6 +159,8 @@ func (c *Config) validate(o *options) error {
 	c.validateRedisWait(bad)
 	c.validateWorker(bad)
 	c.validateLimits(bad)
+	c.validateFairness(bad)
+	c.validateBroker(bad)
 	c.validateJobs(bad, o)
 	c.validateRoutes(bad)
 	c.validateTLS(bad, o)

@@ -32,6 +32,8 @@ func (g *Gateway) adminRoutes() http.Handler {
 		r.Get("/admin/jobs/{id}/explain", g.handleJobExplain())
 	}
 	r.Get("/admin/limits/{name}", g.handleLimitGet())
+	r.Get("/admin/fairness/{pool}", g.handleFairnessGet())
+	r.Put("/admin/fairness/{pool}", g.handleFairnessPut())
 	if g.opts.Pprof {
 		r.HandleFunc(pprofPrefix+"*", pprof.Index)
 		r.HandleFunc(pprofPrefix+"cmdline", pprof.Cmdline)

@@ -77,6 +77,10 @@ type Options struct {
 	// Limits reads the flow limits for GET /admin/limits/{name}; nil
 	// means none is declared (every name is 404).
 	Limits Limits
+	// Fairness reads and sets the fairness pools for GET and PUT
+	// /admin/fairness/{pool}; nil means none is declared (every pool is
+	// 404).
+	Fairness Fairness
 	// AdminMaxAuthFailures is how many wrong admin tokens one peer may
 	// send within a minute before the admin listener refuses it for a
 	// minute (AdminGuard). Default DefaultAdminMaxAuthFailures, 10. The

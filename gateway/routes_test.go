@@ -77,6 +77,8 @@ func TestAdminRoutes(t *testing.T) {
 	want := []Endpoint{
 		{Method: "*", Path: "/admin/other", Prefix: true, Kind: KindTool},
 		{Method: "*", Path: "/admin/queues", Prefix: true, Kind: KindTool},
+		{Method: "GET", Path: "/admin/fairness/{pool}", Kind: KindAPI},
+		{Method: "PUT", Path: "/admin/fairness/{pool}", Kind: KindAPI},
 		{Method: "POST", Path: "/admin/jobs/{id}/cancel", Kind: KindAPI},
 		{Method: "DELETE", Path: "/admin/keys/{tenant}/{route}/{key}", Kind: KindAPI},
 		{Method: "GET", Path: "/admin/keys/{tenant}/{route}/{key}", Kind: KindAPI},

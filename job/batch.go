@@ -93,7 +93,7 @@ func (e *Submitter) SubmitBatch(ctx context.Context, b Batch) ([]Record, error) 
 		}
 		recs[i] = Record{
 			ID: ID(req.Tenant, req.Route, req.Key), Tenant: req.Tenant, Route: req.Route, IdempotencyKey: req.Key,
-			Task: req.Spec.Task, Queue: req.QueueName(), BusinessKey: p.BusinessKey, Payload: req.Body,
+			Task: req.Spec.Task, Queue: ShardQueue(req.QueueName(), req.Tenant, e.Shards), BusinessKey: p.BusinessKey, Payload: req.Body,
 		}
 	}
 	id := b.ID()

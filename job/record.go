@@ -310,3 +310,25 @@ func StorableText(s string) string {
 	}
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
+
+// byIDs returns the jobs with ids that exist, by id, whatever their
+// tenant.
+func (s *Records) byIDs(ctx context.Context, ids []string) (map[string]Record, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+recordColumns+` FROM jobs WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("job: get jobs: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]Record, len(ids))
+	for rows.Next() {
+		var j Record
+		if err := rows.Scan(j.scanTargets()...); err != nil {
+			return nil, fmt.Errorf("job: get jobs: %w", err)
+		}
+		out[j.ID] = j
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("job: get jobs: %w", err)
+	}
+	return out, nil
+}

@@ -234,11 +234,13 @@ func (r *Relay) Requeue(ctx context.Context, id string) (Record, bool, error) {
 }
 
 // redeliver enqueues j's task unless asynq holds it, and reports whether
-// this call enqueued it.
+// this call enqueued it. A pooled job asynq does not hold is filed again
+// in its pool unless the pool holds it (ready, delayed or in flight, the
+// last repaired by the dispatcher's reconcile pass).
 func (r *Relay) redeliver(ctx context.Context, j Record) (bool, error) {
 	state, err := TaskState(r.inspector, j.Queue, j.ID)
 	if err != nil || state != "" {
 		return false, err
 	}
-	return r.sub.send(ctx, j)
+	return r.sub.deliver(ctx, j)
 }

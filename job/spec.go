@@ -42,6 +42,13 @@ type Spec struct {
 	// OnFinal, when set, POSTs one signed event per final status the job
 	// reaches; nil means none.
 	OnFinal *Callback
+	// Fairness names the pool (FairPool) the job's tasks wait in, shared
+	// fairly between tenants; "" means none: the task goes to asynq at
+	// once.
+	Fairness string
+	// Priority is the job's tier in its pool: a higher tier is dispatched
+	// first, whatever the tenants' shares. Default 0.
+	Priority int
 }
 
 // DefaultQueue is the queue of a job that names none.

@@ -40,6 +40,13 @@ type Submitter struct {
 	// enqueued is on the queue's replicas, or the wait's timeout passed
 	// (brokerwait.go). The relay's enqueues do not wait.
 	Broker *BrokerWait
+	// Shards spreads each queue over this many asynq queues, chosen by
+	// tenant (shard.go); 0 or 1: one queue.
+	Shards int
+	// Fairness, when set, holds the jobs of the declared pools: a job
+	// whose Spec names a pool waits there for its turn (fair.go) instead
+	// of going to asynq at once.
+	Fairness *Fairness
 }
 
 // New returns an Submitter writing job records on db and tasks with client.
@@ -124,7 +131,7 @@ func (e *Submitter) Submit(ctx context.Context, req Request) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	queue := req.QueueName()
+	queue := ShardQueue(req.QueueName(), req.Tenant, e.Shards)
 	j, _, err := e.records.create(ctx, Record{
 		ID: ID(req.Tenant, req.Route, req.Key), Tenant: req.Tenant, Route: req.Route, IdempotencyKey: req.Key,
 		Task: req.Spec.Task, Queue: queue, BusinessKey: p.BusinessKey, Payload: req.Body,
@@ -138,7 +145,7 @@ func (e *Submitter) Submit(ctx context.Context, req Request) (Record, error) {
 		if err := e.enqueue(ctx, j); err != nil {
 			return j, fmt.Errorf("%w: %w", ErrTaskDeferred, err)
 		}
-		if e.Broker != nil {
+		if _, pooled := e.Fairness.pooled(j.Task); e.Broker != nil && !pooled {
 			// Also when asynq held the task already: this may be the
 			// retry of a request whose wait fell short.
 			if err := e.Broker.wait(ctx, j.Queue); err != nil {
@@ -149,11 +156,21 @@ func (e *Submitter) Submit(ctx context.Context, req Request) (Record, error) {
 	return j, nil
 }
 
-// enqueue sends r's task. A task asynq already holds under the job id is
-// not an error: it is the same job.
+// enqueue sends r's task, or files r in its fairness pool when its job
+// names one. A task asynq already holds under the job id, or a job its
+// pool holds, is not an error: it is the same job.
 func (e *Submitter) enqueue(ctx context.Context, r Record) error {
-	_, err := e.send(ctx, r)
+	_, err := e.deliver(ctx, r)
 	return err
+}
+
+// deliver is enqueue, reporting whether it sent the task or filed the job
+// as new.
+func (e *Submitter) deliver(ctx context.Context, r Record) (bool, error) {
+	if u, ok := e.Fairness.pooled(r.Task); ok {
+		return e.Fairness.add(ctx, u, r)
+	}
+	return e.send(ctx, r)
 }
 
 // send sends r's task and reports whether asynq took it as new: false
@@ -162,13 +179,16 @@ func (e *Submitter) enqueue(ctx context.Context, r Record) error {
 // (asynq.ProcessAt at ProcessAt(not_before); a time past is processed at
 // once), and carries it in HeaderNotBefore.
 func (e *Submitter) send(ctx context.Context, r Record) (bool, error) {
-	return e.sendAs(ctx, r, r.ID)
+	return e.sendAs(ctx, r, r.ID, nil)
 }
 
 // sendAs is send under the TaskID taskID: the job's own id, or a takeover
-// task's (TakeoverTaskID).
-func (e *Submitter) sendAs(ctx context.Context, r Record, taskID string) (bool, error) {
+// task's (TakeoverTaskID), with the headers extra too (a pooled job's).
+func (e *Submitter) sendAs(ctx context.Context, r Record, taskID string, extra map[string]string) (bool, error) {
 	headers := map[string]string{HeaderID: r.ID, HeaderTenant: r.Tenant}
+	for k, v := range extra {
+		headers[k] = v
+	}
 	if e.Headers != nil {
 		for k, v := range e.Headers(ctx) {
 			headers[k] = v

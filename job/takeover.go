@@ -102,7 +102,7 @@ func (r *Relay) TakeOver(ctx context.Context) (Takeover, error) {
 			continue
 		}
 		id := TakeoverTaskID(j.ID, j.token)
-		sent, err := r.sub.sendAs(ctx, j.Record, id)
+		sent, err := r.sub.sendAs(ctx, j.Record, id, nil)
 		if err != nil {
 			return p, fmt.Errorf("job: takeover: %w", err)
 		}

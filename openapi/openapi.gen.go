@@ -296,6 +296,48 @@ type BatchState struct {
 	Items int `json:"items"`
 }
 
+// FairnessState A fairness pool now.
+type FairnessState struct {
+	Name string `json:"name"`
+
+	// Window The most of the pool's jobs in asynq at once.
+	Window        int     `json:"window"`
+	DefaultWeight float64 `json:"default_weight"`
+
+	// Weights The effective tenants' weights.
+	Weights map[string]float64 `json:"weights"`
+
+	// InFlight The pool's jobs in asynq now.
+	InFlight int `json:"in_flight"`
+
+	// Tenants The tenants with jobs in the pool, by name.
+	Tenants []FairnessTenant `json:"tenants"`
+}
+
+// FairnessTenant One tenant's jobs in a fairness pool now.
+type FairnessTenant struct {
+	Tenant string  `json:"tenant"`
+	Weight float64 `json:"weight"`
+
+	// Ready Jobs waiting for their turn.
+	Ready int `json:"ready"`
+
+	// Delayed Jobs waiting for a due time: scheduled, retrying after a backoff, sent back by a flow limit.
+	Delayed int `json:"delayed"`
+
+	// InFlight Jobs in asynq now.
+	InFlight int `json:"in_flight"`
+}
+
+// FairnessWeights A fairness pool's weights.
+type FairnessWeights struct {
+	// DefaultWeight The weight of a tenant `weights` does not name.
+	DefaultWeight float64 `json:"default_weight"`
+
+	// Weights Tenants' weights; while both have jobs waiting, a tenant of weight 3 gets three dispatches for every one of a tenant of weight 1.
+	Weights *map[string]float64 `json:"weights,omitempty"`
+}
+
 // FieldError One bad field of a job's payload.
 type FieldError struct {
 	// Field The field's path in the payload, dotted, with array indices in
@@ -947,3 +989,6 @@ type CancelJobParams struct {
 	// else, or none, is replaced with a new UUIDv7.
 	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
 }
+
+// SetFairnessJSONRequestBody defines body for SetFairness for application/json ContentType.
+type SetFairnessJSONRequestBody = FairnessWeights

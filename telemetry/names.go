@@ -43,8 +43,9 @@ func MetricNames() []string {
 		MetricDLQTasks, MetricQueueDepth,
 		MetricLimitWaits, MetricLimitHolders,
 		MetricRetentionDeleted, MetricFinalCallbacks,
+		MetricFairDispatch,
 	}
-	for _, h := range []string{MetricRequestDuration, MetricUpstreamDuration, MetricStoreOperationDuration, MetricLimitWait} {
+	for _, h := range []string{MetricRequestDuration, MetricUpstreamDuration, MetricStoreOperationDuration, MetricLimitWait, MetricFairDwell} {
 		names = append(names, h+"_bucket", h+"_sum", h+"_count")
 	}
 	return names

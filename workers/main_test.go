@@ -67,7 +67,7 @@ type env struct {
 	store  *execution.Store
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	e := &env{pool: testenv.Pool(t), rdb: testenv.Redis(t), prefix: testenv.Prefix()}
 	e.store = execution.New(e.pool)

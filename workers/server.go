@@ -11,6 +11,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemgate/idemgate/job"
 )
 
 // Server runs asynq workers for a handler (usually an *asynq.ServeMux of
@@ -24,6 +26,7 @@ type Server struct {
 	started atomic.Bool
 	running inflight
 	cancels *CancelWatcher
+	fair    *job.Fairness
 }
 
 // ServerOption adjusts a Server.
@@ -131,6 +134,9 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) process(ctx context.Context, task *asynq.Task) error {
 	s.running.add()
 	defer s.running.done()
+	if s.fair.Pooled(task) {
+		return s.processPooled(ctx, task)
+	}
 	return s.handler.ProcessTask(ctx, task)
 }
 

@@ -26,7 +26,7 @@ type serverEnv struct {
 	inspector *asynq.Inspector
 }
 
-func newServerEnv(t *testing.T) *serverEnv {
+func newServerEnv(t testing.TB) *serverEnv {
 	t.Helper()
 	e := newEnv(t)
 	opt, err := asynq.ParseRedisURI(testenv.RedisURL(t))
@@ -51,9 +51,11 @@ func newServerEnv(t *testing.T) *serverEnv {
 // start runs a Server for h on the test's queue with short polling and
 // retry delays, and returns a function that stops it and returns Run's
 // error. The test's cleanup stops it too.
-func (s *serverEnv) start(t *testing.T, h asynq.Handler, cfg Config, opts ...ServerOption) (stop func() error) {
+func (s *serverEnv) start(t testing.TB, h asynq.Handler, cfg Config, opts ...ServerOption) (stop func() error) {
 	t.Helper()
-	cfg.Queues = map[string]int{s.queue: 1}
+	if cfg.Queues == nil {
+		cfg.Queues = map[string]int{s.queue: 1}
+	}
 	if cfg.Retry.Base == 0 && cfg.Retry.Busy == 0 {
 		cfg.Retry = Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond, Busy: 50 * time.Millisecond}
 	}

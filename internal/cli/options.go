@@ -20,6 +20,7 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/internal/logwriter"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
@@ -303,6 +304,17 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 	}
 	if deps.redis != nil {
 		opts.Limits = newLimitReader(cfg, deps.redis)
+	}
+	switch {
+	case deps.jobs != nil && deps.jobs.Fairness != nil:
+		opts.Fairness = deps.jobs.Fairness
+	case deps.redis != nil && len(cfg.FairPools()) > 0:
+		f, err := job.NewFairness(deps.redis, cfg.FairPools(), cfg.Jobs())
+		if err != nil {
+			return opts, usagef("%v", err)
+		}
+		f.Shards = cfg.Shards()
+		opts.Fairness = f
 	}
 	if deps.pool != nil {
 		pool := deps.pool

@@ -87,6 +87,10 @@ func openGatewayDeps(ctx context.Context, cfg *config.Config, svc *services, wit
 		}
 		deps.jobs = job.NewSubmitter(deps.pool, client)
 		deps.jobs.Headers = telemetry.InjectTask
+		deps.jobs.Shards = cfg.Shards()
+		if deps.jobs.Fairness, err = svc.fairness(); err != nil {
+			return deps, err
+		}
 		if w := cfg.JobsAPI.RedisWait; w.On() {
 			rdb, err := svc.redisClient()
 			if err != nil {

@@ -31,6 +31,7 @@ type services struct {
 	queue     *asynq.Client
 	inspector *asynq.Inspector
 	store     idempotency.Store
+	fair      *job.Fairness
 	certs     certs
 }
 
@@ -199,5 +200,31 @@ func openJobQueue(ctx context.Context, cfg *config.Config, cl *closers, cmd stri
 	if err != nil {
 		return nil, nil, err
 	}
-	return job.NewSubmitter(pool, client), inspector, nil
+	sub := job.NewSubmitter(pool, client)
+	sub.Shards = cfg.Shards()
+	if sub.Fairness, err = svc.fairness(); err != nil {
+		return nil, nil, err
+	}
+	return sub, inspector, nil
+}
+
+// fairness is the fairness pools on redis_url, or nil when none is
+// declared: Submitters file the pooled jobs in them, and the worker runs
+// their dispatchers. One process shares one, so that a submit in dev
+// wakes its worker's dispatchers.
+func (s *services) fairness() (*job.Fairness, error) {
+	if s.fair != nil || len(s.cfg.FairPools()) == 0 {
+		return s.fair, nil
+	}
+	rdb, err := s.redisClient()
+	if err != nil {
+		return nil, err
+	}
+	f, err := job.NewFairness(rdb, s.cfg.FairPools(), s.cfg.Jobs())
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	f.Shards = s.cfg.Shards()
+	s.fair = f
+	return f, nil
 }

@@ -31,7 +31,7 @@ func runWorker(ctx context.Context, ext extension.Set, args []string, getenv fun
 		if err != nil {
 			return err
 		}
-		return runAll(ctx, p.cfg, p.logger, stdout, &p.svc.certs, nil, []server{w.adminServer(p.cfg)}, w.srv.Run, w.relay.Run, w.ledgerJanitor, w.callbacks.Run)
+		return runAll(ctx, p.cfg, p.logger, stdout, &p.svc.certs, nil, []server{w.adminServer(p.cfg)}, w.srv.Run, w.relay.Run, w.ledgerJanitor, w.callbacks.Run, w.dispatch)
 	})
 }
 
@@ -47,7 +47,9 @@ type worker struct {
 	ledgerJanitor func(context.Context) error
 	// callbacks sends the final-status callbacks (on_final).
 	callbacks *workers.FinalCallbacks
-	admin     http.Handler
+	// dispatch runs the fairness pools' dispatchers (none without pools).
+	dispatch func(context.Context) error
+	admin    http.Handler
 }
 
 func (w *worker) adminServer(cfg *config.Config) server {
@@ -92,7 +94,7 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 	for _, l := range cfg.LimitDefs() {
 		metrics.InitLimits(l.Name)
 	}
-	reg.MustRegister(telemetry.NewQueueCollector(inspector, slices.Sorted(maps.Keys(cfg.Worker.Queues)), logger))
+	reg.MustRegister(telemetry.NewQueueCollector(inspector, slices.Sorted(maps.Keys(cfg.WorkerConfig().Queues)), logger))
 
 	deps := cfg.Worker.Deps(pool, rdb)
 	deps.Logger = logger
@@ -105,7 +107,21 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 	relayOpts := cfg.Worker.RelayOptions()
 	relayOpts.Logger = logger
 	relayOpts.Locks = locks
-	relay := job.NewRelay(job.NewSubmitter(pool, client), inspector, relayOpts)
+	sub := job.NewSubmitter(pool, client)
+	sub.Shards = cfg.Shards()
+	fair, err := svc.fairness()
+	if err != nil {
+		return nil, err
+	}
+	sub.Fairness = fair
+	dispatch := func(ctx context.Context) error { <-ctx.Done(); return nil }
+	serverOpts := []workers.ServerOption{workers.WithLogger(logger)}
+	if fair != nil {
+		fair.Observer, fair.Logger = telemetry.NewFairMetrics(reg), logger
+		dispatch = func(ctx context.Context) error { return fair.Run(ctx, sub, inspector) }
+		serverOpts = append(serverOpts, workers.WithFairness(fair))
+	}
+	relay := job.NewRelay(sub, inspector, relayOpts)
 	deps.Observer = metrics
 	records := job.NewRecords(pool)
 	// The job documents: written with the execution state at an
@@ -130,7 +146,7 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 		return nil, usagef("worker: %v", err)
 	}
 	mux.Use(telemetry.TaskTracing(telemetry.WithFailure(workers.IsFailure)))
-	srv, err := workers.NewServer(opt, cfg.Worker.Config, mux, workers.WithLogger(logger), workers.WithCancelWatcher(cancels))
+	srv, err := workers.NewServer(opt, cfg.WorkerConfig(), mux, append(serverOpts, workers.WithCancelWatcher(cancels))...)
 	if err != nil {
 		return nil, usagef("worker: %v", err)
 	}
@@ -160,7 +176,7 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 		Client:   &http.Client{Transport: telemetry.HTTPTransport(nil)},
 		Observer: telemetry.NewCallbackMetrics(reg, finalTasks...),
 	})
-	return &worker{srv: srv, relay: relay, ledgerJanitor: ledgerJanitor, callbacks: callbacks, admin: requestid.Middleware(admin)}, nil
+	return &worker{srv: srv, relay: relay, ledgerJanitor: ledgerJanitor, callbacks: callbacks, dispatch: dispatch, admin: requestid.Middleware(admin)}, nil
 }
 
 // requireAdminToken puts next behind the token whose hex SHA-256 is

@@ -3,6 +3,7 @@
 package apiclient
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -90,6 +91,46 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 
 // The interface specification for the client above.
 type ClientInterface interface {
+
+	// GetFairness Show a fairness pool's weights and its tenants' backlogs now.
+	//
+	// The pool's effective weights (those set with `PUT` if any, else the
+	// configuration's), its window, how many of its jobs are in asynq
+	// now, and per tenant with jobs in the pool how many wait for their
+	// turn (`ready`), for a due time (`delayed`: scheduled jobs, retries
+	// after their backoff, jobs a flow limit sent back) and are in asynq
+	// (`in_flight`). A pool the configuration does not declare is 404.
+	//
+	// Corresponds with GET /admin/fairness/{pool} (the `GetFairness` operationId).
+	GetFairness(ctx context.Context, pool string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetFairnessWithBody Replace a fairness pool's weights at run time.
+	//
+	// Replaces the pool's weights for every gateway and worker, until
+	// they are set again; the configuration's weights no longer count.
+	// They apply to the jobs that enter the pool from now on: jobs
+	// already waiting keep their places. Every weight must be a positive
+	// finite number (400 otherwise). A pool the configuration does not
+	// declare is 404. The answer is the pool as `GET` shows it.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /admin/fairness/{pool} (the `SetFairness` operationId).
+	SetFairnessWithBody(ctx context.Context, pool string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetFairness Replace a fairness pool's weights at run time.
+	//
+	// Replaces the pool's weights for every gateway and worker, until
+	// they are set again; the configuration's weights no longer count.
+	// They apply to the jobs that enter the pool from now on: jobs
+	// already waiting keep their places. Every weight must be a positive
+	// finite number (400 otherwise). A pool the configuration does not
+	// declare is 404. The answer is the pool as `GET` shows it.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /admin/fairness/{pool} (the `SetFairness` operationId).
+	SetFairness(ctx context.Context, pool string, body SetFairnessJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// AdminCancelJob Cancel any tenant's job.
 	//
@@ -259,6 +300,76 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/jobs/{id}/cancel (the `CancelJob` operationId).
 	CancelJob(ctx context.Context, id JobID, params *CancelJobParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// GetFairness Show a fairness pool's weights and its tenants' backlogs now.
+//
+// The pool's effective weights (those set with `PUT` if any, else the
+// configuration's), its window, how many of its jobs are in asynq
+// now, and per tenant with jobs in the pool how many wait for their
+// turn (`ready`), for a due time (`delayed`: scheduled jobs, retries
+// after their backoff, jobs a flow limit sent back) and are in asynq
+// (`in_flight`). A pool the configuration does not declare is 404.
+//
+// Corresponds with GET /admin/fairness/{pool} (the `GetFairness` operationId).
+func (c *Client) GetFairness(ctx context.Context, pool string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetFairnessRequest(c.Server, pool)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetFairnessWithBody Replace a fairness pool's weights at run time.
+//
+// Replaces the pool's weights for every gateway and worker, until
+// they are set again; the configuration's weights no longer count.
+// They apply to the jobs that enter the pool from now on: jobs
+// already waiting keep their places. Every weight must be a positive
+// finite number (400 otherwise). A pool the configuration does not
+// declare is 404. The answer is the pool as `GET` shows it.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /admin/fairness/{pool} (the `SetFairness` operationId).
+func (c *Client) SetFairnessWithBody(ctx context.Context, pool string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetFairnessRequestWithBody(c.Server, pool, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetFairness Replace a fairness pool's weights at run time.
+//
+// Replaces the pool's weights for every gateway and worker, until
+// they are set again; the configuration's weights no longer count.
+// They apply to the jobs that enter the pool from now on: jobs
+// already waiting keep their places. Every weight must be a positive
+// finite number (400 otherwise). A pool the configuration does not
+// declare is 404. The answer is the pool as `GET` shows it.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /admin/fairness/{pool} (the `SetFairness` operationId).
+func (c *Client) SetFairness(ctx context.Context, pool string, body SetFairnessJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetFairnessRequest(c.Server, pool, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
 }
 
 // AdminCancelJob Cancel any tenant's job.
@@ -578,6 +689,87 @@ func (c *Client) CancelJob(ctx context.Context, id JobID, params *CancelJobParam
 		return nil, err
 	}
 	return c.Client.Do(req)
+}
+
+// NewGetFairnessRequest constructs an http.Request for the GetFairness method
+func NewGetFairnessRequest(server string, pool string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "pool", pool, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/fairness/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSetFairnessRequest calls the generic SetFairness builder with application/json body
+func NewSetFairnessRequest(server string, pool string, body SetFairnessJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetFairnessRequestWithBody(server, pool, "application/json", bodyReader)
+}
+
+// NewSetFairnessRequestWithBody constructs an http.Request for the SetFairness method, with any body, and a specified content type
+func NewSetFairnessRequestWithBody(server string, pool string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "pool", pool, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/fairness/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
 }
 
 // NewAdminCancelJobRequest constructs an http.Request for the AdminCancelJob method
@@ -1292,6 +1484,48 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
+	// GetFairnessWithResponse Show a fairness pool's weights and its tenants' backlogs now.
+	//
+	// The pool's effective weights (those set with `PUT` if any, else the
+	// configuration's), its window, how many of its jobs are in asynq
+	// now, and per tenant with jobs in the pool how many wait for their
+	// turn (`ready`), for a due time (`delayed`: scheduled jobs, retries
+	// after their backoff, jobs a flow limit sent back) and are in asynq
+	// (`in_flight`). A pool the configuration does not declare is 404.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/fairness/{pool} (the `GetFairness` operationId).
+	GetFairnessWithResponse(ctx context.Context, pool string, reqEditors ...RequestEditorFn) (*GetFairnessResponse, error)
+
+	// SetFairnessWithBodyWithResponse Replace a fairness pool's weights at run time.
+	//
+	// Replaces the pool's weights for every gateway and worker, until
+	// they are set again; the configuration's weights no longer count.
+	// They apply to the jobs that enter the pool from now on: jobs
+	// already waiting keep their places. Every weight must be a positive
+	// finite number (400 otherwise). A pool the configuration does not
+	// declare is 404. The answer is the pool as `GET` shows it.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /admin/fairness/{pool} (the `SetFairness` operationId).
+	SetFairnessWithBodyWithResponse(ctx context.Context, pool string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetFairnessResponse, error)
+
+	// SetFairnessWithResponse Replace a fairness pool's weights at run time.
+	//
+	// Replaces the pool's weights for every gateway and worker, until
+	// they are set again; the configuration's weights no longer count.
+	// They apply to the jobs that enter the pool from now on: jobs
+	// already waiting keep their places. Every weight must be a positive
+	// finite number (400 otherwise). A pool the configuration does not
+	// declare is 404. The answer is the pool as `GET` shows it.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /admin/fairness/{pool} (the `SetFairness` operationId).
+	SetFairnessWithResponse(ctx context.Context, pool string, body SetFairnessJSONRequestBody, reqEditors ...RequestEditorFn) (*SetFairnessResponse, error)
+
 	// AdminCancelJobWithResponse Cancel any tenant's job.
 	//
 	// `POST /v1/jobs/{id}/cancel` for an operator: any tenant's job, with
@@ -1490,6 +1724,268 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/jobs/{id}/cancel (the `CancelJob` operationId).
 	CancelJobWithResponse(ctx context.Context, id JobID, params *CancelJobParams, reqEditors ...RequestEditorFn) (*CancelJobResponse, error)
+}
+
+// GetFairnessResponse200Headers the declared response headers of an HTTP 200 response for GetFairness
+type GetFairnessResponse200Headers struct {
+	XRequestId string
+}
+
+// GetFairnessResponse401Headers the declared response headers of an HTTP 401 response for GetFairness
+type GetFairnessResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestId      string
+}
+
+// GetFairnessResponse404Headers the declared response headers of an HTTP 404 response for GetFairness
+type GetFairnessResponse404Headers struct {
+	XRequestId string
+}
+
+// GetFairnessResponse429Headers the declared response headers of an HTTP 429 response for GetFairness
+type GetFairnessResponse429Headers struct {
+	RetryAfter int
+	XRequestId string
+}
+
+// GetFairnessResponse500Headers the declared response headers of an HTTP 500 response for GetFairness
+type GetFairnessResponse500Headers struct {
+	XRequestId string
+}
+
+// GetFairnessResponse503Headers the declared response headers of an HTTP 503 response for GetFairness
+type GetFairnessResponse503Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         int
+	XRequestId         string
+}
+
+type GetFairnessResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FairnessState
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *AdminUnauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *AdminThrottled
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetFairnessResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetFairnessResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetFairnessResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetFairnessResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetFairnessResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetFairnessResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetFairnessResponse) GetJSON200() *FairnessState {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetFairnessResponse) GetApplicationproblemJSON401() *AdminUnauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetFairnessResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetFairnessResponse) GetApplicationproblemJSON429() *AdminThrottled {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetFairnessResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetFairnessResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetFairnessResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetFairnessResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetFairnessResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetFairnessResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// SetFairnessResponse200Headers the declared response headers of an HTTP 200 response for SetFairness
+type SetFairnessResponse200Headers struct {
+	XRequestId string
+}
+
+// SetFairnessResponse400Headers the declared response headers of an HTTP 400 response for SetFairness
+type SetFairnessResponse400Headers struct {
+	XRequestId string
+}
+
+// SetFairnessResponse401Headers the declared response headers of an HTTP 401 response for SetFairness
+type SetFairnessResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestId      string
+}
+
+// SetFairnessResponse404Headers the declared response headers of an HTTP 404 response for SetFairness
+type SetFairnessResponse404Headers struct {
+	XRequestId string
+}
+
+// SetFairnessResponse429Headers the declared response headers of an HTTP 429 response for SetFairness
+type SetFairnessResponse429Headers struct {
+	RetryAfter int
+	XRequestId string
+}
+
+// SetFairnessResponse500Headers the declared response headers of an HTTP 500 response for SetFairness
+type SetFairnessResponse500Headers struct {
+	XRequestId string
+}
+
+// SetFairnessResponse503Headers the declared response headers of an HTTP 503 response for SetFairness
+type SetFairnessResponse503Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         int
+	XRequestId         string
+}
+
+type SetFairnessResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FairnessState
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *AdminBadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *AdminUnauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *AdminThrottled
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *SetFairnessResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *SetFairnessResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *SetFairnessResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *SetFairnessResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *SetFairnessResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *SetFairnessResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *SetFairnessResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SetFairnessResponse) GetJSON200() *FairnessState {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SetFairnessResponse) GetApplicationproblemJSON400() *AdminBadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SetFairnessResponse) GetApplicationproblemJSON401() *AdminUnauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SetFairnessResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r SetFairnessResponse) GetApplicationproblemJSON429() *AdminThrottled {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r SetFairnessResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r SetFairnessResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r SetFairnessResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SetFairnessResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetFairnessResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SetFairnessResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 // AdminCancelJobResponse200Headers the declared response headers of an HTTP 200 response for AdminCancelJob
@@ -3155,6 +3651,66 @@ func (r CancelJobResponse) ContentType() string {
 	return ""
 }
 
+// GetFairnessWithResponse Show a fairness pool's weights and its tenants' backlogs now.
+//
+// The pool's effective weights (those set with `PUT` if any, else the
+// configuration's), its window, how many of its jobs are in asynq
+// now, and per tenant with jobs in the pool how many wait for their
+// turn (`ready`), for a due time (`delayed`: scheduled jobs, retries
+// after their backoff, jobs a flow limit sent back) and are in asynq
+// (`in_flight`). A pool the configuration does not declare is 404.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/fairness/{pool} (the `GetFairness` operationId).
+func (c *ClientWithResponses) GetFairnessWithResponse(ctx context.Context, pool string, reqEditors ...RequestEditorFn) (*GetFairnessResponse, error) {
+	rsp, err := c.GetFairness(ctx, pool, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetFairnessResponse(rsp)
+}
+
+// SetFairnessWithBodyWithResponse Replace a fairness pool's weights at run time.
+//
+// Replaces the pool's weights for every gateway and worker, until
+// they are set again; the configuration's weights no longer count.
+// They apply to the jobs that enter the pool from now on: jobs
+// already waiting keep their places. Every weight must be a positive
+// finite number (400 otherwise). A pool the configuration does not
+// declare is 404. The answer is the pool as `GET` shows it.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /admin/fairness/{pool} (the `SetFairness` operationId).
+func (c *ClientWithResponses) SetFairnessWithBodyWithResponse(ctx context.Context, pool string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetFairnessResponse, error) {
+	rsp, err := c.SetFairnessWithBody(ctx, pool, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetFairnessResponse(rsp)
+}
+
+// SetFairnessWithResponse Replace a fairness pool's weights at run time.
+//
+// Replaces the pool's weights for every gateway and worker, until
+// they are set again; the configuration's weights no longer count.
+// They apply to the jobs that enter the pool from now on: jobs
+// already waiting keep their places. Every weight must be a positive
+// finite number (400 otherwise). A pool the configuration does not
+// declare is 404. The answer is the pool as `GET` shows it.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /admin/fairness/{pool} (the `SetFairness` operationId).
+func (c *ClientWithResponses) SetFairnessWithResponse(ctx context.Context, pool string, body SetFairnessJSONRequestBody, reqEditors ...RequestEditorFn) (*SetFairnessResponse, error) {
+	rsp, err := c.SetFairness(ctx, pool, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetFairnessResponse(rsp)
+}
+
 // AdminCancelJobWithResponse Cancel any tenant's job.
 //
 // `POST /v1/jobs/{id}/cancel` for an operator: any tenant's job, with
@@ -3442,6 +3998,355 @@ func (c *ClientWithResponses) CancelJobWithResponse(ctx context.Context, id JobI
 		return nil, err
 	}
 	return ParseCancelJobResponse(rsp)
+}
+
+// ParseGetFairnessResponse parses an HTTP response from a GetFairnessWithResponse call
+func ParseGetFairnessResponse(rsp *http.Response) (*GetFairnessResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetFairnessResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FairnessState
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest AdminUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AdminThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetFairnessResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetFairnessResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetFairnessResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetFairnessResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetFairnessResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetFairnessResponse503Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseSetFairnessResponse parses an HTTP response from a SetFairnessWithResponse call
+func ParseSetFairnessResponse(rsp *http.Response) (*SetFairnessResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetFairnessResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FairnessState
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest AdminBadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest AdminUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AdminThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers SetFairnessResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers SetFairnessResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers SetFairnessResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers SetFairnessResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers SetFairnessResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers SetFairnessResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers SetFairnessResponse503Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
 }
 
 // ParseAdminCancelJobResponse parses an HTTP response from a AdminCancelJobWithResponse call

@@ -409,6 +409,43 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/fairness/{pool}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The pool's name (`fairness[].name` of the configuration). */
+                pool: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * Show a fairness pool's weights and its tenants' backlogs now.
+         * @description The pool's effective weights (those set with `PUT` if any, else the
+         *     configuration's), its window, how many of its jobs are in asynq
+         *     now, and per tenant with jobs in the pool how many wait for their
+         *     turn (`ready`), for a due time (`delayed`: scheduled jobs, retries
+         *     after their backoff, jobs a flow limit sent back) and are in asynq
+         *     (`in_flight`). A pool the configuration does not declare is 404.
+         */
+        get: operations["getFairness"];
+        /**
+         * Replace a fairness pool's weights at run time.
+         * @description Replaces the pool's weights for every gateway and worker, until
+         *     they are set again; the configuration's weights no longer count.
+         *     They apply to the jobs that enter the pool from now on: jobs
+         *     already waiting keep their places. Every weight must be a positive
+         *     finite number (400 otherwise). A pool the configuration does not
+         *     declare is 404. The answer is the pool as `GET` shows it.
+         */
+        put: operations["setFairness"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -821,6 +858,64 @@ export interface components {
              * @description The last time a worker took or was refused this value.
              */
             last_used_at: string;
+        };
+        /** @description A fairness pool's weights. */
+        FairnessWeights: {
+            /**
+             * Format: double
+             * @description The weight of a tenant `weights` does not name.
+             * @example 1
+             */
+            default_weight: number;
+            /**
+             * @description Tenants' weights; while both have jobs waiting, a tenant of weight 3 gets three dispatches for every one of a tenant of weight 1.
+             * @example {
+             *       "acme": 3,
+             *       "bigco": 0.5
+             *     }
+             */
+            weights?: {
+                [key: string]: number;
+            };
+        };
+        /** @description A fairness pool now. */
+        FairnessState: {
+            /** @example tenants */
+            name: string;
+            /**
+             * @description The most of the pool's jobs in asynq at once.
+             * @example 64
+             */
+            window: number;
+            /**
+             * Format: double
+             * @example 1
+             */
+            default_weight: number;
+            /** @description The effective tenants' weights. */
+            weights: {
+                [key: string]: number;
+            };
+            /** @description The pool's jobs in asynq now. */
+            in_flight: number;
+            /** @description The tenants with jobs in the pool, by name. */
+            tenants: components["schemas"]["FairnessTenant"][];
+        };
+        /** @description One tenant's jobs in a fairness pool now. */
+        FairnessTenant: {
+            /** @example acme */
+            tenant: string;
+            /**
+             * Format: double
+             * @example 3
+             */
+            weight: number;
+            /** @description Jobs waiting for their turn. */
+            ready: number;
+            /** @description Jobs waiting for a due time: scheduled, retrying after a backoff, sent back by a flow limit. */
+            delayed: number;
+            /** @description Jobs in asynq now. */
+            in_flight: number;
         };
         StoryAttempt: {
             attempt: number;
@@ -2011,6 +2106,69 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["LimitState"];
+                };
+            };
+            400: components["responses"]["AdminBadRequest"];
+            401: components["responses"]["AdminUnauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminThrottled"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getFairness: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The pool's name (`fairness[].name` of the configuration). */
+                pool: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The pool now. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FairnessState"];
+                };
+            };
+            401: components["responses"]["AdminUnauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminThrottled"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    setFairness: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The pool's name (`fairness[].name` of the configuration). */
+                pool: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FairnessWeights"];
+            };
+        };
+        responses: {
+            /** @description The pool with its new weights. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FairnessState"];
                 };
             };
             400: components["responses"]["AdminBadRequest"];

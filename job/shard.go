@@ -1,0 +1,86 @@
+package job
+
+import (
+	"hash/fnv"
+	"strconv"
+)
+
+// Broker shards: a queue spread over several asynq queues.
+//
+// asynq keeps a queue's keys under one hash tag, {<queue>}, so on a Redis
+// Cluster one node holds every task of a queue. With broker.shards N > 1 a
+// queue's jobs go to N queues instead, "<queue>.s<i>-<j>", the tenant
+// choosing i (a stable hash, so a tenant's jobs stay in one shard) and j
+// chosen once, deterministically, so that shard i's hash slot lies in the
+// i-th Nth of the slot space: on a cluster whose slots are split evenly
+// between nodes, the shards are spread over them. The job's record names
+// its shard queue, so the relay, cancels and the console find its task
+// there; the workers consume every shard.
+
+// ShardQueue is the queue tenant's jobs of queue go to with shards shards:
+// queue itself when shards is 1 or less.
+func ShardQueue(queue, tenant string, shards int) string {
+	if shards <= 1 {
+		return queue
+	}
+	return shardName(queue, shardIndex(tenant, shards), shards)
+}
+
+// shardIndex is tenant's shard of shards: a stable hash.
+func shardIndex(tenant string, shards int) int {
+	if shards <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(tenant))
+	return int(h.Sum32() % uint32(shards))
+}
+
+// ShardQueues are every shard queue of queue, in shard order: queue
+// itself when shards is 1 or less.
+func ShardQueues(queue string, shards int) []string {
+	if shards <= 1 {
+		return []string{queue}
+	}
+	out := make([]string, shards)
+	for i := range out {
+		out[i] = shardName(queue, i, shards)
+	}
+	return out
+}
+
+// clusterSlots is the number of Redis Cluster hash slots.
+const clusterSlots = 16384
+
+// shardName is shard i of n of queue: the first "<queue>.s<i>-<j>" whose
+// slot lies in [i·16384/n, (i+1)·16384/n). j stays small: one name in n
+// falls in the range.
+func shardName(queue string, i, n int) string {
+	lo, hi := i*clusterSlots/n, (i+1)*clusterSlots/n
+	prefix := queue + ".s" + strconv.Itoa(i) + "-"
+	for j := 0; ; j++ {
+		name := prefix + strconv.Itoa(j)
+		if s := int(crc16([]byte(name)) % clusterSlots); s >= lo && s < hi {
+			return name
+		}
+	}
+}
+
+// QueueSlot is the Redis Cluster hash slot of an asynq queue's keys.
+func QueueSlot(queue string) int { return int(crc16([]byte(queue)) % clusterSlots) }
+
+// crc16 is CRC-16/XMODEM, the checksum Redis Cluster hashes keys with.
+func crc16(b []byte) uint16 {
+	var crc uint16
+	for _, c := range b {
+		crc ^= uint16(c) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
