@@ -63,8 +63,8 @@ func (c Cursor) parse() (time.Time, string, error) {
 // from the cursor on: its cost follows limit, not the table's size, and
 // nothing counts the matching rows. The statement names only the filters
 // f sets, so the planner sees which index serves it on every call (a
-// prepared "$1 = '' OR tenant = $1" would be planned for no filter in
-// particular once its plan is cached).
+// prepared statement that tests each parameter for emptiness would be
+// planned for no filter in particular once its plan is cached).
 func (s *Records) List(ctx context.Context, f ListFilter, limit int) ([]Record, Cursor, error) {
 	if limit <= 0 {
 		limit = 50
