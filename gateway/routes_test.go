@@ -54,6 +54,7 @@ func TestPublicRoutes(t *testing.T) {
 		{Method: "GET", Path: "/openapi.json", Kind: KindAPI},
 		{Method: "GET", Path: "/openapi.yaml", Kind: KindAPI},
 		{Method: "GET", Path: "/readyz", Kind: KindAPI},
+		{Method: "GET", Path: "/v1/jobs", Kind: KindAPI},
 		{Method: "GET", Path: "/v1/jobs/{id}", Kind: KindAPI},
 		{Method: "POST", Path: "/v1/jobs/{id}/cancel", Kind: KindAPI},
 		{Method: "POST", Path: "/v1/invoices", Kind: KindEnqueue, Route: "invoices"},
@@ -76,6 +77,7 @@ func TestAdminRoutes(t *testing.T) {
 	want := []Endpoint{
 		{Method: "*", Path: "/admin/other", Prefix: true, Kind: KindTool},
 		{Method: "*", Path: "/admin/queues", Prefix: true, Kind: KindTool},
+		{Method: "GET", Path: "/admin/jobs", Kind: KindAPI},
 		{Method: "POST", Path: "/admin/jobs/{id}/cancel", Kind: KindAPI},
 		{Method: "DELETE", Path: "/admin/keys/{tenant}/{route}/{key}", Kind: KindAPI},
 		{Method: "GET", Path: "/admin/keys/{tenant}/{route}/{key}", Kind: KindAPI},

@@ -158,6 +158,11 @@ func whereClause(conds []string) string {
 	return " WHERE " + strings.Join(conds, " AND ")
 }
 
+// List lists jobs as Records.List does.
+func (e *Submitter) List(ctx context.Context, f ListFilter, limit int) ([]Record, Cursor, error) {
+	return e.records.List(ctx, f, limit)
+}
+
 // CountByStatus counts the jobs in each status (as a Record reads it).
 func (s *Records) CountByStatus(ctx context.Context) (map[Status]int64, error) {
 	const q = `SELECT CASE WHEN status = 'scheduled' AND not_before <= now() THEN 'queued' ELSE status END, count(*)
