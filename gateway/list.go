@@ -81,6 +81,15 @@ func (g *Gateway) listJobs(w http.ResponseWriter, r *http.Request, tenant string
 			Detail: "the jobs could not be listed now; try again", RetryAfter: time.Second, Cause: err})
 		return
 	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, JobListDocument(jobs, next))
+}
+
+// JobListDocument is a page of jobs as GET /v1/jobs and GET /admin/jobs
+// answer it, and `idemgate jobs list --json` prints it: each job the
+// document GET /v1/jobs/{id} shows, then the next page's cursor, absent
+// on the last page.
+func JobListDocument(jobs []job.Record, next job.Cursor) openapi.JobList {
 	doc := openapi.JobList{Items: make([]openapi.Job, len(jobs))}
 	for i, j := range jobs {
 		doc.Items[i] = jobDocument(j)
@@ -89,9 +98,14 @@ func (g *Gateway) listJobs(w http.ResponseWriter, r *http.Request, tenant string
 		s := string(next)
 		doc.NextCursor = &s
 	}
-	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusOK, doc)
+	return doc
 }
+
+// ParseJobList reads a job list's query parameters as GET /admin/jobs
+// does (tenant= included): the filter, the page size and, when a
+// parameter is wrong, an *idempotency.RequestError whose Fields name each
+// wrong one. `idemgate jobs list` checks its flags with it.
+func ParseJobList(q url.Values) (job.ListFilter, int, error) { return parseJobList(q, true) }
 
 // parseJobList reads a job list's query; tenant= only with byTenant.
 // Every parameter that is wrong is named in one answer.
