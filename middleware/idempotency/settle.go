@@ -36,7 +36,8 @@ func (m *Middleware) settle(ctx context.Context, r *http.Request, req ClaimReque
 	if what != StoredCompleted {
 		ctx = WithReleaseReason(ctx, releaseReason(a, what, resp.Status))
 	}
-	err := m.storeOutcome(ctx, time.Now().Add(m.cfg.CommitTimeout), req, a, what, resp)
+	start := time.Now()
+	err := m.storeOutcome(ctx, start.Add(m.cfg.CommitTimeout), req, a, what, resp)
 	if err != nil && !errors.Is(err, ErrNotOwner) && m.settleLater(r, req, a, rn, what, resp) {
 		if what == StoredCompleted {
 			return answerPending
@@ -47,6 +48,10 @@ func (m *Middleware) settle(ctx context.Context, r *http.Request, req ClaimReque
 	}
 	rn.stop()
 	m.settled(ctx, r, req, a, what, resp, err)
+	if err == nil && what == StoredCompleted {
+		// The store counted the retention from its own clock, after start.
+		a.expires = a.expiresAt(start, m.cfg.Retention)
+	}
 	switch {
 	case err == nil || what != StoredCompleted:
 		return answerOwn
@@ -154,6 +159,7 @@ func (m *Middleware) answerFromRecord(w http.ResponseWriter, r *http.Request, re
 		m.cfg.ErrorHandler(w, r, rerr)
 		return
 	}
+	setKeyExpires(w.Header(), rec.ExpiresAt)
 	replay(w, *rec.Response)
 }
 

@@ -3210,13 +3210,14 @@ type GetJobResponse304Headers struct {
 
 // GetJobResponse400Headers the declared response headers of an HTTP 400 response for GetJob
 type GetJobResponse400Headers struct {
-	IdempotentReplayed  *string
-	Link                *string
-	RateLimitLimit      *int
-	RateLimitRemaining  *int
-	RateLimitReset      *int
-	XIdempotentReplayed *string
-	XRequestId          string
+	IdempotencyKeyExpires *string
+	IdempotentReplayed    *string
+	Link                  *string
+	RateLimitLimit        *int
+	RateLimitRemaining    *int
+	RateLimitReset        *int
+	XIdempotentReplayed   *string
+	XRequestId            string
 }
 
 // GetJobResponse401Headers the declared response headers of an HTTP 401 response for GetJob
@@ -5893,6 +5894,13 @@ func ParseGetJobResponse(rsp *http.Response) (*GetJobResponse, error) {
 		response.Headers304 = &headers
 	case rsp.StatusCode == 400:
 		var headers GetJobResponse400Headers
+		if values := rsp.Header.Values("Idempotency-Key-Expires"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key-Expires", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKeyExpires = &value
+		}
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

@@ -880,6 +880,7 @@ export interface components {
                 ETag: components["headers"]["JobETag"];
                 "X-Request-Id": components["headers"]["XRequestId"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "Idempotency-Key-Expires": components["headers"]["IdempotencyKeyExpires"];
                 "X-Idempotent-Replayed": components["headers"]["XIdempotentReplayed"];
                 "Idempotent-Body-Omitted": components["headers"]["IdempotentBodyOmitted"];
                 "RateLimit-Limit": components["headers"]["RateLimitLimit"];
@@ -910,6 +911,7 @@ export interface components {
                 "X-Request-Id": components["headers"]["XRequestId"];
                 Link: components["headers"]["DescribedBy"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "Idempotency-Key-Expires": components["headers"]["IdempotencyKeyExpires"];
                 "X-Idempotent-Replayed": components["headers"]["XIdempotentReplayed"];
                 "RateLimit-Limit": components["headers"]["RateLimitLimit"];
                 "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
@@ -1018,6 +1020,7 @@ export interface components {
                  * @example 28
                  */
                 "Retry-After"?: number;
+                "Idempotency-Key-Expires": components["headers"]["IdempotencyKeyExpires"];
                 "RateLimit-Limit": components["headers"]["RateLimitLimit"];
                 "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
                 "RateLimit-Reset": components["headers"]["RateLimitReset"];
@@ -1086,6 +1089,7 @@ export interface components {
                 "X-Request-Id": components["headers"]["XRequestId"];
                 Link: components["headers"]["DescribedBy"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "Idempotency-Key-Expires": components["headers"]["IdempotencyKeyExpires"];
                 "X-Idempotent-Replayed": components["headers"]["XIdempotentReplayed"];
                 "RateLimit-Limit": components["headers"]["RateLimitLimit"];
                 "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
@@ -1337,6 +1341,22 @@ export interface components {
          * @example 01a2384e-26cb-7f2a-9944-c9c3269e0d37
          */
         XRequestId: string;
+        /**
+         * @description Until when the key's idempotency record is kept, as an HTTP-date: a
+         *     retry with the same key until then is answered from the record
+         *     (replayed, or refused as it was); after it the key is free and a
+         *     request with it runs as new. On a first answer, the record it
+         *     stored (the retention after the answer, or for a scheduled job
+         *     after its `not_before`); on a replay, and on a `422
+         *     idempotency-key-reused`, the stored record's own time; on a `409
+         *     idempotency-key-in-use`, the in-flight record's time as it stands,
+         *     which moves to the retention after the original's answer once it
+         *     is stored. Rounded down to the second. Absent when no record is
+         *     kept: an answer that released the key (a retry runs again) and a
+         *     refusal before any record.
+         * @example Tue, 08 Dec 2026 09:12:44 GMT
+         */
+        IdempotencyKeyExpires: string;
         /**
          * @description `true` when this response is the stored answer to an earlier request
          *     with the same key and fingerprint, replayed without running the
