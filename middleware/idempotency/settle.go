@@ -47,11 +47,11 @@ func (m *Middleware) settle(ctx context.Context, r *http.Request, req ClaimReque
 		return answerOwn
 	}
 	rn.stop()
-	m.settled(ctx, r, req, a, what, resp, err)
 	if err == nil && what == StoredCompleted {
 		// The store counted the retention from its own clock, after start.
 		a.expires = a.expiresAt(start, m.cfg.Retention)
 	}
+	m.settled(ctx, r, req, a, what, resp, err)
 	switch {
 	case err == nil || what != StoredCompleted:
 		return answerOwn
@@ -119,6 +119,16 @@ func (m *Middleware) settleLater(r *http.Request, req ClaimRequest, a *Attempt, 
 	return started
 }
 
+// cachedExpiry is the expiry the replay cache keeps with a record: the one
+// the first answer said (a.expires), so that replays from memory say the
+// same; a record stored in the background was not answered with one.
+func cachedExpiry(a *Attempt, now time.Time, base time.Duration) time.Time {
+	if !a.expires.IsZero() {
+		return a.expires
+	}
+	return now.Add(a.retention(base))
+}
+
 // settled reports the stored outcome (or its loss) and keeps a completed
 // response in the replay cache.
 func (m *Middleware) settled(ctx context.Context, r *http.Request, req ClaimRequest, a *Attempt, what Stored, resp Response, err error) {
@@ -127,7 +137,7 @@ func (m *Middleware) settled(ctx context.Context, r *http.Request, req ClaimRequ
 		now := time.Now()
 		m.cfg.ReplayCache.put(Record{
 			Scope: req.Scope, Fingerprint: req.Fingerprint, State: StateCompleted, FencingToken: a.FencingToken,
-			Response: &resp, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(a.retention(m.cfg.Retention)),
+			Response: &resp, CreatedAt: now, UpdatedAt: now, ExpiresAt: cachedExpiry(a, now, m.cfg.Retention),
 		})
 	}
 	if err != nil {
