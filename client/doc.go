@@ -17,7 +17,8 @@
 // with a Location is a final *RedirectError naming it, and nothing is sent
 // there, so the API key, the body and the Idempotency-Key reach no host
 // but the base URL's. SubmitJob posts to an enqueue route and WaitJob polls
-// the job until it has ended.
+// the job until it has ended; ListJobs reads a page of the tenant's jobs
+// and AllJobs ranges over all of them.
 //
 //	c := client.New("https://gateway.example.com", client.WithAPIKey(key))
 //	resp, err := c.Do(ctx, "POST", "/v1/payments", payment)

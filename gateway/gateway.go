@@ -367,6 +367,7 @@ func (g *Gateway) publicRoutes() http.Handler {
 	r.Get("/readyz", g.handleReady())
 	r.Get("/openapi.yaml", g.handleOpenAPI("application/yaml", g.opts.OpenAPI))
 	r.Get("/openapi.json", g.handleOpenAPI("application/json", g.opts.OpenAPIJSON))
+	r.Method(http.MethodGet, "/v1/jobs", g.handleJobList())
 	r.Method(http.MethodGet, "/v1/jobs/{id}", g.handleJobGet())
 	r.Method(http.MethodPost, "/v1/jobs/{id}/cancel", g.handleJobCancel())
 	r.Method(http.MethodGet, "/v1/batches/{id}", g.handleBatchGet())

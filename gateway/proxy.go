@@ -208,13 +208,14 @@ func dropOwnedHeaders(h http.Header, stripHeader string) {
 	}
 }
 
-// dropReplayMarks removes Idempotent-Replayed, X-Idempotent-Replayed and
-// Idempotent-Body-Omitted, in any spelling, from an upstream's answer: the
-// idempotency middleware sets them on the replays it answers, and only
-// there.
+// dropReplayMarks removes Idempotent-Replayed, X-Idempotent-Replayed,
+// Idempotent-Body-Omitted and Idempotency-Key-Expires, in any spelling,
+// from an upstream's answer: the idempotency middleware sets them on the
+// answers it gives, and only there.
 func dropReplayMarks(h http.Header) {
 	for name := range h {
-		if sameReadAs(name, idempotency.HeaderReplayed) || sameReadAs(name, idempotency.HeaderReplayedX) || sameReadAs(name, idempotency.HeaderBodyOmitted) {
+		if sameReadAs(name, idempotency.HeaderReplayed) || sameReadAs(name, idempotency.HeaderReplayedX) || sameReadAs(name, idempotency.HeaderBodyOmitted) ||
+			sameReadAs(name, idempotency.HeaderKeyExpires) {
 			delete(h, name)
 		}
 	}

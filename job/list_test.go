@@ -57,3 +57,51 @@ func TestListFilters(t *testing.T) {
 		t.Errorf("counts %v, %v", counts, err)
 	}
 }
+
+// A due scheduled job is listed as queued, not as scheduled; created_after
+// and created_before bound the creation time; a page ends with a cursor
+// that the next page starts after, across the two ranges status=queued
+// reads.
+func TestListStatusAndTimeBounds(t *testing.T) {
+	v := setup(t)
+	ctx := t.Context()
+	ids := v.submit(t, 5) // oldest first
+	base := time.Now().Add(-time.Hour).Truncate(time.Second)
+	for i, id := range ids {
+		v.exec(t, `UPDATE jobs SET created_at = $2 WHERE id = $1`, id, base.Add(time.Duration(i)*time.Minute))
+	}
+	// ids[1] and ids[3]: scheduled and due (queued as read); ids[2]:
+	// scheduled for later; ids[0], ids[4]: queued.
+	v.exec(t, `UPDATE jobs SET status = 'scheduled', not_before = now() - interval '1 second' WHERE id = ANY($1)`, []string{ids[1], ids[3]})
+	v.exec(t, `UPDATE jobs SET status = 'scheduled', not_before = now() + interval '1 hour' WHERE id = $1`, ids[2])
+	records := job.NewRecords(v.pool)
+	all := func(f job.ListFilter, limit int) []string {
+		t.Helper()
+		var out []string
+		for {
+			jobs, next, err := records.List(ctx, f, limit)
+			if err != nil {
+				t.Fatalf("List(%+v): %v", f, err)
+			}
+			for _, j := range jobs {
+				out = append(out, j.ID)
+			}
+			if next == "" {
+				return out
+			}
+			f.After = next
+		}
+	}
+	for _, limit := range []int{1, 2, 10} {
+		if got, want := all(job.ListFilter{Tenant: "acme", Status: job.StatusQueued}, limit), []string{ids[4], ids[3], ids[1], ids[0]}; !slices.Equal(got, want) {
+			t.Errorf("queued, %d a page: %v, want %v", limit, got, want)
+		}
+	}
+	if got, want := all(job.ListFilter{Tenant: "acme", Status: job.StatusScheduled}, 10), []string{ids[2]}; !slices.Equal(got, want) {
+		t.Errorf("scheduled: %v, want %v", got, want)
+	}
+	got := all(job.ListFilter{Tenant: "acme", CreatedAfter: base, CreatedBefore: base.Add(4 * time.Minute)}, 2)
+	if want := []string{ids[3], ids[2], ids[1]}; !slices.Equal(got, want) {
+		t.Errorf("created strictly between the first and the last: %v, want %v", got, want)
+	}
+}

@@ -434,6 +434,16 @@ type Job struct {
 // JobID `job_` and 32 hex digits, derived from (tenant, route, Idempotency-Key).
 type JobID = string
 
+// JobList One page of a job list, newest first.
+type JobList struct {
+	// Items The page's jobs, each the document `GET /v1/jobs/{id}` shows.
+	Items []Job `json:"items"`
+
+	// NextCursor Present when more jobs follow: the `cursor` of the next page.
+	// Absent on the last page.
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
 // JobStatus `scheduled`: accepted with a delay and not due yet (`not_before`).
 // `queued`: waiting for a worker. `processing`: a worker runs it.
 // `retrying`: an attempt failed with a transient error and a retry is
@@ -814,6 +824,37 @@ type IdempotencyKey = string
 // JobIfNoneMatch defines model for JobIfNoneMatch.
 type JobIfNoneMatch = string
 
+// JobListCreatedAfter defines model for JobListCreatedAfter.
+type JobListCreatedAfter = time.Time
+
+// JobListCreatedBefore defines model for JobListCreatedBefore.
+type JobListCreatedBefore = time.Time
+
+// JobListCursor defines model for JobListCursor.
+type JobListCursor = string
+
+// JobListLimit defines model for JobListLimit.
+type JobListLimit = int
+
+// JobListStatus `scheduled`: accepted with a delay and not due yet (`not_before`).
+// `queued`: waiting for a worker. `processing`: a worker runs it.
+// `retrying`: an attempt failed with a transient error and a retry is
+// scheduled. `cancelling`: a cancel arrived while an attempt was in
+// flight; no further attempt starts, and that attempt's end decides
+// between `succeeded` and `cancelled`. `succeeded`: its effect
+// happened (once); `result_ref` names it. `failed`: a permanent
+// error, or its attempts are used up; it is in the dead-letter queue
+// and `error` says why. `cancelled`: cancelled before its effect
+// happened, or with the effect unknown (`error` says so). The final
+// statuses are `succeeded`, `failed` and `cancelled`.
+type JobListStatus = JobStatus
+
+// JobListTask The job's task (`jobs[].task` of the configuration).
+type JobListTask = JobTask
+
+// JobListTenant defines model for JobListTenant.
+type JobListTenant = string
+
 // JobWait defines model for JobWait.
 type JobWait = int
 
@@ -880,6 +921,12 @@ type InternalError = Problem
 // JobAccepted A job, as an enqueue route answers and `GET /v1/jobs/{id}` shows it. When the job's task declares `on_final`, the worker also POSTs this document once per final status the job reaches, as a Standard Webhooks message signed like an HTTP delivery: body `{"type": "job.succeeded" | "job.failed" | "job.cancelled", "timestamp": <when it became final>, "data": <this document, with the job's "tenant" first>}` and the header `Idemgate-Tenant`, `webhook-id` `<job id>:final` (`<job id>:final:<n>` for the n-th final status of a job replayed from the dead-letter queue), the same on every attempt; retried until a 2xx answer or `on_final.http.max_attempts`.
 type JobAccepted = Job
 
+// JobListBadRequest An RFC 9457 problem document. Match on the slug that ends `type`;
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
+type JobListBadRequest = Problem
+
 // JobNotCancellable An RFC 9457 problem document. Match on the slug that ends `type`;
 // `detail` is for people and may change. A generic client acts on
 // `retryable` (send the same request again, with the same key, or
@@ -940,6 +987,32 @@ type UpstreamTimeout = Problem
 // not) and follows `documentation`.
 type UpstreamUnavailable = Problem
 
+// AdminListJobsParams defines parameters for AdminListJobs.
+type AdminListJobsParams struct {
+	// Tenant Only this tenant's jobs; none lists every tenant's.
+	Tenant *JobListTenant `form:"tenant,omitempty" json:"tenant,omitempty"`
+
+	// Status Only jobs in this status, as the job document shows it (a scheduled
+	// job whose time has come is `queued`).
+	Status *JobListStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// Task Only jobs of this task.
+	Task *JobListTask `form:"task,omitempty" json:"task,omitempty"`
+
+	// CreatedAfter Only jobs created strictly after this time (RFC 3339, with an offset).
+	CreatedAfter *JobListCreatedAfter `form:"created_after,omitempty" json:"created_after,omitempty"`
+
+	// CreatedBefore Only jobs created strictly before this time (RFC 3339, with an offset).
+	CreatedBefore *JobListCreatedBefore `form:"created_before,omitempty" json:"created_before,omitempty"`
+
+	// Limit The most jobs a page holds.
+	Limit *JobListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page; none starts at the newest
+	// job. Opaque: pass it back as it came.
+	Cursor *JobListCursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // GetLimitParams defines parameters for GetLimit.
 type GetLimitParams struct {
 	// Top How many key values to show, busiest first.
@@ -953,6 +1026,35 @@ type GetBatchParams struct {
 	// values are lowered to `jobs_api.max_wait` (default 30). 0 answers at
 	// once. Anything but a whole number of seconds is 400 `bad-request`.
 	Wait *JobWait `form:"wait,omitempty" json:"wait,omitempty"`
+
+	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
+	// in problem documents (`request_id`, and as a UUID in `instance`) and
+	// in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+	// else, or none, is replaced with a new UUIDv7.
+	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// ListJobsParams defines parameters for ListJobs.
+type ListJobsParams struct {
+	// Status Only jobs in this status, as the job document shows it (a scheduled
+	// job whose time has come is `queued`).
+	Status *JobListStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// Task Only jobs of this task.
+	Task *JobListTask `form:"task,omitempty" json:"task,omitempty"`
+
+	// CreatedAfter Only jobs created strictly after this time (RFC 3339, with an offset).
+	CreatedAfter *JobListCreatedAfter `form:"created_after,omitempty" json:"created_after,omitempty"`
+
+	// CreatedBefore Only jobs created strictly before this time (RFC 3339, with an offset).
+	CreatedBefore *JobListCreatedBefore `form:"created_before,omitempty" json:"created_before,omitempty"`
+
+	// Limit The most jobs a page holds.
+	Limit *JobListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page; none starts at the newest
+	// job. Opaque: pass it back as it came.
+	Cursor *JobListCursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 
 	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
 	// in problem documents (`request_id`, and as a UUID in `instance`) and

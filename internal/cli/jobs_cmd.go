@@ -5,16 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/idemgate/idemgate/extension"
 	"github.com/idemgate/idemgate/job"
 )
 
-// runJobs is `idemgate jobs requeue JOB_ID...` (the relay's work, for
-// the jobs an operator names, whatever the age of their records) and
-// `idemgate jobs cancel JOB_ID...` (POST /admin/jobs/{id}/cancel for each).
+// runJobs is `idemgate jobs list` (GET /admin/jobs from the database),
+// `idemgate jobs requeue JOB_ID...` (the relay's work, for the jobs an
+// operator names, whatever the age of their records) and `idemgate jobs
+// cancel JOB_ID...` (POST /admin/jobs/{id}/cancel for each).
 func runJobs(ctx context.Context, ext extension.Set, args []string, getenv func(string) string, stdout, _ io.Writer) error {
-	fs := newConfigFlags("jobs", "jobs requeue|cancel JOB_ID... --config FILE", stdout)
+	fs := newConfigFlags("jobs", "jobs list [--json] [--tenant T] [--status S] [--task T] [--created-after TIME] [--created-before TIME] [--limit N] [--cursor C] | requeue|cancel JOB_ID... --config FILE", stdout)
+	lf := addListFlags(fs.FlagSet)
 	pos, err := fs.parseArgs(args)
 	if err != nil {
 		return err
@@ -22,21 +25,40 @@ func runJobs(ctx context.Context, ext extension.Set, args []string, getenv func(
 	switch {
 	case len(pos) == 0:
 		fs.Usage()
-		return usagef("jobs: want requeue or cancel followed by job ids")
+		return usagef("jobs: want list, or requeue or cancel followed by job ids")
+	case pos[0] == "list" && len(pos) > 1:
+		fs.Usage()
+		return usagef("jobs list: takes no arguments, only flags (got %q)", pos[1])
+	case pos[0] == "list":
 	case pos[0] != "requeue" && pos[0] != "cancel":
 		fs.Usage()
-		return usagef("jobs: unknown operation %q (want requeue or cancel)", pos[0])
+		return usagef("jobs: unknown operation %q (want list, requeue or cancel)", pos[0])
 	case len(pos) == 1:
 		fs.Usage()
 		return usagef("jobs %s: name at least one job id", pos[0])
 	}
 	op, ids := pos[0], pos[1:]
+	if set := listOnly(fs.FlagSet); op != "list" && len(set) > 0 {
+		return usagef("jobs %s: %s is a flag of jobs list", op, strings.Join(set, ", "))
+	}
+	var (
+		filter job.ListFilter
+		limit  int
+	)
+	if op == "list" {
+		if filter, limit, err = lf.query(fs.FlagSet); err != nil {
+			return err
+		}
+	}
 	cfg, err := fs.load(ext, getenv, false)
 	if err != nil {
 		return err
 	}
 	var cl closers
 	defer cl.close()
+	if op == "list" {
+		return listJobs(ctx, cfg, &cl, filter, limit, *lf.json, stdout)
+	}
 	enq, inspector, err := openJobQueue(ctx, cfg, &cl, "jobs")
 	if err != nil {
 		return err

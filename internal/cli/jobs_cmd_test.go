@@ -136,3 +136,80 @@ func TestEnqueueRoutes(t *testing.T) {
 		t.Fatalf("enqueue without a key: %d", r.status)
 	}
 }
+
+// `idemgate jobs list` pages through the jobs an operator filters, as a
+// table that prints the next page's flag or as the document GET
+// /admin/jobs answers, which lists the same jobs; a tenant's GET /v1/jobs
+// shows only its own.
+func TestJobsList(t *testing.T) {
+	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	up := newUpstream(t)
+	queue := "q" + randomID()
+	cfg := writeConfig(t, "postgres", dbURL, redisURL, up.srv.URL, strings.ReplaceAll(enqueueRoutes, "%s", queue))
+	g := startGateway(t, cfg)
+	run := randomID()
+	var ids []string // newest first
+	for i := range 3 {
+		body := `{"order_id":"o-` + run + `-` + string(rune('a'+i)) + `","amount_cents":100,"currency":"EUR"}`
+		r := send(t, g.public, req{path: "/v1/invoices", key: run + "-" + string(rune('a'+i)), body: body})
+		if r.status != http.StatusAccepted {
+			t.Fatalf("enqueue: %d %s", r.status, r.body)
+		}
+		ids = append([]string{decodeJob(t, r).ID}, ids...)
+	}
+	r := send(t, g.public, req{path: "/v1/invoices", key: run + "-g", apiKey: "globex-key",
+		body: `{"order_id":"o-` + run + `-g","amount_cents":100,"currency":"EUR"}`})
+	if r.status != http.StatusAccepted {
+		t.Fatalf("globex's enqueue: %d %s", r.status, r.body)
+	}
+
+	code, out, errOut := cli(t, nil, "jobs", "list", "--tenant", "acme", "--limit", "2", "--config", cfg)
+	if code != 0 {
+		t.Fatalf("jobs list: exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "JOB ID") || !strings.HasPrefix(lines[1], ids[0]) || !strings.HasPrefix(lines[2], ids[1]) ||
+		!strings.Contains(lines[1], "acme") || !strings.Contains(lines[1], "invoice.create") || !strings.Contains(lines[1], "queued") {
+		t.Fatalf("the first page of 2:\n%s", out)
+	}
+	_, cursor, ok := strings.Cut(lines[3], "the next page: --cursor ")
+	if !ok {
+		t.Fatalf("the first page names no next page:\n%s", out)
+	}
+	code, out, errOut = cli(t, nil, "jobs", "list", "--tenant", "acme", "--limit", "2", "--cursor", cursor, "--json", "--config", cfg)
+	if code != 0 {
+		t.Fatalf("jobs list --json: exit %d: %s", code, errOut)
+	}
+	var page struct {
+		Items      []jobDoc `json:"items"`
+		NextCursor *string  `json:"next_cursor"`
+	}
+	if err := json.Unmarshal([]byte(out), &page); err != nil {
+		t.Fatalf("jobs list --json: %v: %s", err, out)
+	}
+	if len(page.Items) != 1 || page.Items[0].ID != ids[2] || page.NextCursor != nil {
+		t.Fatalf("the second page: %s, want %s alone and no next page", out, ids[2])
+	}
+	code, _, errOut = cli(t, nil, "jobs", "list", "--cursor", "nope", "--config", cfg)
+	if code != 2 || !strings.Contains(errOut, "--cursor: not a cursor a list printed") {
+		t.Errorf("a bad cursor: exit %d: %s", code, errOut)
+	}
+
+	// Through the gateway: the tenant's own jobs, newest first.
+	hr, _ := http.NewRequest(http.MethodGet, g.public+"/v1/jobs?limit=10", nil)
+	hr.Header.Set("Authorization", "Bearer acme-key")
+	got := roundTrip(t, client, hr)
+	var list struct {
+		Items []jobDoc `json:"items"`
+	}
+	if got.status != http.StatusOK || json.Unmarshal(got.body, &list) != nil {
+		t.Fatalf("GET /v1/jobs: %d %s", got.status, got.body)
+	}
+	var listed []string
+	for _, j := range list.Items {
+		listed = append(listed, j.ID)
+	}
+	if !slices.Equal(listed, ids) {
+		t.Errorf("GET /v1/jobs: %v, want acme's %v", listed, ids)
+	}
+}

@@ -76,7 +76,7 @@ func commands(ext extension.Set) []command {
 		{"keys", "get|delete|resolve TENANT ROUTE KEY --config FILE", "", runKeys},
 		{"config", "check --config FILE", "validate a config, printing every problem", runConfig},
 		{"dlq", "list|replay|delete [JOB_ID...] --config FILE", "", runDLQ},
-		{"jobs", "requeue|cancel JOB_ID... --config FILE", "", runJobs},
+		{"jobs", "list [--json] | requeue|cancel JOB_ID... --config FILE", "", runJobs},
 		{"reconcile", "--config FILE", "check the business invariants and stuck jobs", runReconcile},
 		{"explain", "--config FILE (--job JOB_ID | --key TENANT ROUTE KEY | --batch BATCH_ID) [--json]", "the story of a job, key or batch: record, attempts, effects, verdict", runExplain},
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -358,6 +359,27 @@ func TestSDKJobs(t *testing.T) {
 		}
 		if n := len(log.all()) - before; n != 1 {
 			t.Errorf("%d attempts, want the 422 returned at once", n)
+		}
+	})
+	t.Run("list", func(t *testing.T) {
+		since := time.Now().Add(-time.Millisecond)
+		var want []string // newest first
+		for i := range 3 {
+			job, err := c.SubmitJob(ctx, "/v1/shipments", map[string]any{"order_id": fmt.Sprintf("sdk-list-%s-%d", run, i), "quantity": 1})
+			if err != nil {
+				t.Fatalf("SubmitJob: %v", err)
+			}
+			want = append([]string{job.Id}, want...)
+		}
+		var got []string
+		for j, err := range c.AllJobs(ctx, sdk.JobFilter{Task: "shipment.book", CreatedAfter: since, Limit: 1}) {
+			if err != nil {
+				t.Fatalf("AllJobs: %v", err)
+			}
+			got = append(got, j.Id)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("AllJobs, a page of 1: %v, want %v", got, want)
 		}
 	})
 }

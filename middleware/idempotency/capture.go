@@ -222,7 +222,7 @@ func notStored(canonical string) bool {
 	switch canonical {
 	case "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
 		"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-		"Set-Cookie", "Set-Cookie2", "Content-Length", HeaderReplayed, HeaderReplayedX:
+		"Set-Cookie", "Set-Cookie2", "Content-Length", HeaderReplayed, HeaderReplayedX, HeaderKeyExpires:
 		return true
 	}
 	return false

@@ -17,6 +17,16 @@ import (
 // HeaderReplayed marks a replayed response.
 const HeaderReplayed = "Idempotent-Replayed"
 
+// HeaderKeyExpires says, on every answer the middleware gives under a
+// key (a first answer it stored, a replay, a refusal that names an
+// existing record), until when the key's record is kept: an HTTP-date,
+// at least the record's expiry (rounded down to the second). Until then
+// a retry with the key is answered from the record; after it the key is
+// free and a request with it runs as new. The IETF Idempotency-Key draft
+// names no such field. An answer that stores nothing (a released key, a
+// refusal before any record) does not carry it.
+const HeaderKeyExpires = "Idempotency-Key-Expires"
+
 // HeaderReplayedX marks a replayed response too, for clients that look for
 // the X- prefixed name some implementations of the draft use.
 const HeaderReplayedX = "X-Idempotent-Replayed"
@@ -224,6 +234,7 @@ func tooLarge(limit int64) error {
 
 // answerExisting answers a request whose key has a record it did not claim.
 func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, fingerprint string, rec Record) {
+	setKeyExpires(w.Header(), rec.ExpiresAt)
 	ev, err := m.judge(fingerprint, rec)
 	if err != nil {
 		m.refuse(w, r, ev, err)
@@ -436,8 +447,21 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	case e.ans == answerPending:
 		m.answerPending(w, r)
 	default:
+		// Set after the response was stored: a replay carries the
+		// record's own expiry, never a copy of this one.
+		setKeyExpires(rec.header, attempt.expires)
 		_ = rec.send()
 	}
+}
+
+// setKeyExpires sets HeaderKeyExpires to t; a zero t (nothing kept)
+// removes it.
+func setKeyExpires(h http.Header, t time.Time) {
+	if t.IsZero() {
+		h.Del(HeaderKeyExpires)
+		return
+	}
+	h.Set(HeaderKeyExpires, t.UTC().Format(http.TimeFormat))
 }
 
 // execution is the state of one executed attempt — the attempt, the
@@ -465,6 +489,7 @@ func (e *execution) beforeSend(status int) bool {
 	}
 	e.settled = true
 	e.ans = m.settle(e.storeCtx, e.r, e.req, &e.attempt, &e.rn, StoredCompleted, e.rec.response())
+	setKeyExpires(e.rec.header, e.attempt.expires)
 	return e.ans == answerOwn
 }
 

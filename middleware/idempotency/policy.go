@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sync/atomic"
+	"time"
 )
 
 // Outcome names the decision taken for a request, as counted in metrics.
@@ -62,6 +63,9 @@ type Attempt struct {
 	lease leaseClock
 	// retainAfter is RetainAfter's time in Unix nanoseconds; 0: none.
 	retainAfter atomic.Int64
+	// expires is when the stored response is forgotten (HeaderKeyExpires);
+	// zero until it is stored. Set and read by the request's goroutine.
+	expires time.Time
 }
 
 const (

@@ -45,3 +45,15 @@ func (a *Attempt) retention(base time.Duration) time.Duration {
 	}
 	return base
 }
+
+// expiresAt is when a response stored at start for the retention base is
+// forgotten: base after start, or after RetainAfter's t when that is
+// later.
+func (a *Attempt) expiresAt(start time.Time, base time.Duration) time.Time {
+	if n := a.retainAfter.Load(); n != 0 {
+		if t := time.Unix(0, n); t.After(start) {
+			return t.Add(base)
+		}
+	}
+	return start.Add(base)
+}

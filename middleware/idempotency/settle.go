@@ -36,7 +36,8 @@ func (m *Middleware) settle(ctx context.Context, r *http.Request, req ClaimReque
 	if what != StoredCompleted {
 		ctx = WithReleaseReason(ctx, releaseReason(a, what, resp.Status))
 	}
-	err := m.storeOutcome(ctx, time.Now().Add(m.cfg.CommitTimeout), req, a, what, resp)
+	start := time.Now()
+	err := m.storeOutcome(ctx, start.Add(m.cfg.CommitTimeout), req, a, what, resp)
 	if err != nil && !errors.Is(err, ErrNotOwner) && m.settleLater(r, req, a, rn, what, resp) {
 		if what == StoredCompleted {
 			return answerPending
@@ -46,6 +47,10 @@ func (m *Middleware) settle(ctx context.Context, r *http.Request, req ClaimReque
 		return answerOwn
 	}
 	rn.stop()
+	if err == nil && what == StoredCompleted {
+		// The store counted the retention from its own clock, after start.
+		a.expires = a.expiresAt(start, m.cfg.Retention)
+	}
 	m.settled(ctx, r, req, a, what, resp, err)
 	switch {
 	case err == nil || what != StoredCompleted:
@@ -114,6 +119,16 @@ func (m *Middleware) settleLater(r *http.Request, req ClaimRequest, a *Attempt, 
 	return started
 }
 
+// cachedExpiry is the expiry the replay cache keeps with a record: the one
+// the first answer said (a.expires), so that replays from memory say the
+// same; a record stored in the background was not answered with one.
+func cachedExpiry(a *Attempt, now time.Time, base time.Duration) time.Time {
+	if !a.expires.IsZero() {
+		return a.expires
+	}
+	return now.Add(a.retention(base))
+}
+
 // settled reports the stored outcome (or its loss) and keeps a completed
 // response in the replay cache.
 func (m *Middleware) settled(ctx context.Context, r *http.Request, req ClaimRequest, a *Attempt, what Stored, resp Response, err error) {
@@ -122,7 +137,7 @@ func (m *Middleware) settled(ctx context.Context, r *http.Request, req ClaimRequ
 		now := time.Now()
 		m.cfg.ReplayCache.put(Record{
 			Scope: req.Scope, Fingerprint: req.Fingerprint, State: StateCompleted, FencingToken: a.FencingToken,
-			Response: &resp, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(a.retention(m.cfg.Retention)),
+			Response: &resp, CreatedAt: now, UpdatedAt: now, ExpiresAt: cachedExpiry(a, now, m.cfg.Retention),
 		})
 	}
 	if err != nil {
@@ -154,6 +169,7 @@ func (m *Middleware) answerFromRecord(w http.ResponseWriter, r *http.Request, re
 		m.cfg.ErrorHandler(w, r, rerr)
 		return
 	}
+	setKeyExpires(w.Header(), rec.ExpiresAt)
 	replay(w, *rec.Response)
 }
 

@@ -59,6 +59,7 @@ func Run(t *testing.T, newStore func(t *testing.T) idempotency.Store, opts ...Op
 		{"Watch", testWatch},
 		{"Janitor", testJanitor},
 		{"RetainAfter", testRetainAfter},
+		{"KeyExpires", testKeyExpires},
 		{"History", testHistory},
 	}
 	for _, tc := range tests {

@@ -11,6 +11,9 @@ export type Job = components["schemas"]["Job"];
  */
 export type JobStatus = components["schemas"]["JobStatus"];
 
+/** One page of `GET /v1/jobs`: its jobs, newest first, and `next_cursor` unless it is the last. */
+export type JobList = components["schemas"]["JobList"];
+
 /** An RFC 9457 problem document, as the gateway answers every error. */
 export type ProblemDocument = components["schemas"]["Problem"];
 
@@ -116,6 +119,24 @@ export interface IdemgateResponse<T = unknown> {
   idempotencyKey: string | undefined;
   /** Attempts made, this one included. */
   attempts: number;
+}
+
+/** Which of the tenant's jobs `listJobs` and `listJobPages` list; every field is optional. */
+export interface ListJobsOptions {
+  /** Only jobs in this status, as the job document shows it (a scheduled job whose time has come is `queued`). */
+  status?: JobStatus;
+  /** Only jobs of this task. */
+  task?: string;
+  /** Only jobs created strictly after this time (a string must be RFC 3339 with an offset). */
+  createdAfter?: Date | string;
+  /** Only jobs created strictly before this time (a string must be RFC 3339 with an offset). */
+  createdBefore?: Date | string;
+  /** The most jobs a page holds, 1 to 500 (default the gateway's, 50). */
+  limit?: number;
+  /** Start after this cursor (a page's `next_cursor`); none starts at the newest job. */
+  cursor?: string;
+  /** Stops listing; the iteration rejects with `signal.reason`. */
+  signal?: AbortSignal;
 }
 
 export interface WaitJobOptions {

@@ -201,6 +201,28 @@ worker:
     assert.equal(late.isNotCancellable(), true);
   });
 
+  test("listJobs: the tenant's jobs newest first, page after page; a bad filter is a 400 problem naming it", async () => {
+    const since = new Date(Date.now() - 1);
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const job = await client.submitJob("/v1/shipments", { order_id: `list-${randomUUID()}`, quantity: 1 });
+      ids.unshift(job.id);
+    }
+    const listed: string[] = [];
+    for await (const job of client.listJobs({ task: "shipment.book", createdAfter: since, limit: 1 })) listed.push(job.id);
+    assert.deepEqual(listed, ids);
+    const pages: number[] = [];
+    for await (const page of client.listJobPages({ createdAfter: since, limit: 2 })) pages.push(page.items.length);
+    assert.deepEqual(pages, [2, 1]);
+
+    const err = await (async () => {
+      for await (const _ of client.listJobs({ limit: 501 })) assert.fail("listed");
+    })().then(() => assert.fail("resolved"), (e: unknown) => e);
+    assert.ok(err instanceof IdemgateProblem, String(err));
+    assert.equal(err.status, 400);
+    assert.deepEqual(err.errors.map((e) => e.field), ["limit"]);
+  });
+
   test("a payload that breaks the schema: 422 invalid-payload with its errors", async () => {
     const err = await client
       .submitJob("/v1/shipments", { order_id: "", quantity: 0 })

@@ -106,6 +106,37 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/jobs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the tenant's jobs, newest first.
+         * @description The jobs of the authenticated tenant, newest first (by `created_at`,
+         *     then `id`), a page at a time; another tenant's jobs never appear.
+         *     Each filter narrows the list; `status` matches the status the job
+         *     document shows (a scheduled job whose time has come is `queued`).
+         *     A page ends with `next_cursor` when more jobs follow: pass it as
+         *     `cursor`, with the same filters, for the next page. Paging is by
+         *     keyset, not offset: jobs accepted while a client pages are newer
+         *     than its first page and never shift the pages that follow, so no
+         *     job is shown twice or skipped. A job whose status changes while a
+         *     client pages a `status` filter may leave or enter the pages still
+         *     to come. No total is counted: a page costs the same at any size of
+         *     the table. Every GET spends the tenant's rate limit.
+         */
+        get: operations["listJobs"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/jobs/{id}": {
         parameters: {
             query?: never;
@@ -317,6 +348,28 @@ export interface paths {
          *     `violation: true`.
          */
         get: operations["explainIdempotencyKey"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/jobs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List every tenant's jobs, newest first.
+         * @description `GET /v1/jobs` for an operator: every tenant's jobs, or one
+         *     tenant's with `tenant`, with the same filters, pages and answers.
+         *     `idemgate jobs list` does the same from the command line.
+         */
+        get: operations["adminListJobs"];
         put?: never;
         post?: never;
         delete?: never;
@@ -660,6 +713,16 @@ export interface components {
              * @description When the job became final; null until it is. The jobs retention counts from it.
              */
             finished_at?: string | null;
+        };
+        /** @description One page of a job list, newest first. */
+        JobList: {
+            /** @description The page's jobs, each the document `GET /v1/jobs/{id}` shows. */
+            items: components["schemas"]["Job"][];
+            /**
+             * @description Present when more jobs follow: the `cursor` of the next page.
+             *     Absent on the last page.
+             */
+            next_cursor?: string;
         };
         /**
          * @description `in_flight`: a request holds the claim under a lease. `completed`:
@@ -1010,6 +1073,7 @@ export interface components {
                 ETag: components["headers"]["JobETag"];
                 "X-Request-Id": components["headers"]["XRequestId"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "Idempotency-Key-Expires": components["headers"]["IdempotencyKeyExpires"];
                 "X-Idempotent-Replayed": components["headers"]["XIdempotentReplayed"];
                 "Idempotent-Body-Omitted": components["headers"]["IdempotentBodyOmitted"];
                 "RateLimit-Limit": components["headers"]["RateLimitLimit"];
@@ -1040,10 +1104,29 @@ export interface components {
                 "X-Request-Id": components["headers"]["XRequestId"];
                 Link: components["headers"]["DescribedBy"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "Idempotency-Key-Expires": components["headers"]["IdempotencyKeyExpires"];
                 "X-Idempotent-Replayed": components["headers"]["XIdempotentReplayed"];
                 "RateLimit-Limit": components["headers"]["RateLimitLimit"];
                 "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
                 "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
+         * @description `bad-request`: a query parameter is not one the list takes as it
+         *     was given (a status that is not a job status, a `limit` outside
+         *     1..500, a time that is not RFC 3339 with an offset,
+         *     `created_after` not before `created_before`, a cursor the gateway
+         *     did not hand out, a parameter given twice); `errors` names each
+         *     one (`field` is the parameter).
+         */
+        JobListBadRequest: {
+            headers: {
+                "X-Request-Id": components["headers"]["XRequestId"];
+                Link: components["headers"]["DescribedBy"];
                 [name: string]: unknown;
             };
             content: {
@@ -1130,6 +1213,7 @@ export interface components {
                  * @example 28
                  */
                 "Retry-After"?: number;
+                "Idempotency-Key-Expires": components["headers"]["IdempotencyKeyExpires"];
                 "RateLimit-Limit": components["headers"]["RateLimitLimit"];
                 "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
                 "RateLimit-Reset": components["headers"]["RateLimitReset"];
@@ -1198,6 +1282,7 @@ export interface components {
                 "X-Request-Id": components["headers"]["XRequestId"];
                 Link: components["headers"]["DescribedBy"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "Idempotency-Key-Expires": components["headers"]["IdempotencyKeyExpires"];
                 "X-Idempotent-Replayed": components["headers"]["XIdempotentReplayed"];
                 "RateLimit-Limit": components["headers"]["RateLimitLimit"];
                 "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
@@ -1390,6 +1475,35 @@ export interface components {
          */
         JobIfNoneMatch: string;
         /**
+         * @description Only jobs in this status, as the job document shows it (a scheduled
+         *     job whose time has come is `queued`).
+         */
+        JobListStatus: components["schemas"]["JobStatus"];
+        /** @description Only jobs of this task. */
+        JobListTask: components["schemas"]["JobTask"];
+        /**
+         * @description Only jobs created strictly after this time (RFC 3339, with an offset).
+         * @example 2026-12-01T00:00:00Z
+         */
+        JobListCreatedAfter: string;
+        /**
+         * @description Only jobs created strictly before this time (RFC 3339, with an offset).
+         * @example 2026-12-02T00:00:00Z
+         */
+        JobListCreatedBefore: string;
+        /** @description The most jobs a page holds. */
+        JobListLimit: number;
+        /**
+         * @description The `next_cursor` of the previous page; none starts at the newest
+         *     job. Opaque: pass it back as it came.
+         */
+        JobListCursor: string;
+        /**
+         * @description Only this tenant's jobs; none lists every tenant's.
+         * @example acme
+         */
+        JobListTenant: string;
+        /**
          * @description The tenant (`tenants[].name`; `anonymous` with `auth.mode: none`).
          * @example acme
          */
@@ -1420,6 +1534,22 @@ export interface components {
          * @example 01a2384e-26cb-7f2a-9944-c9c3269e0d37
          */
         XRequestId: string;
+        /**
+         * @description Until when the key's idempotency record is kept, as an HTTP-date: a
+         *     retry with the same key until then is answered from the record
+         *     (replayed, or refused as it was); after it the key is free and a
+         *     request with it runs as new. On a first answer, the record it
+         *     stored (the retention after the answer, or for a scheduled job
+         *     after its `not_before`); on a replay, and on a `422
+         *     idempotency-key-reused`, the stored record's own time; on a `409
+         *     idempotency-key-in-use`, the in-flight record's time as it stands,
+         *     which moves to the retention after the original's answer once it
+         *     is stored. Rounded down to the second. Absent when no record is
+         *     kept: an answer that released the key (a retry runs again) and a
+         *     refusal before any record.
+         * @example Tue, 08 Dec 2026 09:12:44 GMT
+         */
+        IdempotencyKeyExpires: string;
         /**
          * @description `true` when this response is the stored answer to an earlier request
          *     with the same key and fingerprint, replayed without running the
@@ -1639,6 +1769,68 @@ export interface operations {
             404: components["responses"]["NotFound"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["InternalError"];
+        };
+    };
+    listJobs: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Only jobs in this status, as the job document shows it (a scheduled
+                 *     job whose time has come is `queued`).
+                 */
+                status?: components["parameters"]["JobListStatus"];
+                /** @description Only jobs of this task. */
+                task?: components["parameters"]["JobListTask"];
+                /**
+                 * @description Only jobs created strictly after this time (RFC 3339, with an offset).
+                 * @example 2026-12-01T00:00:00Z
+                 */
+                created_after?: components["parameters"]["JobListCreatedAfter"];
+                /**
+                 * @description Only jobs created strictly before this time (RFC 3339, with an offset).
+                 * @example 2026-12-02T00:00:00Z
+                 */
+                created_before?: components["parameters"]["JobListCreatedBefore"];
+                /** @description The most jobs a page holds. */
+                limit?: components["parameters"]["JobListLimit"];
+                /**
+                 * @description The `next_cursor` of the previous page; none starts at the newest
+                 *     job. Opaque: pass it back as it came.
+                 */
+                cursor?: components["parameters"]["JobListCursor"];
+            };
+            header?: {
+                /**
+                 * @description An id for this request, echoed in the `X-Request-Id` response header,
+                 *     in problem documents (`request_id`, and as a UUID in `instance`) and
+                 *     in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+                 *     else, or none, is replaced with a new UUIDv7.
+                 */
+                "X-Request-Id"?: components["parameters"]["RequestID"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of jobs. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description Always `no-store`; jobs change. */
+                    "Cache-Control"?: "no-store";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobList"];
+                };
+            };
+            400: components["responses"]["JobListBadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getJob: {
@@ -1987,6 +2179,65 @@ export interface operations {
                     "application/json": components["schemas"]["Story"];
                 };
             };
+            401: components["responses"]["AdminUnauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminThrottled"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminListJobs: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Only this tenant's jobs; none lists every tenant's.
+                 * @example acme
+                 */
+                tenant?: components["parameters"]["JobListTenant"];
+                /**
+                 * @description Only jobs in this status, as the job document shows it (a scheduled
+                 *     job whose time has come is `queued`).
+                 */
+                status?: components["parameters"]["JobListStatus"];
+                /** @description Only jobs of this task. */
+                task?: components["parameters"]["JobListTask"];
+                /**
+                 * @description Only jobs created strictly after this time (RFC 3339, with an offset).
+                 * @example 2026-12-01T00:00:00Z
+                 */
+                created_after?: components["parameters"]["JobListCreatedAfter"];
+                /**
+                 * @description Only jobs created strictly before this time (RFC 3339, with an offset).
+                 * @example 2026-12-02T00:00:00Z
+                 */
+                created_before?: components["parameters"]["JobListCreatedBefore"];
+                /** @description The most jobs a page holds. */
+                limit?: components["parameters"]["JobListLimit"];
+                /**
+                 * @description The `next_cursor` of the previous page; none starts at the newest
+                 *     job. Opaque: pass it back as it came.
+                 */
+                cursor?: components["parameters"]["JobListCursor"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of jobs. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description Always `no-store`; jobs change. */
+                    "Cache-Control"?: "no-store";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobList"];
+                };
+            };
+            400: components["responses"]["JobListBadRequest"];
             401: components["responses"]["AdminUnauthorized"];
             404: components["responses"]["NotFound"];
             429: components["responses"]["AdminThrottled"];
