@@ -155,13 +155,8 @@ func (g *Gateway) buildBatchRoute(ro RouteOptions, single *idempotency.Middlewar
 // records commits in one transaction before the answer.
 func (g *Gateway) handleBatch(br batchRoute, timeout time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a, ok := idempotency.AttemptFrom(r.Context())
+		a, ok := g.claimed(w, r, "no job was queued", "a batch needs an Idempotency-Key")
 		if !ok {
-			if r.Header.Get(idempotency.HeaderKey) != "" {
-				g.problems.Write(w, r, &idempotency.RequestError{Err: idempotency.ErrStoreUnavailable, Detail: "the idempotency store is unavailable; no job was queued, retry with the same key", RetryAfter: time.Second})
-				return
-			}
-			g.problems.Write(w, r, &idempotency.RequestError{Err: idempotency.ErrKeyMissing, Detail: "a batch needs an Idempotency-Key"})
 			return
 		}
 		if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {

@@ -37,21 +37,31 @@ type EnqueueOptions struct {
 	Batch *BatchOptions
 }
 
+// claimed returns the idempotency middleware's claim on r. Without one it
+// answers r and returns false: with a key, the store failed open, and a
+// job without a claim is not safe, so it refuses as if failing closed
+// (notQueued says what did not happen); without a key, missing says what
+// needs one.
+func (g *Gateway) claimed(w http.ResponseWriter, r *http.Request, notQueued, missing string) (*idempotency.Attempt, bool) {
+	a, ok := idempotency.AttemptFrom(r.Context())
+	if ok {
+		return a, true
+	}
+	if r.Header.Get(idempotency.HeaderKey) != "" {
+		g.problems.Write(w, r, &idempotency.RequestError{Err: idempotency.ErrStoreUnavailable, Detail: "the idempotency store is unavailable; " + notQueued + ", retry with the same key", RetryAfter: time.Second})
+		return a, false
+	}
+	g.problems.Write(w, r, &idempotency.RequestError{Err: idempotency.ErrKeyMissing, Detail: missing})
+	return a, false
+}
+
 // handleEnqueue accepts a request as a job. It runs inside the idempotency
 // middleware, so its 202 is the stored response every retry replays, with
 // the same job id.
 func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions, timeout time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a, ok := idempotency.AttemptFrom(r.Context())
+		a, ok := g.claimed(w, r, "the job was not queued", "enqueue routes need an Idempotency-Key")
 		if !ok {
-			// The middleware did not claim. With a key, the store failed
-			// open: a job without a claim is not safe, so refuse as if
-			// failing closed.
-			if r.Header.Get(idempotency.HeaderKey) != "" {
-				g.problems.Write(w, r, &idempotency.RequestError{Err: idempotency.ErrStoreUnavailable, Detail: "the idempotency store is unavailable; the job was not queued, retry with the same key", RetryAfter: time.Second})
-				return
-			}
-			g.problems.Write(w, r, &idempotency.RequestError{Err: idempotency.ErrKeyMissing, Detail: "enqueue routes need an Idempotency-Key"})
 			return
 		}
 		body, err := io.ReadAll(r.Body)

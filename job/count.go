@@ -10,8 +10,8 @@ import (
 // a scheduled job that is due counts as queued), each up to limit: a
 // count of limit means "limit or more". Each status is a range of the
 // jobs_status index read no further than limit rows, so the answer costs
-// the same at a thousand jobs and at millions, where CountByStatus reads
-// the whole table.
+// the same at a thousand jobs and at millions, where a GROUP BY would
+// read the whole table.
 func (s *Records) CountByStatusUpTo(ctx context.Context, limit int64) (map[Status]int64, error) {
 	upTo := func(where string) string {
 		return `(SELECT count(*) FROM (SELECT 1 FROM jobs WHERE ` + where + ` LIMIT $1) x)`

@@ -163,26 +163,3 @@ func (e *Submitter) List(ctx context.Context, f ListFilter, limit int) ([]Record
 	return e.records.List(ctx, f, limit)
 }
 
-// CountByStatus counts the jobs in each status (as a Record reads it).
-func (s *Records) CountByStatus(ctx context.Context) (map[Status]int64, error) {
-	const q = `SELECT CASE WHEN status = 'scheduled' AND not_before <= now() THEN 'queued' ELSE status END, count(*)
-  FROM jobs GROUP BY 1`
-	rows, err := s.db.Query(ctx, q)
-	if err != nil {
-		return nil, fmt.Errorf("job: count jobs: %w", err)
-	}
-	defer rows.Close()
-	out := map[Status]int64{}
-	for rows.Next() {
-		var st Status
-		var n int64
-		if err := rows.Scan(&st, &n); err != nil {
-			return nil, fmt.Errorf("job: count jobs: %w", err)
-		}
-		out[st] += n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("job: count jobs: %w", err)
-	}
-	return out, nil
-}
