@@ -162,4 +162,3 @@ func whereClause(conds []string) string {
 func (e *Submitter) List(ctx context.Context, f ListFilter, limit int) ([]Record, Cursor, error) {
 	return e.records.List(ctx, f, limit)
 }
-
