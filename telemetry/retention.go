@@ -16,7 +16,9 @@ import (
 const MetricRetentionDeleted = "idemgate_retention_deleted_total"
 
 // RetentionTables are the label values of MetricRetentionDeleted.
-func RetentionTables() []string { return []string{"jobs", "job_executions", "job_attempts", "admin_actions"} }
+func RetentionTables() []string {
+	return []string{"jobs", "job_executions", "job_attempts", "admin_actions"}
+}
 
 // RetentionMetrics counts what the retention janitor deletes.
 type RetentionMetrics struct{ deleted *prometheus.CounterVec }
