@@ -88,6 +88,9 @@ type Options struct {
 	DeadLetters DeadLetters
 	// Cancel cancels jobs; nil leaves the action out.
 	Cancel Canceller
+	// Audit records every action in the audit trail (the gateway's
+	// Gateway.Audit); nil records none.
+	Audit *gateway.Audit
 	// Stuck lists the stuck jobs (StuckJobs); nil leaves them out.
 	Stuck func(ctx context.Context) ([]reconcile.Violation, error)
 	// Requests are the gateway's recent requests by tenant and route.

@@ -215,7 +215,9 @@ func findJobAction(name string) (jobAction, bool) {
 
 // confirmView is the confirmation step of an action.
 type confirmView struct {
-	Action, Label, Explains, Subject, Back string
+	// Button names the action and what it acts on ("Cancel job"), so
+	// that it cannot be read as the way back.
+	Action, Label, Button, Explains, Subject, Back string
 }
 
 func (c *console) handleJobConfirm(w http.ResponseWriter, r *http.Request) {
@@ -235,7 +237,7 @@ func (c *console) handleJobConfirm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.render(w, r, http.StatusOK, "confirm", a.Label+" job "+id, page{Data: confirmView{
-		Action: a.Name, Label: a.Label, Explains: a.Explains, Subject: "job " + id, Back: c.jobURL(id)}})
+		Action: a.Name, Label: a.Label, Button: a.Label + " job", Explains: a.Explains, Subject: "job " + id, Back: c.jobURL(id)}})
 }
 
 func (c *console) handleJobAction(w http.ResponseWriter, r *http.Request) {
@@ -246,6 +248,10 @@ func (c *console) handleJobAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	reason, ok := c.reason(w, r)
+	if !ok {
+		return
+	}
 	log := c.opts.Logger.With("job_id", id, "action", a.Name)
 	switch a.Name {
 	case "requeue":
@@ -264,6 +270,7 @@ func (c *console) handleJobAction(w http.ResponseWriter, r *http.Request) {
 			c.actionFailed(w, r, "requeue", err)
 		case sent:
 			log.InfoContext(ctx, "job requeued by an operator from the console")
+			c.record(r, job.Action{Action: "requeue", Tenant: rec.Tenant, JobID: id, Reason: reason})
 			seeOther(w, r, c.jobURL(id), "requeued")
 		default:
 			seeOther(w, r, c.jobURL(id), "present")
@@ -273,11 +280,12 @@ func (c *console) handleJobAction(w http.ResponseWriter, r *http.Request) {
 		if c.opts.DeadLetters == nil {
 			break
 		}
-		_, err := c.opts.DeadLetters.Replay(ctx, id)
+		rec, err := c.opts.DeadLetters.Replay(ctx, id)
 		if c.deadLetterFailed(w, r, id, "replay", err) {
 			return
 		}
 		log.InfoContext(ctx, "failed job replayed by an operator from the console")
+		c.record(r, job.Action{Action: "replay", Tenant: rec.Tenant, JobID: id, Reason: reason})
 		seeOther(w, r, c.jobURL(id), "replayed")
 		return
 	case "cancel":
@@ -294,9 +302,11 @@ func (c *console) handleJobAction(w http.ResponseWriter, r *http.Request) {
 			c.actionFailed(w, r, "cancel", err)
 		case rec.Status == job.StatusCancelling:
 			log.InfoContext(ctx, "job cancel requested by an operator from the console; an attempt is in flight")
+			c.record(r, job.Action{Action: "cancel", Tenant: rec.Tenant, JobID: id, Reason: reason})
 			seeOther(w, r, c.jobURL(id), "cancelling")
 		default:
 			log.InfoContext(ctx, "job cancelled by an operator from the console")
+			c.record(r, job.Action{Action: "cancel", Tenant: rec.Tenant, JobID: id, Reason: reason})
 			seeOther(w, r, c.jobURL(id), "cancelled")
 		}
 		return
@@ -304,11 +314,18 @@ func (c *console) handleJobAction(w http.ResponseWriter, r *http.Request) {
 		if c.opts.DeadLetters == nil {
 			break
 		}
+		tenant := ""
+		if c.opts.Jobs != nil {
+			if rec, err := c.opts.Jobs.ByID(ctx, id); err == nil {
+				tenant = rec.Tenant
+			}
+		}
 		err := c.opts.DeadLetters.Delete(ctx, id)
 		if c.deadLetterFailed(w, r, id, "delete", err) {
 			return
 		}
 		log.InfoContext(ctx, "failed job deleted by an operator from the console")
+		c.record(r, job.Action{Action: "delete", Tenant: tenant, JobID: id, Reason: reason})
 		seeOther(w, r, c.opts.Prefix+"/jobs", "job-deleted")
 		return
 	}
@@ -341,4 +358,25 @@ func (c *console) deadLetterFailed(w http.ResponseWriter, r *http.Request, id, o
 func (c *console) actionFailed(w http.ResponseWriter, r *http.Request, op string, err error) {
 	c.opts.Logger.WarnContext(r.Context(), "console: "+op+" failed", "err", err)
 	c.fail(w, r, http.StatusServiceUnavailable, "The "+op+" failed: a store could not be reached. Nothing may have changed; look at the page again and retry.")
+}
+
+// reason reads the reason an operator typed on a confirmation page; a
+// reason too long is refused (400) and reason reports false.
+func (c *console) reason(w http.ResponseWriter, r *http.Request) (string, bool) {
+	reason := r.PostFormValue("reason")
+	if job.CheckReason(reason) != nil {
+		c.fail(w, r, http.StatusBadRequest, "The reason is at most 1000 bytes of text.")
+		return "", false
+	}
+	return reason, true
+}
+
+// record keeps an action done from the console in the audit trail
+// (Options.Audit), with targets for a bulk action.
+func (c *console) record(r *http.Request, a job.Action, targets ...job.Action) {
+	if c.opts.Audit == nil {
+		return
+	}
+	a.Via = "console"
+	_, _ = c.opts.Audit.Record(r.Context(), r, a, targets...)
 }

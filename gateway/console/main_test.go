@@ -100,6 +100,7 @@ func setup(t *testing.T) *env {
 		StoreName:        "postgres",
 		AdminTokenSHA256: hex.EncodeToString(sum[:]),
 		Jobs:             sub,
+		Actions:          job.NewRecords(pool),
 		Explainer:        x,
 		Logger:           slog.New(slog.DiscardHandler),
 		Routes: []gateway.RouteOptions{
@@ -117,6 +118,7 @@ func setup(t *testing.T) *env {
 		Requeue:     job.NewRelay(sub, inspector, job.RelayOptions{}),
 		DeadLetters: job.NewDeadLetters(sub, inspector),
 		Cancel:      sub,
+		Audit:       g.Audit(),
 		Stuck:       console.StuckJobs(pool, reconcile.Options{StuckAfter: explain.DefaultStuckAfter}),
 		QueuesPath:  "/admin/queues",
 		Logger:      slog.New(slog.DiscardHandler),

@@ -803,6 +803,37 @@ export interface components {
             uncertain: boolean;
             /** @description The job's final-status callbacks (`on_final`), one per final status it reached, oldest first, each with its attempts; absent when its task declares none or none was made yet. */
             callbacks?: components["schemas"]["StoryCallback"][];
+            /** @description What operators did to the job or key through the admin API or the console (the audit trail, table `admin_actions`), oldest first, at most the newest 100; absent when nothing was done or the process has no database. */
+            actions?: components["schemas"]["StoryAction"][];
+        };
+        /** @description One action an operator took on a job or key. */
+        StoryAction: {
+            /**
+             * Format: int64
+             * @description The action's number; the rows of one bulk action share it.
+             */
+            id: number;
+            /** Format: date-time */
+            at: string;
+            /**
+             * @description Who: the HTTP Basic user name, or `admin token` for a bearer token.
+             * @example alice
+             */
+            actor: string;
+            /**
+             * @description What: cancel, replay, delete, requeue, delete-key, resolve-key, run-now, rerun.
+             * @example replay
+             */
+            action: string;
+            /**
+             * @description Where from: `api` (the admin API) or `console`.
+             * @example console
+             */
+            via: string;
+            /** @description The filter a bulk action chose its jobs by; absent for an action on one job or key. */
+            filter?: string;
+            /** @description What the operator gave as the reason; empty when none. */
+            reason: string;
         };
         StoryRecord: {
             tenant: string;
