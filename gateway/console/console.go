@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -88,6 +89,9 @@ type Options struct {
 	DeadLetters DeadLetters
 	// Cancel cancels jobs; nil leaves the action out.
 	Cancel Canceller
+	// MaxBulk is the most jobs a bulk action acts on. Default
+	// job.MaxBulk.
+	MaxBulk int
 	// Audit records every action in the audit trail (the gateway's
 	// Gateway.Audit); nil records none.
 	Audit *gateway.Audit
@@ -164,7 +168,7 @@ func New(opts Options) (http.Handler, error) {
 		return nil, err
 	}
 	c := &console{opts: opts, pages: map[string]*template.Template{}}
-	for _, page := range []string{"overview", "jobs", "job", "keys", "key", "confirm", "error"} {
+	for _, page := range []string{"overview", "jobs", "job", "keys", "key", "confirm", "error", "failed", "bulk"} {
 		t, err := template.New("layout.html").Funcs(c.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", page, err)
@@ -183,6 +187,9 @@ func (c *console) routes() http.Handler {
 	r.Get(p+"/", c.handleOverview)
 	r.Handle(p+"/static/*", http.StripPrefix(p+"/static/", staticHandler(http.FileServerFS(static))))
 	r.Get(p+"/jobs", c.handleJobs)
+	r.Get(p+"/failed", c.handleFailed)
+	r.Get(p+"/failed/{action}", c.handleBulkConfirm)
+	r.Post(p+"/failed/{action}", c.handleBulkAction)
 	r.Get(p+"/jobs/{id}", c.handleJob)
 	r.Get(p+"/jobs/{id}/live", c.handleJobLive)
 	r.Get(p+"/jobs/{id}/{action}", c.handleJobConfirm)
@@ -289,7 +296,12 @@ func seeOther(w http.ResponseWriter, r *http.Request, target, done string) {
 // flashOf is what the page after an action says, by ?done=. Only these
 // texts are shown: the parameter itself never reaches the page.
 func flashOf(r *http.Request) string {
+	n, _ := strconv.Atoi(r.URL.Query().Get("n"))
 	switch r.URL.Query().Get("done") {
+	case "bulk-replay":
+		return "Replayed " + strconv.Itoa(n) + " failed job" + plural(n) + ": each is queued again and its task is back in the queue."
+	case "bulk-delete":
+		return "Deleted " + strconv.Itoa(n) + " failed job" + plural(n) + ": their records and tasks are gone."
 	case "requeued":
 		return "Requeued: the job's task was enqueued again; a worker picks it up."
 	case "present":
