@@ -82,7 +82,7 @@ func TestBulkReplay(t *testing.T) {
 		t.Errorf("the bulk replay is %d actions, want 1", got)
 	}
 	// explain tells it on a job.
-	if code, out, errOut := cli(t, nil, "explain", ids[0], "--config", cfg); code != 0 || !strings.Contains(out, "bulk-replay by alice via console") || !strings.Contains(out, "reason: stock arrived, PO 77") {
+	if code, out, errOut := cli(t, nil, "explain", "--config", cfg, "--job", ids[0]); code != 0 || !strings.Contains(out, "bulk-replay by alice via console") || !strings.Contains(out, "reason: stock arrived, PO 77") {
 		t.Errorf("explain %s: exit %d, no action line\n%s%s", ids[0], code, out, errOut)
 	}
 }
