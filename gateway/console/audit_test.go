@@ -3,6 +3,7 @@ package console_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 
 	"golang.org/x/net/html"
 
+	"github.com/idemgate/idemgate/gateway/console"
 	"github.com/idemgate/idemgate/internal/explain"
 	"github.com/idemgate/idemgate/job"
 )
@@ -148,4 +150,55 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestBulkIsBounded: a bulk replay acts on at most MaxBulk jobs, the
+// confirmation says so and how many remain, and the rest stay failed.
+func TestBulkIsBounded(t *testing.T) {
+	v := setupWith(t, func(o *console.Options) { o.MaxBulk = 5 })
+	ctx := t.Context()
+	var ids []string
+	for i := range 7 {
+		id := v.invoice(t, "acme", fmt.Sprintf("bounded-%d", i), fmt.Sprintf("o-bounded-%d", i))
+		v.fail(t, id)
+		ids = append(ids, id)
+	}
+	doc := v.page(t, "/admin/ui/failed/replay?task=invoice.create")
+	count := byID(doc, "bulk-count")
+	if got, _ := attr(count, "data-count"); got != "5" {
+		t.Errorf("the confirmation acts on %s jobs, want 5", got)
+	}
+	if got, _ := attr(count, "data-remaining"); got != "2" {
+		t.Errorf("the confirmation says %s remain, want 2", got)
+	}
+	if got := text(byID(doc, "confirm")); got != "Replay 5 jobs" {
+		t.Errorf("the button reads %q", got)
+	}
+	resp := v.postForm(t, "/admin/ui/failed/replay?task=invoice.create", "bob", url.Values{})
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.Contains(loc, "n=5") {
+		t.Fatalf("bulk replay: %d Location %q", resp.StatusCode, loc)
+	}
+	queued, failed := 0, 0
+	for _, id := range ids {
+		rec, err := v.records.ByID(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch rec.Status {
+		case job.StatusQueued:
+			queued++
+		case job.StatusFailed:
+			failed++
+		}
+	}
+	if queued != 5 || failed != 2 {
+		t.Errorf("after a bulk replay bounded at 5: %d queued, %d failed; want 5 and 2", queued, failed)
+	}
+	var rows int
+	if err := v.pool.QueryRow(ctx, `SELECT count(*) FROM admin_actions WHERE job_id = ANY($1) AND action = 'bulk-replay' AND actor = 'bob'`, ids).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 5 {
+		t.Errorf("audit rows: %d, want 5", rows)
+	}
 }
