@@ -152,9 +152,9 @@ type Gateway struct {
 	// adminGuard throttles admin token guessing on the admin listener.
 	adminGuard *AdminGuard
 	// audit records operators' actions (Audit).
-	audit *Audit
-	public     http.Handler
-	private    http.Handler
+	audit   *Audit
+	public  http.Handler
+	private http.Handler
 	// publicMux and adminMux are the routers of the gateway's own
 	// endpoints; mounts are the prefixes AdminMount added.
 	publicMux, adminMux chi.Routes
