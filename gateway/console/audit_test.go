@@ -2,18 +2,23 @@ package console_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/hibiken/asynq"
 	"golang.org/x/net/html"
 
 	"github.com/idemgate/idemgate/gateway/console"
 	"github.com/idemgate/idemgate/internal/explain"
+	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -200,5 +205,61 @@ func TestBulkIsBounded(t *testing.T) {
 	}
 	if rows != 5 {
 		t.Errorf("audit rows: %d, want 5", rows)
+	}
+}
+
+// TestRunNow: a job backing off (its task in the retry set, due in an
+// hour) is run at once from its page: its task becomes pending, and the
+// action is in the audit trail. A job not backing off has no such action.
+func TestRunNow(t *testing.T) {
+	v := setup(t)
+	ctx := t.Context()
+	id := v.invoice(t, "acme", "backoff-1", "o-backoff-1")
+	if doc := v.page(t, "/admin/ui/jobs/"+id); byID(doc, "action-run-now") != nil {
+		t.Error("a queued job's page offers run now")
+	}
+
+	// A worker whose attempt fails and backs off for an hour.
+	opt, err := asynq.ParseRedisURI(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := asynq.NewServer(opt, asynq.Config{
+		Queues: map[string]int{v.queue: 1}, Concurrency: 1, LogLevel: asynq.FatalLevel,
+		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return time.Hour },
+	})
+	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return errors.New("partner busy") })); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		info, err := v.inspector.GetTaskInfo(v.queue, id)
+		if err == nil && info.State == asynq.TaskStateRetry {
+			break
+		}
+		if time.Now().After(deadline) {
+			srv.Shutdown()
+			t.Fatalf("the task never backed off: %v %v", info, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	srv.Shutdown()
+	if err := v.records.SetStatus(ctx, id, job.StatusRetrying, 1, "", "partner busy"); err != nil {
+		t.Fatal(err)
+	}
+
+	if doc := v.page(t, "/admin/ui/jobs/"+id); byID(doc, "action-run-now") == nil {
+		t.Fatal("a retrying job's page offers no run now")
+	}
+	resp := v.postForm(t, "/admin/ui/jobs/"+id+"/run-now", "carol", url.Values{"reason": {"partner is back"}})
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.HasSuffix(loc, "?done=run-now") {
+		t.Fatalf("run now: %d Location %q", resp.StatusCode, loc)
+	}
+	if info, err := v.inspector.GetTaskInfo(v.queue, id); err != nil || info.State != asynq.TaskStatePending {
+		t.Errorf("after run now the task is %v, %v; want pending", info, err)
+	}
+	actions, err := v.records.ActionsOnJob(ctx, id)
+	if err != nil || len(actions) != 1 || actions[0].Action != "run-now" || actions[0].Actor != "carol" || actions[0].Reason != "partner is back" {
+		t.Errorf("audit trail after run now: %+v, %v", actions, err)
 	}
 }

@@ -67,6 +67,9 @@ type Canceller interface {
 type DeadLetters interface {
 	Replay(ctx context.Context, id string) (job.Record, error)
 	Delete(ctx context.Context, id string) error
+	// RunNow runs a job backing off at once (job.ErrNotBackingOff when
+	// it is not).
+	RunNow(ctx context.Context, id string) (job.Record, error)
 }
 
 // Options is what the console reads and acts through. Stories and Keys are
@@ -310,6 +313,8 @@ func flashOf(r *http.Request) string {
 		return "Nothing to requeue: the job already succeeded."
 	case "replayed":
 		return "Replayed: the failed job is queued again and its task is back in the queue."
+	case "run-now":
+		return "Run now: the job's task is due at once; a worker picks it up."
 	case "cancelled":
 		return "Cancelled: no attempt of the job starts any more."
 	case "cancelling":

@@ -95,8 +95,8 @@ type jobView struct {
 	Version string
 	Final   bool
 	// The actions that apply.
-	CanRequeue, CanReplay, CanDelete, CanCancel bool
-	KeyURL                                      string
+	CanRequeue, CanReplay, CanDelete, CanCancel, CanRunNow bool
+	KeyURL                                                 string
 }
 
 // jobStory reads everything the job page shows.
@@ -126,6 +126,7 @@ func (c *console) jobStory(r *http.Request, id string) (jobView, int, error) {
 	v.CanReplay = c.opts.DeadLetters != nil && st == job.StatusFailed
 	v.CanDelete = c.opts.DeadLetters != nil && st == job.StatusFailed
 	v.CanCancel = c.opts.Cancel != nil && st.Runnable()
+	v.CanRunNow = c.opts.DeadLetters != nil && st == job.StatusRetrying
 	v.KeyURL = c.keyURL(scopeOfJob(story))
 	v.Version = version(story)
 	return v, http.StatusOK, nil
@@ -198,6 +199,9 @@ func jobActions() []jobAction {
 		{"delete", "Delete",
 			"Delete removes the failed job, as `idemgate dlq delete` does: its archived task from the queue and its record from the jobs table. The attempt ledger and the execution of its business key stay; the idempotency record of its request is not touched.",
 			func(v jobView) bool { return v.CanDelete }},
+		{"run-now", "Run now",
+			"Run now makes the job's next attempt due at once instead of after its backoff: its task, waiting in the queue's retry set, goes to pending, and a worker picks it up. The record moves on as for any attempt; the fencing token keeps the effect from happening twice.",
+			func(v jobView) bool { return v.CanRunNow }},
 		{"cancel", "Cancel",
 			"Cancel stops the job, as `idemgate jobs cancel` and POST /admin/jobs/{id}/cancel do: a job waiting for a worker (scheduled, queued, retrying) becomes cancelled at once and its task is deleted from the queue; a job whose attempt is in flight becomes cancelling, its resource's fencing token moves past the attempt's so the attempt cannot commit a fenced write, and the attempt's end decides between succeeded and cancelled.",
 			func(v jobView) bool { return v.CanCancel }},
@@ -287,6 +291,24 @@ func (c *console) handleJobAction(w http.ResponseWriter, r *http.Request) {
 		log.InfoContext(ctx, "failed job replayed by an operator from the console")
 		c.record(r, job.Action{Action: "replay", Tenant: rec.Tenant, JobID: id, Reason: reason})
 		seeOther(w, r, c.jobURL(id), "replayed")
+		return
+	case "run-now":
+		if c.opts.DeadLetters == nil {
+			break
+		}
+		rec, err := c.opts.DeadLetters.RunNow(ctx, id)
+		switch {
+		case errors.Is(err, job.ErrNotFound):
+			c.fail(w, r, http.StatusNotFound, "No job "+id+".")
+		case errors.Is(err, job.ErrNotBackingOff):
+			c.fail(w, r, http.StatusConflict, "Job "+id+" is not waiting for a retry: "+err.Error()+".")
+		case err != nil:
+			c.actionFailed(w, r, "run now", err)
+		default:
+			log.InfoContext(ctx, "job run now by an operator from the console")
+			c.record(r, job.Action{Action: "run-now", Tenant: rec.Tenant, JobID: id, Reason: reason})
+			seeOther(w, r, c.jobURL(id), "run-now")
+		}
 		return
 	case "cancel":
 		if c.opts.Cancel == nil {
