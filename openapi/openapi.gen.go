@@ -843,6 +843,9 @@ type StoryRecord struct {
 	ExpiresAt    time.Time  `json:"expires_at"`
 }
 
+// ActionReason defines model for ActionReason.
+type ActionReason = string
+
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
 
@@ -1036,6 +1039,33 @@ type AdminListJobsParams struct {
 	// Cursor The `next_cursor` of the previous page; none starts at the newest
 	// job. Opaque: pass it back as it came.
 	Cursor *JobListCursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// AdminCancelJobParams defines parameters for AdminCancelJob.
+type AdminCancelJobParams struct {
+	// Reason Why the operator acts, kept in the audit trail (`admin_actions`,
+	// shown by `idemgate explain` and the console) with who and when; at
+	// most 1,000 bytes of UTF-8 (400 otherwise). A JSON body
+	// `{"reason": "…"}` may carry it instead.
+	Reason *ActionReason `form:"reason,omitempty" json:"reason,omitempty"`
+}
+
+// DeleteIdempotencyRecordParams defines parameters for DeleteIdempotencyRecord.
+type DeleteIdempotencyRecordParams struct {
+	// Reason Why the operator acts, kept in the audit trail (`admin_actions`,
+	// shown by `idemgate explain` and the console) with who and when; at
+	// most 1,000 bytes of UTF-8 (400 otherwise). A JSON body
+	// `{"reason": "…"}` may carry it instead.
+	Reason *ActionReason `form:"reason,omitempty" json:"reason,omitempty"`
+}
+
+// ResolveIdempotencyRecordParams defines parameters for ResolveIdempotencyRecord.
+type ResolveIdempotencyRecordParams struct {
+	// Reason Why the operator acts, kept in the audit trail (`admin_actions`,
+	// shown by `idemgate explain` and the console) with who and when; at
+	// most 1,000 bytes of UTF-8 (400 otherwise). A JSON body
+	// `{"reason": "…"}` may carry it instead.
+	Reason *ActionReason `form:"reason,omitempty" json:"reason,omitempty"`
 }
 
 // GetLimitParams defines parameters for GetLimit.

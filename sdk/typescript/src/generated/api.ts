@@ -1164,7 +1164,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description `bad-request`: only a record whose outcome is unknown can be resolved, or a query parameter is out of its range (`top` of a limit). */
+        /** @description `bad-request`: only a record whose outcome is unknown can be resolved, a query parameter is out of its range (`top` of a limit), or an action's `reason` is longer than 1,000 bytes. */
         AdminBadRequest: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
@@ -1437,6 +1437,13 @@ export interface components {
         };
     };
     parameters: {
+        /**
+         * @description Why the operator acts, kept in the audit trail (`admin_actions`,
+         *     shown by `idemgate explain` and the console) with who and when; at
+         *     most 1,000 bytes of UTF-8 (400 otherwise). A JSON body
+         *     `{"reason": "…"}` may carry it instead.
+         */
+        ActionReason: string;
         /**
          * @description The client's unique key for this request; retries of the request
          *     send the same key with the same body. Exactly one header line with
@@ -2078,7 +2085,15 @@ export interface operations {
     };
     deleteIdempotencyRecord: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description Why the operator acts, kept in the audit trail (`admin_actions`,
+                 *     shown by `idemgate explain` and the console) with who and when; at
+                 *     most 1,000 bytes of UTF-8 (400 otherwise). A JSON body
+                 *     `{"reason": "…"}` may carry it instead.
+                 */
+                reason?: components["parameters"]["ActionReason"];
+            };
             header?: never;
             path: {
                 /**
@@ -2110,6 +2125,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["AdminBadRequest"];
             401: components["responses"]["AdminUnauthorized"];
             404: components["responses"]["NotFound"];
             429: components["responses"]["AdminThrottled"];
@@ -2119,7 +2135,15 @@ export interface operations {
     };
     resolveIdempotencyRecord: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description Why the operator acts, kept in the audit trail (`admin_actions`,
+                 *     shown by `idemgate explain` and the console) with who and when; at
+                 *     most 1,000 bytes of UTF-8 (400 otherwise). A JSON body
+                 *     `{"reason": "…"}` may carry it instead.
+                 */
+                reason?: components["parameters"]["ActionReason"];
+            };
             header?: never;
             path: {
                 /**
@@ -2307,7 +2331,15 @@ export interface operations {
     };
     adminCancelJob: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description Why the operator acts, kept in the audit trail (`admin_actions`,
+                 *     shown by `idemgate explain` and the console) with who and when; at
+                 *     most 1,000 bytes of UTF-8 (400 otherwise). A JSON body
+                 *     `{"reason": "…"}` may carry it instead.
+                 */
+                reason?: components["parameters"]["ActionReason"];
+            };
             header?: never;
             path: {
                 /** @description The job id, from the `Location` of the enqueue route's answer. */
@@ -2357,6 +2389,7 @@ export interface operations {
                     "application/json": components["schemas"]["Job"];
                 };
             };
+            400: components["responses"]["AdminBadRequest"];
             401: components["responses"]["AdminUnauthorized"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["JobNotCancellable"];
