@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemgate/idemgate/internal/explain"
+	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/requestid"
 	"github.com/idemgate/idemgate/openapi"
@@ -179,6 +180,11 @@ func (g *Gateway) handleKeyGet() http.HandlerFunc {
 func (g *Gateway) handleKeyDelete() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		scope := scopeOf(r)
+		reason, err := actionReason(r)
+		if err != nil {
+			g.problems.Write(w, r, err)
+			return
+		}
 		if _, err := g.opts.Store.Get(r.Context(), scope); err != nil {
 			g.storeError(w, r, err)
 			return
@@ -189,6 +195,7 @@ func (g *Gateway) handleKeyDelete() http.HandlerFunc {
 		}
 		g.opts.ReplayCache.Forget(scope)
 		g.opts.Logger.InfoContext(r.Context(), "idempotency record deleted by an operator", "tenant", scope.Tenant, "route", scope.Route, "idempotency_key", scope.Key)
+		_, _ = g.audit.Record(r.Context(), r, job.Action{Action: "delete-key", Via: "api", Tenant: scope.Tenant, Route: scope.Route, Key: scope.Key, Reason: reason})
 		w.WriteHeader(http.StatusNoContent)
 	}
 }
@@ -196,11 +203,17 @@ func (g *Gateway) handleKeyDelete() http.HandlerFunc {
 func (g *Gateway) handleKeyResolve() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		scope := scopeOf(r)
+		reason, err := actionReason(r)
+		if err != nil {
+			g.problems.Write(w, r, err)
+			return
+		}
 		if err := g.opts.Store.Resolve(r.Context(), scope); err != nil {
 			g.storeError(w, r, err)
 			return
 		}
 		g.opts.Logger.InfoContext(r.Context(), "unknown outcome released by an operator", "tenant", scope.Tenant, "route", scope.Route, "idempotency_key", scope.Key)
+		_, _ = g.audit.Record(r.Context(), r, job.Action{Action: "resolve-key", Via: "api", Tenant: scope.Tenant, Route: scope.Route, Key: scope.Key, Reason: reason})
 		rec, err := g.opts.Store.Get(r.Context(), scope)
 		if err != nil {
 			g.storeError(w, r, err)

@@ -37,20 +37,28 @@ func (g *Gateway) handleJobCancel() http.Handler {
 		tenant := auth.Tenant(r.Context())
 		g.cancelJob(w, r, chi.URLParam(r, "id"), func(c Canceller, id string) (job.Record, bool, error) {
 			return c.Cancel(r.Context(), tenant, id)
-		})
+		}, nil)
 	}))
 }
 
 // handleAdminJobCancel is POST /admin/jobs/{id}/cancel: an operator
-// cancels any tenant's job.
+// cancels any tenant's job, with an optional reason (?reason= or a JSON
+// body {"reason": "…"}) kept in the audit trail.
 func (g *Gateway) handleAdminJobCancel() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id, err := url.PathUnescape(chi.URLParam(r, "id"))
 		if err != nil {
 			id = "\x00" // matches no job
 		}
+		reason, err := actionReason(r)
+		if err != nil {
+			g.problems.Write(w, r, err)
+			return
+		}
 		g.cancelJob(w, r, id, func(c Canceller, id string) (job.Record, bool, error) {
 			return c.CancelByID(r.Context(), id)
+		}, func(rec job.Record) {
+			_, _ = g.audit.Record(r.Context(), r, job.Action{Action: "cancel", Via: "api", Tenant: rec.Tenant, JobID: rec.ID, Reason: reason})
 		})
 	}
 }
@@ -60,8 +68,8 @@ func (g *Gateway) handleAdminJobCancel() http.HandlerFunc {
 // converges), 202 when this cancel found an attempt in flight
 // (cancelling: its end decides), 409
 // job-not-cancellable for a job that has succeeded or failed, 404 for no
-// such job.
-func (g *Gateway) cancelJob(w http.ResponseWriter, r *http.Request, id string, cancel func(Canceller, string) (job.Record, bool, error)) {
+// such job. audited, when not nil, records the cancel in the audit trail.
+func (g *Gateway) cancelJob(w http.ResponseWriter, r *http.Request, id string, cancel func(Canceller, string) (job.Record, bool, error), audited func(job.Record)) {
 	c, ok := g.opts.Jobs.(Canceller)
 	if !ok {
 		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "this gateway has no enqueue routes"})
@@ -87,6 +95,9 @@ func (g *Gateway) cancelJob(w http.ResponseWriter, r *http.Request, id string, c
 	}
 	infoFrom(r.Context()).job = rec.ID
 	g.opts.Logger.InfoContext(r.Context(), "job cancel", "job_id", rec.ID, "tenant", rec.Tenant, "status", string(rec.Status))
+	if audited != nil {
+		audited(rec)
+	}
 	doc := jobDocument(rec)
 	w.Header().Set("ETag", jobETag(doc))
 	w.Header().Set("Cache-Control", "no-store")

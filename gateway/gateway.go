@@ -81,6 +81,10 @@ type Options struct {
 	// /admin/fairness/{pool}; nil means none is declared (every pool is
 	// 404).
 	Fairness Fairness
+	// Actions keeps the audit trail of operators' actions (a
+	// *job.Records); nil when the gateway has no database: actions are
+	// then logged and counted only.
+	Actions ActionRecorder
 	// AdminMaxAuthFailures is how many wrong admin tokens one peer may
 	// send within a minute before the admin listener refuses it for a
 	// minute (AdminGuard). Default DefaultAdminMaxAuthFailures, 10. The
@@ -147,8 +151,10 @@ type Gateway struct {
 	admin    [sha256.Size]byte
 	// adminGuard throttles admin token guessing on the admin listener.
 	adminGuard *AdminGuard
-	public     http.Handler
-	private    http.Handler
+	// audit records operators' actions (Audit).
+	audit   *Audit
+	public  http.Handler
+	private http.Handler
 	// publicMux and adminMux are the routers of the gateway's own
 	// endpoints; mounts are the prefixes AdminMount added.
 	publicMux, adminMux chi.Routes
@@ -200,6 +206,7 @@ func New(opts Options) (*Gateway, error) {
 	g := &Gateway{opts: opts, problems: NewProblemWriter(opts.ProblemBase, opts.Logger), drained: make(chan struct{}),
 		recent: NewRecentRequests(nil), waiters: newWaiters(opts.MaxWaiters, opts.MaxWaitersPerTenant)}
 	g.adminGuard = newAdminGuard(opts.AdminMaxAuthFailures, opts.Metrics.adminAuthFailures, opts.Logger)
+	g.audit = &Audit{store: opts.Actions, logger: opts.Logger, actions: opts.Metrics.adminActions}
 	if opts.AdminTokenSHA256 != "" {
 		b, err := hex.DecodeString(opts.AdminTokenSHA256)
 		if err != nil || len(b) != sha256.Size {

@@ -22,6 +22,8 @@ type Metrics struct {
 	memoryStore     *memoryStoreCollector
 	// adminAuthFailures counts the admin listener's refusals (AdminGuard).
 	adminAuthFailures *prometheus.CounterVec
+	// adminActions counts operators' actions (Audit).
+	adminActions *prometheus.CounterVec
 }
 
 // NewMetrics registers the gateway's series (and the Go and process
@@ -67,8 +69,9 @@ func NewMetrics() *Metrics {
 		}, []string{"bound"}),
 		memoryStore:       newMemoryStoreCollector(),
 		adminAuthFailures: newAdminAuthFailures(),
+		adminActions:      newAdminActions(),
 	}
-	reg.MustRegister(m.requests, m.requestDuration, m.upstream, m.store, m.inFlight, m.shed, m.waiters, m.waitsRefused, m.memoryStore, m.adminAuthFailures,
+	reg.MustRegister(m.requests, m.requestDuration, m.upstream, m.store, m.inFlight, m.shed, m.waiters, m.waitsRefused, m.memoryStore, m.adminAuthFailures, m.adminActions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

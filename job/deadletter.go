@@ -97,3 +97,34 @@ func (d *DeadLetters) Delete(ctx context.Context, id string) error {
 	}
 	return d.sub.records.Delete(ctx, id)
 }
+
+// ErrNotBackingOff: the job is not waiting for a retry that is due later.
+var ErrNotBackingOff = errors.New("job: not backing off")
+
+// RunNow runs a job that is backing off (retrying, its task waiting in
+// the queue's retry set for its next attempt) at once: the task goes to
+// pending, and the worker that picks it up moves the record on as for any
+// attempt. A job in any other state, or whose task is not waiting for a
+// retry, is refused with ErrNotBackingOff.
+func (d *DeadLetters) RunNow(ctx context.Context, id string) (Record, error) {
+	r, err := d.sub.records.ByID(ctx, id)
+	if err != nil {
+		return Record{}, err
+	}
+	if r.Status != StatusRetrying {
+		return r, fmt.Errorf("%w: %s is %s", ErrNotBackingOff, id, r.Status)
+	}
+	info, err := d.inspector.GetTaskInfo(r.Queue, id)
+	switch {
+	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		return r, fmt.Errorf("%w: the queue holds no task of %s (requeue it)", ErrNotBackingOff, id)
+	case err != nil:
+		return r, fmt.Errorf("job: run now %s: %w", id, err)
+	case info.State != asynq.TaskStateRetry && info.State != asynq.TaskStateScheduled:
+		return r, fmt.Errorf("%w: its task is %s", ErrNotBackingOff, info.State)
+	}
+	if err := d.inspector.RunTask(r.Queue, id); err != nil {
+		return r, fmt.Errorf("job: run now %s: %w", id, err)
+	}
+	return r, nil
+}

@@ -631,6 +631,31 @@ type Story struct {
 
 	// EffectsKnown True when the effects come from the business tables of the job's task, so that none means none; false when they live where nothing here can read them (an HTTP delivery's receiver, a task no extension knows): then no effect listed is not no effect.
 	EffectsKnown bool `json:"effects_known"`
+
+	// Actions What operators did to the job or key through the admin API or the console (the audit trail, table `admin_actions`), oldest first, at most the newest 100; absent when nothing was done or the process has no database.
+	Actions *[]StoryAction `json:"actions,omitempty"`
+}
+
+// StoryAction One action an operator took on a job or key.
+type StoryAction struct {
+	// Id The action's number; the rows of one bulk action share it.
+	Id int64     `json:"id"`
+	At time.Time `json:"at"`
+
+	// Actor Who: the HTTP Basic user name, or `admin token` for a bearer token.
+	Actor string `json:"actor"`
+
+	// Action What: cancel, replay, delete, requeue, delete-key, resolve-key, run-now, rerun.
+	Action string `json:"action"`
+
+	// Via Where from: `api` (the admin API) or `console`.
+	Via string `json:"via"`
+
+	// Filter The filter a bulk action chose its jobs by; absent for an action on one job or key.
+	Filter *string `json:"filter,omitempty"`
+
+	// Reason What the operator gave as the reason; empty when none.
+	Reason string `json:"reason"`
 }
 
 // StoryAttempt defines model for StoryAttempt.
@@ -817,6 +842,9 @@ type StoryRecord struct {
 	UpdatedAt    time.Time  `json:"updated_at"`
 	ExpiresAt    time.Time  `json:"expires_at"`
 }
+
+// ActionReason defines model for ActionReason.
+type ActionReason = string
 
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
@@ -1011,6 +1039,33 @@ type AdminListJobsParams struct {
 	// Cursor The `next_cursor` of the previous page; none starts at the newest
 	// job. Opaque: pass it back as it came.
 	Cursor *JobListCursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// AdminCancelJobParams defines parameters for AdminCancelJob.
+type AdminCancelJobParams struct {
+	// Reason Why the operator acts, kept in the audit trail (`admin_actions`,
+	// shown by `idemgate explain` and the console) with who and when; at
+	// most 1,000 bytes of UTF-8 (400 otherwise). A JSON body
+	// `{"reason": "…"}` may carry it instead.
+	Reason *ActionReason `form:"reason,omitempty" json:"reason,omitempty"`
+}
+
+// DeleteIdempotencyRecordParams defines parameters for DeleteIdempotencyRecord.
+type DeleteIdempotencyRecordParams struct {
+	// Reason Why the operator acts, kept in the audit trail (`admin_actions`,
+	// shown by `idemgate explain` and the console) with who and when; at
+	// most 1,000 bytes of UTF-8 (400 otherwise). A JSON body
+	// `{"reason": "…"}` may carry it instead.
+	Reason *ActionReason `form:"reason,omitempty" json:"reason,omitempty"`
+}
+
+// ResolveIdempotencyRecordParams defines parameters for ResolveIdempotencyRecord.
+type ResolveIdempotencyRecordParams struct {
+	// Reason Why the operator acts, kept in the audit trail (`admin_actions`,
+	// shown by `idemgate explain` and the console) with who and when; at
+	// most 1,000 bytes of UTF-8 (400 otherwise). A JSON body
+	// `{"reason": "…"}` may carry it instead.
+	Reason *ActionReason `form:"reason,omitempty" json:"reason,omitempty"`
 }
 
 // GetLimitParams defines parameters for GetLimit.

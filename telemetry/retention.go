@@ -10,12 +10,15 @@ import (
 // MetricRetentionDeleted counts the rows the worker's retention janitor
 // deleted, by table: jobs (final jobs past jobs_retention, each with its
 // ledger), job_executions (final executions past executions_retention)
-// and job_attempts (ledger rows of tasks that ran without a job). The
+// job_attempts (ledger rows of tasks that ran without a job) and
+// admin_actions (the operators' audit trail past jobs_retention). The
 // idempotency records' janitor is apart: it runs in the gateway.
 const MetricRetentionDeleted = "idemgate_retention_deleted_total"
 
 // RetentionTables are the label values of MetricRetentionDeleted.
-func RetentionTables() []string { return []string{"jobs", "job_executions", "job_attempts"} }
+func RetentionTables() []string {
+	return []string{"jobs", "job_executions", "job_attempts", "admin_actions"}
+}
 
 // RetentionMetrics counts what the retention janitor deletes.
 type RetentionMetrics struct{ deleted *prometheus.CounterVec }
@@ -25,7 +28,7 @@ type RetentionMetrics struct{ deleted *prometheus.CounterVec }
 func NewRetentionMetrics(reg prometheus.Registerer) *RetentionMetrics {
 	m := &RetentionMetrics{deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: MetricRetentionDeleted,
-		Help: "Rows the retention janitor deleted, by table (jobs, job_executions, job_attempts).",
+		Help: "Rows the retention janitor deleted, by table (jobs, job_executions, job_attempts, admin_actions).",
 	}, []string{"table"})}
 	reg.MustRegister(m.deleted)
 	for _, t := range RetentionTables() {

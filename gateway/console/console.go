@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,6 +67,9 @@ type Canceller interface {
 type DeadLetters interface {
 	Replay(ctx context.Context, id string) (job.Record, error)
 	Delete(ctx context.Context, id string) error
+	// RunNow runs a job backing off at once (job.ErrNotBackingOff when
+	// it is not).
+	RunNow(ctx context.Context, id string) (job.Record, error)
 }
 
 // Options is what the console reads and acts through. Stories and Keys are
@@ -88,6 +92,12 @@ type Options struct {
 	DeadLetters DeadLetters
 	// Cancel cancels jobs; nil leaves the action out.
 	Cancel Canceller
+	// MaxBulk is the most jobs a bulk action acts on. Default
+	// job.MaxBulk.
+	MaxBulk int
+	// Audit records every action in the audit trail (the gateway's
+	// Gateway.Audit); nil records none.
+	Audit *gateway.Audit
 	// Stuck lists the stuck jobs (StuckJobs); nil leaves them out.
 	Stuck func(ctx context.Context) ([]reconcile.Violation, error)
 	// Requests are the gateway's recent requests by tenant and route.
@@ -161,7 +171,7 @@ func New(opts Options) (http.Handler, error) {
 		return nil, err
 	}
 	c := &console{opts: opts, pages: map[string]*template.Template{}}
-	for _, page := range []string{"overview", "jobs", "job", "keys", "key", "confirm", "error"} {
+	for _, page := range []string{"overview", "jobs", "job", "keys", "key", "confirm", "error", "failed", "bulk"} {
 		t, err := template.New("layout.html").Funcs(c.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", page, err)
@@ -180,6 +190,9 @@ func (c *console) routes() http.Handler {
 	r.Get(p+"/", c.handleOverview)
 	r.Handle(p+"/static/*", http.StripPrefix(p+"/static/", staticHandler(http.FileServerFS(static))))
 	r.Get(p+"/jobs", c.handleJobs)
+	r.Get(p+"/failed", c.handleFailed)
+	r.Get(p+"/failed/{action}", c.handleBulkConfirm)
+	r.Post(p+"/failed/{action}", c.handleBulkAction)
 	r.Get(p+"/jobs/{id}", c.handleJob)
 	r.Get(p+"/jobs/{id}/live", c.handleJobLive)
 	r.Get(p+"/jobs/{id}/{action}", c.handleJobConfirm)
@@ -286,7 +299,12 @@ func seeOther(w http.ResponseWriter, r *http.Request, target, done string) {
 // flashOf is what the page after an action says, by ?done=. Only these
 // texts are shown: the parameter itself never reaches the page.
 func flashOf(r *http.Request) string {
+	n, _ := strconv.Atoi(r.URL.Query().Get("n"))
 	switch r.URL.Query().Get("done") {
+	case "bulk-replay":
+		return "Replayed " + strconv.Itoa(n) + " failed job" + plural(n) + ": each is queued again and its task is back in the queue."
+	case "bulk-delete":
+		return "Deleted " + strconv.Itoa(n) + " failed job" + plural(n) + ": their records and tasks are gone."
 	case "requeued":
 		return "Requeued: the job's task was enqueued again; a worker picks it up."
 	case "present":
@@ -295,6 +313,8 @@ func flashOf(r *http.Request) string {
 		return "Nothing to requeue: the job already succeeded."
 	case "replayed":
 		return "Replayed: the failed job is queued again and its task is back in the queue."
+	case "run-now":
+		return "Run now: the job's task is due at once; a worker picks it up."
 	case "cancelled":
 		return "Cancelled: no attempt of the job starts any more."
 	case "cancelling":

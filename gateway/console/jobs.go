@@ -95,8 +95,8 @@ type jobView struct {
 	Version string
 	Final   bool
 	// The actions that apply.
-	CanRequeue, CanReplay, CanDelete, CanCancel bool
-	KeyURL                                      string
+	CanRequeue, CanReplay, CanDelete, CanCancel, CanRunNow bool
+	KeyURL                                                 string
 }
 
 // jobStory reads everything the job page shows.
@@ -126,6 +126,7 @@ func (c *console) jobStory(r *http.Request, id string) (jobView, int, error) {
 	v.CanReplay = c.opts.DeadLetters != nil && st == job.StatusFailed
 	v.CanDelete = c.opts.DeadLetters != nil && st == job.StatusFailed
 	v.CanCancel = c.opts.Cancel != nil && st.Runnable()
+	v.CanRunNow = c.opts.DeadLetters != nil && st == job.StatusRetrying
 	v.KeyURL = c.keyURL(scopeOfJob(story))
 	v.Version = version(story)
 	return v, http.StatusOK, nil
@@ -198,6 +199,9 @@ func jobActions() []jobAction {
 		{"delete", "Delete",
 			"Delete removes the failed job, as `idemgate dlq delete` does: its archived task from the queue and its record from the jobs table. The attempt ledger and the execution of its business key stay; the idempotency record of its request is not touched.",
 			func(v jobView) bool { return v.CanDelete }},
+		{"run-now", "Run now",
+			"Run now makes the job's next attempt due at once instead of after its backoff: its task, waiting in the queue's retry set, goes to pending, and a worker picks it up. The record moves on as for any attempt; the fencing token keeps the effect from happening twice.",
+			func(v jobView) bool { return v.CanRunNow }},
 		{"cancel", "Cancel",
 			"Cancel stops the job, as `idemgate jobs cancel` and POST /admin/jobs/{id}/cancel do: a job waiting for a worker (scheduled, queued, retrying) becomes cancelled at once and its task is deleted from the queue; a job whose attempt is in flight becomes cancelling, its resource's fencing token moves past the attempt's so the attempt cannot commit a fenced write, and the attempt's end decides between succeeded and cancelled.",
 			func(v jobView) bool { return v.CanCancel }},
@@ -215,7 +219,9 @@ func findJobAction(name string) (jobAction, bool) {
 
 // confirmView is the confirmation step of an action.
 type confirmView struct {
-	Action, Label, Explains, Subject, Back string
+	// Button names the action and what it acts on ("Cancel job"), so
+	// that it cannot be read as the way back.
+	Action, Label, Button, Explains, Subject, Back string
 }
 
 func (c *console) handleJobConfirm(w http.ResponseWriter, r *http.Request) {
@@ -235,7 +241,7 @@ func (c *console) handleJobConfirm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.render(w, r, http.StatusOK, "confirm", a.Label+" job "+id, page{Data: confirmView{
-		Action: a.Name, Label: a.Label, Explains: a.Explains, Subject: "job " + id, Back: c.jobURL(id)}})
+		Action: a.Name, Label: a.Label, Button: a.Label + " job", Explains: a.Explains, Subject: "job " + id, Back: c.jobURL(id)}})
 }
 
 func (c *console) handleJobAction(w http.ResponseWriter, r *http.Request) {
@@ -246,6 +252,10 @@ func (c *console) handleJobAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	reason, ok := c.reason(w, r)
+	if !ok {
+		return
+	}
 	log := c.opts.Logger.With("job_id", id, "action", a.Name)
 	switch a.Name {
 	case "requeue":
@@ -264,6 +274,7 @@ func (c *console) handleJobAction(w http.ResponseWriter, r *http.Request) {
 			c.actionFailed(w, r, "requeue", err)
 		case sent:
 			log.InfoContext(ctx, "job requeued by an operator from the console")
+			c.record(r, job.Action{Action: "requeue", Tenant: rec.Tenant, JobID: id, Reason: reason})
 			seeOther(w, r, c.jobURL(id), "requeued")
 		default:
 			seeOther(w, r, c.jobURL(id), "present")
@@ -273,12 +284,31 @@ func (c *console) handleJobAction(w http.ResponseWriter, r *http.Request) {
 		if c.opts.DeadLetters == nil {
 			break
 		}
-		_, err := c.opts.DeadLetters.Replay(ctx, id)
+		rec, err := c.opts.DeadLetters.Replay(ctx, id)
 		if c.deadLetterFailed(w, r, id, "replay", err) {
 			return
 		}
 		log.InfoContext(ctx, "failed job replayed by an operator from the console")
+		c.record(r, job.Action{Action: "replay", Tenant: rec.Tenant, JobID: id, Reason: reason})
 		seeOther(w, r, c.jobURL(id), "replayed")
+		return
+	case "run-now":
+		if c.opts.DeadLetters == nil {
+			break
+		}
+		rec, err := c.opts.DeadLetters.RunNow(ctx, id)
+		switch {
+		case errors.Is(err, job.ErrNotFound):
+			c.fail(w, r, http.StatusNotFound, "No job "+id+".")
+		case errors.Is(err, job.ErrNotBackingOff):
+			c.fail(w, r, http.StatusConflict, "Job "+id+" is not waiting for a retry: "+err.Error()+".")
+		case err != nil:
+			c.actionFailed(w, r, "run now", err)
+		default:
+			log.InfoContext(ctx, "job run now by an operator from the console")
+			c.record(r, job.Action{Action: "run-now", Tenant: rec.Tenant, JobID: id, Reason: reason})
+			seeOther(w, r, c.jobURL(id), "run-now")
+		}
 		return
 	case "cancel":
 		if c.opts.Cancel == nil {
@@ -294,9 +324,11 @@ func (c *console) handleJobAction(w http.ResponseWriter, r *http.Request) {
 			c.actionFailed(w, r, "cancel", err)
 		case rec.Status == job.StatusCancelling:
 			log.InfoContext(ctx, "job cancel requested by an operator from the console; an attempt is in flight")
+			c.record(r, job.Action{Action: "cancel", Tenant: rec.Tenant, JobID: id, Reason: reason})
 			seeOther(w, r, c.jobURL(id), "cancelling")
 		default:
 			log.InfoContext(ctx, "job cancelled by an operator from the console")
+			c.record(r, job.Action{Action: "cancel", Tenant: rec.Tenant, JobID: id, Reason: reason})
 			seeOther(w, r, c.jobURL(id), "cancelled")
 		}
 		return
@@ -304,11 +336,18 @@ func (c *console) handleJobAction(w http.ResponseWriter, r *http.Request) {
 		if c.opts.DeadLetters == nil {
 			break
 		}
+		tenant := ""
+		if c.opts.Jobs != nil {
+			if rec, err := c.opts.Jobs.ByID(ctx, id); err == nil {
+				tenant = rec.Tenant
+			}
+		}
 		err := c.opts.DeadLetters.Delete(ctx, id)
 		if c.deadLetterFailed(w, r, id, "delete", err) {
 			return
 		}
 		log.InfoContext(ctx, "failed job deleted by an operator from the console")
+		c.record(r, job.Action{Action: "delete", Tenant: tenant, JobID: id, Reason: reason})
 		seeOther(w, r, c.opts.Prefix+"/jobs", "job-deleted")
 		return
 	}
@@ -341,4 +380,25 @@ func (c *console) deadLetterFailed(w http.ResponseWriter, r *http.Request, id, o
 func (c *console) actionFailed(w http.ResponseWriter, r *http.Request, op string, err error) {
 	c.opts.Logger.WarnContext(r.Context(), "console: "+op+" failed", "err", err)
 	c.fail(w, r, http.StatusServiceUnavailable, "The "+op+" failed: a store could not be reached. Nothing may have changed; look at the page again and retry.")
+}
+
+// reason reads the reason an operator typed on a confirmation page; a
+// reason too long is refused (400) and reason reports false.
+func (c *console) reason(w http.ResponseWriter, r *http.Request) (string, bool) {
+	reason := r.PostFormValue("reason")
+	if job.CheckReason(reason) != nil {
+		c.fail(w, r, http.StatusBadRequest, "The reason is at most 1000 bytes of text.")
+		return "", false
+	}
+	return reason, true
+}
+
+// record keeps an action done from the console in the audit trail
+// (Options.Audit), with targets for a bulk action.
+func (c *console) record(r *http.Request, a job.Action, targets ...job.Action) {
+	if c.opts.Audit == nil {
+		return
+	}
+	a.Via = "console"
+	_, _ = c.opts.Audit.Record(r.Context(), r, a, targets...)
 }

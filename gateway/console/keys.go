@@ -205,7 +205,7 @@ func (c *console) handleKeyConfirm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.render(w, r, http.StatusOK, "confirm", a.Label+" key "+scope.Key, page{Data: confirmView{
-		Action: a.Name, Label: a.Label, Explains: a.Explains, Subject: what, Back: c.keyURL(scope)}})
+		Action: a.Name, Label: a.Label, Button: a.Label + " key", Explains: a.Explains, Subject: what, Back: c.keyURL(scope)}})
 }
 
 func (c *console) handleKeyAction(w http.ResponseWriter, r *http.Request) {
@@ -216,6 +216,10 @@ func (c *console) handleKeyAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	reason, ok := c.reason(w, r)
+	if !ok {
+		return
+	}
 	log := c.opts.Logger.With("tenant", scope.Tenant, "route", scope.Route, "idempotency_key", scope.Key)
 	switch a.Name {
 	case "resolve":
@@ -229,6 +233,7 @@ func (c *console) handleKeyAction(w http.ResponseWriter, r *http.Request) {
 			c.actionFailed(w, r, "resolve", err)
 		default:
 			log.InfoContext(ctx, "unknown outcome released by an operator from the console")
+			c.record(r, job.Action{Action: "resolve-key", Tenant: scope.Tenant, Route: scope.Route, Key: scope.Key, Reason: reason})
 			seeOther(w, r, c.keyURL(scope), "resolved")
 		}
 	case "delete":
@@ -244,6 +249,7 @@ func (c *console) handleKeyAction(w http.ResponseWriter, r *http.Request) {
 			c.opts.Forget(scope)
 		}
 		log.InfoContext(ctx, "idempotency record deleted by an operator from the console")
+		c.record(r, job.Action{Action: "delete-key", Tenant: scope.Tenant, Route: scope.Route, Key: scope.Key, Reason: reason})
 		seeOther(w, r, c.opts.Prefix+"/keys?tenant="+url.QueryEscape(scope.Tenant)+"&route="+url.QueryEscape(scope.Route), "key-deleted")
 	}
 }

@@ -55,6 +55,12 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
+	return setupWith(t, func(*console.Options) {})
+}
+
+// setupWith is setup with the console's options adjusted by adjust.
+func setupWith(t *testing.T, adjust func(*console.Options)) *env {
+	t.Helper()
 	pool := testenv.Pool(t)
 	client, inspector, queue := testenv.Queue(t, "console")
 	store := pgstore.New(pool, pgstore.WithInstance("gw-test"))
@@ -100,6 +106,7 @@ func setup(t *testing.T) *env {
 		StoreName:        "postgres",
 		AdminTokenSHA256: hex.EncodeToString(sum[:]),
 		Jobs:             sub,
+		Actions:          job.NewRecords(pool),
 		Explainer:        x,
 		Logger:           slog.New(slog.DiscardHandler),
 		Routes: []gateway.RouteOptions{
@@ -111,16 +118,19 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = g.Close(context.Background()) })
-	h, err := console.New(console.Options{
+	co := console.Options{
 		Stories: x, Keys: store, StoreName: "postgres", Requests: g.Recent(), Routes: []string{"invoices", "pages"},
 		Jobs:        job.NewRecords(pool),
 		Requeue:     job.NewRelay(sub, inspector, job.RelayOptions{}),
 		DeadLetters: job.NewDeadLetters(sub, inspector),
 		Cancel:      sub,
+		Audit:       g.Audit(),
 		Stuck:       console.StuckJobs(pool, reconcile.Options{StuckAfter: explain.DefaultStuckAfter}),
 		QueuesPath:  "/admin/queues",
 		Logger:      slog.New(slog.DiscardHandler),
-	})
+	}
+	adjust(&co)
+	h, err := console.New(co)
 	if err != nil {
 		t.Fatal(err)
 	}

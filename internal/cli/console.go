@@ -26,6 +26,7 @@ func mountConsole(g *gateway.Gateway, cfg *config.Config, deps gatewayDeps, opts
 		Keys:      deps.store,
 		StoreName: cfg.Store,
 		Requests:  g.Recent(),
+		Audit:     g.Audit(),
 		Logger:    logger,
 	}
 	if opts.ReplayCache != nil {

@@ -12,7 +12,8 @@ import (
 // TestQueuesUI: asynqmon answers at /admin/queues on the admin listener
 // with the admin token (as a bearer token, or as a browser's Basic
 // password) and refuses without it; its API lists the queue a job was
-// just enqueued on.
+// just enqueued on. It is read-only: its actions act on the queue alone,
+// past the job records, and are refused.
 func TestQueuesUI(t *testing.T) {
 	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
 	g, queue := startEnqueueGateway(t, dbURL, redisURL)
@@ -56,5 +57,15 @@ func TestQueuesUI(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("asynqmon lists %+v, not the queue %q the job went to", list.Queues, queue)
+	}
+
+	// Its actions are refused: a task run from there would leave its
+	// job's record behind (a failed job's task re-run left it failed).
+	for _, action := range []string{"/archived_tasks:run_all", "/pending_tasks:archive_all", ":pause"} {
+		hr, _ := http.NewRequest("POST", g.admin+"/admin/queues/api/queues/"+queue+action, nil)
+		hr.SetBasicAuth("operator", adminToken)
+		if r := roundTrip(t, client, hr); r.status != http.StatusMethodNotAllowed {
+			t.Errorf("asynqmon POST %s: %d %s, want 405 (read-only)", action, r.status, r.body)
+		}
 	}
 }

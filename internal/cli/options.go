@@ -302,6 +302,9 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 	if deps.jobs != nil {
 		opts.Jobs = deps.jobs
 	}
+	if deps.pool != nil {
+		opts.Actions = job.NewRecords(deps.pool)
+	}
 	if deps.redis != nil {
 		opts.Limits = newLimitReader(cfg, deps.redis)
 	}

@@ -15,7 +15,7 @@ import (
 // retentionJanitor is the worker's idempotency.Janitor of the job tables:
 // each batch deletes final jobs past jobs_retention with their attempt
 // ledger and callbacks, and a failed job's archived tasks from the queue,
-// then (unless executions are kept forever, executions_retention
+// and the rows of the audit trail (admin_actions) older than it, then (unless executions are kept forever, executions_retention
 // negative) final executions past
 // executions_retention and the ledger rows of tasks that ran without a
 // job, which have no job to go with.
@@ -46,11 +46,17 @@ func (j retentionJanitor) DeleteExpired(ctx context.Context, limit int) (int, er
 	if err != nil {
 		return 0, err
 	}
+	// The audit trail of operators' actions is kept as long as jobs are.
+	n, err := j.jobs.DeleteOldActions(ctx, j.jobsFor, limit)
+	if err != nil {
+		return 0, err
+	}
+	j.metrics.Deleted("admin_actions", n)
+	most = max(most, n)
 	if j.execFor <= 0 {
 		return most, nil
 	}
-	n, err := j.executions.DeleteFinished(ctx, j.execFor, limit)
-	if err != nil {
+	if n, err = j.executions.DeleteFinished(ctx, j.execFor, limit); err != nil {
 		return 0, err
 	}
 	j.metrics.Deleted("job_executions", n)

@@ -54,6 +54,12 @@ func TestRetentionInWorker(t *testing.T) {
 	if n := count(`SELECT count(*) FROM job_attempts WHERE job_id = ANY($1)`, ids); n != 3 {
 		t.Fatalf("%d ledger rows before the janitor, want 3", n)
 	}
+	// The audit trail is kept as long as jobs are: an action of 90
+	// minutes ago goes, one of now stays.
+	if _, err := pool.Exec(t.Context(), `INSERT INTO admin_actions (action_id, at, actor, action, tenant, job_id)
+VALUES (1, now() - interval '90 minutes', 'alice', 'requeue', 'acme', $1), (2, now(), 'bob', 'requeue', 'acme', $1)`, ids[2]); err != nil {
+		t.Fatal(err)
+	}
 	// Two jobs ended 90 minutes ago; their executions too, one of them
 	// three hours ago.
 	if _, err := pool.Exec(t.Context(), `UPDATE jobs SET finished_at = now() - interval '90 minutes' WHERE id = ANY($1)`, ids[:2]); err != nil {
@@ -74,6 +80,12 @@ func TestRetentionInWorker(t *testing.T) {
 	if n := count(`SELECT count(*) FROM job_executions WHERE key IN ('shipment:ok-ret-1', 'shipment:ok-ret-2')`); n != 2 {
 		t.Errorf("%d executions within their retention left, want 2", n)
 	}
+	waitFor(t, "the janitor deleted the old action", time.Minute, func() bool {
+		return count(`SELECT count(*) FROM admin_actions WHERE actor = 'alice'`) == 0
+	})
+	if n := count(`SELECT count(*) FROM admin_actions WHERE actor = 'bob'`); n != 1 {
+		t.Errorf("%d actions within the retention left, want 1", n)
+	}
 	if j := decodeJob(t, getJob(t, g.public, ids[2], "acme-key")); j.Status != "succeeded" {
 		t.Errorf("the job within the retention: %+v", j)
 	}
@@ -86,7 +98,8 @@ func TestRetentionInWorker(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	metrics, _ := io.ReadAll(resp.Body)
-	for _, want := range []string{`idemgate_retention_deleted_total{table="jobs"} 2`, `idemgate_retention_deleted_total{table="job_executions"} 1`} {
+	for _, want := range []string{`idemgate_retention_deleted_total{table="jobs"} 2`, `idemgate_retention_deleted_total{table="job_executions"} 1`,
+		`idemgate_retention_deleted_total{table="admin_actions"} 1`} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

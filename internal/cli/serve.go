@@ -180,7 +180,11 @@ func buildGateway(ctx context.Context, ext extension.Set, cfg *config.Config, lo
 		if err != nil {
 			return nil, err
 		}
-		mon := asynqmon.New(asynqmon.Options{RootPath: queuesPath, RedisConnOpt: opt})
+		// Read-only: asynqmon's actions (run, archive, delete a task) go to
+		// the queue alone and would leave the job's record wrong (a failed
+		// job whose task ran again stayed failed). The console acts on
+		// jobs through their records instead.
+		mon := asynqmon.New(asynqmon.Options{RootPath: queuesPath, RedisConnOpt: opt, ReadOnly: true})
 		cl.push(func() { _ = mon.Close() })
 		g.AdminMount(queuesPath, withQueuesCSP(mon))
 	}
@@ -191,7 +195,7 @@ func buildGateway(ctx context.Context, ext extension.Set, cfg *config.Config, lo
 }
 
 // queuesPath is where asynqmon, the queues' web UI and API, is mounted on
-// the admin listener, behind the admin token.
+// the admin listener, behind the admin token, read-only.
 const queuesPath = "/admin/queues"
 
 // servedSpec is the OpenAPI description the gateway serves: its own

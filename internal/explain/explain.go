@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -86,6 +87,9 @@ func (x *Explainer) Job(ctx context.Context, id string) (*Story, error) {
 	if err := x.addCallbacks(ctx, s, j.ID); err != nil {
 		return nil, err
 	}
+	if err := x.addActions(ctx, s, j.ID, idempotency.Scope{}); err != nil {
+		return nil, err
+	}
 	x.judge(s, effectsKnown)
 	return s, nil
 }
@@ -117,6 +121,9 @@ func (x *Explainer) Key(ctx context.Context, scope idempotency.Scope) (*Story, e
 		if err := x.addCallbacks(ctx, s, j.ID); err != nil {
 			return nil, err
 		}
+	}
+	if err := x.addActions(ctx, s, j.ID, scope); err != nil {
+		return nil, err
 	}
 	x.judge(s, effectsKnown)
 	return s, nil
@@ -296,4 +303,39 @@ func attributeEffects(s *Story, j job.Record) {
 			s.Effects[i].Sibling = &sib
 		}
 	}
+}
+
+// addActions adds what operators did (the audit trail) to the job with
+// jobID and, when scope names one, to its key, oldest first.
+func (x *Explainer) addActions(ctx context.Context, s *Story, jobID string, scope idempotency.Scope) error {
+	if x.DB == nil {
+		return nil
+	}
+	records := job.NewRecords(x.DB)
+	var all []job.Action
+	if jobID != "" {
+		as, err := records.ActionsOnJob(ctx, jobID)
+		if err != nil {
+			return fmt.Errorf("explain: %w", err)
+		}
+		all = append(all, as...)
+	}
+	if scope.Key != "" {
+		as, err := records.ActionsOnKey(ctx, scope.Tenant, scope.Route, scope.Key)
+		if err != nil {
+			return fmt.Errorf("explain: %w", err)
+		}
+		all = append(all, as...)
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(all, func(a, b job.Action) int { return a.At.Compare(b.At) })
+	out := make([]openapi.StoryAction, len(all))
+	for i, a := range all {
+		out[i] = openapi.StoryAction{Id: a.ID, At: a.At.UTC(), Actor: a.Actor, Action: a.Action, Via: a.Via,
+			Filter: optional(a.Filter), Reason: a.Reason}
+	}
+	s.Actions = &out
+	return nil
 }

@@ -100,11 +100,34 @@ func WriteText(w io.Writer, s *Story) error {
 		}
 		writeCallbacks(p, s)
 	}
+	writeActions(p, s)
 	p("verdict\t%s\n", s.Verdict)
 	if s.Uncertain {
 		p("\tuncertain: the ledger cannot rule out an effect it does not show\n")
 	}
 	return tw.Flush()
+}
+
+// writeActions lists what operators did, one line each: when, who, what,
+// the bulk filter and the reason.
+func writeActions(p func(string, ...any), s *Story) {
+	if s.Actions == nil {
+		return
+	}
+	for i, a := range *s.Actions {
+		label := ""
+		if i == 0 {
+			label = "actions"
+		}
+		line := fmt.Sprintf("%s %s by %s via %s (action %d)", a.At.UTC().Format(stamp), a.Action, a.Actor, a.Via, a.Id)
+		if f := value(a.Filter); f != "" {
+			line += ", filter " + f
+		}
+		if a.Reason != "" {
+			line += ", reason: " + oneLine(a.Reason)
+		}
+		p("%s\t%s\n", label, line)
+	}
 }
 
 // tryText numbers a ledger row: the job's own tries, or the sibling job

@@ -148,7 +148,7 @@ type ClientInterface interface {
 	// from the command line.
 	//
 	// Corresponds with POST /admin/jobs/{id}/cancel (the `AdminCancelJob` operationId).
-	AdminCancelJob(ctx context.Context, id JobID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	AdminCancelJob(ctx context.Context, id JobID, params *AdminCancelJobParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ExplainJob Tell the whole story of a job.
 	//
@@ -170,7 +170,7 @@ type ClientInterface interface {
 	// `idemgate keys delete`.
 	//
 	// Corresponds with DELETE /admin/keys/{tenant}/{route}/{key} (the `DeleteIdempotencyRecord` operationId).
-	DeleteIdempotencyRecord(ctx context.Context, tenant Tenant, route Route, key Key, reqEditors ...RequestEditorFn) (*http.Response, error)
+	DeleteIdempotencyRecord(ctx context.Context, tenant Tenant, route Route, key Key, params *DeleteIdempotencyRecordParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetIdempotencyRecord Inspect an idempotency record.
 	//
@@ -205,7 +205,7 @@ type ClientInterface interface {
 	// (400 otherwise; delete it instead).
 	//
 	// Corresponds with POST /admin/keys/{tenant}/{route}/{key}/resolve (the `ResolveIdempotencyRecord` operationId).
-	ResolveIdempotencyRecord(ctx context.Context, tenant Tenant, route Route, key Key, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ResolveIdempotencyRecord(ctx context.Context, tenant Tenant, route Route, key Key, params *ResolveIdempotencyRecordParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetLimit Show a flow limit and its busiest key values now.
 	//
@@ -425,8 +425,8 @@ func (c *Client) AdminListJobs(ctx context.Context, params *AdminListJobsParams,
 // from the command line.
 //
 // Corresponds with POST /admin/jobs/{id}/cancel (the `AdminCancelJob` operationId).
-func (c *Client) AdminCancelJob(ctx context.Context, id JobID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewAdminCancelJobRequest(c.Server, id)
+func (c *Client) AdminCancelJob(ctx context.Context, id JobID, params *AdminCancelJobParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdminCancelJobRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -467,8 +467,8 @@ func (c *Client) ExplainJob(ctx context.Context, id JobID, reqEditors ...Request
 // `idemgate keys delete`.
 //
 // Corresponds with DELETE /admin/keys/{tenant}/{route}/{key} (the `DeleteIdempotencyRecord` operationId).
-func (c *Client) DeleteIdempotencyRecord(ctx context.Context, tenant Tenant, route Route, key Key, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewDeleteIdempotencyRecordRequest(c.Server, tenant, route, key)
+func (c *Client) DeleteIdempotencyRecord(ctx context.Context, tenant Tenant, route Route, key Key, params *DeleteIdempotencyRecordParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteIdempotencyRecordRequest(c.Server, tenant, route, key, params)
 	if err != nil {
 		return nil, err
 	}
@@ -532,8 +532,8 @@ func (c *Client) ExplainIdempotencyKey(ctx context.Context, tenant Tenant, route
 // (400 otherwise; delete it instead).
 //
 // Corresponds with POST /admin/keys/{tenant}/{route}/{key}/resolve (the `ResolveIdempotencyRecord` operationId).
-func (c *Client) ResolveIdempotencyRecord(ctx context.Context, tenant Tenant, route Route, key Key, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewResolveIdempotencyRecordRequest(c.Server, tenant, route, key)
+func (c *Client) ResolveIdempotencyRecord(ctx context.Context, tenant Tenant, route Route, key Key, params *ResolveIdempotencyRecordParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResolveIdempotencyRecordRequest(c.Server, tenant, route, key, params)
 	if err != nil {
 		return nil, err
 	}
@@ -973,7 +973,7 @@ func NewAdminListJobsRequest(server string, params *AdminListJobsParams) (*http.
 }
 
 // NewAdminCancelJobRequest constructs an http.Request for the AdminCancelJob method
-func NewAdminCancelJobRequest(server string, id JobID) (*http.Request, error) {
+func NewAdminCancelJobRequest(server string, id JobID, params *AdminCancelJobParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -996,6 +996,33 @@ func NewAdminCancelJobRequest(server string, id JobID) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Reason != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "reason", *params.Reason, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
@@ -1041,7 +1068,7 @@ func NewExplainJobRequest(server string, id JobID) (*http.Request, error) {
 }
 
 // NewDeleteIdempotencyRecordRequest constructs an http.Request for the DeleteIdempotencyRecord method
-func NewDeleteIdempotencyRecordRequest(server string, tenant Tenant, route Route, key Key) (*http.Request, error) {
+func NewDeleteIdempotencyRecordRequest(server string, tenant Tenant, route Route, key Key, params *DeleteIdempotencyRecordParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -1078,6 +1105,33 @@ func NewDeleteIdempotencyRecordRequest(server string, tenant Tenant, route Route
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Reason != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "reason", *params.Reason, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
@@ -1185,7 +1239,7 @@ func NewExplainIdempotencyKeyRequest(server string, tenant Tenant, route Route, 
 }
 
 // NewResolveIdempotencyRecordRequest constructs an http.Request for the ResolveIdempotencyRecord method
-func NewResolveIdempotencyRecordRequest(server string, tenant Tenant, route Route, key Key) (*http.Request, error) {
+func NewResolveIdempotencyRecordRequest(server string, tenant Tenant, route Route, key Key, params *ResolveIdempotencyRecordParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -1222,6 +1276,33 @@ func NewResolveIdempotencyRecordRequest(server string, tenant Tenant, route Rout
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Reason != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "reason", *params.Reason, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
@@ -1875,7 +1956,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/jobs/{id}/cancel (the `AdminCancelJob` operationId).
-	AdminCancelJobWithResponse(ctx context.Context, id JobID, reqEditors ...RequestEditorFn) (*AdminCancelJobResponse, error)
+	AdminCancelJobWithResponse(ctx context.Context, id JobID, params *AdminCancelJobParams, reqEditors ...RequestEditorFn) (*AdminCancelJobResponse, error)
 
 	// ExplainJobWithResponse Tell the whole story of a job.
 	//
@@ -1901,7 +1982,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /admin/keys/{tenant}/{route}/{key} (the `DeleteIdempotencyRecord` operationId).
-	DeleteIdempotencyRecordWithResponse(ctx context.Context, tenant Tenant, route Route, key Key, reqEditors ...RequestEditorFn) (*DeleteIdempotencyRecordResponse, error)
+	DeleteIdempotencyRecordWithResponse(ctx context.Context, tenant Tenant, route Route, key Key, params *DeleteIdempotencyRecordParams, reqEditors ...RequestEditorFn) (*DeleteIdempotencyRecordResponse, error)
 
 	// GetIdempotencyRecordWithResponse Inspect an idempotency record.
 	//
@@ -1942,7 +2023,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/keys/{tenant}/{route}/{key}/resolve (the `ResolveIdempotencyRecord` operationId).
-	ResolveIdempotencyRecordWithResponse(ctx context.Context, tenant Tenant, route Route, key Key, reqEditors ...RequestEditorFn) (*ResolveIdempotencyRecordResponse, error)
+	ResolveIdempotencyRecordWithResponse(ctx context.Context, tenant Tenant, route Route, key Key, params *ResolveIdempotencyRecordParams, reqEditors ...RequestEditorFn) (*ResolveIdempotencyRecordResponse, error)
 
 	// GetLimitWithResponse Show a flow limit and its busiest key values now.
 	//
@@ -2502,6 +2583,11 @@ type AdminCancelJobResponse202Headers struct {
 	XRequestId   string
 }
 
+// AdminCancelJobResponse400Headers the declared response headers of an HTTP 400 response for AdminCancelJob
+type AdminCancelJobResponse400Headers struct {
+	XRequestId string
+}
+
 // AdminCancelJobResponse401Headers the declared response headers of an HTTP 401 response for AdminCancelJob
 type AdminCancelJobResponse401Headers struct {
 	WWWAuthenticate string
@@ -2545,6 +2631,8 @@ type AdminCancelJobResponse struct {
 	JSON200 *Job
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Job
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *AdminBadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *AdminUnauthorized
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
@@ -2561,6 +2649,8 @@ type AdminCancelJobResponse struct {
 	Headers200 *AdminCancelJobResponse200Headers
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *AdminCancelJobResponse202Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *AdminCancelJobResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *AdminCancelJobResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
@@ -2583,6 +2673,11 @@ func (r AdminCancelJobResponse) GetJSON200() *Job {
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
 func (r AdminCancelJobResponse) GetJSON202() *Job {
 	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AdminCancelJobResponse) GetApplicationproblemJSON400() *AdminBadRequest {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -2773,6 +2868,11 @@ type DeleteIdempotencyRecordResponse204Headers struct {
 	XRequestId string
 }
 
+// DeleteIdempotencyRecordResponse400Headers the declared response headers of an HTTP 400 response for DeleteIdempotencyRecord
+type DeleteIdempotencyRecordResponse400Headers struct {
+	XRequestId string
+}
+
 // DeleteIdempotencyRecordResponse401Headers the declared response headers of an HTTP 401 response for DeleteIdempotencyRecord
 type DeleteIdempotencyRecordResponse401Headers struct {
 	WWWAuthenticate string
@@ -2807,6 +2907,8 @@ type DeleteIdempotencyRecordResponse503Headers struct {
 type DeleteIdempotencyRecordResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *AdminBadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *AdminUnauthorized
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
@@ -2819,6 +2921,8 @@ type DeleteIdempotencyRecordResponse struct {
 	ApplicationproblemJSON503 *ServiceUnavailable
 	// Headers204 the parsed response headers for an HTTP 204 response
 	Headers204 *DeleteIdempotencyRecordResponse204Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *DeleteIdempotencyRecordResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *DeleteIdempotencyRecordResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
@@ -2829,6 +2933,11 @@ type DeleteIdempotencyRecordResponse struct {
 	Headers500 *DeleteIdempotencyRecordResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *DeleteIdempotencyRecordResponse503Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteIdempotencyRecordResponse) GetApplicationproblemJSON400() *AdminBadRequest {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -4382,8 +4491,8 @@ func (c *ClientWithResponses) AdminListJobsWithResponse(ctx context.Context, par
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/jobs/{id}/cancel (the `AdminCancelJob` operationId).
-func (c *ClientWithResponses) AdminCancelJobWithResponse(ctx context.Context, id JobID, reqEditors ...RequestEditorFn) (*AdminCancelJobResponse, error) {
-	rsp, err := c.AdminCancelJob(ctx, id, reqEditors...)
+func (c *ClientWithResponses) AdminCancelJobWithResponse(ctx context.Context, id JobID, params *AdminCancelJobParams, reqEditors ...RequestEditorFn) (*AdminCancelJobResponse, error) {
+	rsp, err := c.AdminCancelJob(ctx, id, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4420,8 +4529,8 @@ func (c *ClientWithResponses) ExplainJobWithResponse(ctx context.Context, id Job
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /admin/keys/{tenant}/{route}/{key} (the `DeleteIdempotencyRecord` operationId).
-func (c *ClientWithResponses) DeleteIdempotencyRecordWithResponse(ctx context.Context, tenant Tenant, route Route, key Key, reqEditors ...RequestEditorFn) (*DeleteIdempotencyRecordResponse, error) {
-	rsp, err := c.DeleteIdempotencyRecord(ctx, tenant, route, key, reqEditors...)
+func (c *ClientWithResponses) DeleteIdempotencyRecordWithResponse(ctx context.Context, tenant Tenant, route Route, key Key, params *DeleteIdempotencyRecordParams, reqEditors ...RequestEditorFn) (*DeleteIdempotencyRecordResponse, error) {
+	rsp, err := c.DeleteIdempotencyRecord(ctx, tenant, route, key, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4479,8 +4588,8 @@ func (c *ClientWithResponses) ExplainIdempotencyKeyWithResponse(ctx context.Cont
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/keys/{tenant}/{route}/{key}/resolve (the `ResolveIdempotencyRecord` operationId).
-func (c *ClientWithResponses) ResolveIdempotencyRecordWithResponse(ctx context.Context, tenant Tenant, route Route, key Key, reqEditors ...RequestEditorFn) (*ResolveIdempotencyRecordResponse, error) {
-	rsp, err := c.ResolveIdempotencyRecord(ctx, tenant, route, key, reqEditors...)
+func (c *ClientWithResponses) ResolveIdempotencyRecordWithResponse(ctx context.Context, tenant Tenant, route Route, key Key, params *ResolveIdempotencyRecordParams, reqEditors ...RequestEditorFn) (*ResolveIdempotencyRecordResponse, error) {
+	rsp, err := c.ResolveIdempotencyRecord(ctx, tenant, route, key, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -5262,6 +5371,13 @@ func ParseAdminCancelJobResponse(rsp *http.Response) (*AdminCancelJobResponse, e
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest AdminBadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest AdminUnauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5355,6 +5471,16 @@ func ParseAdminCancelJobResponse(rsp *http.Response) (*AdminCancelJobResponse, e
 			headers.XRequestId = value
 		}
 		response.Headers202 = &headers
+	case rsp.StatusCode == 400:
+		var headers AdminCancelJobResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers AdminCancelJobResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -5645,6 +5771,13 @@ func ParseDeleteIdempotencyRecordResponse(rsp *http.Response) (*DeleteIdempotenc
 	case rsp.StatusCode == 204:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest AdminBadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest AdminUnauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5693,6 +5826,16 @@ func ParseDeleteIdempotencyRecordResponse(rsp *http.Response) (*DeleteIdempotenc
 			headers.XRequestId = value
 		}
 		response.Headers204 = &headers
+	case rsp.StatusCode == 400:
+		var headers DeleteIdempotencyRecordResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers DeleteIdempotencyRecordResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {

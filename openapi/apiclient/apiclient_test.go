@@ -312,7 +312,7 @@ func TestAdminRecord(t *testing.T) {
 		t.Errorf("stored Location %v", loc)
 	}
 
-	del, err := adm.DeleteIdempotencyRecordWithResponse(t.Context(), gatewaytest.Tenant, "invoices", key)
+	del, err := adm.DeleteIdempotencyRecordWithResponse(t.Context(), gatewaytest.Tenant, "invoices", key, nil)
 	if err != nil || del.StatusCode() != http.StatusNoContent {
 		t.Fatalf("delete: %v, status %d", err, del.StatusCode())
 	}

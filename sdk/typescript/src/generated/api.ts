@@ -803,6 +803,37 @@ export interface components {
             uncertain: boolean;
             /** @description The job's final-status callbacks (`on_final`), one per final status it reached, oldest first, each with its attempts; absent when its task declares none or none was made yet. */
             callbacks?: components["schemas"]["StoryCallback"][];
+            /** @description What operators did to the job or key through the admin API or the console (the audit trail, table `admin_actions`), oldest first, at most the newest 100; absent when nothing was done or the process has no database. */
+            actions?: components["schemas"]["StoryAction"][];
+        };
+        /** @description One action an operator took on a job or key. */
+        StoryAction: {
+            /**
+             * Format: int64
+             * @description The action's number; the rows of one bulk action share it.
+             */
+            id: number;
+            /** Format: date-time */
+            at: string;
+            /**
+             * @description Who: the HTTP Basic user name, or `admin token` for a bearer token.
+             * @example alice
+             */
+            actor: string;
+            /**
+             * @description What: cancel, replay, delete, requeue, delete-key, resolve-key, run-now, rerun.
+             * @example replay
+             */
+            action: string;
+            /**
+             * @description Where from: `api` (the admin API) or `console`.
+             * @example console
+             */
+            via: string;
+            /** @description The filter a bulk action chose its jobs by; absent for an action on one job or key. */
+            filter?: string;
+            /** @description What the operator gave as the reason; empty when none. */
+            reason: string;
         };
         StoryRecord: {
             tenant: string;
@@ -1133,7 +1164,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description `bad-request`: only a record whose outcome is unknown can be resolved, or a query parameter is out of its range (`top` of a limit). */
+        /** @description `bad-request`: only a record whose outcome is unknown can be resolved, a query parameter is out of its range (`top` of a limit), or an action's `reason` is longer than 1,000 bytes. */
         AdminBadRequest: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
@@ -1406,6 +1437,13 @@ export interface components {
         };
     };
     parameters: {
+        /**
+         * @description Why the operator acts, kept in the audit trail (`admin_actions`,
+         *     shown by `idemgate explain` and the console) with who and when; at
+         *     most 1,000 bytes of UTF-8 (400 otherwise). A JSON body
+         *     `{"reason": "…"}` may carry it instead.
+         */
+        ActionReason: string;
         /**
          * @description The client's unique key for this request; retries of the request
          *     send the same key with the same body. Exactly one header line with
@@ -2047,7 +2085,15 @@ export interface operations {
     };
     deleteIdempotencyRecord: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description Why the operator acts, kept in the audit trail (`admin_actions`,
+                 *     shown by `idemgate explain` and the console) with who and when; at
+                 *     most 1,000 bytes of UTF-8 (400 otherwise). A JSON body
+                 *     `{"reason": "…"}` may carry it instead.
+                 */
+                reason?: components["parameters"]["ActionReason"];
+            };
             header?: never;
             path: {
                 /**
@@ -2079,6 +2125,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["AdminBadRequest"];
             401: components["responses"]["AdminUnauthorized"];
             404: components["responses"]["NotFound"];
             429: components["responses"]["AdminThrottled"];
@@ -2088,7 +2135,15 @@ export interface operations {
     };
     resolveIdempotencyRecord: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description Why the operator acts, kept in the audit trail (`admin_actions`,
+                 *     shown by `idemgate explain` and the console) with who and when; at
+                 *     most 1,000 bytes of UTF-8 (400 otherwise). A JSON body
+                 *     `{"reason": "…"}` may carry it instead.
+                 */
+                reason?: components["parameters"]["ActionReason"];
+            };
             header?: never;
             path: {
                 /**
@@ -2276,7 +2331,15 @@ export interface operations {
     };
     adminCancelJob: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description Why the operator acts, kept in the audit trail (`admin_actions`,
+                 *     shown by `idemgate explain` and the console) with who and when; at
+                 *     most 1,000 bytes of UTF-8 (400 otherwise). A JSON body
+                 *     `{"reason": "…"}` may carry it instead.
+                 */
+                reason?: components["parameters"]["ActionReason"];
+            };
             header?: never;
             path: {
                 /** @description The job id, from the `Location` of the enqueue route's answer. */
@@ -2326,6 +2389,7 @@ export interface operations {
                     "application/json": components["schemas"]["Job"];
                 };
             };
+            400: components["responses"]["AdminBadRequest"];
             401: components["responses"]["AdminUnauthorized"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["JobNotCancellable"];
