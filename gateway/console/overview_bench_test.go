@@ -101,3 +101,55 @@ SELECT 'job_' || md5(i::text), 'tenant-' || (i % 20), 'invoices', 'k-' || i, 'in
 		b.Fatalf("vacuum: %v", err)
 	}
 }
+
+// BenchmarkJobsPage times the console's jobs list, its first page and a
+// page of one status, at each size in IDEMGATE_BENCH_JOBS, seeded as
+// BenchmarkOverviewPage seeds:
+//
+//	IDEMGATE_BENCH_JOBS=1600,300000,3000000 go test -run '^$' -bench BenchmarkJobsPage -benchtime 20x ./gateway/console/
+func BenchmarkJobsPage(b *testing.B) {
+	sizes := []int{1600}
+	if s := os.Getenv("IDEMGATE_BENCH_JOBS"); s != "" {
+		sizes = sizes[:0]
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				b.Fatalf("IDEMGATE_BENCH_JOBS: %q is not a job count", f)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
+			pool := testenv.Pool(b)
+			seedJobs(b, pool, n)
+			h, err := console.New(console.Options{
+				Stories: &explain.Explainer{DB: pool}, Keys: memstore.New(), StoreName: "memory",
+				Requests: gateway.NewRecentRequests(time.Now),
+				Jobs:     job.NewRecords(pool),
+				Logger:   slog.New(slog.DiscardHandler),
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := httptest.NewServer(h)
+			b.Cleanup(srv.Close)
+			for _, list := range []string{"/jobs", "/jobs?status=failed", "/jobs?tenant=tenant-3&status=failed"} {
+				b.Run(strings.ReplaceAll(list, "/", "_"), func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						resp, err := http.Get(srv.URL + console.DefaultPrefix + list)
+						if err != nil {
+							b.Fatal(err)
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != http.StatusOK {
+							b.Fatalf("%s: %d", list, resp.StatusCode)
+						}
+					}
+				})
+			}
+		})
+	}
+}
