@@ -49,6 +49,13 @@ type RecentKeys interface {
 	Recent(ctx context.Context, tenant, route string, state idempotency.State, limit int) ([]idempotency.Record, error)
 }
 
+// KeyPages pages through every live record of a tenant and route in key
+// order, after the key after ("" starts at the first); next is "" on the
+// last page (pgstore, memstore).
+type KeyPages interface {
+	Keys(ctx context.Context, tenant, route string, state idempotency.State, after string, limit int) (recs []idempotency.Record, next string, err error)
+}
+
 // Requeuer enqueues a job's task again when the queue lost it
 // (*job.Relay, what `idemgate jobs requeue` runs).
 type Requeuer interface {

@@ -23,7 +23,10 @@ type jobsPage struct {
 	Jobs      []job.Record
 	Next      string
 	NoJobs    string
-	Now       time.Time
+	// Unreadable says PostgreSQL could not be read: the filters stay, the
+	// list is not shown.
+	Unreadable string
+	Now        time.Time
 }
 
 // pageSize is how many jobs or keys a list shows at once.
@@ -56,7 +59,9 @@ func (c *console) handleJobs(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, "The page cursor (after=) is not one this console made; start from the first page.")
 		return
 	case err != nil:
-		c.storeFailed(w, r, "listing jobs", err)
+		c.opts.Logger.WarnContext(r.Context(), "console: listing jobs failed", "err", err)
+		p.Unreadable = "PostgreSQL could not be read (listing jobs): no job is listed. Reload in a moment."
+		c.render(w, r, http.StatusOK, "jobs", "Jobs", page{Data: p, Flash: flashOf(r)})
 		return
 	}
 	p.Jobs = jobs
@@ -155,7 +160,8 @@ func (c *console) storyFailed(w http.ResponseWriter, r *http.Request, status int
 		c.fail(w, r, status, "No "+what+" (or it was deleted).")
 		return
 	}
-	c.storeFailed(w, r, "reading "+what, err)
+	c.opts.Logger.WarnContext(r.Context(), "console: reading "+what+" failed", "err", err)
+	c.fail(w, r, http.StatusServiceUnavailable, "PostgreSQL or the idempotency store could not be read: "+what+" is not shown (its record, attempts and effects are kept there). Reload in a moment.")
 }
 
 // live is what a job or key page polls: it reloads its parts when Version
