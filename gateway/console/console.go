@@ -168,7 +168,7 @@ func New(opts Options) (http.Handler, error) {
 		return nil, err
 	}
 	c := &console{opts: opts, pages: map[string]*template.Template{}}
-	for _, page := range []string{"overview", "jobs", "job", "keys", "key", "confirm", "error"} {
+	for _, page := range []string{"overview", "jobs", "job", "keys", "key", "confirm", "error", "search"} {
 		t, err := template.New("layout.html").Funcs(c.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", page, err)
@@ -186,6 +186,7 @@ func (c *console) routes() http.Handler {
 	r.Get(p, func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, p+"/", http.StatusMovedPermanently) })
 	r.Get(p+"/", c.handleOverview)
 	r.Handle(p+"/static/*", http.StripPrefix(p+"/static/", staticHandler(http.FileServerFS(static))))
+	r.Get(p+"/search", c.handleSearch)
 	r.Get(p+"/jobs", c.handleJobs)
 	r.Get(p+"/jobs/{id}", c.handleJob)
 	r.Get(p+"/jobs/{id}/live", c.handleJobLive)

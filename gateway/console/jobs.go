@@ -18,11 +18,13 @@ import (
 type jobsPage struct {
 	Statuses []job.Status
 	Filter   job.ListFilter
-	// OlderThan is the filter as typed ("10m").
-	OlderThan string
-	Jobs      []job.Record
-	Next      string
-	NoJobs    string
+	// OlderThan is the filter as typed ("10m"); CreatedAfter and
+	// CreatedBefore the time range as the form shows it.
+	OlderThan                   string
+	CreatedAfter, CreatedBefore string
+	Jobs                        []job.Record
+	Next                        string
+	NoJobs                      string
 	// Unreadable says PostgreSQL could not be read: the filters stay, the
 	// list is not shown.
 	Unreadable string
@@ -48,6 +50,22 @@ func (c *console) handleJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		p.Filter.OlderThan = d
 	}
+	for _, b := range []struct {
+		name  string
+		shown *string
+		at    *time.Time
+	}{{"created_after", &p.CreatedAfter, &p.Filter.CreatedAfter}, {"created_before", &p.CreatedBefore, &p.Filter.CreatedBefore}} {
+		v := q.Get(b.name)
+		if v == "" {
+			continue
+		}
+		at, err := parseFormTime(v)
+		if err != nil {
+			c.fail(w, r, http.StatusBadRequest, b.name+" is a time such as 2026-01-02T15:04:05 (UTC) or RFC 3339, not "+v+".")
+			return
+		}
+		*b.at, *b.shown = at, at.UTC().Format(formTime)
+	}
 	if c.opts.Jobs == nil {
 		p.NoJobs = "Jobs are kept in PostgreSQL, and this gateway has no database_url."
 		c.render(w, r, http.StatusOK, "jobs", "Jobs", page{Data: p, Flash: flashOf(r)})
@@ -67,7 +85,7 @@ func (c *console) handleJobs(w http.ResponseWriter, r *http.Request) {
 	p.Jobs = jobs
 	if next != "" {
 		nq := url.Values{}
-		for _, k := range []string{"status", "task", "tenant", "older_than"} {
+		for _, k := range []string{"status", "task", "tenant", "older_than", "created_after", "created_before"} {
 			if v := q.Get(k); v != "" {
 				nq.Set(k, v)
 			}
@@ -76,6 +94,21 @@ func (c *console) handleJobs(w http.ResponseWriter, r *http.Request) {
 		p.Next = c.opts.Prefix + "/jobs?" + nq.Encode()
 	}
 	c.render(w, r, http.StatusOK, "jobs", "Jobs", page{Data: p, Flash: flashOf(r)})
+}
+
+// formTime is how a datetime-local input sends a time (read as UTC).
+const formTime = "2006-01-02T15:04:05"
+
+// parseFormTime reads a time from a filter: RFC 3339, or a form's
+// datetime-local in UTC, with or without seconds.
+func parseFormTime(v string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(formTime, v); err == nil {
+		return t, nil
+	}
+	return time.Parse("2006-01-02T15:04", v)
 }
 
 func validStatus(s job.Status) bool {

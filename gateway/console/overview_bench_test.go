@@ -1,6 +1,8 @@
 package console_test
 
 import (
+	"crypto/md5"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -102,8 +104,10 @@ SELECT 'job_' || md5(i::text), 'tenant-' || (i % 20), 'invoices', 'k-' || i, 'in
 	}
 }
 
-// BenchmarkJobsPage times the console's jobs list, its first page and a
-// page of one status, at each size in IDEMGATE_BENCH_JOBS, seeded as
+// BenchmarkJobsPage times the console's jobs list (its first page, a
+// status, a tenant's status, a task and a time range) and its search (a
+// job id, an idempotency key, a business key, a payload field over the
+// default 24 hours) at each size in IDEMGATE_BENCH_JOBS, seeded as
 // BenchmarkOverviewPage seeds:
 //
 //	IDEMGATE_BENCH_JOBS=1600,300000,3000000 go test -run '^$' -bench BenchmarkJobsPage -benchtime 20x ./gateway/console/
@@ -134,17 +138,25 @@ func BenchmarkJobsPage(b *testing.B) {
 			}
 			srv := httptest.NewServer(h)
 			b.Cleanup(srv.Close)
-			for _, list := range []string{"/jobs", "/jobs?status=failed", "/jobs?tenant=tenant-3&status=failed"} {
-				b.Run(strings.ReplaceAll(list, "/", "_"), func(b *testing.B) {
+			noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+			mid := time.Now().Add(-15 * 24 * time.Hour).UTC().Format("2006-01-02T15:04:05")
+			for _, list := range []string{"/jobs", "/jobs?status=failed", "/jobs?tenant=tenant-3&status=failed",
+				"/jobs?task=invoice.create", "/jobs?created_before=" + mid,
+				"/search?q=job_" + md5hex("7"), "/search?q=k-7", "/search?q=invoice:o-7", "/search?q=order_id=none"} {
+				name := strings.ReplaceAll(list, "/", "_")
+				if before, _, ok := strings.Cut(name, "created_before="); ok {
+					name = before + "created_before=15d-ago"
+				}
+				b.Run(name, func(b *testing.B) {
 					b.ReportAllocs()
 					for b.Loop() {
-						resp, err := http.Get(srv.URL + console.DefaultPrefix + list)
+						resp, err := noFollow.Get(srv.URL + console.DefaultPrefix + list)
 						if err != nil {
 							b.Fatal(err)
 						}
 						_, _ = io.Copy(io.Discard, resp.Body)
 						resp.Body.Close()
-						if resp.StatusCode != http.StatusOK {
+						if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusSeeOther {
 							b.Fatalf("%s: %d", list, resp.StatusCode)
 						}
 					}
@@ -152,4 +164,9 @@ func BenchmarkJobsPage(b *testing.B) {
 			}
 		})
 	}
+}
+
+func md5hex(s string) string {
+	sum := md5.Sum([]byte(s))
+	return hex.EncodeToString(sum[:])
 }
