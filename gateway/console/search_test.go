@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/net/html"
 )
@@ -161,4 +162,34 @@ func last(s []string) string {
 		return ""
 	}
 	return s[len(s)-1]
+}
+
+// The list's relative times carry the absolute time (RFC 3339) on hover,
+// ids carry a copy button, and every page a dark-mode toggle whose
+// styles the stylesheet has.
+func TestPolish(t *testing.T) {
+	v := setup(t)
+	id := v.invoice(t, "acme", "inv-p1", "o-p1")
+	doc := v.page(t, "/admin/ui/jobs")
+	tm := find(byID(doc, "jobs"), func(n *html.Node) bool { return n.Data == "time" })
+	if len(tm) == 0 {
+		t.Fatal("no time in the jobs list")
+	}
+	title, _ := attr(tm[0], "title")
+	if _, err := time.Parse(time.RFC3339, title); err != nil {
+		t.Errorf("time title %q is not RFC 3339: %v", title, err)
+	}
+	if byID(doc, "theme-toggle") == nil {
+		t.Error("no dark-mode toggle")
+	}
+	doc = v.page(t, "/admin/ui/jobs/"+url.PathEscape(id))
+	if b := byID(doc, "copy-job-id"); b == nil {
+		t.Error("the job page has no copy button on its id")
+	} else if c, _ := attr(b, "data-copy"); c != id {
+		t.Errorf("copy button copies %q, want %q", c, id)
+	}
+	resp, css := v.adminDo(t, http.MethodGet, "/admin/ui/static/console.css")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(css, `:root[data-theme="dark"]`) || !strings.Contains(css, "max-width: 900px") {
+		t.Error("the stylesheet has no dark theme or no narrow layout")
+	}
 }
