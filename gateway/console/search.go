@@ -95,7 +95,11 @@ func (c *console) search(r *http.Request, p *searchPage, within time.Duration) (
 		p.Kind = "payload field " + m[1]
 		p.Since = p.Now.Add(-within)
 		jobs, err := c.opts.Jobs.ByPayload(ctx, m[1], m[2], p.Since, searchCap+1)
-		return c.capped(p, jobs), err
+		if err != nil || len(jobs) > 0 {
+			return c.capped(p, jobs), err
+		}
+		// A key may hold "=" too.
+		p.Since = time.Time{}
 	}
 	p.Kind = "job id, idempotency key or business key"
 	rec, err := c.opts.Jobs.ByID(ctx, p.Query)

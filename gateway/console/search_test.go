@@ -62,6 +62,10 @@ func TestSearchFindsAJobByEachKind(t *testing.T) {
 	if ids := jobIDs(doc); status != http.StatusOK || len(ids) != 2 || !(ids[0] == c && ids[1] == a) {
 		t.Errorf("search by a key two tenants used: %d %v, want both jobs, newest first (%s, %s)", status, ids, c, a)
 	}
+	d := v.invoice(t, "acme", "ref=77", "o-s4")
+	if status, loc, _ := v.search(t, "ref=77"); status != http.StatusSeeOther || loc != "/admin/ui/jobs/"+url.PathEscape(d) {
+		t.Errorf("search by a key holding '=': %d to %q, want job %s", status, loc, d)
+	}
 	status, _, doc = v.search(t, "no-such-thing")
 	if status != http.StatusOK || !strings.Contains(text(byID(doc, "search-summary")), "No job") {
 		t.Errorf("search for nothing: %d %q", status, text(byID(doc, "search-summary")))
