@@ -99,7 +99,7 @@ SELECT 'job_many' || i, 'acme', 'invoices', 'many-' || i, 'invoice.create', 'def
 	}
 	status, _, doc := v.search(t, "order_id=o-old")
 	if status != http.StatusOK || len(jobIDs(doc)) != 0 {
-		t.Errorf("a job created 2 days ago found in the default 24h window: %d %v", status, jobIDs(doc))
+		t.Errorf("a job created 2 days ago found in the default window: %d %v", status, jobIDs(doc))
 	}
 	if status, loc, _ := v.search(t, "n=42", "within", "72h"); status != http.StatusSeeOther || loc != "/admin/ui/jobs/job_old" {
 		t.Errorf("the same search within 72h (a number): %d %q, want the job", status, loc)
