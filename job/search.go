@@ -3,8 +3,11 @@ package job
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // ByIdempotencyKey returns at most limit jobs created by a request with
@@ -26,12 +29,17 @@ func (s *Records) ByBusinessKey(ctx context.Context, key string, limit int) ([]R
 	return s.search(ctx, "business key", `business_key = $1`, limit, key)
 }
 
+// PayloadScan bounds ByPayload: it reads at most this many of the newest
+// jobs of its window.
+const PayloadScan = 20000
+
 // ByPayload returns at most limit jobs created after since whose payload
-// holds value at its top-level field field, newest first. The payload has
-// no index: the statement reads the range of index jobs_created from now
-// back to since and stops at limit matches, so since bounds what one
-// search reads.
-func (s *Records) ByPayload(ctx context.Context, field, value string, since time.Time, limit int) ([]Record, error) {
+// holds value at its top-level field field, newest first, and the time
+// the search reached back to: since, or later when the window holds more
+// than PayloadScan jobs (then only the newest PayloadScan are read). The
+// payload has no index: the statement reads the range of index
+// jobs_created from now back to that time and stops at limit matches.
+func (s *Records) ByPayload(ctx context.Context, field, value string, since time.Time, limit int) ([]Record, time.Time, error) {
 	values := []any{value}
 	if n, err := json.Number(value).Int64(); err == nil {
 		values = append(values, n) // "42" matches the string and the number
@@ -40,11 +48,25 @@ func (s *Records) ByPayload(ctx context.Context, field, value string, since time
 	for _, x := range values {
 		doc, err := json.Marshal(map[string]any{field: x})
 		if err != nil {
-			return nil, fmt.Errorf("job: search by payload: %w", err)
+			return nil, since, fmt.Errorf("job: search by payload: %w", err)
 		}
 		docs = append(docs, string(doc))
 	}
-	return s.search(ctx, "payload", `created_at > $1 AND payload @> ANY($2::jsonb[])`, limit, since, docs)
+	// The PayloadScan-th newest job of the window, when there is one,
+	// bounds the read (an index-only range of jobs_created).
+	var from time.Time
+	err := s.db.QueryRow(ctx, `SELECT created_at FROM jobs WHERE created_at > $1 ORDER BY created_at DESC, id DESC OFFSET $2 LIMIT 1`,
+		since, PayloadScan-1).Scan(&from)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		from = since
+	case err != nil:
+		return nil, since, fmt.Errorf("job: search by payload: %w", err)
+	default:
+		from = from.Add(-time.Microsecond) // created_at > from keeps it
+	}
+	jobs, err := s.search(ctx, "payload", `created_at > $1 AND payload @> ANY($2::jsonb[])`, limit, from, docs)
+	return jobs, from, err
 }
 
 // search runs one bounded search: the jobs matching cond, newest first.

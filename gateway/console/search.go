@@ -23,7 +23,10 @@ type searchPage struct {
 	// that bound as typed ("24h").
 	Since  time.Time
 	Within string
-	NoJobs string
+	// Scanned is set when the window held more jobs than a payload search
+	// reads: Since is then the oldest of the newest Scanned.
+	Scanned int
+	NoJobs  string
 	// Unreadable says PostgreSQL could not be read.
 	Unreadable string
 	Now        time.Time
@@ -92,17 +95,29 @@ func (c *console) handleSearch(w http.ResponseWriter, r *http.Request) {
 // search finds the jobs p.Query names.
 func (c *console) search(r *http.Request, p *searchPage, within time.Duration) ([]job.Record, error) {
 	ctx := r.Context()
-	if m := payloadQuery.FindStringSubmatch(p.Query); m != nil {
-		p.Kind = "payload field " + m[1]
-		p.Since = p.Now.Add(-within)
-		jobs, err := c.opts.Jobs.ByPayload(ctx, m[1], m[2], p.Since, searchCap+1)
-		if err != nil || len(jobs) > 0 {
-			return c.capped(p, jobs), err
-		}
-		// A key may hold "=" too.
-		p.Since = time.Time{}
+	m := payloadQuery.FindStringSubmatch(p.Query)
+	if m == nil {
+		p.Kind = "job id, idempotency key or business key"
+		return c.searchKeys(r, p)
 	}
-	p.Kind = "job id, idempotency key or business key"
+	p.Kind = "payload field " + m[1]
+	p.Since = p.Now.Add(-within)
+	jobs, from, err := c.opts.Jobs.ByPayload(ctx, m[1], m[2], p.Since, searchCap+1)
+	if from.After(p.Since) {
+		p.Since, p.Scanned = from, job.PayloadScan
+	}
+	if err != nil || len(jobs) > 0 {
+		return c.capped(p, jobs), err
+	}
+	// A key may hold "=" too: the page says what the payload search read
+	// unless the text names a job that way.
+	return c.searchKeys(r, p)
+}
+
+// searchKeys finds the job p.Query is the id of, or the jobs it is the
+// idempotency key or business key of.
+func (c *console) searchKeys(r *http.Request, p *searchPage) ([]job.Record, error) {
+	ctx := r.Context()
 	rec, err := c.opts.Jobs.ByID(ctx, p.Query)
 	switch {
 	case err == nil:

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/net/html"
+
+	"github.com/idemgate/idemgate/job"
 )
 
 // search asks the console's search for q (and more query parameters)
@@ -103,6 +105,20 @@ SELECT 'job_many' || i, 'acme', 'invoices', 'many-' || i, 'invoice.create', 'def
 	}
 	if status, loc, _ := v.search(t, "n=42", "within", "72h"); status != http.StatusSeeOther || loc != "/admin/ui/jobs/job_old" {
 		t.Errorf("the same search within 72h (a number): %d %q, want the job", status, loc)
+	}
+	// A window holding more jobs than a payload search reads: it reads
+	// the newest ones and says so.
+	if _, err := v.pool.Exec(t.Context(), `
+INSERT INTO jobs (id, tenant, route, idempotency_key, task, queue, business_key, payload, status, attempts, created_at, updated_at)
+SELECT 'job_scan' || i, 'acme', 'invoices', 'scan-' || i, 'invoice.create', 'default', 'invoice:scan-' || i,
+       CASE WHEN i = 1 THEN '{"order_id":"o-past"}'::jsonb ELSE '{}'::jsonb END, 'succeeded', 1,
+       now() - make_interval(secs => CASE WHEN i = 1 THEN 1800 ELSE i % 600 END), now()
+  FROM generate_series(1, $1::int + 1) i`, job.PayloadScan); err != nil {
+		t.Fatal(err)
+	}
+	status, _, doc = v.search(t, "order_id=o-past")
+	if status != http.StatusOK || len(jobIDs(doc)) != 0 || byID(doc, "search-scan-bound") == nil {
+		t.Errorf("a match past the newest %d jobs: %d %v, scan-bound note %v; want no match and the note", job.PayloadScan, status, jobIDs(doc), byID(doc, "search-scan-bound") != nil)
 	}
 	status, _, doc = v.search(t, "invoice:many")
 	if status != http.StatusOK || len(jobIDs(doc)) != 50 || byID(doc, "search-capped") == nil {
