@@ -50,6 +50,13 @@ type RecentKeys interface {
 	Recent(ctx context.Context, tenant, route string, state idempotency.State, limit int) ([]idempotency.Record, error)
 }
 
+// KeyPages pages through every live record of a tenant and route in key
+// order, after the key after ("" starts at the first); next is "" on the
+// last page (pgstore, memstore).
+type KeyPages interface {
+	Keys(ctx context.Context, tenant, route string, state idempotency.State, after string, limit int) (recs []idempotency.Record, next string, err error)
+}
+
 // Requeuer enqueues a job's task again when the queue lost it
 // (*job.Relay, what `idemgate jobs requeue` runs).
 type Requeuer interface {
@@ -171,7 +178,7 @@ func New(opts Options) (http.Handler, error) {
 		return nil, err
 	}
 	c := &console{opts: opts, pages: map[string]*template.Template{}}
-	for _, page := range []string{"overview", "jobs", "job", "keys", "key", "confirm", "error", "failed", "bulk"} {
+	for _, page := range []string{"overview", "jobs", "job", "keys", "key", "confirm", "error", "failed", "bulk", "search"} {
 		t, err := template.New("layout.html").Funcs(c.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", page, err)
@@ -189,6 +196,7 @@ func (c *console) routes() http.Handler {
 	r.Get(p, func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, p+"/", http.StatusMovedPermanently) })
 	r.Get(p+"/", c.handleOverview)
 	r.Handle(p+"/static/*", http.StripPrefix(p+"/static/", staticHandler(http.FileServerFS(static))))
+	r.Get(p+"/search", c.handleSearch)
 	r.Get(p+"/jobs", c.handleJobs)
 	r.Get(p+"/failed", c.handleFailed)
 	r.Get(p+"/failed/{action}", c.handleBulkConfirm)

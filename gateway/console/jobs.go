@@ -18,12 +18,17 @@ import (
 type jobsPage struct {
 	Statuses []job.Status
 	Filter   job.ListFilter
-	// OlderThan is the filter as typed ("10m").
-	OlderThan string
-	Jobs      []job.Record
-	Next      string
-	NoJobs    string
-	Now       time.Time
+	// OlderThan is the filter as typed ("10m"); CreatedAfter and
+	// CreatedBefore the time range as the form shows it.
+	OlderThan                   string
+	CreatedAfter, CreatedBefore string
+	Jobs                        []job.Record
+	Next                        string
+	NoJobs                      string
+	// Unreadable says PostgreSQL could not be read: the filters stay, the
+	// list is not shown.
+	Unreadable string
+	Now        time.Time
 }
 
 // pageSize is how many jobs or keys a list shows at once.
@@ -45,6 +50,22 @@ func (c *console) handleJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		p.Filter.OlderThan = d
 	}
+	for _, b := range []struct {
+		name  string
+		shown *string
+		at    *time.Time
+	}{{"created_after", &p.CreatedAfter, &p.Filter.CreatedAfter}, {"created_before", &p.CreatedBefore, &p.Filter.CreatedBefore}} {
+		v := q.Get(b.name)
+		if v == "" {
+			continue
+		}
+		at, err := parseFormTime(v)
+		if err != nil {
+			c.fail(w, r, http.StatusBadRequest, b.name+" is a time such as 2026-01-02T15:04:05 (UTC) or RFC 3339, not "+v+".")
+			return
+		}
+		*b.at, *b.shown = at, at.UTC().Format(formTime)
+	}
 	if c.opts.Jobs == nil {
 		p.NoJobs = "Jobs are kept in PostgreSQL, and this gateway has no database_url."
 		c.render(w, r, http.StatusOK, "jobs", "Jobs", page{Data: p, Flash: flashOf(r)})
@@ -56,13 +77,15 @@ func (c *console) handleJobs(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, "The page cursor (after=) is not one this console made; start from the first page.")
 		return
 	case err != nil:
-		c.storeFailed(w, r, "listing jobs", err)
+		c.opts.Logger.WarnContext(r.Context(), "console: listing jobs failed", "err", err)
+		p.Unreadable = "PostgreSQL could not be read (listing jobs): no job is listed. Reload in a moment."
+		c.render(w, r, http.StatusOK, "jobs", "Jobs", page{Data: p, Flash: flashOf(r)})
 		return
 	}
 	p.Jobs = jobs
 	if next != "" {
 		nq := url.Values{}
-		for _, k := range []string{"status", "task", "tenant", "older_than"} {
+		for _, k := range []string{"status", "task", "tenant", "older_than", "created_after", "created_before"} {
 			if v := q.Get(k); v != "" {
 				nq.Set(k, v)
 			}
@@ -71,6 +94,21 @@ func (c *console) handleJobs(w http.ResponseWriter, r *http.Request) {
 		p.Next = c.opts.Prefix + "/jobs?" + nq.Encode()
 	}
 	c.render(w, r, http.StatusOK, "jobs", "Jobs", page{Data: p, Flash: flashOf(r)})
+}
+
+// formTime is how a datetime-local input sends a time (read as UTC).
+const formTime = "2006-01-02T15:04:05"
+
+// parseFormTime reads a time from a filter: RFC 3339, or a form's
+// datetime-local in UTC, with or without seconds.
+func parseFormTime(v string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(formTime, v); err == nil {
+		return t, nil
+	}
+	return time.Parse("2006-01-02T15:04", v)
 }
 
 func validStatus(s job.Status) bool {
@@ -156,7 +194,8 @@ func (c *console) storyFailed(w http.ResponseWriter, r *http.Request, status int
 		c.fail(w, r, status, "No "+what+" (or it was deleted).")
 		return
 	}
-	c.storeFailed(w, r, "reading "+what, err)
+	c.opts.Logger.WarnContext(r.Context(), "console: reading "+what+" failed", "err", err)
+	c.fail(w, r, http.StatusServiceUnavailable, "PostgreSQL or the idempotency store could not be read: "+what+" is not shown (its record, attempts and effects are kept there). Reload in a moment.")
 }
 
 // live is what a job or key page polls: it reloads its parts when Version

@@ -31,6 +31,14 @@ type keysPage struct {
 	Listed bool
 	NoList string
 	Keys   []keyRow
+	// All is set when the list pages through every key in key order
+	// (from ?all=1) rather than showing the most recent ones; AllURL
+	// starts that list and Next continues it ("" on the last page).
+	All          bool
+	AllURL, Next string
+	// Unreadable says the store could not be read: the lookup form still
+	// works once it can.
+	Unreadable string
 }
 
 type keyRow struct {
@@ -51,22 +59,54 @@ func (c *console) handleKeys(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p.Tenant != "" && p.Route != "" {
-		recent, ok := c.opts.Keys.(RecentKeys)
-		if !ok {
-			p.NoList = "Listing keys needs store postgres or memory; store " + c.opts.StoreName + " keeps no index to list from. Look a key up by tenant, route and key."
-		} else {
-			recs, err := recent.Recent(r.Context(), p.Tenant, p.Route, p.State, pageSize)
-			if err != nil {
-				c.storeFailed(w, r, "listing keys", err)
-				return
-			}
-			p.Listed = true
-			for _, rec := range recs {
-				p.Keys = append(p.Keys, keyRow{Record: rec, URL: c.keyURL(rec.Scope)})
-			}
-		}
+		c.listKeys(r, &p)
 	}
 	c.render(w, r, http.StatusOK, "keys", "Keys", page{Data: p, Flash: flashOf(r)})
+}
+
+// listKeys fills p's list: the most recent keys of its tenant and route,
+// or with ?all=1 a page of every key in key order from ?after=. A store
+// that cannot be read leaves the list empty with a note, not an error
+// page: the lookup form above it stays usable.
+func (c *console) listKeys(r *http.Request, p *keysPage) {
+	q := r.URL.Query()
+	recent, canRecent := c.opts.Keys.(RecentKeys)
+	pages, canPage := c.opts.Keys.(KeyPages)
+	if !canRecent && !canPage {
+		p.NoList = "Listing keys needs store postgres or memory; store " + c.opts.StoreName + " keeps no index to list from. Look a key up by tenant, route and key."
+		return
+	}
+	link := url.Values{"tenant": {p.Tenant}, "route": {p.Route}, "all": {"1"}}
+	if p.State != "" {
+		link.Set("state", string(p.State))
+	}
+	var (
+		recs []idempotency.Record
+		err  error
+	)
+	if canPage {
+		p.AllURL = c.opts.Prefix + "/keys?" + link.Encode()
+	}
+	if canPage && (q.Get("all") != "" || !canRecent) {
+		p.All = true
+		var next string
+		recs, next, err = pages.Keys(r.Context(), p.Tenant, p.Route, p.State, q.Get("after"), pageSize)
+		if next != "" {
+			link.Set("after", next)
+			p.Next = c.opts.Prefix + "/keys?" + link.Encode()
+		}
+	} else {
+		recs, err = recent.Recent(r.Context(), p.Tenant, p.Route, p.State, pageSize)
+	}
+	if err != nil {
+		c.opts.Logger.WarnContext(r.Context(), "console: listing keys failed", "err", err)
+		p.Unreadable = "The " + c.opts.StoreName + " store could not be read (listing keys): no key is listed. Reload in a moment."
+		return
+	}
+	p.Listed = true
+	for _, rec := range recs {
+		p.Keys = append(p.Keys, keyRow{Record: rec, URL: c.keyURL(rec.Scope)})
+	}
 }
 
 func validState(s idempotency.State) bool {
@@ -90,6 +130,9 @@ type keyView struct {
 	// Final: nothing on the page changes by itself any more.
 	Final                 bool
 	CanResolve, CanDelete bool
+	// Unreadable says the story (PostgreSQL) could not be read: the page
+	// shows the record from the idempotency store alone.
+	Unreadable string
 }
 
 func scopeParam(r *http.Request) idempotency.Scope {
@@ -98,16 +141,22 @@ func scopeParam(r *http.Request) idempotency.Scope {
 
 func (c *console) keyStory(r *http.Request, scope idempotency.Scope) (keyView, int, error) {
 	v := keyView{Scope: scope}
-	story, err := c.opts.Stories.Key(r.Context(), scope)
+	story, storyErr := c.opts.Stories.Key(r.Context(), scope)
 	switch {
-	case errors.Is(err, explain.ErrNotFound):
-		return v, http.StatusNotFound, err
-	case err != nil:
-		return v, http.StatusServiceUnavailable, err
+	case errors.Is(storyErr, explain.ErrNotFound):
+		return v, http.StatusNotFound, storyErr
+	case storyErr != nil:
+		// The claims and the job are in PostgreSQL; the record may be in
+		// a store that still answers (Redis): show it alone.
+		c.opts.Logger.WarnContext(r.Context(), "console: reading a key's story failed", "err", storyErr)
+		story = &explain.Story{Verdict: "Unknown: PostgreSQL could not be read."}
+		v.Unreadable = "PostgreSQL could not be read: the key's claims, its job and its verdict are not shown. The record below is the " + c.opts.StoreName + " store's. Reload in a moment."
 	}
 	v.Story = story
 	rec, err := c.opts.Keys.Get(r.Context(), scope)
 	switch {
+	case errors.Is(err, idempotency.ErrNotFound) && storyErr != nil:
+		return v, http.StatusServiceUnavailable, storyErr
 	case errors.Is(err, idempotency.ErrNotFound):
 	case err != nil:
 		return v, http.StatusServiceUnavailable, err

@@ -1,6 +1,8 @@
 package console_test
 
 import (
+	"crypto/md5"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -100,4 +102,71 @@ SELECT 'job_' || md5(i::text), 'tenant-' || (i % 20), 'invoices', 'k-' || i, 'in
 	if _, err := pool.Exec(ctx, `VACUUM ANALYZE jobs`); err != nil {
 		b.Fatalf("vacuum: %v", err)
 	}
+}
+
+// BenchmarkJobsPage times the console's jobs list (its first page, a
+// status, a tenant's status, a task and a time range) and its search (a
+// job id, an idempotency key, a business key, a payload field matching
+// nothing over the default hour and over a day) at each size in IDEMGATE_BENCH_JOBS, seeded as
+// BenchmarkOverviewPage seeds:
+//
+//	IDEMGATE_BENCH_JOBS=1600,300000,3000000 go test -run '^$' -bench BenchmarkJobsPage -benchtime 20x ./gateway/console/
+func BenchmarkJobsPage(b *testing.B) {
+	sizes := []int{1600}
+	if s := os.Getenv("IDEMGATE_BENCH_JOBS"); s != "" {
+		sizes = sizes[:0]
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				b.Fatalf("IDEMGATE_BENCH_JOBS: %q is not a job count", f)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
+			pool := testenv.Pool(b)
+			seedJobs(b, pool, n)
+			h, err := console.New(console.Options{
+				Stories: &explain.Explainer{DB: pool}, Keys: memstore.New(), StoreName: "memory",
+				Requests: gateway.NewRecentRequests(time.Now),
+				Jobs:     job.NewRecords(pool),
+				Logger:   slog.New(slog.DiscardHandler),
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := httptest.NewServer(h)
+			b.Cleanup(srv.Close)
+			noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+			mid := time.Now().Add(-15 * 24 * time.Hour).UTC().Format("2006-01-02T15:04:05")
+			for _, list := range []string{"/jobs", "/jobs?status=failed", "/jobs?tenant=tenant-3&status=failed",
+				"/jobs?task=invoice.create", "/jobs?created_before=" + mid,
+				"/search?q=job_" + md5hex("7"), "/search?q=k-7", "/search?q=invoice:o-7", "/search?q=order_id=none", "/search?q=order_id=none&within=24h"} {
+				name := strings.ReplaceAll(list, "/", "_")
+				if before, _, ok := strings.Cut(name, "created_before="); ok {
+					name = before + "created_before=15d-ago"
+				}
+				b.Run(name, func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						resp, err := noFollow.Get(srv.URL + console.DefaultPrefix + list)
+						if err != nil {
+							b.Fatal(err)
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusSeeOther {
+							b.Fatalf("%s: %d", list, resp.StatusCode)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+func md5hex(s string) string {
+	sum := md5.Sum([]byte(s))
+	return hex.EncodeToString(sum[:])
 }

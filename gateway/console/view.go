@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -23,6 +24,7 @@ func (c *console) funcs() template.FuncMap {
 		"jobURL":  c.jobURL,
 		"keyHref": c.keyURL,
 		"time":    formatTime,
+		"rfc3339": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"ago":     func(t time.Time) string { return ago(c.opts.Now(), t) },
 		"deref": func(p any) any {
 			switch v := p.(type) {
@@ -64,14 +66,30 @@ func formatTime(t time.Time) string {
 // ago is how long before now t was, rounded for a reader.
 func ago(now, t time.Time) string {
 	d := now.Sub(t)
-	switch {
-	case d < time.Minute:
-		return d.Round(time.Second).String() + " ago"
-	case d < time.Hour:
-		return d.Round(time.Minute).String() + " ago"
-	default:
-		return d.Round(time.Hour).String() + " ago"
+	if d < 0 {
+		d = 0
 	}
+	// The two largest units, the smaller one left out when it is zero:
+	// "45s", "1m", "1m 5s", "2h 10m", "3d 4h".
+	units := []struct {
+		size time.Duration
+		name string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}}
+	for i, u := range units {
+		if d < u.size && u.size != time.Second {
+			continue
+		}
+		big := d / u.size
+		s := strconv.FormatInt(int64(big), 10) + u.name
+		if i+1 < len(units) {
+			next := units[i+1]
+			if small := (d - big*u.size) / next.size; small > 0 {
+				s += " " + strconv.FormatInt(int64(small), 10) + next.name
+			}
+		}
+		return s + " ago"
+	}
+	return "0s ago"
 }
 
 // secretHeader reports whether a stored header's values are hidden: the

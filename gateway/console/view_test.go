@@ -3,6 +3,7 @@ package console
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPrettyJSONKeepsOrderAndMasksSecrets(t *testing.T) {
@@ -78,5 +79,25 @@ func BenchmarkPrettyJSONDeep(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = viewBody(doc, false)
+	}
+}
+
+// Durations read as people say them: "1m ago", not "1m0s ago".
+func TestAgo(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for d, want := range map[time.Duration]string{
+		0:                             "0s ago",
+		45 * time.Second:              "45s ago",
+		time.Minute:                   "1m ago",
+		time.Minute + 5*time.Second:   "1m 5s ago",
+		2*time.Hour + 10*time.Minute:  "2h 10m ago",
+		3 * time.Hour:                 "3h ago",
+		76*time.Hour + 30*time.Minute: "3d 4h ago",
+		-time.Second:                  "0s ago",
+	} {
+		if got := ago(now, now.Add(-d)); got != want {
+			t.Errorf("ago(%v) = %q, want %q", d, got, want)
+		}
 	}
 }

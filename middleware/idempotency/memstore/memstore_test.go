@@ -26,3 +26,8 @@ func TestRecent(t *testing.T) {
 	t.Parallel()
 	idempotencytest.Recent(t, memstore.New())
 }
+
+func TestKeys(t *testing.T) {
+	t.Parallel()
+	idempotencytest.Keys(t, memstore.New())
+}

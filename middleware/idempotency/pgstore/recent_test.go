@@ -11,3 +11,8 @@ func TestRecent(t *testing.T) {
 	t.Parallel()
 	idempotencytest.Recent(t, newStore(t, testenv.Pool(t)))
 }
+
+func TestKeys(t *testing.T) {
+	t.Parallel()
+	idempotencytest.Keys(t, newStore(t, testenv.Pool(t)))
+}
