@@ -204,22 +204,10 @@ func (s *Records) Follow(ctx context.Context, task *asynq.Task, key string, stat
 	return s.SetStatus(ctx, id, status, attempts, resultRef, lastErr)
 }
 
-// Failed lists failed jobs, newest first, at most limit.
+// Failed lists failed jobs, newest first, at most limit: FailedMatching
+// with no filter.
 func (s *Records) Failed(ctx context.Context, limit int) ([]Record, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+recordColumns+` FROM jobs WHERE status = 'failed' ORDER BY updated_at DESC LIMIT $1`, limit)
-	if err != nil {
-		return nil, fmt.Errorf("job: failed jobs: %w", err)
-	}
-	defer rows.Close()
-	var out []Record
-	for rows.Next() {
-		j, err := scanRecord(rows)
-		if err != nil {
-			return nil, fmt.Errorf("job: failed jobs: %w", err)
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
+	return s.FailedMatching(ctx, FailedFilter{}, limit)
 }
 
 // Delete removes a job record (operators, after dlq delete), and its
