@@ -66,6 +66,7 @@ test: node ## start the services, then go vet and go test -race every package (i
 	  (cd deploy/manifests && $(GO) vet ./... && IDEMGATE_BIN=$(CURDIR)/bin/idemgate IDEMGATE_EXAMPLES_BIN=$(CURDIR)/bin/idemgate-examples $(GO) test -count=1 ./...); \
 	  (cd sdk/typescript && IDEMGATE_BIN=$(CURDIR)/bin/idemgate npm test --silent); \
 	  $(GO) test -race -count=1 -timeout 20m ./...; \
+	  (cd tools && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 20m ./...); \
 	  if command -v $(MKDOCS) >/dev/null; then $(MAKE) --no-print-directory docs; else echo "mkdocs is not installed: the documentation site is not built (apt-get install mkdocs mkdocs-material)"; fi
 
 # The console's pages as the docs show them: the browser test run alone,
@@ -75,12 +76,13 @@ test: node ## start the services, then go vet and go test -race every package (i
 screenshots: ## run the console's browser test in headless Chromium and save its screenshots to docs/console-*.png
 	@eval "$$($(SERVICES) --topology)"; export TEST_REDIS_URL="$$REDIS_URL" TEST_DATABASE_URL="$$DATABASE_URL" TEST_TOPOLOGY=1; \
 	  $(GO) build -o bin/idemgate-examples ./examples/cmd/idemgate-examples; \
-	  IDEMGATE_SCREENSHOTS=1 IDEMGATE_EXAMPLES_BIN=$(CURDIR)/bin/idemgate-examples \
-	  $(GO) test -count=1 -run '^TestConsoleInBrowser$$' -v ./internal/browsertest
+	  cd tools && IDEMGATE_SCREENSHOTS=1 IDEMGATE_EXAMPLES_BIN=$(CURDIR)/bin/idemgate-examples \
+	  $(GO) test -count=1 -run '^TestConsoleInBrowser$$' -v ./browsertest
 
 .PHONY: test-short
 test-short: ## unit tests only, no services needed
 	$(GO) test -count=1 ./...
+	cd tools && $(GO) test -count=1 ./...
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 30s)
@@ -96,51 +98,53 @@ lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) vet ./...
 
-# Benchmarks: idemgate next to a plain reverse proxy (cmd/idembench, BENCHMARKS.md).
+# Benchmarks: idemgate next to a plain reverse proxy (tools/cmd/idembench, BENCHMARKS.md).
 # They need Redis and PostgreSQL only, started like `make services` does;
 # BENCHFLAGS, SCALEFLAGS and SOAKFLAGS pass more flags to `idembench run`,
 # `idembench scale` and `idembench soak`.
 BENCH_SERVICES = eval "$$($(SERVICES))"; export REDIS_URL DATABASE_URL;
+# The benchmark and the fault suite are the tools module's (tools/go.mod).
+BUILD_IDEMBENCH = (cd tools && $(GO) build -o ../bin/idembench ./cmd/idembench)
 
 .PHONY: bench
 bench: build ## benchmark every scenario and store against a plain proxy, with pprof profiles (about 15 minutes)
-	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench run -profile $(BENCHFLAGS)
+	@$(BENCH_SERVICES) $(BUILD_IDEMBENCH) && ./bin/idembench run -profile $(BENCHFLAGS)
 
 .PHONY: bench-quick
 bench-quick: build ## the same scenarios in about 2 minutes
-	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench run -quick $(BENCHFLAGS)
+	@$(BENCH_SERVICES) $(BUILD_IDEMBENCH) && ./bin/idembench run -quick $(BENCHFLAGS)
 
 .PHONY: bench-river
 bench-river: build ## idemgate's worker next to River, both writing one effect row a job, at concurrency 10 and 50, on a private PostgreSQL and Redis (about 2 minutes; RIVERFLAGS)
-	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench run -scenarios river -private -jobs 5000 -rounds 2 $(RIVERFLAGS)
+	@$(BENCH_SERVICES) $(BUILD_IDEMBENCH) && ./bin/idembench run -scenarios river -private -jobs 5000 -rounds 2 $(RIVERFLAGS)
 
 .PHONY: bench-river-sweep
 bench-river-sweep: build ## the river scenario at concurrency 1, 10, 50 and 200: jobs/s, handler p50 / p99 and WAL syncs per job, plotted in river.png, on a private PostgreSQL and Redis (about 5 minutes; RIVERFLAGS)
-	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench run -scenarios river -private -jobs 3000 -rounds 1 -river-concurrency 1,10,50,200 $(RIVERFLAGS)
+	@$(BENCH_SERVICES) $(BUILD_IDEMBENCH) && ./bin/idembench run -scenarios river -private -jobs 3000 -rounds 1 -river-concurrency 1,10,50,200 $(RIVERFLAGS)
 
 .PHONY: bench-scale
 bench-scale: build ## claims, replays, 409s and the janitor with 1M and 10M stored records, per store (about 20 minutes; SCALEFLAGS)
-	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench scale $(SCALEFLAGS)
+	@$(BENCH_SERVICES) $(BUILD_IDEMBENCH) && ./bin/idembench scale $(SCALEFLAGS)
 
 .PHONY: bench-scale-jobs
 bench-scale-jobs: ## the job tables under the retention janitor: final jobs written and deleted, rows and sizes sampled (about 2 minutes; SCALEFLAGS)
-	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench scale -stores jobs $(SCALEFLAGS)
+	@$(BENCH_SERVICES) $(BUILD_IDEMBENCH) && ./bin/idembench scale -stores jobs $(SCALEFLAGS)
 
 .PHONY: bench-capacity
 bench-capacity: build ## requests held in flight up to 10,000 through the plain proxy and idemgate, then shedding: RSS, goroutines, latency (about 3 minutes; CAPACITYFLAGS)
-	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench capacity $(CAPACITYFLAGS)
+	@$(BENCH_SERVICES) $(BUILD_IDEMBENCH) && ./bin/idembench capacity $(CAPACITYFLAGS)
 
 .PHONY: soak
 soak: build ## idemgate at a fixed rate for 10 minutes: RSS and goroutines at start and end
-	@$(BENCH_SERVICES) $(GO) build -o bin/idembench ./cmd/idembench && ./bin/idembench soak -duration 10m $(SOAKFLAGS)
+	@$(BENCH_SERVICES) $(BUILD_IDEMBENCH) && ./bin/idembench soak -duration 10m $(SOAKFLAGS)
 
-# The fault suite (cmd/idemchaos, RELIABILITY.md): it starts its own Redis
+# The fault suite (tools/cmd/idemchaos, RELIABILITY.md): it starts its own Redis
 # and PostgreSQL on free loopback ports, never the shared ones, and stops
 # everything it started; CHAOSFLAGS passes more flags (-scenario, -keys,
 # -short, -json, -dir; a later -idemgate measures another binary).
 .PHONY: chaos
 chaos: build ## run the fault suite against private Redis and PostgreSQL servers (about 15 minutes)
-	@$(BENCH_SERVICES) $(GO) build -o bin/idemchaos ./cmd/idemchaos && $(GO) build -o bin/idemgate-examples ./examples/cmd/idemgate-examples && ./bin/idemchaos -idemgate bin/idemgate-examples $(CHAOSFLAGS)
+	@$(BENCH_SERVICES) (cd tools && $(GO) build -o ../bin/idemchaos ./cmd/idemchaos) && $(GO) build -o bin/idemgate-examples ./examples/cmd/idemgate-examples && ./bin/idemchaos -idemgate bin/idemgate-examples $(CHAOSFLAGS)
 
 # The documentation site: mkdocs.yml and docs/, built by Debian's mkdocs
 # and mkdocs-material (apt-get install mkdocs mkdocs-material) into site/.
@@ -153,8 +157,8 @@ docs: ## build the documentation site into site/ with mkdocs --strict (needs Deb
 	$(MKDOCS) build --strict --quiet
 
 # The pictures the site's home shows: the site itself (docs/img/docs-*.png,
-# taken by internal/docstest from the built site served on loopback) and
+# taken by tools/browsertest from the built site served on loopback) and
 # the console's pages (docs/console-*.png, by `make screenshots`).
 .PHONY: docs-screenshots
 docs-screenshots: docs screenshots ## build the site, then take its pictures and the console's in headless Chromium (docs/img/, docs/console-*.png)
-	IDEMGATE_DOCS_SCREENSHOTS=1 $(GO) test -count=1 -run '^TestScreenshots$$' -v ./internal/docstest
+	cd tools && IDEMGATE_DOCS_SCREENSHOTS=1 $(GO) test -count=1 -run '^TestSiteScreenshots$$' -v ./browsertest

@@ -20,7 +20,7 @@ import (
 // The public listener's whole chain — request id, access log, auth,
 // idempotency on the memory store, the reverse proxy — with the upstream
 // answered in process, so that what a request allocates is the gateway's
-// own. cmd/idembench measures the same path over the network.
+// own. tools/cmd/idembench measures the same path over the network.
 
 // cannedUpstream answers every call like the bench upstream: a 201 with a
 // Location and a small JSON body, without a network round trip.

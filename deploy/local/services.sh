@@ -216,7 +216,7 @@ stop_all() {
 # The topology tests start private nginx, PgBouncer and Redis Sentinel
 # processes on free ports; they need only the binaries. Package scripts must
 # not start the system's own copies, so invoke-rc.d is told not to. The
-# console's browser test (internal/browsertest) drives Debian's
+# console's browser test (tools/browsertest) drives Debian's
 # headless chromium.
 ensure_topology_binaries() {
   local missing=()

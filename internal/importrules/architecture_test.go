@@ -66,12 +66,20 @@ func tableRows(text string) [][]string {
 	return rows
 }
 
-// packages is every package of the module as ARCHITECTURE.md names it:
-// its path below the module, "idemgate" for the root.
+// everyPackage runs `go list` with format over every package of the
+// main module and of the tools module.
+func everyPackage(t *testing.T, format string) []string {
+	t.Helper()
+	return append(list(t, format, "..."), listIn(t, tools, format, "tools/...")...)
+}
+
+// packages is every package of the main and tools modules as
+// ARCHITECTURE.md names it: its path below the main module, "idemgate" for
+// the root.
 func packages(t *testing.T) []string {
 	t.Helper()
 	var out []string
-	for _, p := range list(t, "{{.ImportPath}}", "...") {
+	for _, p := range everyPackage(t, "{{.ImportPath}}") {
 		out = append(out, short(p))
 	}
 	slices.Sort(out)
@@ -110,7 +118,7 @@ func TestArchitecturePackages(t *testing.T) {
 // module's packages its non-test files import.
 func importsTable(t *testing.T) string {
 	t.Helper()
-	lines := list(t, `{{.ImportPath}}{{range .Imports}},{{.}}{{end}}`, "...")
+	lines := everyPackage(t, `{{.ImportPath}}{{range .Imports}},{{.}}{{end}}`)
 	var b strings.Builder
 	b.WriteString("| package | imports (of idemgate) |\n|---|---|\n")
 	var rows [][]string

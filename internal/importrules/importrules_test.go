@@ -10,15 +10,27 @@ import (
 
 const module = "github.com/idemgate/idemgate"
 
+// tools is the directory of the tools module (tools/go.mod): the
+// benchmark, the fault suite's command and the browser tests.
+const tools = "../../tools"
+
 // list runs `go list` with format over the packages (paths below the
 // module) and returns its lines.
 func list(t *testing.T, format string, pkgs ...string) []string {
+	t.Helper()
+	return listIn(t, "", format, pkgs...)
+}
+
+// listIn is list run in dir, the main module's when dir is empty.
+func listIn(t *testing.T, dir, format string, pkgs ...string) []string {
 	t.Helper()
 	args := []string{"list", "-f", format}
 	for _, p := range pkgs {
 		args = append(args, module+"/"+p)
 	}
-	out, err := exec.Command("go", args...).Output()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
 			t.Fatalf("go list %s: %v\n%s", strings.Join(pkgs, " "), err, ee.Stderr)
@@ -133,5 +145,25 @@ func TestGatewayNeverReadsTheConfiguration(t *testing.T) {
 	t.Parallel()
 	if got := matching(deps(t, "gateway"), regexp.MustCompile(`^(config|cmd|examples)(/|$)`)); len(got) > 0 {
 		t.Fatalf("gateway imports %v", got)
+	}
+}
+
+// A program that imports idemgate's libraries gets none of the modules
+// only the tools module needs: its go.mod lists them, the main one does not.
+func TestToolDependenciesStayInTheToolsModule(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-m", "all").Output()
+	if err != nil {
+		t.Fatalf("go list -m all: %v", err)
+	}
+	heavy := regexp.MustCompile(`^(github\.com/tsenart/vegeta|gonum\.org/v1/plot|github\.com/chromedp/|github\.com/riverqueue/|github\.com/golangci/)`)
+	var got []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if heavy.MatchString(line) {
+			got = append(got, line)
+		}
+	}
+	if len(got) > 0 {
+		t.Fatalf("the main module requires %v; only tools/go.mod may", got)
 	}
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // The benchmarks of the hot path below the store: key parsing,
-// fingerprinting, and the whole middleware on memstore. cmd/idembench
+// fingerprinting, and the whole middleware on memstore. tools/cmd/idembench
 // measures the gateway end to end; these say where its time goes.
 
 func BenchmarkParseKey(b *testing.B) {

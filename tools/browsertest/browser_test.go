@@ -315,20 +315,11 @@ func (tb *tab) screenshot(t testing.TB, name string) {
 // committed there and the docs show them.
 func docsDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	dir, err := filepath.Abs(filepath.Join(root, "docs"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "docs")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("screenshots: no go.mod above the test's directory")
-		}
-		dir = parent
-	}
+	return dir
 }
 
 // foreignRequests are the URLs the console tabs asked for that are neither

@@ -1,4 +1,4 @@
-package docstest
+package browsertest
 
 import (
 	"context"
@@ -13,12 +13,12 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// TestScreenshots takes the pictures of the site that its home page shows,
+// TestSiteScreenshots takes the pictures of the site that its home page shows,
 // docs/img/docs-home.png and docs/img/docs-guide.png: the built site
 // (site/, `make docs`) served on loopback and seen by a headless Chromium.
 // It runs only with IDEMGATE_DOCS_SCREENSHOTS=1 (`make docs-screenshots`,
 // which also takes the console's pictures with the console's browser test).
-func TestScreenshots(t *testing.T) {
+func TestSiteScreenshots(t *testing.T) {
 	if os.Getenv("IDEMGATE_DOCS_SCREENSHOTS") == "" {
 		t.Skip("IDEMGATE_DOCS_SCREENSHOTS is not set: make docs-screenshots takes the site's pictures")
 	}

@@ -42,7 +42,8 @@ func TestFaultSuiteShort(t *testing.T) {
 		t.Fatalf("the test builds idemgate and needs go on PATH: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "idemgate")
-	build := exec.CommandContext(t.Context(), gobin, "build", "-o", bin, "github.com/idemgate/idemgate/examples/cmd/idemgate-examples")
+	build := exec.CommandContext(t.Context(), gobin, "build", "-o", bin, "./examples/cmd/idemgate-examples")
+	build.Dir = "../../.." // the main module builds it with its own go.mod
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build idemgate: %v\n%s", err, out)
 	}

@@ -13,5 +13,5 @@
 // fails. IDEMGATE_SCREENSHOTS=1 (make screenshots) saves the pages it
 // visits as PNGs in docs/.
 //
-//	go test -run TestConsoleInBrowser ./internal/browsertest
+//	cd tools && go test -run TestConsoleInBrowser ./browsertest
 package browsertest

@@ -6,6 +6,9 @@ import (
 	"go.uber.org/goleak"
 )
 
+// root is the repository's root: the main module, with docs/ and site/.
+const root = "../.."
+
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		// pgx closes its pools in the background.

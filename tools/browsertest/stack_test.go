@@ -128,7 +128,8 @@ func examplesBinary(t *testing.T) string {
 		t.Fatalf("the test builds idemgate-examples and needs go on PATH: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "idemgate-examples")
-	build := exec.CommandContext(t.Context(), gobin, "build", "-o", bin, "github.com/idemgate/idemgate/examples/cmd/idemgate-examples")
+	build := exec.CommandContext(t.Context(), gobin, "build", "-o", bin, "./examples/cmd/idemgate-examples")
+	build.Dir = root // the main module builds it with its own go.mod
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build idemgate-examples: %v\n%s", err, out)
 	}
