@@ -105,12 +105,12 @@ func TestNavListsEveryPage(t *testing.T) {
 	}
 }
 
-// TestRootLinksResolve: the pages outside the site (README.md, BENCHMARKS.md)
-// link into it by relative paths that mkdocs does not check; each must name
-// a file of the repository.
+// TestRootLinksResolve: the pages outside the site (README.md,
+// BENCHMARKS.md, CONTRIBUTING.md) link into it by relative paths that
+// mkdocs does not check; each must name a file of the repository.
 func TestRootLinksResolve(t *testing.T) {
 	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
-	for _, page := range []string{"README.md", "BENCHMARKS.md"} {
+	for _, page := range []string{"README.md", "BENCHMARKS.md", "CONTRIBUTING.md"} {
 		raw, err := os.ReadFile(filepath.Join(root, page))
 		if err != nil {
 			t.Fatal(err)
