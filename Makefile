@@ -56,9 +56,8 @@ node: ## install the TypeScript parts' packages (npm ci) and build the example r
 	cd sdk/typescript && npm run --silent build
 
 .PHONY: test
-test: node ## start the services, then go vet and go test -race every package (integration tests included), the TypeScript tests and make docs
+test: node lint ## start the services, then make lint, go vet and go test -race every package of both modules (integration tests included), the TypeScript tests and make docs
 	@$(WITH_SERVICES) \
-	  test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }; \
 	  $(GO) vet ./...; \
 	  (cd examples/receiver-node && npm test --silent); \
 	  $(GO) build -o bin/idemgate ./cmd/idemgate; \
@@ -93,10 +92,14 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	  $(GO) test ./$${t%%:*} -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $${FUZZTIME:-30s} || exit 1; \
 	done
 
+# golangci-lint (.golangci.yaml: govet, staticcheck, unused) is pinned as a
+# tool in tools/go.mod; `go tool -n` prints the path of its cached build,
+# which then lints the main module from the root.
 .PHONY: lint
-lint: ## gofmt and go vet
-	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
-	$(GO) vet ./...
+lint: ## gofmt, then golangci-lint (govet, staticcheck, unused) on the main module and the tools module
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	@lint="$$(cd tools && $(GO) tool -n golangci-lint)"; \
+	  $$lint run ./... && (cd tools && $$lint run ./...)
 
 # Benchmarks: idemgate next to a plain reverse proxy (tools/cmd/idembench, BENCHMARKS.md).
 # They need Redis and PostgreSQL only, started like `make services` does;

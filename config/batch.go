@@ -61,8 +61,8 @@ func (c *Config) validateBatches(bad badFunc) {
 		case r.Path == "":
 			bad(p, "needs a route with path, not path_prefix")
 		}
-		switch {
-		case b.Path == "":
+		switch b.Path {
+		case "":
 			bad(p+".path", "required")
 		default:
 			if msg := pathProblem(b.Path); msg != "" {

@@ -22,13 +22,13 @@ func leaks(spans tracetest.SpanStubs, secret string) []string {
 			out = append(out, s.Name)
 		}
 		for _, kv := range s.Attributes {
-			if strings.Contains(kv.Value.Emit(), secret) {
+			if strings.Contains(kv.Value.String(), secret) {
 				out = append(out, s.Name+" "+string(kv.Key))
 			}
 		}
 		for _, ev := range s.Events {
 			for _, kv := range ev.Attributes {
-				if strings.Contains(kv.Value.Emit(), secret) {
+				if strings.Contains(kv.Value.String(), secret) {
 					out = append(out, s.Name+" event "+string(kv.Key))
 				}
 			}

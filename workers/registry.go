@@ -30,12 +30,6 @@ func NewHandlers() *Handlers {
 	return &Handlers{build: map[string]func(Deps, *job.Spec) asynq.Handler{}}
 }
 
-// Args is a typed payload that names its task, so AddArgs needs no task
-// name: a stable string such as "shipment.book", never a Go type name.
-type Args interface {
-	Kind() string
-}
-
 // Keyed is a typed payload that derives its own business key and resource.
 // A payload without these methods takes them from the job's declaration
 // (business_key and resource templates), which is usually enough.
@@ -61,12 +55,6 @@ func Add[T any](hs *Handlers, task string, fn Func[T], opts ...Option) {
 	hs.build[task] = func(deps Deps, spec *job.Spec) asynq.Handler {
 		return newHandler(deps, task, specIdentity[T](spec), fn, specOptions(spec, opts)...)
 	}
-}
-
-// AddArgs registers fn as the handler of T's task, T.Kind().
-func AddArgs[T Args](hs *Handlers, fn Func[T], opts ...Option) {
-	var zero T
-	Add(hs, zero.Kind(), fn, opts...)
 }
 
 // Tasks lists the registered task names, sorted.

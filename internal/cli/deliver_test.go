@@ -28,7 +28,6 @@ type delivery struct {
 	attempt              int
 	token                int64
 	headerToken          string
-	body                 []byte
 }
 
 // scriptedReceiver answers each order by the prefix of its id, verifies

@@ -251,7 +251,7 @@ func TestExplainKeyTakeOver(t *testing.T) {
 	sameStory(t, g, "/admin/keys/acme/slow/"+key+"/explain", doc)
 	code, text, errOut := cli(t, nil, "explain", "--config", cfg, "--key", "acme", "slow", key)
 	if code != 0 || !strings.Contains(text, "taken_over") || !strings.Contains(text, "completed (201)") {
-		t.Errorf("explain --key text: exit %d\n%s", code, text)
+		t.Errorf("explain --key text: exit %d\n%s%s", code, text, errOut)
 	}
 
 	// store: redis keeps no claim ledger, and says so.

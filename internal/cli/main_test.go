@@ -135,14 +135,9 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 }
 
 // run is the program as idemgate-examples runs it: most tests drive the
-// example jobs. product runs it as the idemgate binary does.
+// example jobs.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	return Run(ctx, args, getenv, stdout, stderr, extension.Apply(demo.Options()...))
-}
-
-// product is the idemgate binary: no extension.
-func product(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	return Run(ctx, args, getenv, stdout, stderr, extension.Set{})
 }
 
 // exampleTables are the example jobs' migrations, which testenv applies

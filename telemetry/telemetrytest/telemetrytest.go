@@ -45,7 +45,7 @@ func Named(spans tracetest.SpanStubs, name string) tracetest.SpanStubs {
 func Attr(span tracetest.SpanStub, key string) (string, bool) {
 	for _, kv := range span.Attributes {
 		if string(kv.Key) == key {
-			return kv.Value.Emit(), true
+			return kv.Value.String(), true
 		}
 	}
 	return "", false

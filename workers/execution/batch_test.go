@@ -59,7 +59,7 @@ type failedResults struct{ err error }
 
 func (r failedResults) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, r.err }
 func (r failedResults) Query() (pgx.Rows, error)         { return nil, r.err }
-func (r failedResults) QueryRow() pgx.Row                { return errRow{r.err} }
+func (r failedResults) QueryRow() pgx.Row                { return errRow(r) }
 func (r failedResults) Close() error                     { return r.err }
 func (r failedResults) Tx() pgx.Tx                       { return nil }
 

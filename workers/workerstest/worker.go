@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -291,7 +290,7 @@ func env(t testing.TB, name string) string {
 	t.Helper()
 	v := os.Getenv(name)
 	if v == "" {
-		t.Skip(fmt.Sprintf("%s not set: skipping a test that runs a worker", name))
+		t.Skipf("%s not set: skipping a test that runs a worker", name)
 	}
 	return v
 }
