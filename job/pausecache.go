@@ -102,6 +102,11 @@ func (c *PauseCache) Paused(task, queue string, limits []PauseTarget) (Pause, bo
 	if p, ok := check(PauseTarget{Kind: PauseQueue, Name: queue}); ok {
 		return p, true
 	}
+	if base := BaseQueue(queue); base != queue {
+		if p, ok := check(PauseTarget{Kind: PauseQueue, Name: base}); ok {
+			return p, true
+		}
+	}
 	for _, t := range limits {
 		if p, ok := check(t); ok {
 			return p, true
