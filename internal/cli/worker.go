@@ -105,6 +105,10 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 	if err != nil {
 		return nil, err
 	}
+	// The worker knows the pauses in force before its first delivery.
+	if err := pauses.Load(ctx); err != nil {
+		return nil, err
+	}
 	deps.Pauses = pauses
 	var breakers []string
 	for _, l := range cfg.LimitDefs() {
