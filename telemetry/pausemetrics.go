@@ -50,15 +50,37 @@ func (m *pauseMetrics) BreakerOpened(limit string) {
 
 // RegisterOpenBreakers registers idemgate_breakers_open{limit} for each
 // limit in limits: how many of its key values its breaker holds paused
-// now, as open reports (job.PauseCache.OpenBreakers). Each limit's
-// breaker-open count starts at 0 too.
+// now, as open reports when scraped (job.PauseCache.OpenBreakers). Each
+// limit's breaker-open count starts at 0 too.
 func (m *WorkerMetrics) RegisterOpenBreakers(reg prometheus.Registerer, limits []string, open func() map[string]int) {
+	g := &breakerGauge{
+		vec: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricBreakersOpen,
+			Help: "Key values of a flow limit its breaker holds paused now, by limit.",
+		}, []string{"limit"}),
+		limits: limits,
+		open:   open,
+	}
 	for _, name := range limits {
 		m.opened.WithLabelValues(name)
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        MetricBreakersOpen,
-			Help:        "Key values of a flow limit its breaker holds paused now, by limit.",
-			ConstLabels: prometheus.Labels{"limit": name},
-		}, func() float64 { return float64(open()[name]) }))
+		g.vec.WithLabelValues(name)
 	}
+	reg.MustRegister(g)
+}
+
+// breakerGauge reads the open breakers when scraped.
+type breakerGauge struct {
+	vec    *prometheus.GaugeVec
+	limits []string
+	open   func() map[string]int
+}
+
+func (g *breakerGauge) Describe(ch chan<- *prometheus.Desc) { g.vec.Describe(ch) }
+
+func (g *breakerGauge) Collect(ch chan<- prometheus.Metric) {
+	open := g.open()
+	for _, name := range g.limits {
+		g.vec.WithLabelValues(name).Set(float64(open[name]))
+	}
+	g.vec.Collect(ch)
 }
