@@ -260,7 +260,8 @@ type ClientInterface interface {
 	//
 	// Every pause that still stops or slows work, oldest first: those of
 	// operators, and those the breakers of flow limits (`pause_after`)
-	// opened, by `breaker`.
+	// opened, by `breaker`. A gateway without `database_url` keeps no
+	// pauses: 404.
 	//
 	// Corresponds with GET /admin/pauses (the `ListPauses` operationId).
 	ListPauses(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -694,7 +695,8 @@ func (c *Client) Pause(ctx context.Context, body PauseJSONRequestBody, reqEditor
 //
 // Every pause that still stops or slows work, oldest first: those of
 // operators, and those the breakers of flow limits (`pause_after`)
-// opened, by `breaker`.
+// opened, by `breaker`. A gateway without `database_url` keeps no
+// pauses: 404.
 //
 // Corresponds with GET /admin/pauses (the `ListPauses` operationId).
 func (c *Client) ListPauses(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2371,7 +2373,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// Every pause that still stops or slows work, oldest first: those of
 	// operators, and those the breakers of flow limits (`pause_after`)
-	// opened, by `breaker`.
+	// opened, by `breaker`. A gateway without `database_url` keeps no
+	// pauses: 404.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4009,6 +4012,11 @@ type ListPausesResponse401Headers struct {
 	XRequestId      string
 }
 
+// ListPausesResponse404Headers the declared response headers of an HTTP 404 response for ListPauses
+type ListPausesResponse404Headers struct {
+	XRequestId string
+}
+
 // ListPausesResponse429Headers the declared response headers of an HTTP 429 response for ListPauses
 type ListPausesResponse429Headers struct {
 	RetryAfter int
@@ -4027,6 +4035,8 @@ type ListPausesResponse struct {
 	JSON200 *PauseList
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *AdminUnauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *AdminThrottled
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4035,6 +4045,8 @@ type ListPausesResponse struct {
 	Headers200 *ListPausesResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListPausesResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ListPausesResponse404Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListPausesResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -4049,6 +4061,11 @@ func (r ListPausesResponse) GetJSON200() *PauseList {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r ListPausesResponse) GetApplicationproblemJSON401() *AdminUnauthorized {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListPausesResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5361,7 +5378,8 @@ func (c *ClientWithResponses) PauseWithResponse(ctx context.Context, body PauseJ
 //
 // Every pause that still stops or slows work, oldest first: those of
 // operators, and those the breakers of flow limits (`pause_after`)
-// opened, by `breaker`.
+// opened, by `breaker`. A gateway without `database_url` keeps no
+// pauses: 404.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -7588,6 +7606,13 @@ func ParseListPausesResponse(rsp *http.Response) (*ListPausesResponse, error) {
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest AdminThrottled
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7632,6 +7657,16 @@ func ParseListPausesResponse(rsp *http.Response) (*ListPausesResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers ListPausesResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListPausesResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {

@@ -561,7 +561,8 @@ export interface paths {
          * List the pauses in force, breakers' included.
          * @description Every pause that still stops or slows work, oldest first: those of
          *     operators, and those the breakers of flow limits (`pause_after`)
-         *     opened, by `breaker`.
+         *     opened, by `breaker`. A gateway without `database_url` keeps no
+         *     pauses: 404.
          */
         get: operations["listPauses"];
         put?: never;
@@ -2758,6 +2759,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["AdminUnauthorized"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["AdminThrottled"];
             500: components["responses"]["InternalError"];
         };
