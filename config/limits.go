@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/idemgate/idemgate/job"
 )
@@ -26,6 +27,22 @@ type Limit struct {
 	// one every period/N, at least 1; it needs a rate. Default
 	// job.DefaultBurst, 1: evenly spaced.
 	Burst *int `yaml:"burst"`
+	// PauseAfter is the limit's breaker: a key value whose attempts fail
+	// consecutive_failures times in a row within `within` is paused for
+	// `for`, then resumes by itself. Default none.
+	PauseAfter *PauseAfter `yaml:"pause_after"`
+}
+
+// PauseAfter is limits[].pause_after.
+type PauseAfter struct {
+	// ConsecutiveFailures is how many failed attempts in a row open the
+	// breaker, at least 1. Required.
+	ConsecutiveFailures int `yaml:"consecutive_failures"`
+	// Within is the window the failures must fall in, counted from the
+	// first. Required, at least 1s.
+	Within time.Duration `yaml:"within"`
+	// For is how long the key value stays paused. Required, at least 1s.
+	For time.Duration `yaml:"for"`
 }
 
 // LimitUse is one entry of jobs[].limits: a declared limit the job takes
@@ -87,6 +104,18 @@ func (c *Config) validateLimits(bad badFunc) {
 			fail(at+".burst", "must be at least 1, not %d", *l.Burst)
 		default:
 			def.Burst = *l.Burst
+		}
+		if pa := l.PauseAfter; pa != nil {
+			if pa.ConsecutiveFailures < 1 {
+				fail(at+".pause_after.consecutive_failures", "must be at least 1, not %d", pa.ConsecutiveFailures)
+			}
+			if pa.Within < time.Second {
+				fail(at+".pause_after.within", "must be at least 1s, not %s", pa.Within)
+			}
+			if pa.For < time.Second {
+				fail(at+".pause_after.for", "must be at least 1s, not %s", pa.For)
+			}
+			def.PauseAfter = &job.Breaker{Failures: pa.ConsecutiveFailures, Within: pa.Within, For: pa.For}
 		}
 		if l.Concurrency == nil && l.Rate == "" {
 			fail(at, "needs concurrency, rate or both: a limit without either limits nothing")

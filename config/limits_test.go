@@ -63,6 +63,20 @@ func TestLimitsOfValid(t *testing.T) {
 	}
 }
 
+func TestLimitsPauseAfter(t *testing.T) {
+	t.Parallel()
+	cfg, err := Parse([]byte(enqueueBase+`limits:
+  - {name: ship-api, concurrency: 8, pause_after: {consecutive_failures: 50, within: 1m, for: 5m}}
+`), "x.yaml", nil)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	l, _ := cfg.Limit("ship-api")
+	if l.PauseAfter == nil || *l.PauseAfter != (job.Breaker{Failures: 50, Within: time.Minute, For: 5 * time.Minute}) {
+		t.Errorf("PauseAfter = %+v", l.PauseAfter)
+	}
+}
+
 func TestLimitsValidate(t *testing.T) {
 	t.Parallel()
 	const use = `[{use: ship-api, key: "{tenant}"}]`
@@ -121,6 +135,15 @@ func TestLimitsValidate(t *testing.T) {
 			want: []string{
 				"x.yaml:6: limits[0].concurrency: must be at least 1, not 0 (leave it out for no concurrency limit)",
 				`x.yaml:18: jobs[0].limits[0].key: {note} names a field the schema does not require: add it to the schema's "required" (or key on {tenant})`,
+			},
+		},
+		{
+			name: "a breaker out of bounds",
+			yaml: "limits:\n  - {name: a, concurrency: 1, pause_after: {consecutive_failures: 0, within: 500ms, for: 0s}}\n",
+			want: []string{
+				"x.yaml:6: limits[0].pause_after.consecutive_failures: must be at least 1, not 0",
+				"x.yaml:6: limits[0].pause_after.within: must be at least 1s, not 500ms",
+				"x.yaml:6: limits[0].pause_after.for: must be at least 1s, not 0s",
 			},
 		},
 		{

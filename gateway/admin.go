@@ -34,6 +34,9 @@ func (g *Gateway) adminRoutes() http.Handler {
 		r.Get("/admin/jobs/{id}/explain", g.handleJobExplain())
 	}
 	r.Get("/admin/limits/{name}", g.handleLimitGet())
+	r.Post("/admin/pause", g.handlePause())
+	r.Post("/admin/resume", g.handleResume())
+	r.Get("/admin/pauses", g.handlePauseList())
 	r.Get("/admin/fairness/{pool}", g.handleFairnessGet())
 	r.Put("/admin/fairness/{pool}", g.handleFairnessPut())
 	if g.opts.Pprof {

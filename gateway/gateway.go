@@ -81,6 +81,10 @@ type Options struct {
 	// /admin/fairness/{pool}; nil means none is declared (every pool is
 	// 404).
 	Fairness Fairness
+	// Pauses keeps the pauses of POST /admin/pause and /admin/resume
+	// and GET /admin/pauses; nil when the gateway has no database (they
+	// are 404 then).
+	Pauses Pauses
 	// Actions keeps the audit trail of operators' actions (a
 	// *job.Records); nil when the gateway has no database: actions are
 	// then logged and counted only.

@@ -74,7 +74,21 @@ func (g *Gateway) handleLimitGet() http.HandlerFunc {
 				Detail: "Redis, which holds the limits' counters with the queue, could not be read; retry", RetryAfter: time.Second, Cause: err})
 			return
 		}
-		writeJSON(w, http.StatusOK, limitDocument(def, usage))
+		doc := limitDocument(def, usage)
+		if g.opts.Pauses != nil {
+			pauses, err := g.opts.Pauses.InForce(r.Context())
+			if err != nil {
+				g.problems.Write(w, r, err)
+				return
+			}
+			doc.Paused = &[]openapi.Pause{}
+			for _, p := range pauses {
+				if p.Target.Kind == job.PauseLimit && p.Target.Name == name {
+					*doc.Paused = append(*doc.Paused, PauseDocument(p))
+				}
+			}
+		}
+		writeJSON(w, http.StatusOK, doc)
 	}
 }
 
@@ -89,6 +103,9 @@ func limitDocument(def job.Limit, usage []LimitUsage) openapi.LimitState {
 		rate := def.RateString()
 		doc.Rate = &rate
 		doc.Burst = &def.Burst
+	}
+	if b := def.PauseAfter; b != nil {
+		doc.PauseAfter = &openapi.LimitBreaker{ConsecutiveFailures: b.Failures, Within: b.Within.String(), For: b.For.String()}
 	}
 	for _, u := range usage {
 		v := openapi.LimitValue{Value: u.Value, Held: len(u.Holders), Holders: u.Holders, LastUsedAt: u.LastUsed.UTC()}

@@ -26,6 +26,18 @@ type Limit struct {
 	// Burst is how many of those starts may come at once, above the even
 	// pace of one every Period/Rate. Default 1: evenly spaced.
 	Burst int
+	// PauseAfter is the limit's breaker; nil: none.
+	PauseAfter *Breaker
+}
+
+// Breaker pauses one key value of a flow limit by itself (`pause_after`
+// in the configuration): after Failures consecutive failed attempts
+// within Within, the value is paused For, then resumes by itself. A
+// success starts the count again.
+type Breaker struct {
+	Failures int
+	Within   time.Duration
+	For      time.Duration
 }
 
 // DefaultBurst is a rate limit's burst when none is given: starts are

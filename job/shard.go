@@ -3,6 +3,7 @@ package job
 import (
 	"hash/fnv"
 	"strconv"
+	"strings"
 )
 
 // Broker shards: a queue spread over several asynq queues.
@@ -83,4 +84,18 @@ func crc16(b []byte) uint16 {
 		}
 	}
 	return crc
+}
+
+// BaseQueue is the queue a shard queue spreads ("payments" for
+// "payments.s3-1"); any other name is its own.
+func BaseQueue(name string) string {
+	i := strings.LastIndex(name, ".s")
+	if i < 0 {
+		return name
+	}
+	idx, j, ok := strings.Cut(name[i+2:], "-")
+	if !ok || idx == "" || j == "" || strings.Trim(idx, "0123456789") != "" || strings.Trim(j, "0123456789") != "" {
+		return name
+	}
+	return name[:i]
 }

@@ -100,3 +100,17 @@ func TestShardsSpreadTasksOverClusterNodes(t *testing.T) {
 	}
 	t.Logf("tasks by node: %v", held)
 }
+
+func TestBaseQueue(t *testing.T) {
+	t.Parallel()
+	for _, q := range job.ShardQueues("payments.s1", 4) {
+		if got := job.BaseQueue(q); got != "payments.s1" {
+			t.Errorf("BaseQueue(%q) = %q", q, got)
+		}
+	}
+	for _, q := range []string{"payments", "a.s", "a.s1", "a.sx-1", "a.s1-"} {
+		if got := job.BaseQueue(q); got != q {
+			t.Errorf("BaseQueue(%q) = %q, want itself", q, got)
+		}
+	}
+}

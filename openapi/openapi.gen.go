@@ -105,6 +105,7 @@ const (
 	StoryAttemptOutcomeLimited     StoryAttemptOutcome = "limited"
 	StoryAttemptOutcomeLockBusy    StoryAttemptOutcome = "lock_busy"
 	StoryAttemptOutcomeLockLost    StoryAttemptOutcome = "lock_lost"
+	StoryAttemptOutcomePaused      StoryAttemptOutcome = "paused"
 	StoryAttemptOutcomePermanent   StoryAttemptOutcome = "permanent"
 	StoryAttemptOutcomeStaleToken  StoryAttemptOutcome = "stale_token"
 	StoryAttemptOutcomeSucceeded   StoryAttemptOutcome = "succeeded"
@@ -127,6 +128,8 @@ func (e StoryAttemptOutcome) Valid() bool {
 	case StoryAttemptOutcomeLockBusy:
 		return true
 	case StoryAttemptOutcomeLockLost:
+		return true
+	case StoryAttemptOutcomePaused:
 		return true
 	case StoryAttemptOutcomePermanent:
 		return true
@@ -460,6 +463,13 @@ type JobStatus string
 // JobTask The job's task (`jobs[].task` of the configuration).
 type JobTask = string
 
+// LimitBreaker A limit's breaker (`pause_after`).
+type LimitBreaker struct {
+	ConsecutiveFailures int    `json:"consecutive_failures"`
+	Within              string `json:"within"`
+	For                 string `json:"for"`
+}
+
 // LimitState A flow limit and its busiest key values now.
 type LimitState struct {
 	Name string `json:"name"`
@@ -473,6 +483,12 @@ type LimitState struct {
 	// Burst Starts that may come at once above the rate's pace; absent without a rate.
 	Burst  *int         `json:"burst,omitempty"`
 	Values []LimitValue `json:"values"`
+
+	// PauseAfter A limit's breaker (`pause_after`).
+	PauseAfter *LimitBreaker `json:"pause_after,omitempty"`
+
+	// Paused The limit's key values paused now, by an operator or by its breaker.
+	Paused *[]Pause `json:"paused,omitempty"`
 }
 
 // LimitValue One key value of a limit (a tenant, an account) now.
@@ -500,6 +516,69 @@ type OpenAPIDocument struct {
 	Info    map[string]interface{} `json:"info"`
 	Openapi string                 `json:"openapi"`
 	Paths   map[string]interface{} `json:"paths"`
+}
+
+// Pause A pause of a task, a queue or one key value of a flow limit.
+type Pause struct {
+	// Since When the pause began.
+	Since time.Time `json:"since"`
+
+	// Until When it ends by itself; absent until resumed.
+	Until *time.Time `json:"until,omitempty"`
+
+	// ResumedAt When it was resumed; absent while paused.
+	ResumedAt *time.Time `json:"resumed_at,omitempty"`
+
+	// Ramp The resume's ramp; absent for none.
+	Ramp *string `json:"ramp,omitempty"`
+
+	// By Who paused: the operator, or `breaker`.
+	By     string `json:"by"`
+	Reason string `json:"reason"`
+
+	// Story What `explain` says of a delivery it sent back.
+	Story string `json:"story"`
+
+	// Target What a pause stops. Exactly one of `task`, `queue` and `limit`.
+	Target PauseTarget `json:"target"`
+}
+
+// PauseList defines model for PauseList.
+type PauseList struct {
+	Pauses []Pause `json:"pauses"`
+}
+
+// PauseRequest A pause to take.
+type PauseRequest struct {
+	Task  *string `json:"task,omitempty"`
+	Queue *string `json:"queue,omitempty"`
+	Limit *struct {
+		Name string  `json:"name"`
+		Key  *string `json:"key,omitempty"`
+	} `json:"limit,omitempty"`
+
+	// Until When the pause ends by itself: an RFC 3339 time or a duration from now (`30m`). Default: until resumed.
+	Until *string `json:"until,omitempty"`
+
+	// Reason Why; kept in the audit trail.
+	Reason *string `json:"reason,omitempty"`
+}
+
+// PauseTarget What a pause stops. Exactly one of `task`, `queue` and `limit`.
+type PauseTarget struct {
+	// Task A declared job's task.
+	Task *string `json:"task,omitempty"`
+
+	// Queue A queue.
+	Queue *string `json:"queue,omitempty"`
+
+	// Limit One key value of a declared flow limit.
+	Limit *struct {
+		Name string `json:"name"`
+
+		// Key The key value, as `GET /admin/limits/{name}` shows it; empty for a limit without a key.
+		Key *string `json:"key,omitempty"`
+	} `json:"limit,omitempty"`
 }
 
 // Problem An RFC 9457 problem document. Match on the slug that ends `type`;
@@ -579,6 +658,22 @@ type ReadinessStatus string
 // token. `unknown`: the outcome is ambiguous and held for an operator
 // (`on_ambiguous: hold`); retries get 409.
 type RecordState string
+
+// ResumeRequest A pause to end.
+type ResumeRequest struct {
+	Task  *string `json:"task,omitempty"`
+	Queue *string `json:"queue,omitempty"`
+	Limit *struct {
+		Name string  `json:"name"`
+		Key  *string `json:"key,omitempty"`
+	} `json:"limit,omitempty"`
+
+	// Ramp `P%/duration`: admit P% of the deliveries at once and P% more each duration. Default: everything at once.
+	Ramp *string `json:"ramp,omitempty"`
+
+	// Reason Why; kept in the audit trail.
+	Reason *string `json:"reason,omitempty"`
+}
 
 // StoredResponse The stored answer of a completed record.
 type StoredResponse struct {
@@ -678,7 +773,7 @@ type StoryAttempt struct {
 	// Try The row's number among the job's own rows, from 1, counted or not; 0 for a sibling's row.
 	Try int `json:"try"`
 
-	// Counted The row is one of the job's counted attempts (`attempt` is its number). Rows that drew no token (lock_busy, limited, a delivery refused after a cancel) and attempts given back (unavailable) are not counted.
+	// Counted The row is one of the job's counted attempts (`attempt` is its number). Rows that drew no token (lock_busy, limited, paused, a delivery refused after a cancel) and attempts given back (unavailable) are not counted.
 	Counted bool `json:"counted"`
 
 	// Replay The row belongs to a run after the job was replayed from the dead-letter queue: its attempts count from 1 again.
@@ -1149,3 +1244,9 @@ type CancelJobParams struct {
 
 // SetFairnessJSONRequestBody defines body for SetFairness for application/json ContentType.
 type SetFairnessJSONRequestBody = FairnessWeights
+
+// PauseJSONRequestBody defines body for Pause for application/json ContentType.
+type PauseJSONRequestBody = PauseRequest
+
+// ResumeJSONRequestBody defines body for Resume for application/json ContentType.
+type ResumeJSONRequestBody = ResumeRequest

@@ -42,6 +42,7 @@ func MetricNames() []string {
 		MetricJobs, MetricJobAttempts, MetricJobReplays, MetricRecordRetries,
 		MetricDLQTasks, MetricQueueDepth,
 		MetricLimitWaits, MetricLimitHolders,
+		MetricPauseBounces, MetricBreakerOpen, MetricBreakersOpen,
 		MetricRetentionDeleted, MetricFinalCallbacks,
 		MetricFairDispatch,
 	}

@@ -19,6 +19,7 @@ type WorkerMetrics struct {
 	replays     *prometheus.CounterVec
 	records     *prometheus.CounterVec
 	*limitMetrics
+	*pauseMetrics
 }
 
 // NewWorkerMetrics registers the worker's series on reg. It panics if reg
@@ -67,6 +68,7 @@ func NewWorkerMetrics(reg prometheus.Registerer) *WorkerMetrics {
 	}
 	reg.MustRegister(m.lockAcquire, m.renewals, m.lost, m.fencing, m.jobs, m.attempts, m.replays, m.records)
 	m.limitMetrics = newLimitMetrics(reg)
+	m.pauseMetrics = newPauseMetrics(reg)
 	for _, r := range workers.LockResults() {
 		m.lockAcquire.WithLabelValues(r)
 	}

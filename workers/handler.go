@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mathrand "math/rand/v2"
 	"os"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/execution"
+	"github.com/idemgate/idemgate/workers/limit"
 	"github.com/idemgate/idemgate/workers/lock"
 )
 
@@ -93,6 +95,14 @@ type Deps struct {
 	// is sent back to the queue. Default DefaultLimitWait, 1s; negative:
 	// never wait in place.
 	LimitWait time.Duration
+	// Pauses, if set, sends back the deliveries of paused work without
+	// counting an attempt (a *job.PauseCache, which answers from memory).
+	// It also opens the breakers of limits that declare pause_after.
+	Pauses Pauses
+	// PauseRecheck is the mean delay after which a delivery a pause sent
+	// back comes again, drawn from [PauseRecheck/2, 3·PauseRecheck/2) and
+	// never past the pause's end. Default DefaultPauseRecheck, 5s.
+	PauseRecheck time.Duration
 }
 
 // Stages at which tests make a worker die.
@@ -151,6 +161,9 @@ type handler[T any] struct {
 	// uninterrupted: see options.
 	uninterrupted bool
 	limits        *limits
+	pauses        Pauses
+	pauseRecheck  time.Duration
+	rand          func(n int64) int64
 }
 
 // Handle returns the asynq handler of the task kind (a stable name such as
@@ -267,7 +280,10 @@ func newHandler[T any](deps Deps, kind string, identify identity[T], fn Func[T],
 		crash:       o.crash,
 		cancels:     deps.Cancels,
 		limits:      lim,
+		pauses:      deps.Pauses,
+		rand:        mathrand.Int64N,
 
+		pauseRecheck:  cmp.Or(deps.PauseRecheck, DefaultPauseRecheck),
 		uninterrupted: o.uninterrupted,
 	}
 }
@@ -306,6 +322,16 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	id.recorded = id.job != "" && h.jobs != nil
 	if id.job == "" {
 		id.job, _ = asynq.GetTaskID(ctx)
+	}
+	var rules []limit.Rule
+	if h.limits != nil {
+		if rules, err = h.limits.rules(id.tenant, task.Payload()); err != nil {
+			return h.unprocessable(ctx, log, task, err)
+		}
+	}
+	// Paused work goes back before it takes anything (pause.go).
+	if err := h.bouncePaused(ctx, log, id, resource, rules); err != nil {
+		return err
 	}
 
 	// No read of the state before the lock: Take, under the lock, refuses
@@ -356,7 +382,7 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	// The flow limits are taken holding the lock and before the attempt
 	// counts (limits.go): a replay never spends one, and a limited
 	// delivery leaves the job as it was.
-	hold, err := h.takeLimits(ctx, lease.Context(), log, task, id, resource)
+	hold, err := h.takeLimits(ctx, lease.Context(), log, id, resource, rules)
 	if err != nil {
 		h.release(ctx, log, lease)
 		return err
@@ -368,7 +394,7 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 		lease.Abandon()
 		return err
 	}
-	h.releaseWithLimits(ctx, log, lease, resource, hold)
+	h.releaseWithLimits(ctx, log, lease, resource, hold, rules, r.end)
 	return err
 }
 
@@ -479,6 +505,8 @@ type run[T any] struct {
 	// watched is the attempt as the cancel watcher knows it; nil for a
 	// task without a job record, or without a watcher.
 	watched *watched
+	// end is how the business function ended, for the limits' breakers.
+	end attemptEnd
 }
 
 func (r *run[T]) do(ctx context.Context) error {
@@ -544,6 +572,10 @@ func (r *run[T]) do(ctx context.Context) error {
 		Key: r.id.key, Tenant: r.id.tenant, Resource: r.resource, Payload: r.payload,
 		Token: token, Attempt: rec.Attempts, Task: r.task, completion: &done,
 	})
+	r.end = attemptSucceeded
+	if ferr != nil {
+		r.end = attemptFailed
+	}
 	if h.crashAt(stageEffect) {
 		return errCrashed
 	}

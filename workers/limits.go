@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/job"
@@ -23,21 +22,22 @@ import (
 // rescheduled after the limit's wait, not counted as an attempt.
 const ClassLimited = "limited"
 
-// LimitedError is returned when a flow limit (job.Spec.Limits) refused a
-// delivery before its attempt started. It is not a failure: the attempt
-// is not counted, the job stays queued, and the task comes back after
-// After: the exact wait the rate gives, or a jittered delay when the
-// limit's slots are all held.
+// LimitedError is returned when a flow limit (job.Spec.Limits) or a
+// pause (Deps.Pauses) refused a delivery before its attempt started. It
+// is not a failure: the attempt is not counted, the job stays queued, and
+// the task comes back after After: the exact wait the rate gives, or a
+// jittered delay when the limit's slots are all held or the work is
+// paused.
 type LimitedError struct {
 	Task, Key string
 	// Limit and Value name the budget that refused: the limit and its key
-	// value.
+	// value. Both are "" for a pause of a task or a queue.
 	Limit, Value string
-	// Reason is limit.ReasonConcurrency or limit.ReasonRate.
+	// Reason is limit.ReasonConcurrency, limit.ReasonRate or ReasonPaused.
 	Reason string
 	// After is when the task is tried again.
 	After time.Duration
-	Err   error // the *limit.RefusedError
+	Err   error // the *limit.RefusedError, or the *PausedError
 }
 
 func (e *LimitedError) Error() string {
@@ -171,15 +171,12 @@ func (l *limits) rules(tenant string, raw []byte) ([]limit.Rule, error) {
 // task that may start in 50ms would leave the partner's budget unused.
 // Only a longer wait sends the task back. lctx is the lease's context: a
 // lost lock ends the wait.
-func (h *handler[T]) takeLimits(ctx, lctx context.Context, log *slog.Logger, task *asynq.Task, id execID, resource string) (*limit.Hold, error) {
+func (h *handler[T]) takeLimits(ctx, lctx context.Context, log *slog.Logger, id execID, resource string, rules []limit.Rule) (*limit.Hold, error) {
 	l := h.limits
 	if l == nil {
 		return nil, nil
 	}
-	rules, err := l.rules(id.tenant, task.Payload())
-	if err != nil {
-		return nil, h.unprocessable(ctx, log, task, err)
-	}
+	var err error
 	holder := limit.Holder(id.job)
 	start := time.Now()
 	deadline := start.Add(l.wait)
@@ -241,27 +238,41 @@ func (h *handler[T]) takeLimits(ctx, lctx context.Context, log *slog.Logger, tas
 // releaseWithLimits releases the job's lock and gives the attempt's
 // slots back, however it ended, in one round trip: the slots' ZREMs ride
 // on the pipeline that deletes the lock (lock.Lease.ReleaseWith), so a
-// limit costs an attempt the take's round trip and nothing more. A
+// limit costs an attempt the take's round trip and nothing more. The
+// breakers' counts of an attempt that ran (end) ride on it too. A
 // release that fails frees the lock at its TTL and the slots at their
 // lease's end.
-func (h *handler[T]) releaseWithLimits(ctx context.Context, log *slog.Logger, lease *lock.Lease, resource string, hold *limit.Hold) {
+func (h *handler[T]) releaseWithLimits(ctx context.Context, log *slog.Logger, lease *lock.Lease, resource string, hold *limit.Hold, rules []limit.Rule, end attemptEnd) {
 	l := h.limits
-	if l == nil || hold == nil || !hold.Slots() {
+	slots := l != nil && hold != nil && hold.Slots()
+	breakers := l != nil && end != attemptNotRun && l.hasBreakers()
+	if !slots && !breakers {
 		h.release(ctx, log, lease)
 		return
 	}
-	l.held.Delete(resource)
-	l.countHeld(-1)
+	if slots {
+		l.held.Delete(resource)
+		l.countHeld(-1)
+	}
 	fctx, cancel := finishContext(ctx)
 	defer cancel()
-	sent, err := lease.ReleaseWith(fctx, func(pipe redis.Pipeliner) { hold.ReleaseIn(fctx, pipe) })
+	var counts []breakerCount
+	sent, err := lease.ReleaseWith(fctx, func(pipe redis.Pipeliner) {
+		if slots {
+			hold.ReleaseIn(fctx, pipe)
+		}
+		if breakers {
+			counts = l.breakerWrites(fctx, pipe, rules, end)
+		}
+	})
+	defer h.openBreakers(ctx, log, counts)
 	if err != nil {
 		log.WarnContext(ctx, "releasing the lock and the limits' slots failed: they free at their TTL and lease's end",
 			"lock_event", "release_failed", "error", err)
 	} else {
 		log.DebugContext(ctx, "lock released", "lock_event", "released")
 	}
-	if !sent {
+	if !sent && slots {
 		// A client that cannot pipeline: the slots go on their own.
 		if err := hold.Release(fctx); err != nil {
 			log.WarnContext(ctx, "giving back the limits' slots failed: they free at their lease's end", "error", err)

@@ -77,6 +77,8 @@ func commands(ext extension.Set) []command {
 		{"config", "check --config FILE", "validate a config, printing every problem", runConfig},
 		{"dlq", "list|replay|delete [JOB_ID...] --config FILE", "", runDLQ},
 		{"jobs", "list [--json] | requeue|cancel JOB_ID... --config FILE", "", runJobs},
+		{"pause", "--task T | --queue Q | --limit NAME [--key K] [--until T] --config FILE", "pause a task, a queue or a limit key value", runPause},
+		{"resume", "--task T | --queue Q | --limit NAME [--key K] [--ramp P%/D] --config FILE", "resume paused work, at once or gradually", runResume},
 		{"reconcile", "--config FILE", "check the business invariants and stuck jobs", runReconcile},
 		{"explain", "--config FILE (--job JOB_ID | --key TENANT ROUTE KEY | --batch BATCH_ID) [--json]", "the story of a job, key or batch: record, attempts, effects, verdict", runExplain},
 	}

@@ -304,6 +304,7 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 	}
 	if deps.pool != nil {
 		opts.Actions = job.NewRecords(deps.pool)
+		opts.Pauses = pauseAdmin{Pauses: job.NewPauses(deps.pool), cfg: cfg}
 	}
 	if deps.redis != nil {
 		opts.Limits = newLimitReader(cfg, deps.redis)

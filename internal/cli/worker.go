@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -31,7 +33,7 @@ func runWorker(ctx context.Context, ext extension.Set, args []string, getenv fun
 		if err != nil {
 			return err
 		}
-		return runAll(ctx, p.cfg, p.logger, stdout, &p.svc.certs, nil, []server{w.adminServer(p.cfg)}, w.srv.Run, w.relay.Run, w.ledgerJanitor, w.callbacks.Run, w.dispatch)
+		return runAll(ctx, p.cfg, p.logger, stdout, &p.svc.certs, nil, []server{w.adminServer(p.cfg)}, w.srv.Run, w.relay.Run, w.ledgerJanitor, w.callbacks.Run, w.dispatch, w.pauses.Run)
 	})
 }
 
@@ -49,7 +51,9 @@ type worker struct {
 	callbacks *workers.FinalCallbacks
 	// dispatch runs the fairness pools' dispatchers (none without pools).
 	dispatch func(context.Context) error
-	admin    http.Handler
+	// pauses is the worker's copy of the pauses in force.
+	pauses *job.PauseCache
+	admin  http.Handler
 }
 
 func (w *worker) adminServer(cfg *config.Config) server {
@@ -97,6 +101,22 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 	reg.MustRegister(telemetry.NewQueueCollector(inspector, slices.Sorted(maps.Keys(cfg.WorkerConfig().Queues)), logger))
 
 	deps := cfg.Worker.Deps(pool, rdb)
+	pauses, err := newPauseCache(cfg, pool, logger)
+	if err != nil {
+		return nil, err
+	}
+	// The worker knows the pauses in force before its first delivery.
+	if err := pauses.Load(ctx); err != nil {
+		return nil, err
+	}
+	deps.Pauses = pauses
+	var breakers []string
+	for _, l := range cfg.LimitDefs() {
+		if l.PauseAfter != nil {
+			breakers = append(breakers, l.Name)
+		}
+	}
+	metrics.RegisterOpenBreakers(reg, breakers, pauses.OpenBreakers)
 	deps.Logger = logger
 	// The relay hands over the jobs whose worker lost its lock, asking the
 	// workers' own locks (job/takeover.go).
@@ -176,7 +196,7 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 		Client:   &http.Client{Transport: telemetry.HTTPTransport(nil)},
 		Observer: telemetry.NewCallbackMetrics(reg, finalTasks...),
 	})
-	return &worker{srv: srv, relay: relay, ledgerJanitor: ledgerJanitor, callbacks: callbacks, dispatch: dispatch, admin: requestid.Middleware(admin)}, nil
+	return &worker{srv: srv, relay: relay, ledgerJanitor: ledgerJanitor, callbacks: callbacks, dispatch: dispatch, pauses: pauses, admin: requestid.Middleware(admin)}, nil
 }
 
 // requireAdminToken puts next behind the token whose hex SHA-256 is
@@ -191,4 +211,25 @@ func requireAdminToken(tokenSHA256, problemBase string, guard *gateway.AdminGuar
 	_, _ = hex.Decode(want[:], []byte(tokenSHA256))
 	return gateway.RequireAdminToken(next, want, gateway.AdminChallenge,
 		"the worker's /metrics needs the admin bearer token", gateway.NewProblemWriter(problemBase, nil), guard)
+}
+
+// newPauseCache returns the worker's copy of the pauses in force. It
+// LISTENs on database_direct_url when set, else on a connection taken out
+// of the pool for good, and polls every job.DefaultPausePoll either way.
+func newPauseCache(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (*job.PauseCache, error) {
+	direct, err := directConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	connect := func(ctx context.Context) (*pgx.Conn, error) {
+		if direct != nil {
+			return pgx.ConnectConfig(ctx, direct)
+		}
+		pc, err := pool.Acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return pc.Hijack(), nil
+	}
+	return job.NewPauseCache(job.NewPauses(pool), job.PauseCacheOptions{Connect: connect, Logger: logger}), nil
 }

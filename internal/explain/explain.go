@@ -263,7 +263,7 @@ func ledgerRows(id string, entries []execution.Entry) []openapi.StoryAttempt {
 }
 
 // counted reports whether a ledger row is one of its job's attempts: it
-// drew a fencing token and was not given back. lock_busy and limited rows
+// drew a fencing token and was not given back. lock_busy, limited and paused rows
 // and a delivery refused after a cancel drew none; an unavailable attempt
 // is given back (execution.Store.MarkUnavailable), unless it was the last.
 func counted(e execution.Entry) bool {
@@ -271,7 +271,7 @@ func counted(e execution.Entry) bool {
 		return false
 	}
 	switch e.Outcome {
-	case execution.OutcomeLockBusy, execution.OutcomeLimited:
+	case execution.OutcomeLockBusy, execution.OutcomeLimited, execution.OutcomePaused:
 		return false
 	case execution.OutcomeUnavailable:
 		return strings.HasPrefix(e.Error, "attempts exhausted") || strings.HasPrefix(e.Error, "asynq retry budget spent")

@@ -222,6 +222,74 @@ type ClientInterface interface {
 	// Corresponds with GET /admin/limits/{name} (the `GetLimit` operationId).
 	GetLimit(ctx context.Context, name string, params *GetLimitParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// PauseWithBody Pause a task, a queue or one key value of a flow limit.
+	//
+	// Workers stop starting the target's jobs within about 2 seconds (at
+	// once when their listener hears the change). Submissions are still
+	// accepted. A delivery of paused work is sent back without counting
+	// an attempt, with a `paused` row in its attempt ledger, and comes
+	// back every few seconds until the pause ends. Pausing a target
+	// already paused replaces its pause. The action is recorded in the
+	// audit trail with who sent it and the reason. An unknown task or
+	// limit is 404; a body that names no target or more than one, or an
+	// `until` in the past, is 400.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /admin/pause (the `Pause` operationId).
+	PauseWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Pause Pause a task, a queue or one key value of a flow limit.
+	//
+	// Workers stop starting the target's jobs within about 2 seconds (at
+	// once when their listener hears the change). Submissions are still
+	// accepted. A delivery of paused work is sent back without counting
+	// an attempt, with a `paused` row in its attempt ledger, and comes
+	// back every few seconds until the pause ends. Pausing a target
+	// already paused replaces its pause. The action is recorded in the
+	// audit trail with who sent it and the reason. An unknown task or
+	// limit is 404; a body that names no target or more than one, or an
+	// `until` in the past, is 400.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /admin/pause (the `Pause` operationId).
+	Pause(ctx context.Context, body PauseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListPauses List the pauses in force, breakers' included.
+	//
+	// Every pause that still stops or slows work, oldest first: those of
+	// operators, and those the breakers of flow limits (`pause_after`)
+	// opened, by `breaker`. A gateway without `database_url` keeps no
+	// pauses: 404.
+	//
+	// Corresponds with GET /admin/pauses (the `ListPauses` operationId).
+	ListPauses(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResumeWithBody Resume paused work, at once or gradually.
+	//
+	// Ends the target's pause. With `ramp` (`10%/1m`), workers admit that
+	// share of the target's deliveries at once and that share more each
+	// period; the others are sent back as while paused. A target not
+	// paused is 404. The action is recorded in the audit trail.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /admin/resume (the `Resume` operationId).
+	ResumeWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Resume Resume paused work, at once or gradually.
+	//
+	// Ends the target's pause. With `ramp` (`10%/1m`), workers admit that
+	// share of the target's deliveries at once and that share more each
+	// period; the others are sent back as while paused. A target not
+	// paused is 404. The action is recorded in the audit trail.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /admin/resume (the `Resume` operationId).
+	Resume(ctx context.Context, body ResumeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetHealth The process is up.
 	//
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
@@ -559,6 +627,124 @@ func (c *Client) ResolveIdempotencyRecord(ctx context.Context, tenant Tenant, ro
 // Corresponds with GET /admin/limits/{name} (the `GetLimit` operationId).
 func (c *Client) GetLimit(ctx context.Context, name string, params *GetLimitParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetLimitRequest(c.Server, name, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PauseWithBody Pause a task, a queue or one key value of a flow limit.
+//
+// Workers stop starting the target's jobs within about 2 seconds (at
+// once when their listener hears the change). Submissions are still
+// accepted. A delivery of paused work is sent back without counting
+// an attempt, with a `paused` row in its attempt ledger, and comes
+// back every few seconds until the pause ends. Pausing a target
+// already paused replaces its pause. The action is recorded in the
+// audit trail with who sent it and the reason. An unknown task or
+// limit is 404; a body that names no target or more than one, or an
+// `until` in the past, is 400.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /admin/pause (the `Pause` operationId).
+func (c *Client) PauseWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPauseRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Pause Pause a task, a queue or one key value of a flow limit.
+//
+// Workers stop starting the target's jobs within about 2 seconds (at
+// once when their listener hears the change). Submissions are still
+// accepted. A delivery of paused work is sent back without counting
+// an attempt, with a `paused` row in its attempt ledger, and comes
+// back every few seconds until the pause ends. Pausing a target
+// already paused replaces its pause. The action is recorded in the
+// audit trail with who sent it and the reason. An unknown task or
+// limit is 404; a body that names no target or more than one, or an
+// `until` in the past, is 400.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /admin/pause (the `Pause` operationId).
+func (c *Client) Pause(ctx context.Context, body PauseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPauseRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListPauses List the pauses in force, breakers' included.
+//
+// Every pause that still stops or slows work, oldest first: those of
+// operators, and those the breakers of flow limits (`pause_after`)
+// opened, by `breaker`. A gateway without `database_url` keeps no
+// pauses: 404.
+//
+// Corresponds with GET /admin/pauses (the `ListPauses` operationId).
+func (c *Client) ListPauses(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListPausesRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResumeWithBody Resume paused work, at once or gradually.
+//
+// Ends the target's pause. With `ramp` (`10%/1m`), workers admit that
+// share of the target's deliveries at once and that share more each
+// period; the others are sent back as while paused. A target not
+// paused is 404. The action is recorded in the audit trail.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /admin/resume (the `Resume` operationId).
+func (c *Client) ResumeWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumeRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Resume Resume paused work, at once or gradually.
+//
+// Ends the target's pause. With `ramp` (`10%/1m`), workers admit that
+// share of the target's deliveries at once and that share more each
+// period; the others are sent back as while paused. A target not
+// paused is 404. The action is recorded in the audit trail.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /admin/resume (the `Resume` operationId).
+func (c *Client) Resume(ctx context.Context, body ResumeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumeRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1374,6 +1560,113 @@ func NewGetLimitRequest(server string, name string, params *GetLimitParams) (*ht
 	return req, nil
 }
 
+// NewPauseRequest calls the generic Pause builder with application/json body
+func NewPauseRequest(server string, body PauseJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPauseRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewPauseRequestWithBody constructs an http.Request for the Pause method, with any body, and a specified content type
+func NewPauseRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/pause")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListPausesRequest constructs an http.Request for the ListPauses method
+func NewListPausesRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/pauses")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewResumeRequest calls the generic Resume builder with application/json body
+func NewResumeRequest(server string, body ResumeJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewResumeRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewResumeRequestWithBody constructs an http.Request for the Resume method, with any body, and a specified content type
+func NewResumeRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/resume")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewGetHealthRequest constructs an http.Request for the GetHealth method
 func NewGetHealthRequest(server string) (*http.Request, error) {
 	var err error
@@ -2041,6 +2334,76 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /admin/limits/{name} (the `GetLimit` operationId).
 	GetLimitWithResponse(ctx context.Context, name string, params *GetLimitParams, reqEditors ...RequestEditorFn) (*GetLimitResponse, error)
+
+	// PauseWithBodyWithResponse Pause a task, a queue or one key value of a flow limit.
+	//
+	// Workers stop starting the target's jobs within about 2 seconds (at
+	// once when their listener hears the change). Submissions are still
+	// accepted. A delivery of paused work is sent back without counting
+	// an attempt, with a `paused` row in its attempt ledger, and comes
+	// back every few seconds until the pause ends. Pausing a target
+	// already paused replaces its pause. The action is recorded in the
+	// audit trail with who sent it and the reason. An unknown task or
+	// limit is 404; a body that names no target or more than one, or an
+	// `until` in the past, is 400.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /admin/pause (the `Pause` operationId).
+	PauseWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PauseResponse, error)
+
+	// PauseWithResponse Pause a task, a queue or one key value of a flow limit.
+	//
+	// Workers stop starting the target's jobs within about 2 seconds (at
+	// once when their listener hears the change). Submissions are still
+	// accepted. A delivery of paused work is sent back without counting
+	// an attempt, with a `paused` row in its attempt ledger, and comes
+	// back every few seconds until the pause ends. Pausing a target
+	// already paused replaces its pause. The action is recorded in the
+	// audit trail with who sent it and the reason. An unknown task or
+	// limit is 404; a body that names no target or more than one, or an
+	// `until` in the past, is 400.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /admin/pause (the `Pause` operationId).
+	PauseWithResponse(ctx context.Context, body PauseJSONRequestBody, reqEditors ...RequestEditorFn) (*PauseResponse, error)
+
+	// ListPausesWithResponse List the pauses in force, breakers' included.
+	//
+	// Every pause that still stops or slows work, oldest first: those of
+	// operators, and those the breakers of flow limits (`pause_after`)
+	// opened, by `breaker`. A gateway without `database_url` keeps no
+	// pauses: 404.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/pauses (the `ListPauses` operationId).
+	ListPausesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListPausesResponse, error)
+
+	// ResumeWithBodyWithResponse Resume paused work, at once or gradually.
+	//
+	// Ends the target's pause. With `ramp` (`10%/1m`), workers admit that
+	// share of the target's deliveries at once and that share more each
+	// period; the others are sent back as while paused. A target not
+	// paused is 404. The action is recorded in the audit trail.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /admin/resume (the `Resume` operationId).
+	ResumeWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResumeResponse, error)
+
+	// ResumeWithResponse Resume paused work, at once or gradually.
+	//
+	// Ends the target's pause. With `ramp` (`10%/1m`), workers admit that
+	// share of the target's deliveries at once and that share more each
+	// period; the others are sent back as while paused. A target not
+	// paused is 404. The action is recorded in the audit trail.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /admin/resume (the `Resume` operationId).
+	ResumeWithResponse(ctx context.Context, body ResumeJSONRequestBody, reqEditors ...RequestEditorFn) (*ResumeResponse, error)
 
 	// GetHealthWithResponse The process is up.
 	//
@@ -3518,6 +3881,352 @@ func (r GetLimitResponse) ContentType() string {
 	return ""
 }
 
+// PauseResponse200Headers the declared response headers of an HTTP 200 response for Pause
+type PauseResponse200Headers struct {
+	XRequestId string
+}
+
+// PauseResponse400Headers the declared response headers of an HTTP 400 response for Pause
+type PauseResponse400Headers struct {
+	XRequestId string
+}
+
+// PauseResponse401Headers the declared response headers of an HTTP 401 response for Pause
+type PauseResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestId      string
+}
+
+// PauseResponse404Headers the declared response headers of an HTTP 404 response for Pause
+type PauseResponse404Headers struct {
+	XRequestId string
+}
+
+// PauseResponse429Headers the declared response headers of an HTTP 429 response for Pause
+type PauseResponse429Headers struct {
+	RetryAfter int
+	XRequestId string
+}
+
+// PauseResponse500Headers the declared response headers of an HTTP 500 response for Pause
+type PauseResponse500Headers struct {
+	XRequestId string
+}
+
+type PauseResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Pause
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *AdminBadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *AdminUnauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *AdminThrottled
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PauseResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *PauseResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PauseResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *PauseResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PauseResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *PauseResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PauseResponse) GetJSON200() *Pause {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PauseResponse) GetApplicationproblemJSON400() *AdminBadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PauseResponse) GetApplicationproblemJSON401() *AdminUnauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PauseResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PauseResponse) GetApplicationproblemJSON429() *AdminThrottled {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r PauseResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PauseResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PauseResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PauseResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PauseResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListPausesResponse200Headers the declared response headers of an HTTP 200 response for ListPauses
+type ListPausesResponse200Headers struct {
+	XRequestId string
+}
+
+// ListPausesResponse401Headers the declared response headers of an HTTP 401 response for ListPauses
+type ListPausesResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestId      string
+}
+
+// ListPausesResponse404Headers the declared response headers of an HTTP 404 response for ListPauses
+type ListPausesResponse404Headers struct {
+	XRequestId string
+}
+
+// ListPausesResponse429Headers the declared response headers of an HTTP 429 response for ListPauses
+type ListPausesResponse429Headers struct {
+	RetryAfter int
+	XRequestId string
+}
+
+// ListPausesResponse500Headers the declared response headers of an HTTP 500 response for ListPauses
+type ListPausesResponse500Headers struct {
+	XRequestId string
+}
+
+type ListPausesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PauseList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *AdminUnauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *AdminThrottled
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListPausesResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListPausesResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ListPausesResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListPausesResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListPausesResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListPausesResponse) GetJSON200() *PauseList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListPausesResponse) GetApplicationproblemJSON401() *AdminUnauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListPausesResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListPausesResponse) GetApplicationproblemJSON429() *AdminThrottled {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListPausesResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListPausesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListPausesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListPausesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListPausesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ResumeResponse200Headers the declared response headers of an HTTP 200 response for Resume
+type ResumeResponse200Headers struct {
+	XRequestId string
+}
+
+// ResumeResponse400Headers the declared response headers of an HTTP 400 response for Resume
+type ResumeResponse400Headers struct {
+	XRequestId string
+}
+
+// ResumeResponse401Headers the declared response headers of an HTTP 401 response for Resume
+type ResumeResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestId      string
+}
+
+// ResumeResponse404Headers the declared response headers of an HTTP 404 response for Resume
+type ResumeResponse404Headers struct {
+	XRequestId string
+}
+
+// ResumeResponse429Headers the declared response headers of an HTTP 429 response for Resume
+type ResumeResponse429Headers struct {
+	RetryAfter int
+	XRequestId string
+}
+
+// ResumeResponse500Headers the declared response headers of an HTTP 500 response for Resume
+type ResumeResponse500Headers struct {
+	XRequestId string
+}
+
+type ResumeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Pause
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *AdminBadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *AdminUnauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *AdminThrottled
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ResumeResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ResumeResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ResumeResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ResumeResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ResumeResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ResumeResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ResumeResponse) GetJSON200() *Pause {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ResumeResponse) GetApplicationproblemJSON400() *AdminBadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ResumeResponse) GetApplicationproblemJSON401() *AdminUnauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ResumeResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ResumeResponse) GetApplicationproblemJSON429() *AdminThrottled {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ResumeResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ResumeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResumeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResumeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResumeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetHealthResponse200Headers the declared response headers of an HTTP 200 response for GetHealth
 type GetHealthResponse200Headers struct {
 	XRequestId string
@@ -4617,6 +5326,106 @@ func (c *ClientWithResponses) GetLimitWithResponse(ctx context.Context, name str
 		return nil, err
 	}
 	return ParseGetLimitResponse(rsp)
+}
+
+// PauseWithBodyWithResponse Pause a task, a queue or one key value of a flow limit.
+//
+// Workers stop starting the target's jobs within about 2 seconds (at
+// once when their listener hears the change). Submissions are still
+// accepted. A delivery of paused work is sent back without counting
+// an attempt, with a `paused` row in its attempt ledger, and comes
+// back every few seconds until the pause ends. Pausing a target
+// already paused replaces its pause. The action is recorded in the
+// audit trail with who sent it and the reason. An unknown task or
+// limit is 404; a body that names no target or more than one, or an
+// `until` in the past, is 400.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /admin/pause (the `Pause` operationId).
+func (c *ClientWithResponses) PauseWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PauseResponse, error) {
+	rsp, err := c.PauseWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePauseResponse(rsp)
+}
+
+// PauseWithResponse Pause a task, a queue or one key value of a flow limit.
+//
+// Workers stop starting the target's jobs within about 2 seconds (at
+// once when their listener hears the change). Submissions are still
+// accepted. A delivery of paused work is sent back without counting
+// an attempt, with a `paused` row in its attempt ledger, and comes
+// back every few seconds until the pause ends. Pausing a target
+// already paused replaces its pause. The action is recorded in the
+// audit trail with who sent it and the reason. An unknown task or
+// limit is 404; a body that names no target or more than one, or an
+// `until` in the past, is 400.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /admin/pause (the `Pause` operationId).
+func (c *ClientWithResponses) PauseWithResponse(ctx context.Context, body PauseJSONRequestBody, reqEditors ...RequestEditorFn) (*PauseResponse, error) {
+	rsp, err := c.Pause(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePauseResponse(rsp)
+}
+
+// ListPausesWithResponse List the pauses in force, breakers' included.
+//
+// Every pause that still stops or slows work, oldest first: those of
+// operators, and those the breakers of flow limits (`pause_after`)
+// opened, by `breaker`. A gateway without `database_url` keeps no
+// pauses: 404.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/pauses (the `ListPauses` operationId).
+func (c *ClientWithResponses) ListPausesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListPausesResponse, error) {
+	rsp, err := c.ListPauses(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListPausesResponse(rsp)
+}
+
+// ResumeWithBodyWithResponse Resume paused work, at once or gradually.
+//
+// Ends the target's pause. With `ramp` (`10%/1m`), workers admit that
+// share of the target's deliveries at once and that share more each
+// period; the others are sent back as while paused. A target not
+// paused is 404. The action is recorded in the audit trail.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /admin/resume (the `Resume` operationId).
+func (c *ClientWithResponses) ResumeWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResumeResponse, error) {
+	rsp, err := c.ResumeWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResumeResponse(rsp)
+}
+
+// ResumeWithResponse Resume paused work, at once or gradually.
+//
+// Ends the target's pause. With `ramp` (`10%/1m`), workers admit that
+// share of the target's deliveries at once and that share more each
+// period; the others are sent back as while paused. A target not
+// paused is 404. The action is recorded in the audit trail.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /admin/resume (the `Resume` operationId).
+func (c *ClientWithResponses) ResumeWithResponse(ctx context.Context, body ResumeJSONRequestBody, reqEditors ...RequestEditorFn) (*ResumeResponse, error) {
+	rsp, err := c.Resume(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResumeResponse(rsp)
 }
 
 // GetHealthWithResponse The process is up.
@@ -6626,6 +7435,403 @@ func ParseGetLimitResponse(rsp *http.Response) (*GetLimitResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePauseResponse parses an HTTP response from a PauseWithResponse call
+func ParsePauseResponse(rsp *http.Response) (*PauseResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PauseResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Pause
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest AdminBadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest AdminUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AdminThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PauseResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers PauseResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers PauseResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers PauseResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers PauseResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers PauseResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListPausesResponse parses an HTTP response from a ListPausesWithResponse call
+func ParseListPausesResponse(rsp *http.Response) (*ListPausesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListPausesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PauseList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest AdminUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AdminThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListPausesResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListPausesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers ListPausesResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListPausesResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListPausesResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseResumeResponse parses an HTTP response from a ResumeWithResponse call
+func ParseResumeResponse(rsp *http.Response) (*ResumeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResumeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Pause
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest AdminBadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest AdminUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AdminThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ResumeResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ResumeResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ResumeResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers ResumeResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers ResumeResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ResumeResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
 	}
 
 	return response, nil

@@ -499,6 +499,80 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pause a task, a queue or one key value of a flow limit.
+         * @description Workers stop starting the target's jobs within about 2 seconds (at
+         *     once when their listener hears the change). Submissions are still
+         *     accepted. A delivery of paused work is sent back without counting
+         *     an attempt, with a `paused` row in its attempt ledger, and comes
+         *     back every few seconds until the pause ends. Pausing a target
+         *     already paused replaces its pause. The action is recorded in the
+         *     audit trail with who sent it and the reason. An unknown task or
+         *     limit is 404; a body that names no target or more than one, or an
+         *     `until` in the past, is 400.
+         */
+        post: operations["pause"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume paused work, at once or gradually.
+         * @description Ends the target's pause. With `ramp` (`10%/1m`), workers admit that
+         *     share of the target's deliveries at once and that share more each
+         *     period; the others are sent back as while paused. A target not
+         *     paused is 404. The action is recorded in the audit trail.
+         */
+        post: operations["resume"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/pauses": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the pauses in force, breakers' included.
+         * @description Every pause that still stops or slows work, oldest first: those of
+         *     operators, and those the breakers of flow limits (`pause_after`)
+         *     opened, by `breaker`. A gateway without `database_url` keeps no
+         *     pauses: 404.
+         */
+        get: operations["listPauses"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -911,6 +985,114 @@ export interface components {
             result_ref: string;
             last_error: string;
         };
+        /** @description What a pause stops. Exactly one of `task`, `queue` and `limit`. */
+        PauseTarget: {
+            /**
+             * @description A declared job's task.
+             * @example payment.charge
+             */
+            task?: string;
+            /**
+             * @description A queue.
+             * @example critical
+             */
+            queue?: string;
+            /** @description One key value of a declared flow limit. */
+            limit?: {
+                /** @example ship-api */
+                name: string;
+                /**
+                 * @description The key value, as `GET /admin/limits/{name}` shows it; empty for a limit without a key.
+                 * @example acme
+                 */
+                key?: string;
+            };
+        };
+        /** @description A pause to take. */
+        PauseRequest: {
+            /** @example payment.charge */
+            task?: string;
+            queue?: string;
+            limit?: {
+                name: string;
+                key?: string;
+            };
+            /**
+             * @description When the pause ends by itself: an RFC 3339 time or a duration from now (`30m`). Default: until resumed.
+             * @example 30m
+             */
+            until?: string;
+            /**
+             * @description Why; kept in the audit trail.
+             * @example partner outage
+             */
+            reason?: string;
+        };
+        /** @description A pause to end. */
+        ResumeRequest: {
+            /** @example payment.charge */
+            task?: string;
+            queue?: string;
+            limit?: {
+                name: string;
+                key?: string;
+            };
+            /**
+             * @description `P%/duration`: admit P% of the deliveries at once and P% more each duration. Default: everything at once.
+             * @example 10%/1m
+             */
+            ramp?: string;
+            /** @description Why; kept in the audit trail. */
+            reason?: string;
+        };
+        /** @description A pause of a task, a queue or one key value of a flow limit. */
+        Pause: {
+            target: components["schemas"]["PauseTarget"];
+            /**
+             * Format: date-time
+             * @description When the pause began.
+             */
+            since: string;
+            /**
+             * Format: date-time
+             * @description When it ends by itself; absent until resumed.
+             */
+            until?: string;
+            /**
+             * Format: date-time
+             * @description When it was resumed; absent while paused.
+             */
+            resumed_at?: string;
+            /**
+             * @description The resume's ramp; absent for none.
+             * @example 10%/1m
+             */
+            ramp?: string;
+            /**
+             * @description Who paused: the operator, or `breaker`.
+             * @example alice
+             */
+            by: string;
+            /** @example partner outage */
+            reason: string;
+            /**
+             * @description What `explain` says of a delivery it sent back.
+             * @example paused by task pause since 2026-12-07T05:00:00Z, by alice: partner outage
+             */
+            story: string;
+        };
+        PauseList: {
+            pauses: components["schemas"]["Pause"][];
+        };
+        /** @description A limit's breaker (`pause_after`). */
+        LimitBreaker: {
+            /** @example 50 */
+            consecutive_failures: number;
+            /** @example 1m */
+            within: string;
+            /** @example 5m */
+            for: string;
+        };
         /** @description A flow limit and its busiest key values now. */
         LimitState: {
             /** @example ship-api */
@@ -931,6 +1113,9 @@ export interface components {
              */
             burst?: number;
             values: components["schemas"]["LimitValue"][];
+            pause_after?: components["schemas"]["LimitBreaker"];
+            /** @description The limit's key values paused now, by an operator or by its breaker. */
+            paused?: components["schemas"]["Pause"][];
         };
         /** @description One key value of a limit (a tenant, an account) now. */
         LimitValue: {
@@ -1022,7 +1207,7 @@ export interface components {
              * @description Empty while the attempt runs.
              * @enum {string}
              */
-            outcome: "" | "succeeded" | "transient" | "unavailable" | "permanent" | "lock_busy" | "lock_lost" | "stale_token" | "superseded" | "crashed" | "cancelled" | "limited";
+            outcome: "" | "succeeded" | "transient" | "unavailable" | "permanent" | "lock_busy" | "lock_lost" | "stale_token" | "superseded" | "crashed" | "cancelled" | "limited" | "paused";
             /** Format: date-time */
             started_at: string;
             /** Format: date-time */
@@ -1033,7 +1218,7 @@ export interface components {
             job_id: string;
             /** @description The row's number among the job's own rows, from 1, counted or not; 0 for a sibling's row. */
             try: number;
-            /** @description The row is one of the job's counted attempts (`attempt` is its number). Rows that drew no token (lock_busy, limited, a delivery refused after a cancel) and attempts given back (unavailable) are not counted. */
+            /** @description The row is one of the job's counted attempts (`attempt` is its number). Rows that drew no token (lock_busy, limited, paused, a delivery refused after a cancel) and attempts given back (unavailable) are not counted. */
             counted: boolean;
             /** @description The row belongs to a run after the job was replayed from the dead-letter queue: its attempts count from 1 again. */
             replay: boolean;
@@ -2492,6 +2677,91 @@ export interface operations {
             429: components["responses"]["AdminThrottled"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    pause: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PauseRequest"];
+            };
+        };
+        responses: {
+            /** @description The pause as recorded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Pause"];
+                };
+            };
+            400: components["responses"]["AdminBadRequest"];
+            401: components["responses"]["AdminUnauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminThrottled"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    resume: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ResumeRequest"];
+            };
+        };
+        responses: {
+            /** @description The pause as it stood, with its resume. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Pause"];
+                };
+            };
+            400: components["responses"]["AdminBadRequest"];
+            401: components["responses"]["AdminUnauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminThrottled"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    listPauses: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The pauses in force. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PauseList"];
+                };
+            };
+            401: components["responses"]["AdminUnauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminThrottled"];
+            500: components["responses"]["InternalError"];
         };
     };
 }
