@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -304,6 +305,7 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	// checks it): one that outlived its job, replayed from asynq's
 	// archive after the jobs retention, is acked without running.
 	id.recorded = id.job != "" && h.jobs != nil
+	id.debounce, _ = strconv.Atoi(task.Headers()[job.HeaderDebounce])
 	if id.job == "" {
 		id.job, _ = asynq.GetTaskID(ctx)
 	}
@@ -443,13 +445,16 @@ type execID struct {
 	// recorded: job names a jobs row that must exist (Deps.Jobs is set
 	// and the task carries a job.HeaderID).
 	recorded bool
+	// debounce is the version of a debounced job the task carries
+	// (job.HeaderDebounce); 0 for any other task.
+	debounce int
 }
 
 // attempt is the execution.Attempt of id on resource.
 func (h *handler[T]) attempt(id execID, resource string) execution.Attempt {
 	return execution.Attempt{
 		Tenant: id.tenant, Key: id.key, Task: h.kind, Resource: resource, PayloadSHA256: id.sha,
-		JobID: id.job, JobRecorded: id.recorded, Worker: h.worker,
+		JobID: id.job, JobRecorded: id.recorded, Worker: h.worker, Debounce: id.debounce,
 	}
 }
 
@@ -495,6 +500,8 @@ func (r *run[T]) do(ctx context.Context) error {
 		return h.refuseCancelled(ctx, r.log, r.task, r.id)
 	case errors.Is(err, execution.ErrNoJob):
 		return h.refuseGone(ctx, r.log)
+	case errors.Is(err, execution.ErrSuperseded):
+		return h.refuseSuperseded(ctx, r.log)
 	case err != nil:
 		return r.beforeAttempt(ctx, err)
 	}
