@@ -54,11 +54,15 @@ const (
 func (d Debounce) Check() error {
 	var errs []error
 	switch {
+	case d.Delay == 0:
+		errs = append(errs, errors.New("delay: required: how long after the latest submit the job runs, from 1s to 7d (168h)"))
 	case d.Delay < MinDebounceDelay || d.Delay > MaxDebounceDelay:
-		errs = append(errs, fmt.Errorf("delay: %s is outside %s to %s", d.Delay, MinDebounceDelay, shortDuration(MaxDebounceDelay)))
+		errs = append(errs, fmt.Errorf("delay: %s is outside 1s to 7d (168h)", d.Delay))
+	}
+	switch {
 	case d.MaxDelay == 0:
 		errs = append(errs, errors.New("max_delay: required: the longest the first submit may be postponed, at least delay"))
-	case d.MaxDelay < d.Delay:
+	case d.MaxDelay < d.Delay && d.Delay > 0:
 		errs = append(errs, fmt.Errorf("max_delay: %s is below delay %s", d.MaxDelay, d.Delay))
 	}
 	if d.Mode != "" && d.Mode != DebounceTrailing && d.Mode != DebounceLeading {
