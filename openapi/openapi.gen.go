@@ -781,6 +781,24 @@ type StoryClaim struct {
 // StoryClaimOutcome Empty while the claim holds.
 type StoryClaimOutcome string
 
+// StoryDebounce The cycle of a debounced job; absent for any other job.
+type StoryDebounce struct {
+	// Key The rendered debounce key.
+	Key string `json:"key"`
+
+	// Coalesced The submits folded into the job, the first one included.
+	Coalesced int `json:"coalesced"`
+
+	// FirstAt When the first submit arrived.
+	FirstAt time.Time `json:"first_at"`
+
+	// LastAt When the latest submit arrived.
+	LastAt time.Time `json:"last_at"`
+
+	// Until The latest the job may run: the first submit plus `max_delay`.
+	Until time.Time `json:"until"`
+}
+
 // StoryEffect defines model for StoryEffect.
 type StoryEffect struct {
 	Kind      string     `json:"kind"`
@@ -841,6 +859,9 @@ type StoryJob struct {
 
 	// CancelRequestedAt When the first cancel arrived; absent when none did.
 	CancelRequestedAt *time.Time `json:"cancel_requested_at,omitempty"`
+
+	// Debounce The cycle of a debounced job; absent for any other job.
+	Debounce *StoryDebounce `json:"debounce,omitempty"`
 }
 
 // StoryRecord defines model for StoryRecord.

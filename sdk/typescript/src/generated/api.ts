@@ -928,6 +928,29 @@ export interface components {
              * @description When the first cancel arrived; absent when none did.
              */
             cancel_requested_at?: string | null;
+            debounce?: components["schemas"]["StoryDebounce"];
+        };
+        /** @description The cycle of a debounced job; absent for any other job. */
+        StoryDebounce: {
+            /** @description The rendered debounce key. */
+            key: string;
+            /** @description The submits folded into the job, the first one included. */
+            coalesced: number;
+            /**
+             * Format: date-time
+             * @description When the first submit arrived.
+             */
+            first_at: string;
+            /**
+             * Format: date-time
+             * @description When the latest submit arrived.
+             */
+            last_at: string;
+            /**
+             * Format: date-time
+             * @description The latest the job may run: the first submit plus `max_delay`.
+             */
+            until: string;
         };
         /** @description The execution state of the job's business key. */
         StoryExecution: {
