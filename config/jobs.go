@@ -75,8 +75,7 @@ type Job struct {
 	// fairness.
 	Priority int `yaml:"priority"`
 	// Debounce, when set, folds the submits under one debounce key into
-	// one pending job (see Debounce). Default none: every submit is a
-	// job.
+	// one pending job. Default none: every submit is a job.
 	Debounce *Debounce `yaml:"debounce"`
 }
 
