@@ -411,8 +411,13 @@ func (h *handler[T]) readState(ctx context.Context, log *slog.Logger, task *asyn
 
 // decides reports whether the execution state rec answers a delivery of
 // id without an attempt: its key has succeeded, or another payload holds
-// it.
+// it. A debounced job's task is left to the take, which alone knows
+// whether a later submit superseded it: read without the job's row, its
+// older body would look like another payload's.
 func decides(rec execution.Record, id execID) bool {
+	if id.debounce > 0 {
+		return false
+	}
 	return execution.Conflicts(rec, id.sha) || rec.Status == job.StatusSucceeded
 }
 
