@@ -60,6 +60,8 @@ func (c *Config) validateBatches(bad badFunc) {
 			bad(p, "applies to enqueue routes only")
 		case r.Path == "":
 			bad(p, "needs a route with path, not path_prefix")
+		case c.debounceBatchProblem(r.Enqueue.Task) != "":
+			bad(p, "%s", c.debounceBatchProblem(r.Enqueue.Task))
 		}
 		switch b.Path {
 		case "":

@@ -74,6 +74,9 @@ type Job struct {
 	// dispatched first, whatever the tenants' shares. Default 0. It needs
 	// fairness.
 	Priority int `yaml:"priority"`
+	// Debounce, when set, folds the submits under one debounce key into
+	// one pending job. Default none: every submit is a job.
+	Debounce *Debounce `yaml:"debounce"`
 }
 
 // Deliver says how the worker hands a job over.
@@ -380,6 +383,7 @@ func (c *Config) checkJob(j *Job, at string, o *options, bad badFunc) *job.Spec 
 		fail(at+".delay", "%s is above max_delay %s", j.Delay, spec.MaxDelay)
 	}
 	spec.Limits = c.jobLimits(j, spec.Schema, at, fail)
+	spec.Debounce = jobDebounce(j, spec.Schema, at, fail)
 	spec.Fairness, spec.Priority = j.Fairness, j.Priority
 	if j.Fairness != "" {
 		if p := c.fairnessProblem(j.Fairness); p != "" {

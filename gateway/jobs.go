@@ -148,11 +148,15 @@ func writeResponse(w http.ResponseWriter, resp idempotency.Response) {
 // jobDocument is how the enqueue routes and GET /v1/jobs/{id} show a job:
 // the Job of openapi.yaml.
 func jobDocument(j job.Record) openapi.Job {
-	return openapi.Job{
+	doc := openapi.Job{
 		Id: j.ID, Task: j.Task, Status: openapi.JobStatus(j.Status), Attempts: j.Attempts,
 		ResultRef: j.ResultRef, Error: j.Error, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
 		NotBefore: j.NotBefore, CancelRequestedAt: j.CancelRequestedAt, FinishedAt: j.FinishedAt,
 	}
+	if d := j.Debounce; d != nil {
+		doc.Debounce = &openapi.JobDebounce{Key: d.Key, Coalesced: d.Coalesced, FirstAt: d.FirstAt, Until: d.Until}
+	}
+	return doc
 }
 
 func (g *Gateway) jobError(w http.ResponseWriter, r *http.Request, err error) {

@@ -170,5 +170,5 @@ func (e *Submitter) dropTask(rec Record, err error) {
 	}
 	// A task being processed is refused by asynq (and is not there when
 	// a cancel answers cancelled); any other state goes.
-	_ = e.Inspector.DeleteTask(rec.Queue, rec.ID)
+	_ = e.Inspector.DeleteTask(rec.Queue, TaskID(rec))
 }

@@ -37,7 +37,7 @@ func (d *DeadLetters) List(ctx context.Context, limit int) ([]DeadLetter, error)
 	out := make([]DeadLetter, len(jobs))
 	for i, j := range jobs {
 		out[i] = DeadLetter{Record: j}
-		info, err := d.inspector.GetTaskInfo(j.Queue, j.ID)
+		info, err := d.inspector.GetTaskInfo(j.Queue, TaskID(j))
 		switch {
 		case err == nil:
 			out[i].Archived = info.State == asynq.TaskStateArchived
@@ -63,7 +63,7 @@ func (d *DeadLetters) Replay(ctx context.Context, id string) (Record, error) {
 	if r.Status != StatusFailed {
 		return Record{}, fmt.Errorf("%w: %s is %s", ErrNotFailed, id, r.Status)
 	}
-	err = d.inspector.RunTask(r.Queue, id)
+	err = d.inspector.RunTask(r.Queue, TaskID(r))
 	switch {
 	case err == nil:
 	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
@@ -91,7 +91,7 @@ func (d *DeadLetters) Delete(ctx context.Context, id string) error {
 	if r.Status != StatusFailed {
 		return fmt.Errorf("%w: %s is %s", ErrNotFailed, id, r.Status)
 	}
-	err = d.inspector.DeleteTask(r.Queue, id)
+	err = d.inspector.DeleteTask(r.Queue, TaskID(r))
 	if err != nil && !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
 		return fmt.Errorf("job: delete task %s: %w", id, err)
 	}
@@ -114,7 +114,7 @@ func (d *DeadLetters) RunNow(ctx context.Context, id string) (Record, error) {
 	if r.Status != StatusRetrying {
 		return r, fmt.Errorf("%w: %s is %s", ErrNotBackingOff, id, r.Status)
 	}
-	info, err := d.inspector.GetTaskInfo(r.Queue, id)
+	info, err := d.inspector.GetTaskInfo(r.Queue, TaskID(r))
 	switch {
 	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 		return r, fmt.Errorf("%w: the queue holds no task of %s (requeue it)", ErrNotBackingOff, id)
@@ -123,7 +123,7 @@ func (d *DeadLetters) RunNow(ctx context.Context, id string) (Record, error) {
 	case info.State != asynq.TaskStateRetry && info.State != asynq.TaskStateScheduled:
 		return r, fmt.Errorf("%w: its task is %s", ErrNotBackingOff, info.State)
 	}
-	if err := d.inspector.RunTask(r.Queue, id); err != nil {
+	if err := d.inspector.RunTask(r.Queue, TaskID(r)); err != nil {
 		return r, fmt.Errorf("job: run now %s: %w", id, err)
 	}
 	return r, nil

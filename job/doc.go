@@ -86,6 +86,12 @@
 // carries it in HeaderNotBefore, so that a worker handed it early gives
 // it back without counting an attempt.
 //
+// A Spec with a Debounce folds the submits under one debounce key into
+// one pending job (debounce.go): one statement postpones it and, in
+// trailing mode, replaces its body, or inserts the key's next job. Each
+// change sends a task of its own (TaskID, HeaderDebounce), and the
+// worker's take refuses one that a later change superseded.
+//
 // The package depends on the standard library, a JSON Schema compiler,
 // asynq, pgx and the idempotency middleware's canonical JSON (itself
 // standard library only), so that both sides can import it, and "the same

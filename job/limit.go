@@ -137,20 +137,9 @@ func (u LimitUse) faults(data any, faults []FieldError) []FieldError {
 // payload has a field called tenant; every other field renders as a
 // business key's does.
 func (u LimitUse) Value(tenant string, data any) (string, error) {
-	var b strings.Builder
-	for _, p := range u.Key.parts {
-		switch {
-		case p.path == nil:
-			b.WriteString(p.literal)
-		case len(p.path) == 1 && p.path[0] == tenantField:
-			u.Key.writeValue(&b, tenant)
-		default:
-			s, err := renderField(data, p.path)
-			if err != nil {
-				return "", fmt.Errorf("limit %s: key %s: %w", u.Limit.Name, u.Key, err)
-			}
-			u.Key.writeValue(&b, s)
-		}
+	v, err := renderTenantKey(u.Key, tenant, data)
+	if err != nil {
+		return "", fmt.Errorf("limit %s: key %s: %w", u.Limit.Name, u.Key, err)
 	}
-	return b.String(), nil
+	return v, nil
 }

@@ -29,7 +29,8 @@ type Record struct {
 	CreatedAt time.Time
 	UpdatedAt time.Time
 	// NotBefore is when a delayed job becomes due; nil for a job that
-	// runs at once. It is set once, when the job is recorded.
+	// runs at once. It is set when the job is recorded, and only a
+	// debounced job's later submits move it.
 	NotBefore *time.Time
 	// CancelRequestedAt is when the first cancel arrived; nil when none did.
 	CancelRequestedAt *time.Time
@@ -44,6 +45,9 @@ type Record struct {
 	BusinessKey                   string
 	// Payload is the request body as sent.
 	Payload json.RawMessage
+	// Debounce is the cycle of a debounced job (Spec.Debounce); nil for
+	// any other job.
+	Debounce *Debounced
 }
 
 // ErrNotFound: no such job (for this tenant).
@@ -77,13 +81,14 @@ func NewRecords(db DB) *Records { return &Records{db: db} }
 // has picked it up yet, and no write is needed to say so.
 const recordColumns = `id, tenant, route, idempotency_key, task, queue, business_key, payload,
 	CASE WHEN status = 'scheduled' AND not_before <= now() THEN 'queued' ELSE status END,
-	attempts, result_ref, last_error, created_at, updated_at, not_before, cancel_requested_at, finished_at`
+	attempts, result_ref, last_error, created_at, updated_at, not_before, cancel_requested_at, finished_at,
+	` + debounceColumn
 
 // scanTargets are the destinations of recordColumns, in order.
 func (j *Record) scanTargets() []any {
 	return []any{&j.ID, &j.Tenant, &j.Route, &j.IdempotencyKey, &j.Task, &j.Queue, &j.BusinessKey,
 		&j.Payload, &j.Status, &j.Attempts, &j.ResultRef, &j.Error, &j.CreatedAt, &j.UpdatedAt,
-		&j.NotBefore, &j.CancelRequestedAt, &j.FinishedAt}
+		&j.NotBefore, &j.CancelRequestedAt, &j.FinishedAt, &j.Debounce}
 }
 
 func scanRecord(row pgx.Row) (Record, error) {

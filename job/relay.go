@@ -238,7 +238,7 @@ func (r *Relay) Requeue(ctx context.Context, id string) (Record, bool, error) {
 // in its pool unless the pool holds it (ready, delayed or in flight, the
 // last repaired by the dispatcher's reconcile pass).
 func (r *Relay) redeliver(ctx context.Context, j Record) (bool, error) {
-	state, err := TaskState(r.inspector, j.Queue, j.ID)
+	state, err := TaskState(r.inspector, j.Queue, TaskID(j))
 	if err != nil || state != "" {
 		return false, err
 	}

@@ -33,7 +33,7 @@ WITH gone AS (
              LIMIT $2
              FOR UPDATE SKIP LOCKED) d
      WHERE j.id = d.id
-    RETURNING j.id, j.queue, j.status
+    RETURNING j.id, j.queue, j.status, j.debounce_coalesced
 ), attempts AS (
     DELETE FROM job_attempts a USING gone g WHERE a.job_id = g.id
     RETURNING a.job_id, a.fencing_token, a.outcome
@@ -42,11 +42,11 @@ WITH gone AS (
 ), callback_attempts AS (
     DELETE FROM job_callback_attempts c USING gone g WHERE c.job_id = g.id
 )
-SELECT g.id, g.queue, g.status = 'failed',
+SELECT g.id, g.queue, g.status = 'failed', g.debounce_coalesced,
        COALESCE(array_agg(DISTINCT a.fencing_token) FILTER (
            WHERE a.fencing_token IS NOT NULL AND (a.outcome IS NULL OR a.outcome IN ('lock_lost', 'crashed'))), '{}')
   FROM gone g LEFT JOIN attempts a ON a.job_id = g.id
- GROUP BY g.id, g.queue, g.status`
+ GROUP BY g.id, g.queue, g.status, g.debounce_coalesced`
 
 // TaskDeleter deletes a task asynq holds. An *asynq.Inspector is one.
 type TaskDeleter interface {
@@ -82,7 +82,8 @@ func (s *Records) DeleteFinished(ctx context.Context, retention time.Duration, l
 		var id, queue string
 		var failed bool
 		var lost []int64
-		if err := rows.Scan(&id, &queue, &failed, &lost); err != nil {
+		var coalesced *int
+		if err := rows.Scan(&id, &queue, &failed, &coalesced, &lost); err != nil {
 			rows.Close()
 			return n, fmt.Errorf("job: delete finished jobs: %w", err)
 		}
@@ -90,7 +91,11 @@ func (s *Records) DeleteFinished(ctx context.Context, retention time.Duration, l
 		if !failed {
 			continue // only a failed job's task is archived
 		}
-		left = append(left, archived{queue, id})
+		own := Record{ID: id}
+		if coalesced != nil {
+			own.Debounce = &Debounced{Coalesced: *coalesced}
+		}
+		left = append(left, archived{queue, TaskID(own)})
 		for _, token := range lost {
 			left = append(left, archived{queue, TakeoverTaskID(id, token)})
 		}

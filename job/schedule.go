@@ -56,9 +56,15 @@ type ScheduleError struct {
 	Task string
 	// Ahead is how far ahead the request asked; Max is the job's bound.
 	Ahead, Max time.Duration
+	// Debounced: the job is debounced, and its debounce alone says when
+	// it runs, so a request may not schedule it.
+	Debounced bool
 }
 
 func (e *ScheduleError) Error() string {
+	if e.Debounced {
+		return fmt.Sprintf("%s jobs are debounced: the debounce says when they run, so send no Idemgate-Delay or Idemgate-Not-Before", e.Task)
+	}
 	return fmt.Sprintf("the schedule is %s ahead; %s jobs may be scheduled at most %s ahead (max_delay)",
 		e.Ahead.Round(time.Second), e.Task, e.Max)
 }
@@ -79,6 +85,9 @@ func (s *Spec) maxDelay() time.Duration {
 // ahead of it). A *ScheduleError, wrapping ErrScheduleOutOfRange, means
 // the request must be refused.
 func (s *Spec) CheckSchedule(sc Schedule, now time.Time) error {
+	if s.Debounce != nil && sc.set {
+		return &ScheduleError{Task: s.Task, Debounced: true}
+	}
 	sc = s.effective(sc)
 	ahead := sc.after
 	if !sc.at.IsZero() && sc.at.After(now) {

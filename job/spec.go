@@ -49,6 +49,9 @@ type Spec struct {
 	// Priority is the job's tier in its pool: a higher tier is dispatched
 	// first, whatever the tenants' shares. Default 0.
 	Priority int
+	// Debounce, when set, folds the submits under one debounce key into
+	// one pending job (debounce.go); nil means every submit is a job.
+	Debounce *Debounce
 }
 
 // DefaultQueue is the queue of a job that names none.
@@ -137,6 +140,9 @@ func (s *Spec) decode(body []byte, maxDepth int) (Payload, error) {
 	}
 	for _, u := range s.Limits {
 		faults = u.faults(data, faults)
+	}
+	if s.Debounce != nil {
+		faults = s.Debounce.faults(data, faults)
 	}
 	if len(faults) > 0 {
 		return Payload{}, &PayloadError{Kind: ErrInvalid, Fields: sortFields(faults)}

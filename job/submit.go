@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -132,10 +133,16 @@ func (e *Submitter) Submit(ctx context.Context, req Request) (Record, error) {
 		return Record{}, err
 	}
 	queue := ShardQueue(req.QueueName(), req.Tenant, e.Shards)
-	j, _, err := e.records.create(ctx, Record{
-		ID: ID(req.Tenant, req.Route, req.Key), Tenant: req.Tenant, Route: req.Route, IdempotencyKey: req.Key,
-		Task: req.Spec.Task, Queue: queue, BusinessKey: p.BusinessKey, Payload: req.Body,
-	}, req.Spec.effective(req.Schedule))
+	var j Record
+	var folded bool
+	if req.Spec.Debounce != nil {
+		j, folded, err = e.submitDebounced(ctx, req, p, queue)
+	} else {
+		j, _, err = e.records.create(ctx, Record{
+			ID: ID(req.Tenant, req.Route, req.Key), Tenant: req.Tenant, Route: req.Route, IdempotencyKey: req.Key,
+			Task: req.Spec.Task, Queue: queue, BusinessKey: p.BusinessKey, Payload: req.Body,
+		}, req.Spec.effective(req.Schedule))
+	}
 	if err != nil {
 		return Record{}, err
 	}
@@ -144,6 +151,9 @@ func (e *Submitter) Submit(ctx context.Context, req Request) (Record, error) {
 		// have died between the two steps. asynq keeps one task per id.
 		if err := e.enqueue(ctx, j); err != nil {
 			return j, fmt.Errorf("%w: %w", ErrTaskDeferred, err)
+		}
+		if folded {
+			e.dropSuperseded(j)
 		}
 		if _, pooled := e.Fairness.pooled(j.Task); e.Broker != nil && !pooled {
 			// Also when asynq held the task already: this may be the
@@ -179,7 +189,7 @@ func (e *Submitter) deliver(ctx context.Context, r Record) (bool, error) {
 // (asynq.ProcessAt at ProcessAt(not_before); a time past is processed at
 // once), and carries it in HeaderNotBefore.
 func (e *Submitter) send(ctx context.Context, r Record) (bool, error) {
-	return e.sendAs(ctx, r, r.ID, nil)
+	return e.sendAs(ctx, r, TaskID(r), nil)
 }
 
 // sendAs is send under the TaskID taskID: the job's own id, or a takeover
@@ -195,6 +205,9 @@ func (e *Submitter) sendAs(ctx context.Context, r Record, taskID string, extra m
 		}
 	}
 	opts := []asynq.Option{asynq.TaskID(taskID), asynq.Queue(r.Queue), asynq.MaxRetry(MaxRetry)}
+	if r.Debounce != nil {
+		headers[HeaderDebounce] = strconv.Itoa(r.Debounce.Coalesced)
+	}
 	if r.NotBefore != nil {
 		headers[HeaderNotBefore] = r.NotBefore.UTC().Format(time.RFC3339Nano)
 		opts = append(opts, asynq.ProcessAt(ProcessAt(*r.NotBefore)))

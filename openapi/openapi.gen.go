@@ -424,7 +424,9 @@ type Job struct {
 
 	// NotBefore When a delayed job becomes due (`Idemgate-Delay`,
 	// `Idemgate-Not-Before` or the job's `delay`), computed once when
-	// the job was accepted; null for a job that runs at once.
+	// the job was accepted; null for a job that runs at once. A
+	// debounced job's later submits move it, never past
+	// `debounce.until`.
 	NotBefore *time.Time `json:"not_before,omitempty"`
 
 	// CancelRequestedAt When the first cancel arrived; null when none did.
@@ -432,6 +434,28 @@ type Job struct {
 
 	// FinishedAt When the job became final; null until it is. The jobs retention counts from it.
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+
+	// Debounce Present for a job whose task declares `debounce`: the submits under
+	// one debounce key fold into one pending job. Each accepted submit
+	// answers 202 with this job, and any of their keys replays it.
+	Debounce *JobDebounce `json:"debounce,omitempty"`
+}
+
+// JobDebounce Present for a job whose task declares `debounce`: the submits under
+// one debounce key fold into one pending job. Each accepted submit
+// answers 202 with this job, and any of their keys replays it.
+type JobDebounce struct {
+	// Key The rendered debounce key.
+	Key string `json:"key"`
+
+	// Coalesced The submits folded into the job, the first one included.
+	Coalesced int `json:"coalesced"`
+
+	// FirstAt When the first submit arrived.
+	FirstAt time.Time `json:"first_at"`
+
+	// Until The latest the job may run: the first submit plus `max_delay`.
+	Until time.Time `json:"until"`
 }
 
 // JobID `job_` and 32 hex digits, derived from (tenant, route, Idempotency-Key).
@@ -852,6 +876,24 @@ type StoryClaim struct {
 // StoryClaimOutcome Empty while the claim holds.
 type StoryClaimOutcome string
 
+// StoryDebounce The cycle of a debounced job; absent for any other job.
+type StoryDebounce struct {
+	// Key The rendered debounce key.
+	Key string `json:"key"`
+
+	// Coalesced The submits folded into the job, the first one included.
+	Coalesced int `json:"coalesced"`
+
+	// FirstAt When the first submit arrived.
+	FirstAt time.Time `json:"first_at"`
+
+	// LastAt When the latest submit arrived.
+	LastAt time.Time `json:"last_at"`
+
+	// Until The latest the job may run: the first submit plus `max_delay`.
+	Until time.Time `json:"until"`
+}
+
 // StoryEffect defines model for StoryEffect.
 type StoryEffect struct {
 	Kind      string     `json:"kind"`
@@ -912,6 +954,9 @@ type StoryJob struct {
 
 	// CancelRequestedAt When the first cancel arrived; absent when none did.
 	CancelRequestedAt *time.Time `json:"cancel_requested_at,omitempty"`
+
+	// Debounce The cycle of a debounced job; absent for any other job.
+	Debounce *StoryDebounce `json:"debounce,omitempty"`
 }
 
 // StoryRecord defines model for StoryRecord.

@@ -31,9 +31,10 @@ func stuckJobs(ctx context.Context, s *Snapshot) error {
 	// own it makes each status a range of jobs_status (status,
 	// updated_at), so the check reads the unfinished jobs older than the
 	// cutoff, not every unfinished one (tens of thousands in a table of
-	// millions).
+	// millions). The task is looked up by its TaskID (job.TaskID: a
+	// debounced job's changes each send their own).
 	const query = `
-SELECT id, tenant, business_key, task, queue, CASE WHEN status = 'scheduled' THEN 'queued' ELSE status END,
+SELECT id, CASE WHEN debounce_coalesced > 1 THEN id || ':d' || debounce_coalesced ELSE id END, tenant, business_key, task, queue, CASE WHEN status = 'scheduled' THEN 'queued' ELSE status END,
        extract(epoch FROM now() - GREATEST(updated_at, not_before))::float8
   FROM jobs
  WHERE status IN ('scheduled', 'queued', 'processing', 'retrying', 'cancelling')
@@ -42,15 +43,15 @@ SELECT id, tenant, business_key, task, queue, CASE WHEN status = 'scheduled' THE
  ORDER BY updated_at, id`
 	return s.Scan(ctx, CheckStuckJobs, query, []any{s.opts.StuckAfter.Seconds()}, func(rows pgx.Rows) error {
 		var (
-			id, tenant, key, task, queue, status string
-			age                                  float64
+			id, taskID, tenant, key, task, queue, status string
+			age                                          float64
 		)
-		if err := rows.Scan(&id, &tenant, &key, &task, &queue, &status, &age); err != nil {
+		if err := rows.Scan(&id, &taskID, &tenant, &key, &task, &queue, &status, &age); err != nil {
 			return err
 		}
 		where := "its task was not looked up"
 		if s.opts.TaskState != nil {
-			state, err := s.opts.TaskState(ctx, queue, id)
+			state, err := s.opts.TaskState(ctx, queue, taskID)
 			switch {
 			case err != nil:
 				return fmt.Errorf("task of %s: %w", id, err)

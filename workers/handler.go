@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	mathrand "math/rand/v2"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -320,6 +321,7 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	// checks it): one that outlived its job, replayed from asynq's
 	// archive after the jobs retention, is acked without running.
 	id.recorded = id.job != "" && h.jobs != nil
+	id.debounce, _ = strconv.Atoi(task.Headers()[job.HeaderDebounce])
 	if id.job == "" {
 		id.job, _ = asynq.GetTaskID(ctx)
 	}
@@ -435,8 +437,13 @@ func (h *handler[T]) readState(ctx context.Context, log *slog.Logger, task *asyn
 
 // decides reports whether the execution state rec answers a delivery of
 // id without an attempt: its key has succeeded, or another payload holds
-// it.
+// it. A debounced job's task is left to the take, which alone knows
+// whether a later submit superseded it: read without the job's row, its
+// older body would look like another payload's.
 func decides(rec execution.Record, id execID) bool {
+	if id.debounce > 0 {
+		return false
+	}
 	return execution.Conflicts(rec, id.sha) || rec.Status == job.StatusSucceeded
 }
 
@@ -469,13 +476,16 @@ type execID struct {
 	// recorded: job names a jobs row that must exist (Deps.Jobs is set
 	// and the task carries a job.HeaderID).
 	recorded bool
+	// debounce is the version of a debounced job the task carries
+	// (job.HeaderDebounce); 0 for any other task.
+	debounce int
 }
 
 // attempt is the execution.Attempt of id on resource.
 func (h *handler[T]) attempt(id execID, resource string) execution.Attempt {
 	return execution.Attempt{
 		Tenant: id.tenant, Key: id.key, Task: h.kind, Resource: resource, PayloadSHA256: id.sha,
-		JobID: id.job, JobRecorded: id.recorded, Worker: h.worker,
+		JobID: id.job, JobRecorded: id.recorded, Worker: h.worker, Debounce: id.debounce,
 	}
 }
 
@@ -523,6 +533,8 @@ func (r *run[T]) do(ctx context.Context) error {
 		return h.refuseCancelled(ctx, r.log, r.task, r.id)
 	case errors.Is(err, execution.ErrNoJob):
 		return h.refuseGone(ctx, r.log)
+	case errors.Is(err, execution.ErrSuperseded):
+		return h.refuseSuperseded(ctx, r.log)
 	case err != nil:
 		return r.beforeAttempt(ctx, err)
 	}

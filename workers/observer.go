@@ -31,6 +31,10 @@ const (
 	// ClassJobGone: the task's job record is gone (deleted by the jobs
 	// retention or an operator); the task is acked without an attempt.
 	ClassJobGone = "job_gone"
+	// ClassSuperseded: the task carries a version of a debounced job that
+	// a later submit replaced; it is acked without an attempt, and the
+	// later submit's task runs the job.
+	ClassSuperseded = "superseded"
 )
 
 // LockResults lists the results Observer.LockAcquire reports.
@@ -38,7 +42,7 @@ func LockResults() []string { return []string{LockAcquired, LockBusy, LockError}
 
 // ErrorClasses lists the error classes Observer.Attempt reports.
 func ErrorClasses() []string {
-	return []string{ClassTransient, ClassPermanent, ClassUnavailable, ClassLockBusy, ClassStaleToken, ClassCancelled, ClassLimited, ClassJobGone}
+	return []string{ClassTransient, ClassPermanent, ClassUnavailable, ClassLockBusy, ClassStaleToken, ClassCancelled, ClassLimited, ClassJobGone, ClassSuperseded}
 }
 
 // FinishedStatuses lists the statuses Observer.JobFinished reports: the
@@ -67,7 +71,8 @@ type Observer interface {
 	FencingRejected()
 	// Attempt reports an attempt that did not succeed, by error class
 	// (ClassTransient, ClassPermanent, ClassUnavailable, ClassLockBusy,
-	// ClassStaleToken, ClassCancelled, ClassLimited, ClassJobGone).
+	// ClassStaleToken, ClassCancelled, ClassLimited, ClassJobGone,
+	// ClassSuperseded).
 	Attempt(task, errorClass string)
 	// JobReplay reports a delivery of a job that had already succeeded,
 	// acked without running it again.

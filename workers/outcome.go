@@ -181,6 +181,15 @@ func (h *handler[T]) refuseGone(ctx context.Context, log *slog.Logger) error {
 	return nil
 }
 
+// refuseSuperseded acks the task of a debounced job that a later submit
+// changed, without running it: that submit's task, with the latest body
+// and time, runs the job.
+func (h *handler[T]) refuseSuperseded(ctx context.Context, log *slog.Logger) error {
+	h.obs.Attempt(h.kind, ClassSuperseded)
+	log.InfoContext(ctx, "task superseded by a later submit of its debounced job: acking it without running it")
+	return nil
+}
+
 // unprocessable archives a task whose payload is invalid or names no job.
 // There may be no key, so there is no execution state to mark; the job's
 // status still says why it failed.

@@ -174,8 +174,11 @@ func (x *Explainer) addJob(ctx context.Context, s *Story, j job.Record) (bool, e
 		Error: j.Error, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, NotBefore: j.NotBefore,
 		CancelRequestedAt: j.CancelRequestedAt,
 	}
+	if d := j.Debounce; d != nil {
+		s.Job.Debounce = &openapi.StoryDebounce{Key: d.Key, Coalesced: d.Coalesced, FirstAt: d.FirstAt, LastAt: d.LastAt, Until: d.Until}
+	}
 	if x.TaskState != nil && !j.Status.Final() {
-		state, err := x.TaskState(ctx, j.Queue, j.ID)
+		state, err := x.TaskState(ctx, j.Queue, job.TaskID(j))
 		if err != nil {
 			return false, fmt.Errorf("explain: task of %s: %w", j.ID, err)
 		}

@@ -50,6 +50,9 @@ func WriteText(w io.Writer, s *Story) error {
 		if j.NotBefore != nil {
 			p("\tnot before %s\n", j.NotBefore.UTC().Format(time.RFC3339Nano))
 		}
+		if d := j.Debounce; d != nil {
+			p("\tdebounce %s: %s\n", d.Key, debounceText(d, j.Id, s.Attempts))
+		}
 		if state := value(j.TaskState); state != "" {
 			p("\ttask %s\n", state)
 		}
@@ -211,4 +214,22 @@ func oneLine(s string) string {
 		}
 	}
 	return string(out)
+}
+
+// debounceText tells a debounced job's cycle: how many submits it folded,
+// when the first and the latest arrived, and when the job ran (its first
+// attempt) or may run at the latest.
+func debounceText(d *openapi.StoryDebounce, id string, attempts []openapi.StoryAttempt) string {
+	const clock = "15:04:05"
+	out := fmt.Sprintf("coalesced %d submission", d.Coalesced)
+	if d.Coalesced != 1 {
+		out += "s"
+	}
+	out += ", first " + d.FirstAt.UTC().Format(clock) + ", last " + d.LastAt.UTC().Format(clock)
+	for _, a := range attempts {
+		if a.Attempt >= 1 && a.JobId == id {
+			return out + ", ran at " + a.StartedAt.UTC().Format(clock)
+		}
+	}
+	return out + ", runs by " + d.Until.UTC().Format(clock) + " at the latest"
 }

@@ -34,6 +34,10 @@ var (
 	// and the jobs row of Attempt.JobID is gone: the jobs retention or an
 	// operator deleted it. Nothing starts and nothing is written.
 	ErrNoJob = errors.New("execution: the job's record is gone")
+	// ErrSuperseded: the attempt's task carries a version of a debounced
+	// job (Attempt.Debounce) that a later submit replaced: the task of
+	// that submit runs the job. Nothing starts and nothing is written.
+	ErrSuperseded = errors.New("execution: the task is superseded by a later submit of its debounced job")
 )
 
 // maxErrorLen bounds the stored last_error; a cause longer than this is an
@@ -85,6 +89,10 @@ type Attempt struct {
 	// ErrNoJob when the row is gone, so a task that outlived its job (one
 	// replayed from asynq's archive after the jobs retention) never runs.
 	JobRecorded bool
+	// Debounce is the version of a debounced job the task carries
+	// (job.HeaderDebounce); 0 for any other task. Take refuses the
+	// attempt with ErrSuperseded when the job's row holds another.
+	Debounce int
 }
 
 // DB is the part of a PostgreSQL handle the store uses. *pgxpool.Pool,
@@ -258,13 +266,18 @@ func Conflicts(rec Record, sha string) bool {
 // no job record is taken as before, unless a.JobRecorded says it must
 // have one: then it is refused with ErrNoJob, and nothing is written (no
 // token, no execution row, no ledger row that would outlive the job).
+// Likewise a task of a debounced job that a later submit changed
+// (a.Debounce is not the row's debounce_coalesced) is refused with
+// ErrSuperseded: the job is not taken, so it keeps waiting for the task
+// of its latest version.
 func (s *Store) Take(ctx context.Context, a Attempt) (Record, error) {
 	query := `
 WITH job AS (
-    SELECT status FROM jobs WHERE id = $6::text FOR UPDATE
+    SELECT status, debounce_coalesced FROM jobs WHERE id = $6::text FOR UPDATE
 ), gate AS (
     SELECT NOT EXISTS (SELECT 1 FROM job WHERE status IN ('cancelling', 'cancelled')) AS ok,
-           $8::boolean AND NOT EXISTS (SELECT 1 FROM job) AS gone
+           $8::boolean AND NOT EXISTS (SELECT 1 FROM job) AS gone,
+           $9::integer > 0 AND EXISTS (SELECT 1 FROM job WHERE debounce_coalesced IS DISTINCT FROM $9::integer) AS superseded
 ), released AS (
     UPDATE job_executions SET status = 'cancelled', finished_at = now(), updated_at = now()
      WHERE tenant = $2 AND key = $3 AND status = 'processing' AND NOT (SELECT ok FROM gate)
@@ -275,7 +288,7 @@ WITH job AS (
 ), refusal AS (
     INSERT INTO job_attempts (job_id, tenant, key, task, resource, attempt, worker, outcome, ended_at, error)
     SELECT $6::text, $2, $3, $4, $1, 0, $7::text, 'cancelled', now(), '` + errRefused + `' FROM gate WHERE NOT gate.ok
-), next AS (` + fence.NextStatementIf("(SELECT ok AND NOT gone FROM gate)") + `
+), next AS (` + fence.NextStatementIf("(SELECT ok AND NOT gone AND NOT superseded FROM gate)") + `
 ), taken AS (
 INSERT INTO job_executions AS e (tenant, key, task, resource, status, attempt_count, fencing_token, payload_sha256)
 SELECT $2, $3, $4, $1, 'processing', 1, next.token, NULLIF($5, '') FROM next
@@ -289,16 +302,20 @@ SELECT $2, $3, $4, $1, 'processing', 1, next.token, NULLIF($5, '') FROM next
 UNION ALL
 SELECT $2, $3, $4, $1, 'cancelled', '', 0, 0::bigint, '', '', now(), now(), NULL::timestamptz FROM gate WHERE NOT gate.ok
 UNION ALL
-SELECT $2, $3, $4, $1, '', '', 0, 0::bigint, '', '', now(), now(), NULL::timestamptz FROM gate WHERE gate.gone`
+SELECT $2, $3, $4, $1, '', '', 0, 0::bigint, '', '', now(), now(), NULL::timestamptz FROM gate WHERE gate.gone
+UNION ALL
+SELECT $2, $3, $4, $1, 'superseded', '', 0, 0::bigint, '', '', now(), now(), NULL::timestamptz FROM gate WHERE gate.ok AND gate.superseded`
 	var r Record
 	err := s.queryRow(ctx, jobOrder(a.Tenant, a.Key), query, func(row pgx.Row) error {
 		var err error
 		r, err = scan(row)
 		return err
-	}, a.Resource, a.Tenant, a.Key, a.Task, a.PayloadSHA256, a.JobID, a.Worker, a.JobRecorded)
+	}, a.Resource, a.Tenant, a.Key, a.Task, a.PayloadSHA256, a.JobID, a.Worker, a.JobRecorded, a.Debounce)
 	switch {
 	case err == nil && r.FencingToken == 0 && r.Status == "":
 		return Record{}, fmt.Errorf("execution: take %q: job %s: %w", a.Key, a.JobID, ErrNoJob)
+	case err == nil && r.FencingToken == 0 && r.Status == superseded:
+		return Record{}, fmt.Errorf("execution: take %q: job %s: %w", a.Key, a.JobID, ErrSuperseded)
 	case err == nil && r.FencingToken == 0:
 		return r, fmt.Errorf("execution: take %q: %w", a.Key, ErrCancelled)
 	case err == nil:
@@ -311,6 +328,10 @@ SELECT $2, $3, $4, $1, '', '', 0, 0::bigint, '', '', now(), now(), NULL::timesta
 	// older than the one recorded.
 	return s.refused(ctx, "take", a, 0)
 }
+
+// superseded is the status of the row Take answers for a superseded
+// task: no execution has it.
+const superseded = "superseded"
 
 // The ledger's errors of a take refused because the job was cancelled:
 // errStopped ends an attempt a crash left open (its effect unknown, as

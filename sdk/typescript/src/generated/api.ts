@@ -774,7 +774,9 @@ export interface components {
              * Format: date-time
              * @description When a delayed job becomes due (`Idemgate-Delay`,
              *     `Idemgate-Not-Before` or the job's `delay`), computed once when
-             *     the job was accepted; null for a job that runs at once.
+             *     the job was accepted; null for a job that runs at once. A
+             *     debounced job's later submits move it, never past
+             *     `debounce.until`.
              */
             not_before?: string | null;
             /**
@@ -787,6 +789,31 @@ export interface components {
              * @description When the job became final; null until it is. The jobs retention counts from it.
              */
             finished_at?: string | null;
+            debounce?: components["schemas"]["JobDebounce"];
+        };
+        /**
+         * @description Present for a job whose task declares `debounce`: the submits under
+         *     one debounce key fold into one pending job. Each accepted submit
+         *     answers 202 with this job, and any of their keys replays it.
+         */
+        JobDebounce: {
+            /**
+             * @description The rendered debounce key.
+             * @example acme:a-42
+             */
+            key: string;
+            /** @description The submits folded into the job, the first one included. */
+            coalesced: number;
+            /**
+             * Format: date-time
+             * @description When the first submit arrived.
+             */
+            first_at: string;
+            /**
+             * Format: date-time
+             * @description The latest the job may run: the first submit plus `max_delay`.
+             */
+            until: string;
         };
         /** @description One page of a job list, newest first. */
         JobList: {
@@ -975,6 +1002,29 @@ export interface components {
              * @description When the first cancel arrived; absent when none did.
              */
             cancel_requested_at?: string | null;
+            debounce?: components["schemas"]["StoryDebounce"];
+        };
+        /** @description The cycle of a debounced job; absent for any other job. */
+        StoryDebounce: {
+            /** @description The rendered debounce key. */
+            key: string;
+            /** @description The submits folded into the job, the first one included. */
+            coalesced: number;
+            /**
+             * Format: date-time
+             * @description When the first submit arrived.
+             */
+            first_at: string;
+            /**
+             * Format: date-time
+             * @description When the latest submit arrived.
+             */
+            last_at: string;
+            /**
+             * Format: date-time
+             * @description The latest the job may run: the first submit plus `max_delay`.
+             */
+            until: string;
         };
         /** @description The execution state of the job's business key. */
         StoryExecution: {
