@@ -177,7 +177,7 @@ func (p Pause) Story() string {
 	if !p.Until.IsZero() {
 		b.WriteString(" until " + p.Until.UTC().Format(time.RFC3339))
 	}
-	if !p.Resumed.IsZero() {
+	if !p.Resumed.IsZero() && p.Ramp.Step > 0 {
 		b.WriteString(", resuming at " + p.Ramp.String())
 	}
 	b.WriteString(", by " + p.By)

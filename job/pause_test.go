@@ -184,3 +184,25 @@ func TestPausesStore(t *testing.T) {
 		t.Errorf("breaker actions = %d, %v; want 1", actions, err)
 	}
 }
+
+func TestPauseStory(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 7, 5, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		p    job.Pause
+		want string
+	}{
+		{job.Pause{Target: job.PauseTarget{Kind: job.PauseTask, Name: "payment.charge"}, Since: t0, By: "alice", Reason: "partner outage"},
+			"paused by task pause since 2026-12-07T05:00:00Z, by alice: partner outage"},
+		{job.Pause{Target: job.PauseTarget{Kind: job.PauseLimit, Name: "ship-api", Key: "acme"}, Since: t0, Until: t0.Add(5 * time.Minute), By: job.BreakerActor, Reason: "50 consecutive failures within 1m"},
+			`paused by limit pause (limit ship-api key "acme") since 2026-12-07T05:00:00Z until 2026-12-07T05:05:00Z, by breaker: 50 consecutive failures within 1m`},
+		{job.Pause{Target: job.PauseTarget{Kind: job.PauseQueue, Name: "default"}, Since: t0, Resumed: t0.Add(time.Hour), By: "bob"},
+			"paused by queue pause since 2026-12-07T05:00:00Z, by bob"},
+		{job.Pause{Target: job.PauseTarget{Kind: job.PauseQueue, Name: "default"}, Since: t0, Resumed: t0.Add(time.Hour), Ramp: job.Ramp{Step: 0.1, Every: time.Minute}, By: "bob"},
+			"paused by queue pause since 2026-12-07T05:00:00Z, resuming at 10%/1m, by bob"},
+	} {
+		if got := tc.p.Story(); got != tc.want {
+			t.Errorf("Story = %q\nwant    %q", got, tc.want)
+		}
+	}
+}
