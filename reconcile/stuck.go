@@ -34,7 +34,7 @@ func stuckJobs(ctx context.Context, s *Snapshot) error {
 	// millions). The task is looked up by its TaskID (job.TaskID: a
 	// debounced job's changes each send their own).
 	const query = `
-SELECT id, CASE WHEN debounce_coalesced > 1 THEN id || ':d' || debounce_coalesced ELSE id END, tenant, business_key, task, queue, CASE WHEN status = 'scheduled' THEN 'queued' ELSE status END,
+SELECT id, CASE WHEN debounce_coalesced > 1 THEN id || ':d' || debounce_coalesced ELSE id END AS task_id, tenant, business_key, task, queue, CASE WHEN status = 'scheduled' THEN 'queued' ELSE status END,
        extract(epoch FROM now() - GREATEST(updated_at, not_before))::float8
   FROM jobs
  WHERE status IN ('scheduled', 'queued', 'processing', 'retrying', 'cancelling')
