@@ -432,7 +432,7 @@ func (r *scaleRun) roomFor(ctx context.Context, store string, n int64) error {
 			maxmem, _ = strconv.ParseUint(v["maxmemory"], 10, 64)
 		}
 		if maxmem > 0 && need+r.redisUsed(ctx) > maxmem {
-			return fmt.Errorf("Redis maxmemory %d MiB would be exceeded", maxmem>>20)
+			return fmt.Errorf("the Redis maxmemory of %d MiB would be exceeded", maxmem>>20)
 		}
 	}
 	return nil

@@ -19,25 +19,18 @@ type jobsBatch struct {
 	Finished time.Time
 }
 
-func (b jobsBatch) count() int64 { return b.Hi - b.Lo + 1 }
-
-// Which of the written jobs end how: every 25th is cancelled, every 10th
-// of the others failed after three attempts, the rest succeeded at the
-// first; every other job has a delivered final-status callback, and every
-// 50th also leaves a ledger row of a task enqueued without a job (job id
-// ”), which the executions retention deletes. jobsFinalSQL computes the same.
-const (
-	jobsCancelledEvery = 25
-	jobsFailedEvery    = 10
-	jobsJoblessEvery   = 50
-)
-
 // jobsFinalSQL writes final jobs $3 to $4 as a worker leaves them: the
 // job row, its attempt ledger, its execution, and for every other job the
 // delivered callback and its ledger row, all finished at $5. $1 is the
 // tenant, $2 the run's key prefix, $6..$8 the statuses succeeded, failed,
 // cancelled, $9 and $10 the outcomes transient and permanent, $11..$13 the
 // events of the three statuses, $14 the task.
+//
+// Of the written jobs, every 25th is cancelled, every 10th of the others
+// failed after three attempts, and the rest succeeded at the first. Every
+// other job has a delivered final-status callback. Every 50th also leaves
+// a ledger row of a task enqueued without a job (job id ”), which the
+// executions retention deletes.
 const jobsFinalSQL = `
 WITH g AS (
     SELECT i, $2::text || i AS key, 'job_' || md5($2::text || i) AS id,
