@@ -22,9 +22,10 @@ const (
 	maxDuePerPass = 100
 )
 
-// schedulerLock is the key of the transaction-level advisory lock that
-// elects the scheduler of one pass.
-const schedulerLock = 0x6964656d_73636864 // "idemschd"
+// electSQL takes the transaction-level advisory lock that elects the
+// scheduler of one pass. Its key names the schema, so that deployments
+// sharing a database in schemas of their own do not wait on each other.
+const electSQL = `SELECT pg_try_advisory_xact_lock(hashtext('idemgate.scheduler:' || current_schema()))`
 
 // SchedulerOptions adjust a Scheduler. The zero value takes every
 // default.
@@ -138,7 +139,7 @@ func (s *Scheduler) Pass(ctx context.Context) (SchedulerPass, error) {
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		p = SchedulerPass{Skipped: map[SlotOutcome]int{}}
 		clear(missed)
-		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, int64(schedulerLock)).Scan(&p.Elected); err != nil {
+		if err := tx.QueryRow(ctx, electSQL).Scan(&p.Elected); err != nil {
 			return err
 		}
 		if !p.Elected {
