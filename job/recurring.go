@@ -381,3 +381,75 @@ func (s *Schedules) LastFire(ctx context.Context, tenant, id string) (Slot, bool
 	}
 	return sl[0], true, nil
 }
+
+// DefaultMinInterval is the shortest time a schedule's slots may be
+// apart unless configured: a minute.
+const DefaultMinInterval = time.Minute
+
+// CheckDeclaration returns every problem of a schedule declared with
+// expr or every in zone (ParseTiming): a bad timing, an interval below
+// minInterval, an overlap or catch-up policy not known, a negative
+// window or jitter, a body spec refuses. It returns the parsed timing
+// when the timing is valid. spec nil means the task is not declared.
+func CheckDeclaration(expr string, every time.Duration, zone string, r Recurring, spec *Spec, minInterval time.Duration, now time.Time) (Timing, []FieldError) {
+	var errs []FieldError
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	tm, terr := ParseTiming(expr, every, zone)
+	switch err := terr; {
+	case err != nil:
+		field := "cron"
+		switch {
+		case strings.Contains(err.Error(), "timezone"):
+			field = "timezone"
+		case every != 0 && expr == "":
+			field = "every"
+		}
+		bad(field, "%v", err)
+	case minInterval > 0:
+		if d := tm.Shortest(now); d < minInterval {
+			bad(map[bool]string{true: "every", false: "cron"}[tm.Every != 0], "fires %s apart, below the minimum interval of %s", d, minInterval)
+		}
+	}
+	switch r.Overlap {
+	case "", OverlapSkip, OverlapBufferOne, OverlapAllow:
+	default:
+		bad("overlap", "%q is not skip, buffer_one or allow", r.Overlap)
+	}
+	switch r.Catchup {
+	case "", CatchupNone, CatchupOne, CatchupAll:
+	default:
+		bad("catchup", "%q is not none, one or all", r.Catchup)
+	}
+	if r.CatchupWindow < 0 {
+		bad("catchup_window", "must be positive, not %s", r.CatchupWindow)
+	}
+	if (r.Catchup == CatchupOne || r.Catchup == CatchupAll) && r.CatchupWindow == 0 {
+		bad("catchup_window", "required with catchup %s: how late a slot may still fire", r.Catchup)
+	}
+	if r.Jitter < 0 {
+		bad("jitter", "must be positive, not %s", r.Jitter)
+	}
+	switch {
+	case spec == nil:
+		bad("task", "%q is not a declared job", r.Task)
+	case len(r.Body) == 0:
+		bad("body", "required: the payload of every fire")
+	default:
+		_, err := spec.Decode(r.Body)
+		var pe *PayloadError
+		switch {
+		case errors.As(err, &pe):
+			for _, f := range pe.Fields {
+				bad(strings.TrimSuffix("body."+f.Field, "."), "%s", f.Message)
+			}
+		case err != nil:
+			bad("body", "%v", err)
+		}
+	}
+	if terr != nil {
+		return Timing{}, errs
+	}
+	return tm, errs
+}
