@@ -33,6 +33,7 @@ func (g *Gateway) adminRoutes() http.Handler {
 		r.With(g.storableScope).Get("/admin/keys/{tenant}/{route}/{key}/explain", g.handleKeyExplain())
 		r.Get("/admin/jobs/{id}/explain", g.handleJobExplain())
 	}
+	r.Post("/admin/schedules/{id}/backfill", g.handleScheduleBackfill())
 	r.Get("/admin/limits/{name}", g.handleLimitGet())
 	r.Get("/admin/fairness/{pool}", g.handleFairnessGet())
 	r.Put("/admin/fairness/{pool}", g.handleFairnessPut())
