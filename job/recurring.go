@@ -226,15 +226,16 @@ func (s *Schedules) Declare(ctx context.Context, rs []Recurring, now time.Time) 
 	}
 	return pgx.BeginFunc(ctx, begin, func(tx pgx.Tx) error {
 		in := &Schedules{db: tx}
-		keep := make([]string, 0, len(rs))
+		tenants, ids := make([]string, 0, len(rs)), make([]string, 0, len(rs))
 		for _, r := range rs {
 			r.Source = SourceConfig
 			if _, _, err := in.Put(ctx, r, now, 0); err != nil {
 				return err
 			}
-			keep = append(keep, r.Tenant+"\x00"+r.ID)
+			tenants, ids = append(tenants, r.Tenant), append(ids, r.ID)
 		}
-		_, err := tx.Exec(ctx, `DELETE FROM schedules WHERE source = 'config' AND NOT (tenant || chr(0) || id = ANY($1))`, keep)
+		_, err := tx.Exec(ctx, `DELETE FROM schedules s WHERE source = 'config'
+   AND NOT EXISTS (SELECT 1 FROM unnest($1::text[], $2::text[]) k(tenant, id) WHERE k.tenant = s.tenant AND k.id = s.id)`, tenants, ids)
 		if err != nil {
 			return fmt.Errorf("job: declare schedules: %w", err)
 		}
