@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -157,4 +160,156 @@ func TestScheduleFiresEachSlotOnceAcrossFailover(t *testing.T) {
 	slices.Sort(late)
 	t.Logf("%d slots fired once each; lateness of delivery vs slot: p50 %s, p99 %s, max %s",
 		len(fired), late[len(late)/2].Round(time.Millisecond), late[len(late)*99/100].Round(time.Millisecond), late[len(late)-1].Round(time.Millisecond))
+}
+
+// call sends method path with body to base as acme (or apiKey), with
+// the headers h.
+func call(t *testing.T, base, method, path, apiKey, body string, h map[string]string) (int, map[string]any) {
+	t.Helper()
+	hr, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+	hr.Header.Set("Content-Type", "application/json")
+	for k, v := range h {
+		hr.Header.Set(k, v)
+	}
+	if hr.Header.Get("Authorization") == "" {
+		hr.Header.Set("Authorization", "Bearer "+apiKey)
+	}
+	res, err := client.Do(hr)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	var doc map[string]any
+	_ = json.Unmarshal(b, &doc)
+	return res.StatusCode, doc
+}
+
+// The schedules API: a PUT creates and then converges, refusals name
+// what is wrong, the quota holds, a trigger fires once per key, GET
+// shows the last fire, pause and resume, DELETE, and the admin
+// backfill meets the slots that fired.
+func TestSchedulesAPI(t *testing.T) {
+	dbURL := testenv.Postgres(t, exampleTables())
+	pool := testenv.PoolAt(t, dbURL)
+	recv, url := newSlotReceiver(t)
+	queue := "schedapi" + randomID()
+	cfg := scheduleConfig(t, dbURL, testenv.RedisURL(t), url, queue, "")
+	g := startGateway(t, cfg)
+	startWorker(t, cfg)
+	put := func(id, body string) (int, map[string]any) {
+		return call(t, g.public, http.MethodPut, "/v1/schedules/"+id, "acme-key", body, nil)
+	}
+	const nightly = `{"task": "sync.run", "cron": "0 2 * * *", "timezone": "Europe/Paris", "body": {"account": "a-1"}, "catchup": "one", "catchup_window": "1h"}`
+	status, doc := put("nightly", nightly)
+	if status != http.StatusCreated || doc["next_fire_at"] == nil || len(doc["next_fire_times"].([]any)) != 5 || doc["source"] != "api" {
+		t.Fatalf("PUT: %d %v", status, doc)
+	}
+	first := doc["next_fire_times"].([]any)
+	if at, _ := time.Parse(time.RFC3339, first[0].(string)); at.In(paris(t)).Hour() != 2 {
+		t.Fatalf("next fire %v: want 02:00 in Paris", first[0])
+	}
+	status, again := put("nightly", nightly)
+	if status != http.StatusOK || again["next_fire_at"] != doc["next_fire_at"] || again["created_at"] != doc["created_at"] {
+		t.Fatalf("PUT again: %d %v; want 200, the same schedule", status, again)
+	}
+	if status, list := call(t, g.public, http.MethodGet, "/v1/schedules", "globex-key", "", nil); status != http.StatusOK || len(list["schedules"].([]any)) != 0 {
+		t.Fatalf("globex lists %d %v: want none of acme's", status, list)
+	}
+
+	for _, c := range []struct {
+		name, body, field string
+	}{
+		{"bad cron", `{"task": "sync.run", "cron": "0 25 * * *", "body": {"account": "a"}}`, "cron"},
+		{"unknown zone", `{"task": "sync.run", "cron": "0 2 * * *", "timezone": "Mars/Olympus", "body": {"account": "a"}}`, "timezone"},
+		{"body against the schema", `{"task": "sync.run", "every": "1h", "body": {"account": 7}}`, "body.account"},
+		{"below min_interval", `{"task": "sync.run", "every": "500ms", "body": {"account": "a"}}`, "every"},
+		{"unknown task", `{"task": "nope", "every": "1h", "body": {"account": "a"}}`, "task"},
+	} {
+		status, p := put("bad", c.body)
+		fields, _ := p["errors"].([]any)
+		found := false
+		for _, f := range fields {
+			found = found || f.(map[string]any)["field"] == c.field
+		}
+		if status != http.StatusUnprocessableEntity || !strings.HasSuffix(p["type"].(string), "/invalid-payload") || !found {
+			t.Errorf("%s: %d %v; want 422 invalid-payload naming %s", c.name, status, p, c.field)
+		}
+	}
+	for _, id := range []string{"two", "three"} {
+		if status, p := put(id, `{"task": "sync.run", "every": "1h", "body": {"account": "a"}}`); status != http.StatusCreated {
+			t.Fatalf("PUT %s: %d %v", id, status, p)
+		}
+	}
+	if status, p := put("four", `{"task": "sync.run", "every": "1h", "body": {"account": "a"}}`); status != http.StatusUnprocessableEntity ||
+		!strings.HasSuffix(p["type"].(string), "/schedule-quota-exceeded") {
+		t.Fatalf("a fourth schedule over max_per_tenant 3: %d %v", status, p)
+	}
+
+	trigger := func(key string) (int, map[string]any) {
+		h := map[string]string{}
+		if key != "" {
+			h["Idempotency-Key"] = key
+		}
+		return call(t, g.public, http.MethodPost, "/v1/schedules/nightly/trigger", "acme-key", "", h)
+	}
+	if status, p := trigger(""); status != http.StatusBadRequest {
+		t.Fatalf("trigger without a key: %d %v", status, p)
+	}
+	status, fired := trigger("run-now-1")
+	if status != http.StatusAccepted {
+		t.Fatalf("trigger: %d %v", status, fired)
+	}
+	if status, same := trigger("run-now-1"); status != http.StatusAccepted || same["id"] != fired["id"] {
+		t.Fatalf("trigger again with the key: %d %v; want the same job", status, same)
+	}
+	waitFor(t, "the triggered job delivered", 30*time.Second, func() bool {
+		recv.mu.Lock()
+		defer recv.mu.Unlock()
+		return recv.count[fired["id"].(string)] == 1
+	})
+
+	if status, p := call(t, g.public, http.MethodPost, "/v1/schedules/nightly/pause", "acme-key", "", nil); status != http.StatusOK || p["paused"] != true {
+		t.Fatalf("pause: %d %v", status, p)
+	}
+	if status, p := call(t, g.public, http.MethodPost, "/v1/schedules/nightly/resume", "acme-key", "", nil); status != http.StatusOK || p["paused"] != false {
+		t.Fatalf("resume: %d %v", status, p)
+	}
+
+	// The admin backfill fires the past nights; again, the same jobs.
+	backfill := func() (int, map[string]any) {
+		return call(t, g.admin, http.MethodPost, "/admin/schedules/nightly/backfill", "", `{"from": "2026-03-28T00:00:00Z", "to": "2026-03-30T12:00:00Z"}`,
+			map[string]string{"Authorization": "Bearer " + adminToken})
+	}
+	status, bf := backfill()
+	if status != http.StatusOK || len(bf["fires"].([]any)) != 2 || bf["tenant"] != "acme" {
+		t.Fatalf("backfill: %d %v; want 2 slots (28 and 30 March at 02:00 Paris: on the 29th 02:00 does not exist)", status, bf)
+	}
+	if status, bf2 := backfill(); status != http.StatusOK || fmt.Sprint(bf2["fires"]) == "" ||
+		bf2["fires"].([]any)[1].(map[string]any)["job_id"] != bf["fires"].([]any)[1].(map[string]any)["job_id"] {
+		t.Fatalf("backfill again: %d %v", status, bf2)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM jobs WHERE route = 'schedule:nightly'`); n != 3 {
+		t.Fatalf("%d jobs of nightly, want 3 (a trigger and 2 backfilled)", n)
+	}
+	status, doc = call(t, g.public, http.MethodGet, "/v1/schedules/nightly", "acme-key", "", nil)
+	last, _ := doc["last_fire"].(map[string]any)
+	if status != http.StatusOK || last == nil || last["job_id"] == nil || last["slot"] != "2026-03-30T00:00:00Z" {
+		t.Fatalf("GET: %d %v; want last_fire the latest backfilled slot", status, doc)
+	}
+	if status, _ := call(t, g.public, http.MethodDelete, "/v1/schedules/nightly", "acme-key", "", nil); status != http.StatusNoContent {
+		t.Fatalf("DELETE: %d", status)
+	}
+	if status, _ := call(t, g.public, http.MethodGet, "/v1/schedules/nightly", "acme-key", "", nil); status != http.StatusNotFound {
+		t.Fatalf("GET after DELETE: %d", status)
+	}
+}
+
+func paris(t *testing.T) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
 }
