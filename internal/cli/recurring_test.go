@@ -297,6 +297,17 @@ func TestSchedulesAPI(t *testing.T) {
 	if status != http.StatusOK || last == nil || last["job_id"] == nil || last["slot"] != "2026-03-30T00:00:00Z" {
 		t.Fatalf("GET: %d %v; want last_fire the latest backfilled slot", status, doc)
 	}
+	code, out, errOut := cli(t, nil, "explain", "--config", cfg, "--schedule", "nightly", "--last", "5")
+	if code != 0 || !strings.Contains(out, "schedule nightly of tenant acme: task sync.run, 0 2 * * * in Europe/Paris") ||
+		!strings.Contains(out, "2026-03-30T00:00:00Z  fired") || !strings.Contains(out, "2026-03-28T01:00:00Z  fired") {
+		t.Errorf("explain --schedule: %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := cli(t, nil, "explain", "--config", cfg, "--schedule", "nope"); code != 1 || !strings.Contains(errOut, `no schedule "nope"`) {
+		t.Errorf("explain --schedule nope: %d %s", code, errOut)
+	}
+	if code, _, errOut := cli(t, nil, "explain", "--config", cfg, "--schedule", "nightly", "--job", "j"); code != 2 || !strings.Contains(errOut, "--schedule takes one schedule id") {
+		t.Errorf("explain --schedule --job: %d %s", code, errOut)
+	}
 	if status, _ := call(t, g.public, http.MethodDelete, "/v1/schedules/nightly", "acme-key", "", nil); status != http.StatusNoContent {
 		t.Fatalf("DELETE: %d", status)
 	}
