@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/idemgate/idemgate/client"
 	"github.com/idemgate/idemgate/internal/testenv"
 )
 
@@ -323,4 +324,54 @@ func paris(t *testing.T) *time.Location {
 		t.Fatal(err)
 	}
 	return loc
+}
+
+// The Go SDK drives the schedules API: put, get, list, pause, resume,
+// trigger once per key, delete, and the quota's refusal.
+func TestSchedulesSDK(t *testing.T) {
+	dbURL := testenv.Postgres(t, exampleTables())
+	_, url := newSlotReceiver(t)
+	cfg := scheduleConfig(t, dbURL, testenv.RedisURL(t), url, "schedsdk"+randomID(), "")
+	g := startGateway(t, cfg)
+	c := sdk.New(g.public, sdk.WithAPIKey("acme-key"))
+	ctx := t.Context()
+	decl := sdk.ScheduleDeclaration{Task: "sync.run", Every: new("15m"), Body: map[string]any{"account": "a-1"}}
+	s, created, err := c.PutSchedule(ctx, "sync", decl)
+	if err != nil || !created || len(s.NextFireTimes) != 5 || s.NextFireTimes[1].Sub(s.NextFireTimes[0]) != 15*time.Minute {
+		t.Fatalf("PutSchedule: %+v %v %v", s, created, err)
+	}
+	if _, created, err := c.PutSchedule(ctx, "sync", decl); err != nil || created {
+		t.Fatalf("PutSchedule again: created %v, %v; want replaced", created, err)
+	}
+	if got, err := c.GetSchedule(ctx, "sync"); err != nil || got.Id != "sync" || got.LastFire != nil {
+		t.Fatalf("GetSchedule: %+v %v", got, err)
+	}
+	if list, err := c.ListSchedules(ctx); err != nil || len(list) != 1 {
+		t.Fatalf("ListSchedules: %v %v", list, err)
+	}
+	if p, err := c.PauseSchedule(ctx, "sync"); err != nil || !p.Paused {
+		t.Fatalf("PauseSchedule: %+v %v", p, err)
+	}
+	if p, err := c.ResumeSchedule(ctx, "sync"); err != nil || p.Paused {
+		t.Fatalf("ResumeSchedule: %+v %v", p, err)
+	}
+	j1, err := c.TriggerSchedule(ctx, "sync", sdk.WithKey("now-1"))
+	j2, err2 := c.TriggerSchedule(ctx, "sync", sdk.WithKey("now-1"))
+	if err != nil || err2 != nil || j1.Id == "" || j1.Id != j2.Id {
+		t.Fatalf("TriggerSchedule twice with one key: %s %v, %s %v; want one job", j1.Id, err, j2.Id, err2)
+	}
+	for _, id := range []string{"b", "c"} {
+		if _, _, err := c.PutSchedule(ctx, id, decl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := c.PutSchedule(ctx, "d", decl); !sdk.IsScheduleQuotaExceeded(err) {
+		t.Fatalf("a fourth schedule: %v; want schedule-quota-exceeded", err)
+	}
+	if err := c.DeleteSchedule(ctx, "sync"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetSchedule(ctx, "sync"); err == nil {
+		t.Fatal("GetSchedule after DeleteSchedule: no error")
+	}
 }
