@@ -225,7 +225,7 @@ func (s *Scheduler) handle(ctx context.Context, tx pgx.Tx, r Recurring, now time
 			outcomes[i] = SlotSkippedOverlap
 		}
 		if outcomes[i] == SlotFired {
-			rec, created, err := s.fire(ctx, records, spec, r, slot, slotKey(slot))
+			rec, created, err := fireJob(ctx, records, s.sub.Shards, spec, r, slot, slotKey(slot))
 			if err != nil {
 				return err
 			}
@@ -256,12 +256,9 @@ ON CONFLICT DO NOTHING`, r.Tenant, r.ID, slot, outcomes[i], jobID)
 	return tx.SendBatch(ctx, batch).Close()
 }
 
-// fire records the job of r's slot, keyed by key, unless it exists, and
-// returns it with whether this call created it.
-func (s *Scheduler) fire(ctx context.Context, records *Records, spec *Spec, r Recurring, slot time.Time, key string) (Record, bool, error) {
-	return fireJob(ctx, records, s.sub.Shards, spec, r, slot, key)
-}
-
+// fireJob records the job of r's slot, keyed by key, unless it exists,
+// and returns it with whether this call created it. Its not_before is
+// the slot plus the slot's jitter.
 func fireJob(ctx context.Context, records *Records, shards int, spec *Spec, r Recurring, slot time.Time, key string) (Record, bool, error) {
 	req := Request{Tenant: r.Tenant, Route: FireRoute(r.ID), Key: key, Spec: spec, Body: r.Body}
 	if _, err := req.Decode(); err != nil {

@@ -99,7 +99,8 @@ func ParseStoredTiming(spec, zone string) (Timing, error) {
 // none comes within five years. An interval's slots are the multiples of
 // it since the Unix epoch. A cron slot is a wall-clock time in Zone: one
 // that does not exist there (a spring-forward gap) is no slot, and one
-// that exists twice (a fall-back overlap) is one slot.
+// that exists twice (a fall-back overlap) is one slot, at the instant
+// time.Date gives it (the second, standard-time one, today).
 func (t Timing) Next(after time.Time) time.Time {
 	if t.Every != 0 {
 		n := after.UnixNano() / int64(t.Every)
