@@ -107,6 +107,9 @@ type Config struct {
 	// Fairness are the pools in which jobs (jobs[].fairness) share the
 	// workers fairly between tenants. Default none.
 	Fairness []Fairness `yaml:"fairness"`
+	// DeclaredSchedules are the recurring schedules the worker fires, as
+	// written; Schedules returns them compiled. Default none.
+	DeclaredSchedules []Schedule `yaml:"schedules"`
 	// DeclaredJobs are the jobs enqueue routes accept and workers run, as
 	// written; Jobs and Job return them compiled.
 	DeclaredJobs []Job `yaml:"jobs"`
@@ -119,6 +122,8 @@ type Config struct {
 	defaulted []defaultJob
 	// limits are the compiled limits, by name.
 	limits map[string]job.Limit
+	// schedules are the valid schedules (validateSchedules).
+	schedules []job.Recurring
 	// fairPools are the valid fairness pools (validateFairness).
 	fairPools []job.FairPool
 	// claimedListeners are the loopback addresses the program's own

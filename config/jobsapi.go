@@ -36,6 +36,8 @@ type JobsAPI struct {
 	RedisWait RedisWait `yaml:"redis_wait"`
 	// Batch configures the enqueue routes' batch paths (routes[].batch).
 	Batch JobsBatch `yaml:"batch"`
+	// Schedules bounds the schedules of PUT /v1/schedules/{id}.
+	Schedules JobsSchedules `yaml:"schedules"`
 }
 
 // defaultMaxWait, defaultMaxWaiters and defaultMaxWaitersPerTenant are
@@ -55,6 +57,7 @@ func (c *Config) jobsAPIDefaults() {
 	setDefault(&c.JobsAPI.MaxWaiters, defaultMaxWaiters)
 	setDefault(&c.JobsAPI.MaxWaitersPerTenant, defaultMaxWaitersPerTenant)
 	setDefault(&c.JobsAPI.MaxDepth, job.DefaultMaxDepth)
+	c.scheduleDefaults()
 }
 
 func (c *Config) validateJobsAPI(bad badFunc) {

@@ -162,6 +162,7 @@ func (c *Config) validate(o *options) error {
 	c.validateFairness(bad)
 	c.validateBroker(bad)
 	c.validateJobs(bad, o)
+	c.validateSchedules(bad)
 	c.validateRoutes(bad)
 	c.validateTLS(bad, o)
 	return errors.Join(errs...)

@@ -33,6 +33,7 @@ func (g *Gateway) adminRoutes() http.Handler {
 		r.With(g.storableScope).Get("/admin/keys/{tenant}/{route}/{key}/explain", g.handleKeyExplain())
 		r.Get("/admin/jobs/{id}/explain", g.handleJobExplain())
 	}
+	r.Post("/admin/schedules/{id}/backfill", g.handleScheduleBackfill())
 	r.Get("/admin/limits/{name}", g.handleLimitGet())
 	r.Post("/admin/pause", g.handlePause())
 	r.Post("/admin/resume", g.handleResume())

@@ -74,6 +74,9 @@ type Options struct {
 	// Explainer tells the story of a job or a key at the admin API's
 	// …/explain endpoints; nil leaves them out (404).
 	Explainer Explainer
+	// Schedules serves the recurring schedules' endpoints; nil answers
+	// them 404.
+	Schedules *ScheduleOptions
 	// Limits reads the flow limits for GET /admin/limits/{name}; nil
 	// means none is declared (every name is 404).
 	Limits Limits
@@ -382,6 +385,7 @@ func (g *Gateway) publicRoutes() http.Handler {
 	r.Method(http.MethodGet, "/v1/jobs/{id}", g.handleJobGet())
 	r.Method(http.MethodPost, "/v1/jobs/{id}/cancel", g.handleJobCancel())
 	r.Method(http.MethodGet, "/v1/batches/{id}", g.handleBatchGet())
+	g.scheduleRoutes(r)
 	r.NotFound(g.handleTable())
 	r.MethodNotAllowed(g.handleTable())
 	g.publicMux = r

@@ -48,6 +48,7 @@ var problemTypes = append(idempotency.Refusals(), idempotency.ProblemTable{
 	{Err: job.ErrScheduleOutOfRange, Status: http.StatusUnprocessableEntity, Slug: "schedule-out-of-range", Title: "Schedule out of range"},
 	{Err: ErrJobNotCancellable, Status: http.StatusConflict, Slug: "job-not-cancellable", Title: "Job not cancellable"},
 	{Err: ErrBatchRefused, Status: http.StatusUnprocessableEntity, Slug: "batch-refused", Title: "Batch refused"},
+	{Err: job.ErrScheduleQuota, Status: http.StatusUnprocessableEntity, Slug: "schedule-quota-exceeded", Title: "Schedule quota exceeded"},
 }...)
 
 // NewProblemWriter returns the writer of every error the gateway answers

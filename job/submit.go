@@ -15,6 +15,11 @@ import (
 const (
 	HeaderID     = "job_id"
 	HeaderTenant = "tenant"
+	// HeaderBusinessKey carries the business key of a job whose key is
+	// not its payload's: a recurring schedule's fire (FireRoute), whose
+	// body is the same at every slot. The worker takes it over the key
+	// the payload renders.
+	HeaderBusinessKey = "business_key"
 )
 
 // MaxRetry is the asynq.MaxRetry every task of a job is enqueued with:
@@ -196,6 +201,9 @@ func (e *Submitter) send(ctx context.Context, r Record) (bool, error) {
 // task's (TakeoverTaskID), with the headers extra too (a pooled job's).
 func (e *Submitter) sendAs(ctx context.Context, r Record, taskID string, extra map[string]string) (bool, error) {
 	headers := map[string]string{HeaderID: r.ID, HeaderTenant: r.Tenant}
+	if _, fired := ScheduleOf(r); fired {
+		headers[HeaderBusinessKey] = r.BusinessKey
+	}
 	for k, v := range extra {
 		headers[k] = v
 	}

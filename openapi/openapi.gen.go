@@ -97,6 +97,108 @@ func (e RecordState) Valid() bool {
 	}
 }
 
+// Defines values for ScheduleCatchup.
+const (
+	ScheduleCatchupAll  ScheduleCatchup = "all"
+	ScheduleCatchupNone ScheduleCatchup = "none"
+	ScheduleCatchupOne  ScheduleCatchup = "one"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleCatchup enum.
+func (e ScheduleCatchup) Valid() bool {
+	switch e {
+	case ScheduleCatchupAll:
+		return true
+	case ScheduleCatchupNone:
+		return true
+	case ScheduleCatchupOne:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleOverlap.
+const (
+	ScheduleOverlapAllow     ScheduleOverlap = "allow"
+	ScheduleOverlapBufferOne ScheduleOverlap = "buffer_one"
+	ScheduleOverlapSkip      ScheduleOverlap = "skip"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleOverlap enum.
+func (e ScheduleOverlap) Valid() bool {
+	switch e {
+	case ScheduleOverlapAllow:
+		return true
+	case ScheduleOverlapBufferOne:
+		return true
+	case ScheduleOverlapSkip:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleSource.
+const (
+	ScheduleSourceApi    ScheduleSource = "api"
+	ScheduleSourceConfig ScheduleSource = "config"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleSource enum.
+func (e ScheduleSource) Valid() bool {
+	switch e {
+	case ScheduleSourceApi:
+		return true
+	case ScheduleSourceConfig:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleDeclarationCatchup.
+const (
+	ScheduleDeclarationCatchupAll  ScheduleDeclarationCatchup = "all"
+	ScheduleDeclarationCatchupNone ScheduleDeclarationCatchup = "none"
+	ScheduleDeclarationCatchupOne  ScheduleDeclarationCatchup = "one"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleDeclarationCatchup enum.
+func (e ScheduleDeclarationCatchup) Valid() bool {
+	switch e {
+	case ScheduleDeclarationCatchupAll:
+		return true
+	case ScheduleDeclarationCatchupNone:
+		return true
+	case ScheduleDeclarationCatchupOne:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleDeclarationOverlap.
+const (
+	ScheduleDeclarationOverlapAllow     ScheduleDeclarationOverlap = "allow"
+	ScheduleDeclarationOverlapBufferOne ScheduleDeclarationOverlap = "buffer_one"
+	ScheduleDeclarationOverlapSkip      ScheduleDeclarationOverlap = "skip"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleDeclarationOverlap enum.
+func (e ScheduleDeclarationOverlap) Valid() bool {
+	switch e {
+	case ScheduleDeclarationOverlapAllow:
+		return true
+	case ScheduleDeclarationOverlapBufferOne:
+		return true
+	case ScheduleDeclarationOverlapSkip:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for StoryAttemptOutcome.
 const (
 	StoryAttemptOutcomeCancelled   StoryAttemptOutcome = "cancelled"
@@ -245,6 +347,22 @@ func (e StoryClaimOutcome) Valid() bool {
 	default:
 		return false
 	}
+}
+
+// BackfillRequest defines model for BackfillRequest.
+type BackfillRequest struct {
+	From time.Time `json:"from"`
+
+	// Tenant The schedule's tenant; needed when two tenants have a schedule of this id.
+	Tenant *string   `json:"tenant,omitempty"`
+	To     time.Time `json:"to"`
+}
+
+// BackfillResult defines model for BackfillResult.
+type BackfillResult struct {
+	Fires      []ScheduleFire `json:"fires"`
+	ScheduleId string         `json:"schedule_id"`
+	Tenant     string         `json:"tenant"`
 }
 
 // BatchItemResult defines model for BatchItemResult.
@@ -699,6 +817,107 @@ type ResumeRequest struct {
 	Reason *string `json:"reason,omitempty"`
 }
 
+// Schedule A recurring schedule.
+type Schedule struct {
+	// Body The payload of every fire.
+	Body          interface{}     `json:"body"`
+	Catchup       ScheduleCatchup `json:"catchup"`
+	CatchupWindow *string         `json:"catchup_window,omitempty"`
+	CreatedAt     time.Time       `json:"created_at"`
+	Cron          *string         `json:"cron,omitempty"`
+	Every         *string         `json:"every,omitempty"`
+	Id            string          `json:"id"`
+	Jitter        *string         `json:"jitter,omitempty"`
+
+	// LastFire One fired slot and its job.
+	LastFire *ScheduleFire `json:"last_fire,omitempty"`
+
+	// NextFireAt The next slot, before jitter.
+	NextFireAt time.Time `json:"next_fire_at"`
+
+	// NextFireTimes The next 5 slots, `next_fire_at` first.
+	NextFireTimes []time.Time     `json:"next_fire_times"`
+	Overlap       ScheduleOverlap `json:"overlap"`
+	Paused        bool            `json:"paused"`
+
+	// Source Who declared it: the configuration, or the API.
+	Source    ScheduleSource `json:"source"`
+	Task      string         `json:"task"`
+	Timezone  string         `json:"timezone"`
+	UpdatedAt time.Time      `json:"updated_at"`
+}
+
+// ScheduleCatchup defines model for Schedule.Catchup.
+type ScheduleCatchup string
+
+// ScheduleOverlap defines model for Schedule.Overlap.
+type ScheduleOverlap string
+
+// ScheduleSource Who declared it: the configuration, or the API.
+type ScheduleSource string
+
+// ScheduleDeclaration A recurring schedule as `PUT /v1/schedules/{id}` takes it.
+type ScheduleDeclaration struct {
+	// Body The payload of every fire, valid against the task's schema.
+	Body interface{} `json:"body"`
+
+	// Catchup What late slots (after downtime) do within `catchup_window`: recorded missed, the latest fires, or each fires (at most 100).
+	Catchup *ScheduleDeclarationCatchup `json:"catchup,omitempty"`
+
+	// CatchupWindow How late a slot may be and still be caught up, a Go duration. Required with catchup one or all.
+	CatchupWindow *string `json:"catchup_window,omitempty"`
+
+	// Cron A standard five-field cron expression, read in `timezone`. Exactly one of `cron` and `every`.
+	Cron *string `json:"cron,omitempty"`
+
+	// Every An interval, whole seconds, as a Go duration (`15m`); its slots are its multiples since the Unix epoch.
+	Every *string `json:"every,omitempty"`
+
+	// Jitter Each fire's not_before is its slot plus up to this, derived from the slot.
+	Jitter *string `json:"jitter,omitempty"`
+
+	// Overlap What a slot does while earlier fires have not finished: skipped, fired behind one, or fired.
+	Overlap *ScheduleDeclarationOverlap `json:"overlap,omitempty"`
+
+	// Task The declared job each fire becomes.
+	Task string `json:"task"`
+
+	// Timezone The IANA zone `cron` is read in. A local time that does not exist there is skipped; one that exists twice fires once.
+	Timezone *string `json:"timezone,omitempty"`
+}
+
+// ScheduleDeclarationCatchup What late slots (after downtime) do within `catchup_window`: recorded missed, the latest fires, or each fires (at most 100).
+type ScheduleDeclarationCatchup string
+
+// ScheduleDeclarationOverlap What a slot does while earlier fires have not finished: skipped, fired behind one, or fired.
+type ScheduleDeclarationOverlap string
+
+// ScheduleFire One fired slot and its job.
+type ScheduleFire struct {
+	JobId string `json:"job_id"`
+
+	// Slot The slot, before jitter.
+	Slot time.Time `json:"slot"`
+
+	// Status `scheduled`: accepted with a delay and not due yet (`not_before`).
+	// `queued`: waiting for a worker. `processing`: a worker runs it.
+	// `retrying`: an attempt failed with a transient error and a retry is
+	// scheduled. `cancelling`: a cancel arrived while an attempt was in
+	// flight; no further attempt starts, and that attempt's end decides
+	// between `succeeded` and `cancelled`. `succeeded`: its effect
+	// happened (once); `result_ref` names it. `failed`: a permanent
+	// error, or its attempts are used up; it is in the dead-letter queue
+	// and `error` says why. `cancelled`: cancelled before its effect
+	// happened, or with the effect unknown (`error` says so). The final
+	// statuses are `succeeded`, `failed` and `cancelled`.
+	Status JobStatus `json:"status"`
+}
+
+// ScheduleList defines model for ScheduleList.
+type ScheduleList struct {
+	Schedules []Schedule `json:"schedules"`
+}
+
 // StoredResponse The stored answer of a completed record.
 type StoredResponse struct {
 	Status int `json:"status"`
@@ -1038,6 +1257,9 @@ type Route = string
 // ScheduleDelay defines model for ScheduleDelay.
 type ScheduleDelay = string
 
+// ScheduleID defines model for ScheduleID.
+type ScheduleID = string
+
 // ScheduleNotBefore defines model for ScheduleNotBefore.
 type ScheduleNotBefore = time.Time
 
@@ -1124,6 +1346,12 @@ type RateLimited = Problem
 // `retryable` (send the same request again, with the same key, or
 // not) and follows `documentation`.
 type RequestTooLarge = Problem
+
+// ScheduleRefused An RFC 9457 problem document. Match on the slug that ends `type`;
+// `detail` is for people and may change. A generic client acts on
+// `retryable` (send the same request again, with the same key, or
+// not) and follows `documentation`.
+type ScheduleRefused = Problem
 
 // ServiceUnavailable An RFC 9457 problem document. Match on the slug that ends `type`;
 // `detail` is for people and may change. A generic client acts on
@@ -1287,6 +1515,89 @@ type CancelJobParams struct {
 	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
 }
 
+// ListSchedulesParams defines parameters for ListSchedules.
+type ListSchedulesParams struct {
+	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
+	// in problem documents (`request_id`, and as a UUID in `instance`) and
+	// in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+	// else, or none, is replaced with a new UUIDv7.
+	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// DeleteScheduleParams defines parameters for DeleteSchedule.
+type DeleteScheduleParams struct {
+	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
+	// in problem documents (`request_id`, and as a UUID in `instance`) and
+	// in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+	// else, or none, is replaced with a new UUIDv7.
+	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// GetScheduleParams defines parameters for GetSchedule.
+type GetScheduleParams struct {
+	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
+	// in problem documents (`request_id`, and as a UUID in `instance`) and
+	// in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+	// else, or none, is replaced with a new UUIDv7.
+	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// PutScheduleParams defines parameters for PutSchedule.
+type PutScheduleParams struct {
+	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
+	// in problem documents (`request_id`, and as a UUID in `instance`) and
+	// in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+	// else, or none, is replaced with a new UUIDv7.
+	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// PauseScheduleParams defines parameters for PauseSchedule.
+type PauseScheduleParams struct {
+	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
+	// in problem documents (`request_id`, and as a UUID in `instance`) and
+	// in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+	// else, or none, is replaced with a new UUIDv7.
+	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// ResumeScheduleParams defines parameters for ResumeSchedule.
+type ResumeScheduleParams struct {
+	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
+	// in problem documents (`request_id`, and as a UUID in `instance`) and
+	// in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+	// else, or none, is replaced with a new UUIDv7.
+	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// TriggerScheduleParams defines parameters for TriggerSchedule.
+type TriggerScheduleParams struct {
+	// IdempotencyKey The client's unique key for this request; retries of the request
+	// send the same key with the same body. Exactly one header line with
+	// one key:
+	//
+	// - `strict` key syntax: an RFC 8941 sf-string only, such as
+	//   `"8e03978e-40d5-43e8-bc93-6894a57f9324"` (inside the quotes,
+	//   printable ASCII; `\"` and `\\` are the only escapes);
+	// - `compat` key syntax (the default): also a bare key of printable
+	//   ASCII without spaces, commas or quotes, such as
+	//   `8e03978e-40d5-43e8-bc93-6894a57f9324`. A value that starts with
+	//   `"` is always an sf-string.
+	//
+	// The key is 1 to `max_key_length` (default 255) characters after
+	// parsing; the quoted and bare forms of one key are the same key. A
+	// missing header is 400 `idempotency-key-missing`; a malformed, empty,
+	// too long or repeated one, a list or parameters are 400
+	// `idempotency-key-invalid`. The pattern below is the `compat` syntax
+	// with the default length.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+
+	// XRequestId An id for this request, echoed in the `X-Request-Id` response header,
+	// in problem documents (`request_id`, and as a UUID in `instance`) and
+	// in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+	// else, or none, is replaced with a new UUIDv7.
+	XRequestId *RequestID `json:"X-Request-Id,omitempty"`
+}
+
 // SetFairnessJSONRequestBody defines body for SetFairness for application/json ContentType.
 type SetFairnessJSONRequestBody = FairnessWeights
 
@@ -1295,3 +1606,9 @@ type PauseJSONRequestBody = PauseRequest
 
 // ResumeJSONRequestBody defines body for Resume for application/json ContentType.
 type ResumeJSONRequestBody = ResumeRequest
+
+// AdminBackfillScheduleJSONRequestBody defines body for AdminBackfillSchedule for application/json ContentType.
+type AdminBackfillScheduleJSONRequestBody = BackfillRequest
+
+// PutScheduleJSONRequestBody defines body for PutSchedule for application/json ContentType.
+type PutScheduleJSONRequestBody = ScheduleDeclaration

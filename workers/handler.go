@@ -303,6 +303,10 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 		return h.unprocessable(ctx, log, task, fmt.Errorf("decode payload: %w", err))
 	}
 	key, resource, err := h.identify(task.Payload(), payload)
+	if k := task.Headers()[job.HeaderBusinessKey]; k != "" && err == nil {
+		// A schedule's fire: the same body at every slot, a key per slot.
+		key = k
+	}
 	if err == nil && (key == "" || resource == "") {
 		err = fmt.Errorf("payload gives key %q, resource %q", key, resource)
 	}

@@ -31,6 +31,6 @@ func runDev(ctx context.Context, ext extension.Set, args []string, getenv func(s
 			return err
 		}
 		servers := append(append(g.servers(cfg), extra...), w.adminServer(cfg))
-		return runAll(ctx, cfg, p.logger, stdout, &p.svc.certs, g.store, servers, w.srv.Run, w.relay.Run, w.ledgerJanitor, w.callbacks.Run, w.dispatch, w.pauses.Run)
+		return runAll(ctx, cfg, p.logger, stdout, &p.svc.certs, g.store, servers, w.srv.Run, w.relay.Run, w.scheduler.Run, w.ledgerJanitor, w.callbacks.Run, w.dispatch, w.pauses.Run)
 	})
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/idemgate/idemgate/openapi"
 )
 
-const explainSynopsis = "explain --config FILE (--job JOB_ID | --key TENANT ROUTE KEY | --batch BATCH_ID) [--json]"
+const explainSynopsis = "explain --config FILE (--job JOB_ID | --key TENANT ROUTE KEY | --batch BATCH_ID | --schedule ID [--tenant T] [--last N]) [--json]"
 
 // runExplain is `idemgate explain`: the whole story of one job or one
 // idempotency key. Exit 1 when the story shows a violation.
@@ -30,10 +30,27 @@ func runExplain(ctx context.Context, ext extension.Set, args []string, getenv fu
 	jobID := fs.String("job", "", "explain the job with this id")
 	byKey := fs.Bool("key", false, "explain the idempotency key TENANT ROUTE KEY (three arguments)")
 	batchID := fs.String("batch", "", "explain the batch with this id: its tenant, its jobs counted by status, and each job")
+	scheduleID := fs.String("schedule", "", "explain the recurring schedule with this id: its definition and its last slots with their outcomes")
+	tenant := fs.String("tenant", "", "with --schedule: the schedule's tenant, needed when two tenants have one of this id")
+	last := fs.Int("last", 20, "with --schedule: how many slots to list, newest first")
 	asJSON := fs.Bool("json", false, "print one JSON document instead of text")
 	pos, err := fs.parseArgs(args)
 	if err != nil {
 		return err
+	}
+	if *scheduleID != "" {
+		if *jobID != "" || *byKey || *batchID != "" || len(pos) > 0 {
+			fs.Usage()
+			return usagef("explain: --schedule takes one schedule id, with --tenant and --last only")
+		}
+		if *last < 1 || *last > 10000 {
+			return usagef("explain: --last %d is outside 1..10000", *last)
+		}
+		return explainSchedule(ctx, ext, fs, getenv, *tenant, *scheduleID, *last, *asJSON, stdout)
+	}
+	if *tenant != "" {
+		fs.Usage()
+		return usagef("explain: --tenant goes with --schedule")
 	}
 	if *batchID != "" {
 		if *jobID != "" || *byKey || len(pos) > 0 {
@@ -271,6 +288,83 @@ func explainBatch(ctx context.Context, ext extension.Set, fs configFlags, getenv
 	}
 	for _, j := range story.Jobs {
 		fmt.Fprintf(stdout, "  %s  %-10s attempts %d  key %s\n", j.ID, j.Status, j.Attempts, j.IdempotencyKey)
+	}
+	return nil
+}
+
+// scheduleStory is what `idemgate explain --schedule` prints.
+type scheduleStory struct {
+	Tenant     string         `json:"tenant"`
+	ID         string         `json:"schedule_id"`
+	Task       string         `json:"task"`
+	Spec       string         `json:"spec"`
+	Timezone   string         `json:"timezone"`
+	Paused     bool           `json:"paused"`
+	NextFireAt time.Time      `json:"next_fire_at"`
+	Slots      []scheduleSlot `json:"slots"`
+}
+
+type scheduleSlot struct {
+	Slot      time.Time  `json:"slot"`
+	Outcome   string     `json:"outcome"`
+	JobID     string     `json:"job_id,omitempty"`
+	Status    string     `json:"status,omitempty"`
+	NotBefore *time.Time `json:"not_before,omitempty"`
+}
+
+// explainSchedule prints a recurring schedule and its last slots, newest
+// first: each fired with its job and status, or skipped with the reason.
+func explainSchedule(ctx context.Context, ext extension.Set, fs configFlags, getenv func(string) string, tenant, id string, last int, asJSON bool, stdout io.Writer) error {
+	cfg, err := fs.load(ext, getenv, false)
+	if err != nil {
+		return err
+	}
+	if cfg.DatabaseURL == "" {
+		return usagef("explain: database_url is required")
+	}
+	var cl closers
+	defer cl.close()
+	pool, err := newServices(cfg, &cl).postgres(ctx)
+	if err != nil {
+		return err
+	}
+	store := job.NewSchedules(pool)
+	r, err := store.Find(ctx, tenant, id)
+	if errors.Is(err, job.ErrNotFound) {
+		return fmt.Errorf("explain: no schedule %q", id)
+	}
+	if err != nil {
+		return err
+	}
+	slots, err := store.Slots(ctx, r.Tenant, r.ID, last, false)
+	if err != nil {
+		return err
+	}
+	story := scheduleStory{Tenant: r.Tenant, ID: r.ID, Task: r.Task, Spec: r.Timing.String(), Timezone: r.Timing.Zone.String(),
+		Paused: r.Paused, NextFireAt: r.NextFireAt.UTC(), Slots: []scheduleSlot{}}
+	for _, s := range slots {
+		story.Slots = append(story.Slots, scheduleSlot{Slot: s.Slot.UTC(), Outcome: string(s.Outcome), JobID: s.JobID, Status: string(s.Status), NotBefore: s.NotBefore})
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(story)
+	}
+	fmt.Fprintf(stdout, "schedule %s of tenant %s: task %s, %s in %s", story.ID, story.Tenant, story.Task, story.Spec, story.Timezone)
+	if story.Paused {
+		fmt.Fprint(stdout, ", paused")
+	}
+	fmt.Fprintf(stdout, "; next slot %s\n", story.NextFireAt.Format(time.RFC3339))
+	if len(story.Slots) == 0 {
+		fmt.Fprintln(stdout, "  no slot yet")
+	}
+	for _, s := range story.Slots {
+		switch {
+		case s.JobID != "":
+			fmt.Fprintf(stdout, "  %s  %-15s %s  %s\n", s.Slot.Format(time.RFC3339), s.Outcome, s.JobID, s.Status)
+		default:
+			fmt.Fprintf(stdout, "  %s  %s\n", s.Slot.Format(time.RFC3339), s.Outcome)
+		}
 	}
 	return nil
 }

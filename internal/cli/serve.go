@@ -152,6 +152,16 @@ func buildGateway(ctx context.Context, ext extension.Set, cfg *config.Config, lo
 		return nil, err
 	}
 	opts.Pprof = pprof
+	if deps.jobs != nil {
+		specs := map[string]*job.Spec{}
+		for _, s := range cfg.Jobs() {
+			specs[s.Task] = s
+		}
+		opts.Schedules = &gateway.ScheduleOptions{
+			Store: job.NewSchedules(deps.pool), Jobs: deps.jobs, Specs: specs,
+			MaxPerTenant: cfg.JobsAPI.Schedules.MaxPerTenant, MinInterval: cfg.JobsAPI.Schedules.MinInterval,
+		}
+	}
 	if w, err := startJobWatcher(cfg, deps, logger, cl); err != nil {
 		return nil, err
 	} else if w != nil {

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,7 +34,7 @@ func runWorker(ctx context.Context, ext extension.Set, args []string, getenv fun
 		if err != nil {
 			return err
 		}
-		return runAll(ctx, p.cfg, p.logger, stdout, &p.svc.certs, nil, []server{w.adminServer(p.cfg)}, w.srv.Run, w.relay.Run, w.ledgerJanitor, w.callbacks.Run, w.dispatch, w.pauses.Run)
+		return runAll(ctx, p.cfg, p.logger, stdout, &p.svc.certs, nil, []server{w.adminServer(p.cfg)}, w.srv.Run, w.relay.Run, w.scheduler.Run, w.ledgerJanitor, w.callbacks.Run, w.dispatch, w.pauses.Run)
 	})
 }
 
@@ -43,6 +44,8 @@ func runWorker(ctx context.Context, ext extension.Set, args []string, getenv fun
 type worker struct {
 	srv   *workers.Server
 	relay *job.Relay
+	// scheduler fires the recurring schedules (job/scheduler.go).
+	scheduler *job.Scheduler
 	// ledgerJanitor deletes final jobs with their ledger past
 	// jobs_retention, and final executions (and the ledger rows of tasks
 	// run without a job) past executions_retention.
@@ -196,7 +199,19 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 		Client:   &http.Client{Transport: telemetry.HTTPTransport(nil)},
 		Observer: telemetry.NewCallbackMetrics(reg, finalTasks...),
 	})
-	return &worker{srv: srv, relay: relay, ledgerJanitor: ledgerJanitor, callbacks: callbacks, dispatch: dispatch, pauses: pauses, admin: requestid.Middleware(admin)}, nil
+	// The configuration's schedules, written before the first pass: a
+	// schedule declared is never fired from a stale row.
+	if err := job.NewSchedules(pool).Declare(ctx, cfg.Schedules(), time.Now()); err != nil {
+		return nil, err
+	}
+	scheduler, err := job.NewScheduler(sub, pool, specs, job.SchedulerOptions{
+		Logger: logger, Missed: telemetry.NewScheduleMetrics(reg).Missed,
+		History: cfg.JobsRetention,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &worker{srv: srv, relay: relay, scheduler: scheduler, ledgerJanitor: ledgerJanitor, callbacks: callbacks, dispatch: dispatch, pauses: pauses, admin: requestid.Middleware(admin)}, nil
 }
 
 // requireAdminToken puts next behind the token whose hex SHA-256 is
