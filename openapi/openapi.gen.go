@@ -296,6 +296,21 @@ type BatchState struct {
 	Items int `json:"items"`
 }
 
+// BulkCancel What one cancel by filter did.
+type BulkCancel struct {
+	// JobIds The jobs this call cancelled, newest first.
+	JobIds []string `json:"job_ids"`
+
+	// Cancelled How many of them are now `cancelled`.
+	Cancelled int `json:"cancelled"`
+
+	// Cancelling How many of them are `cancelling`, an attempt in flight.
+	Cancelling int `json:"cancelling"`
+
+	// More Whether the filters still match jobs a cancel acts on.
+	More bool `json:"more"`
+}
+
 // FairnessState A fairness pool now.
 type FairnessState struct {
 	Name string `json:"name"`
@@ -1039,6 +1054,31 @@ type AdminListJobsParams struct {
 	// Cursor The `next_cursor` of the previous page; none starts at the newest
 	// job. Opaque: pass it back as it came.
 	Cursor *JobListCursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// AdminCancelJobsParams defines parameters for AdminCancelJobs.
+type AdminCancelJobsParams struct {
+	// Tenant Only this tenant's jobs; none lists every tenant's.
+	Tenant *JobListTenant `form:"tenant,omitempty" json:"tenant,omitempty"`
+
+	// Status Only jobs in this status, as the job document shows it (a scheduled
+	// job whose time has come is `queued`).
+	Status *JobListStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// Task Only jobs of this task.
+	Task *JobListTask `form:"task,omitempty" json:"task,omitempty"`
+
+	// CreatedAfter Only jobs created strictly after this time (RFC 3339, with an offset).
+	CreatedAfter *JobListCreatedAfter `form:"created_after,omitempty" json:"created_after,omitempty"`
+
+	// CreatedBefore Only jobs created strictly before this time (RFC 3339, with an offset).
+	CreatedBefore *JobListCreatedBefore `form:"created_before,omitempty" json:"created_before,omitempty"`
+
+	// Reason Why the operator acts, kept in the audit trail (`admin_actions`,
+	// shown by `idemgate explain` and the console) with who and when; at
+	// most 1,000 bytes of UTF-8 (400 otherwise). A JSON body
+	// `{"reason": "…"}` may carry it instead.
+	Reason *ActionReason `form:"reason,omitempty" json:"reason,omitempty"`
 }
 
 // AdminCancelJobParams defines parameters for AdminCancelJob.

@@ -63,10 +63,13 @@ type Requeuer interface {
 	Requeue(ctx context.Context, id string) (job.Record, bool, error)
 }
 
-// Canceller cancels a job whatever its tenant (*job.Submitter, what
-// `idemgate jobs cancel` and POST /admin/jobs/{id}/cancel run).
+// Canceller cancels a job whatever its tenant, or the jobs a filter
+// matches (*job.Submitter, what `idemgate jobs cancel`, POST
+// /admin/jobs/{id}/cancel and POST /admin/jobs/cancel run).
 type Canceller interface {
 	CancelByID(ctx context.Context, id string) (job.Record, bool, error)
+	CancelMatching(ctx context.Context, f job.ListFilter, limit int) ([]job.Record, error)
+	CountCancellable(ctx context.Context, f job.ListFilter, limit int) (int, error)
 }
 
 // DeadLetters replays and deletes failed jobs (*job.DeadLetters, what
@@ -201,6 +204,8 @@ func (c *console) routes() http.Handler {
 	r.Get(p+"/failed", c.handleFailed)
 	r.Get(p+"/failed/{action}", c.handleBulkConfirm)
 	r.Post(p+"/failed/{action}", c.handleBulkAction)
+	r.Get(p+"/jobs/cancel", c.handleBulkCancelConfirm)
+	r.Post(p+"/jobs/cancel", c.handleBulkCancel)
 	r.Get(p+"/jobs/{id}", c.handleJob)
 	r.Get(p+"/jobs/{id}/live", c.handleJobLive)
 	r.Get(p+"/jobs/{id}/{action}", c.handleJobConfirm)
@@ -311,6 +316,8 @@ func flashOf(r *http.Request) string {
 	switch r.URL.Query().Get("done") {
 	case "bulk-replay":
 		return "Replayed " + strconv.Itoa(n) + " failed job" + plural(n) + ": each is queued again and its task is back in the queue."
+	case "bulk-cancel":
+		return "Cancelled " + strconv.Itoa(n) + " job" + plural(n) + ": each waiting one is cancelled, each with an attempt in flight is cancelling until that attempt ends."
 	case "bulk-delete":
 		return "Deleted " + strconv.Itoa(n) + " failed job" + plural(n) + ": their records and tasks are gone."
 	case "requeued":

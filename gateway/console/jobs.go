@@ -28,25 +28,27 @@ type jobsPage struct {
 	// Unreadable says PostgreSQL could not be read: the filters stay, the
 	// list is not shown.
 	Unreadable string
-	Now        time.Time
+	// CancelURL confirms the cancel of the jobs the filters match; ""
+	// when the console cannot cancel or none can match.
+	CancelURL string
+	Now       time.Time
 }
 
 // pageSize is how many jobs or keys a list shows at once.
 const pageSize = 50
 
-func (c *console) handleJobs(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	p := jobsPage{Statuses: job.Statuses(), OlderThan: q.Get("older_than"), Now: c.opts.Now()}
+// jobsFilter reads the job list's filters from its query: status, task,
+// tenant, older_than, created_after, created_before and after.
+func jobsFilter(q url.Values) (jobsPage, error) {
+	p := jobsPage{Statuses: job.Statuses(), OlderThan: q.Get("older_than")}
 	p.Filter = job.ListFilter{Status: job.Status(q.Get("status")), Task: q.Get("task"), Tenant: q.Get("tenant"), After: job.Cursor(q.Get("after"))}
 	if p.Filter.Status != "" && !validStatus(p.Filter.Status) {
-		c.fail(w, r, http.StatusBadRequest, "Unknown job status "+string(p.Filter.Status)+".")
-		return
+		return p, errors.New("Unknown job status " + string(p.Filter.Status) + ".")
 	}
 	if p.OlderThan != "" {
 		d, err := time.ParseDuration(p.OlderThan)
 		if err != nil || d < 0 {
-			c.fail(w, r, http.StatusBadRequest, "older_than is a duration such as 10m or 2h, not "+p.OlderThan+".")
-			return
+			return p, errors.New("older_than is a duration such as 10m or 2h, not " + p.OlderThan + ".")
 		}
 		p.Filter.OlderThan = d
 	}
@@ -61,11 +63,35 @@ func (c *console) handleJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		at, err := parseFormTime(v)
 		if err != nil {
-			c.fail(w, r, http.StatusBadRequest, b.name+" is a time such as 2026-01-02T15:04:05 (UTC) or RFC 3339, not "+v+".")
-			return
+			return p, errors.New(b.name + " is a time such as 2026-01-02T15:04:05 (UTC) or RFC 3339, not " + v + ".")
 		}
 		*b.at, *b.shown = at, at.UTC().Format(formTime)
 	}
+	return p, nil
+}
+
+// jobsFilters are the query parameters of the job list's filters.
+var jobsFilters = []string{"status", "task", "tenant", "older_than", "created_after", "created_before"}
+
+// filtersOf is q's job list filters alone, without the page's cursor.
+func filtersOf(q url.Values) url.Values {
+	out := url.Values{}
+	for _, k := range jobsFilters {
+		if v := q.Get(k); v != "" {
+			out.Set(k, v)
+		}
+	}
+	return out
+}
+
+func (c *console) handleJobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p, err := jobsFilter(q)
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	p.Now = c.opts.Now()
 	if c.opts.Jobs == nil {
 		p.NoJobs = "Jobs are kept in PostgreSQL, and this gateway has no database_url."
 		c.render(w, r, http.StatusOK, "jobs", "Jobs", page{Data: p, Flash: flashOf(r)})
@@ -83,13 +109,14 @@ func (c *console) handleJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.Jobs = jobs
-	if next != "" {
-		nq := url.Values{}
-		for _, k := range []string{"status", "task", "tenant", "older_than", "created_after", "created_before"} {
-			if v := q.Get(k); v != "" {
-				nq.Set(k, v)
-			}
+	if c.opts.Cancel != nil && len(jobs) > 0 && (p.Filter.Status == "" || p.Filter.Status.Runnable()) {
+		p.CancelURL = c.opts.Prefix + "/jobs/cancel"
+		if fq := filtersOf(q).Encode(); fq != "" {
+			p.CancelURL += "?" + fq
 		}
+	}
+	if next != "" {
+		nq := filtersOf(q)
 		nq.Set("after", string(next))
 		p.Next = c.opts.Prefix + "/jobs?" + nq.Encode()
 	}

@@ -378,6 +378,34 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/jobs/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel the jobs a filter matches, at most 1,000 at once.
+         * @description Cancels the newest jobs that the filters match and that a cancel
+         *     acts on (`scheduled`, `queued`, `processing`, `retrying`), at most
+         *     1,000 per call, each as `POST /admin/jobs/{id}/cancel` would:
+         *     waiting jobs become `cancelled`, jobs with an attempt in flight
+         *     `cancelling`, and each job's final-status callback is sent. With
+         *     no filter it acts on every tenant's jobs. The cancel is one action
+         *     in the audit trail, with its filter, its reason and every job it
+         *     cancelled. `more` says whether jobs are left: call it again for
+         *     them. The console's "Cancel matching jobs" does the same.
+         */
+        post: operations["adminCancelJobs"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/admin/jobs/{id}/explain": {
         parameters: {
             query?: never;
@@ -723,6 +751,17 @@ export interface components {
              *     Absent on the last page.
              */
             next_cursor?: string;
+        };
+        /** @description What one cancel by filter did. */
+        BulkCancel: {
+            /** @description The jobs this call cancelled, newest first. */
+            job_ids: string[];
+            /** @description How many of them are now `cancelled`. */
+            cancelled: number;
+            /** @description How many of them are `cancelling`, an attempt in flight. */
+            cancelling: number;
+            /** @description Whether the filters still match jobs a cancel acts on. */
+            more: boolean;
         };
         /**
          * @description `in_flight`: a request holds the claim under a lease. `completed`:
@@ -2290,6 +2329,65 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["JobList"];
+                };
+            };
+            400: components["responses"]["JobListBadRequest"];
+            401: components["responses"]["AdminUnauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminThrottled"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminCancelJobs: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Only this tenant's jobs; none lists every tenant's.
+                 * @example acme
+                 */
+                tenant?: components["parameters"]["JobListTenant"];
+                /**
+                 * @description Only jobs in this status, as the job document shows it (a scheduled
+                 *     job whose time has come is `queued`).
+                 */
+                status?: components["parameters"]["JobListStatus"];
+                /** @description Only jobs of this task. */
+                task?: components["parameters"]["JobListTask"];
+                /**
+                 * @description Only jobs created strictly after this time (RFC 3339, with an offset).
+                 * @example 2026-12-01T00:00:00Z
+                 */
+                created_after?: components["parameters"]["JobListCreatedAfter"];
+                /**
+                 * @description Only jobs created strictly before this time (RFC 3339, with an offset).
+                 * @example 2026-12-02T00:00:00Z
+                 */
+                created_before?: components["parameters"]["JobListCreatedBefore"];
+                /**
+                 * @description Why the operator acts, kept in the audit trail (`admin_actions`,
+                 *     shown by `idemgate explain` and the console) with who and when; at
+                 *     most 1,000 bytes of UTF-8 (400 otherwise). A JSON body
+                 *     `{"reason": "…"}` may carry it instead.
+                 */
+                reason?: components["parameters"]["ActionReason"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description What the cancel did; zero jobs when none matched. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description Always `no-store`. */
+                    "Cache-Control"?: "no-store";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BulkCancel"];
                 };
             };
             400: components["responses"]["JobListBadRequest"];
