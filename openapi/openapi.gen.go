@@ -660,7 +660,7 @@ type StoryAction struct {
 	// Actor Who: the HTTP Basic user name, or `admin token` for a bearer token.
 	Actor string `json:"actor"`
 
-	// Action What: cancel, replay, delete, requeue, delete-key, resolve-key, run-now, rerun.
+	// Action What: cancel, bulk-cancel, replay, bulk-replay, delete, bulk-delete, requeue, delete-key, resolve-key, run-now, rerun.
 	Action string `json:"action"`
 
 	// Via Where from: `api` (the admin API) or `console`.
@@ -832,6 +832,12 @@ type StoryJob struct {
 
 	// CancelRequestedAt When the first cancel arrived; absent when none did.
 	CancelRequestedAt *time.Time `json:"cancel_requested_at,omitempty"`
+
+	// RerunOf The cancelled or failed job this job re-runs (an operator's "Re-run as a new job"); absent when it re-runs none.
+	RerunOf *string `json:"rerun_of,omitempty"`
+
+	// RerunAs The jobs that re-run this one, oldest first (at most 20); absent when none does.
+	RerunAs *[]string `json:"rerun_as,omitempty"`
 }
 
 // StoryRecord defines model for StoryRecord.

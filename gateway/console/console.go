@@ -102,6 +102,10 @@ type Options struct {
 	DeadLetters DeadLetters
 	// Cancel cancels jobs; nil leaves the action out.
 	Cancel Canceller
+	// Rerun submits a cancelled or failed job again as a new job and
+	// returns it (job.Submitter.Rerun with the configured jobs); nil
+	// leaves the action out.
+	Rerun func(ctx context.Context, id string) (job.Record, error)
 	// MaxBulk is the most jobs a bulk action acts on. Default
 	// job.MaxBulk.
 	MaxBulk int
@@ -330,6 +334,8 @@ func flashOf(r *http.Request) string {
 		return "Replayed: the failed job is queued again and its task is back in the queue."
 	case "run-now":
 		return "Run now: the job's task is due at once; a worker picks it up."
+	case "rerun":
+		return "Re-run: this is the new job, submitted with the payload of the job it re-runs; a worker picks it up."
 	case "cancelled":
 		return "Cancelled: no attempt of the job starts any more."
 	case "cancelling":

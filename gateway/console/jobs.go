@@ -160,8 +160,8 @@ type jobView struct {
 	Version string
 	Final   bool
 	// The actions that apply.
-	CanRequeue, CanReplay, CanDelete, CanCancel, CanRunNow bool
-	KeyURL                                                 string
+	CanRequeue, CanReplay, CanDelete, CanCancel, CanRunNow, CanRerun bool
+	KeyURL                                                           string
 }
 
 // jobStory reads everything the job page shows.
@@ -192,6 +192,7 @@ func (c *console) jobStory(r *http.Request, id string) (jobView, int, error) {
 	v.CanDelete = c.opts.DeadLetters != nil && st == job.StatusFailed
 	v.CanCancel = c.opts.Cancel != nil && st.Runnable()
 	v.CanRunNow = c.opts.DeadLetters != nil && st == job.StatusRetrying
+	v.CanRerun = c.opts.Rerun != nil && (st == job.StatusCancelled || st == job.StatusFailed)
 	v.KeyURL = c.keyURL(scopeOfJob(story))
 	v.Version = version(story)
 	return v, http.StatusOK, nil
@@ -271,6 +272,9 @@ func jobActions() []jobAction {
 		{"cancel", "Cancel",
 			"Cancel stops the job, as `idemgate jobs cancel` and POST /admin/jobs/{id}/cancel do: a job waiting for a worker (scheduled, queued, retrying) becomes cancelled at once and its task is deleted from the queue; a job whose attempt is in flight becomes cancelling, its resource's fencing token moves past the attempt's so the attempt cannot commit a fenced write, and the attempt's end decides between succeeded and cancelled.",
 			func(v jobView) bool { return v.CanCancel }},
+		{"rerun", "Re-run",
+			"Re-run submits the job's payload again as a new job, with its tenant, route and task, through the same path as a request to its enqueue route: the payload is validated against the job's schema, a new record is written and its task enqueued. The new job gets a new id; its page says which job it re-runs, and this job's page links to it. This job stays as it is. A job is re-run once: to try again, re-run the new job. The business key is the same, so a worker applies the effect at most once across both jobs.",
+			func(v jobView) bool { return v.CanRerun }},
 	}
 }
 
@@ -397,6 +401,30 @@ func (c *console) handleJobAction(w http.ResponseWriter, r *http.Request) {
 			c.record(r, job.Action{Action: "cancel", Tenant: rec.Tenant, JobID: id, Reason: reason})
 			seeOther(w, r, c.jobURL(id), "cancelled")
 		}
+		return
+	case "rerun":
+		if c.opts.Rerun == nil {
+			break
+		}
+		rec, err := c.opts.Rerun(ctx, id)
+		switch {
+		case errors.Is(err, job.ErrNotFound):
+			c.fail(w, r, http.StatusNotFound, "No job "+id+".")
+			return
+		case errors.Is(err, job.ErrNotRerunnable):
+			c.fail(w, r, http.StatusConflict, "Job "+id+" has not been cancelled and has not failed: only a job that ended so is re-run.")
+			return
+		case errors.Is(err, job.ErrUnknownTask):
+			c.fail(w, r, http.StatusConflict, "Job "+id+"'s task is not declared in this gateway's configuration any more: its payload cannot be submitted again.")
+			return
+		case err != nil && !errors.Is(err, job.ErrTaskDeferred):
+			c.actionFailed(w, r, "re-run", err)
+			return
+		}
+		log.InfoContext(ctx, "job re-run as a new job by an operator from the console", "new_job_id", rec.ID)
+		c.record(r, job.Action{Action: "rerun", Tenant: rec.Tenant, JobID: id, Reason: reason},
+			job.Action{Tenant: rec.Tenant, JobID: id}, job.Action{Tenant: rec.Tenant, JobID: rec.ID})
+		seeOther(w, r, c.jobURL(rec.ID), "rerun")
 		return
 	case "delete":
 		if c.opts.DeadLetters == nil {

@@ -174,6 +174,14 @@ func (x *Explainer) addJob(ctx context.Context, s *Story, j job.Record) (bool, e
 		Error: j.Error, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, NotBefore: j.NotBefore,
 		CancelRequestedAt: j.CancelRequestedAt,
 	}
+	of, as, err := job.NewRecords(x.DB).Reruns(ctx, j.ID)
+	if err != nil {
+		return false, fmt.Errorf("explain: %w", err)
+	}
+	s.Job.RerunOf = optional(of)
+	if len(as) > 0 {
+		s.Job.RerunAs = &as
+	}
 	if x.TaskState != nil && !j.Status.Final() {
 		state, err := x.TaskState(ctx, j.Queue, j.ID)
 		if err != nil {

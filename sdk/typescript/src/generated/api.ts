@@ -860,7 +860,7 @@ export interface components {
              */
             actor: string;
             /**
-             * @description What: cancel, replay, delete, requeue, delete-key, resolve-key, run-now, rerun.
+             * @description What: cancel, bulk-cancel, replay, bulk-replay, delete, bulk-delete, requeue, delete-key, resolve-key, run-now, rerun.
              * @example replay
              */
             action: string;
@@ -940,6 +940,10 @@ export interface components {
              * @description When the first cancel arrived; absent when none did.
              */
             cancel_requested_at?: string | null;
+            /** @description The cancelled or failed job this job re-runs (an operator's "Re-run as a new job"); absent when it re-runs none. */
+            rerun_of?: string;
+            /** @description The jobs that re-run this one, oldest first (at most 20); absent when none does. */
+            rerun_as?: string[];
         };
         /** @description The execution state of the job's business key. */
         StoryExecution: {
