@@ -185,7 +185,7 @@ func New(opts Options) (http.Handler, error) {
 		return nil, err
 	}
 	c := &console{opts: opts, pages: map[string]*template.Template{}}
-	for _, page := range []string{"overview", "jobs", "job", "keys", "key", "confirm", "error", "failed", "bulk", "search"} {
+	for _, page := range []string{"overview", "jobs", "job", "keys", "key", "confirm", "error", "failed", "bulk", "search", "batch"} {
 		t, err := template.New("layout.html").Funcs(c.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", page, err)
@@ -214,6 +214,7 @@ func (c *console) routes() http.Handler {
 	r.Get(p+"/jobs/{id}/live", c.handleJobLive)
 	r.Get(p+"/jobs/{id}/{action}", c.handleJobConfirm)
 	r.Post(p+"/jobs/{id}/{action}", c.handleJobAction)
+	r.Get(p+"/batches/{id}", c.handleBatch)
 	r.Get(p+"/keys", c.handleKeys)
 	r.Get(p+"/keys/{tenant}/{route}/{key}", c.handleKey)
 	r.Get(p+"/keys/{tenant}/{route}/{key}/live", c.handleKeyLive)

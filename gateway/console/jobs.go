@@ -162,6 +162,9 @@ type jobView struct {
 	// The actions that apply.
 	CanRequeue, CanReplay, CanDelete, CanCancel, CanRunNow, CanRerun bool
 	KeyURL                                                           string
+	// BatchURL is the page of the batch the job was submitted in; ""
+	// when it was submitted alone.
+	BatchURL string
 }
 
 // jobStory reads everything the job page shows.
@@ -183,6 +186,13 @@ func (c *console) jobStory(r *http.Request, id string) (jobView, int, error) {
 			return jobView{}, http.StatusServiceUnavailable, err
 		}
 		v.Document = pretty(gateway.JobDocument(rec))
+		batch, err := c.opts.Jobs.BatchOf(r.Context(), id)
+		if err != nil {
+			return jobView{}, http.StatusServiceUnavailable, err
+		}
+		if batch != "" {
+			v.BatchURL = c.batchURL(batch)
+		}
 		v.payload = rec.Payload
 	}
 	st := job.Status(story.Job.Status)
