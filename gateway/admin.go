@@ -28,6 +28,7 @@ func (g *Gateway) adminRoutes() http.Handler {
 	r.With(g.storableScope).Delete("/admin/keys/{tenant}/{route}/{key}", g.handleKeyDelete())
 	r.With(g.storableScope).Post("/admin/keys/{tenant}/{route}/{key}/resolve", g.handleKeyResolve())
 	r.Get("/admin/jobs", g.handleAdminJobList())
+	r.Post("/admin/jobs/cancel", g.handleAdminJobsCancel())
 	r.Post("/admin/jobs/{id}/cancel", g.handleAdminJobCancel())
 	if g.opts.Explainer != nil {
 		r.With(g.storableScope).Get("/admin/keys/{tenant}/{route}/{key}/explain", g.handleKeyExplain())

@@ -88,6 +88,7 @@ func TestAdminRoutes(t *testing.T) {
 		{Method: "GET", Path: "/admin/fairness/{pool}", Kind: KindAPI},
 		{Method: "PUT", Path: "/admin/fairness/{pool}", Kind: KindAPI},
 		{Method: "GET", Path: "/admin/jobs", Kind: KindAPI},
+		{Method: "POST", Path: "/admin/jobs/cancel", Kind: KindAPI},
 		{Method: "POST", Path: "/admin/jobs/{id}/cancel", Kind: KindAPI},
 		{Method: "DELETE", Path: "/admin/keys/{tenant}/{route}/{key}", Kind: KindAPI},
 		{Method: "GET", Path: "/admin/keys/{tenant}/{route}/{key}", Kind: KindAPI},

@@ -281,3 +281,19 @@ func (s *Records) BatchByID(ctx context.Context, id string) (string, BatchState,
 	}
 	return tenant, st, jobs, nil
 }
+
+// BatchOf returns the id of the batch job id was submitted in; "" when it
+// was submitted alone.
+func (s *Records) BatchOf(ctx context.Context, id string) (string, error) {
+	var batch *string
+	err := s.db.QueryRow(ctx, `SELECT batch_id FROM jobs WHERE id = $1`, id).Scan(&batch)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return "", ErrNotFound
+	case err != nil:
+		return "", fmt.Errorf("job: batch of %s: %w", id, err)
+	case batch == nil:
+		return "", nil
+	}
+	return *batch, nil
+}

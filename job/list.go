@@ -69,10 +69,39 @@ func (s *Records) List(ctx context.Context, f ListFilter, limit int) ([]Record, 
 	if limit <= 0 {
 		limit = 50
 	}
-	if !Storable(f.Task) || !Storable(f.Tenant) || !Storable(string(f.Status)) {
-		return nil, "", nil // no row can hold them
+	q, args, ok, err := listSQL(f, limit+1)
+	if err != nil || !ok {
+		return nil, "", err
 	}
-	var args []any
+	rows, err := s.db.Query(ctx, q, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("job: list jobs: %w", err)
+	}
+	defer rows.Close()
+	var out []Record
+	for rows.Next() {
+		j, err := scanRecord(rows)
+		if err != nil {
+			return nil, "", fmt.Errorf("job: list jobs: %w", err)
+		}
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("job: list jobs: %w", err)
+	}
+	if len(out) <= limit {
+		return out, "", nil
+	}
+	out = out[:limit]
+	return out, cursorOf(out[limit-1]), nil
+}
+
+// listSQL is the statement of List: at most rows jobs that f matches,
+// newest first. ok is false when no row can match f.
+func listSQL(f ListFilter, rows int) (q string, args []any, ok bool, err error) {
+	if !Storable(f.Task) || !Storable(f.Tenant) || !Storable(string(f.Status)) {
+		return "", nil, false, nil // no row can hold them
+	}
 	arg := func(v any) string {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
@@ -96,7 +125,7 @@ func (s *Records) List(ctx context.Context, f ListFilter, limit int) ([]Record, 
 	if f.After != "" {
 		at, id, err := f.After.parse()
 		if err != nil {
-			return nil, "", err
+			return "", nil, false, err
 		}
 		where = append(where, "(created_at, id) < ("+arg(at)+"::timestamptz, "+arg(id)+"::text)")
 	}
@@ -117,8 +146,7 @@ func (s *Records) List(ctx context.Context, f ListFilter, limit int) ([]Record, 
 		ranges = [][]string{{"status = " + arg(string(f.Status))}}
 	}
 	const order = ` ORDER BY created_at DESC, id DESC LIMIT `
-	n := arg(limit + 1)
-	var q string
+	n := arg(rows)
 	if len(ranges) == 1 {
 		q = `SELECT ` + recordColumns + ` FROM jobs` + whereClause(append(where, ranges[0]...)) + order + n
 	} else {
@@ -128,27 +156,7 @@ func (s *Records) List(ctx context.Context, f ListFilter, limit int) ([]Record, 
 		}
 		q = `SELECT ` + recordColumns + ` FROM (` + strings.Join(parts, " UNION ALL ") + `) jobs` + order + n
 	}
-	rows, err := s.db.Query(ctx, q, args...)
-	if err != nil {
-		return nil, "", fmt.Errorf("job: list jobs: %w", err)
-	}
-	defer rows.Close()
-	var out []Record
-	for rows.Next() {
-		j, err := scanRecord(rows)
-		if err != nil {
-			return nil, "", fmt.Errorf("job: list jobs: %w", err)
-		}
-		out = append(out, j)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, "", fmt.Errorf("job: list jobs: %w", err)
-	}
-	if len(out) <= limit {
-		return out, "", nil
-	}
-	out = out[:limit]
-	return out, cursorOf(out[limit-1]), nil
+	return q, args, true, nil
 }
 
 func whereClause(conds []string) string {

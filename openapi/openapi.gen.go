@@ -417,6 +417,21 @@ type BatchState struct {
 	Items int `json:"items"`
 }
 
+// BulkCancel What one cancel by filter did.
+type BulkCancel struct {
+	// JobIds The jobs this call cancelled, newest first.
+	JobIds []string `json:"job_ids"`
+
+	// Cancelled How many of them are now `cancelled`.
+	Cancelled int `json:"cancelled"`
+
+	// Cancelling How many of them are `cancelling`, an attempt in flight.
+	Cancelling int `json:"cancelling"`
+
+	// More Whether the filters still match jobs a cancel acts on.
+	More bool `json:"more"`
+}
+
 // FairnessState A fairness pool now.
 type FairnessState struct {
 	Name string `json:"name"`
@@ -983,7 +998,7 @@ type StoryAction struct {
 	// Actor Who: the HTTP Basic user name, or `admin token` for a bearer token.
 	Actor string `json:"actor"`
 
-	// Action What: cancel, replay, delete, requeue, delete-key, resolve-key, run-now, rerun.
+	// Action What: cancel, bulk-cancel, replay, bulk-replay, delete, bulk-delete, requeue, delete-key, resolve-key, run-now, rerun.
 	Action string `json:"action"`
 
 	// Via Where from: `api` (the admin API) or `console`.
@@ -1176,6 +1191,12 @@ type StoryJob struct {
 
 	// Debounce The cycle of a debounced job; absent for any other job.
 	Debounce *StoryDebounce `json:"debounce,omitempty"`
+
+	// RerunOf The cancelled or failed job this job re-runs (an operator's "Re-run as a new job"); absent when it re-runs none.
+	RerunOf *string `json:"rerun_of,omitempty"`
+
+	// RerunAs The jobs that re-run this one, oldest first (at most 20); absent when none does.
+	RerunAs *[]string `json:"rerun_as,omitempty"`
 }
 
 // StoryRecord defines model for StoryRecord.
@@ -1407,6 +1428,31 @@ type AdminListJobsParams struct {
 	// Cursor The `next_cursor` of the previous page; none starts at the newest
 	// job. Opaque: pass it back as it came.
 	Cursor *JobListCursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// AdminCancelJobsParams defines parameters for AdminCancelJobs.
+type AdminCancelJobsParams struct {
+	// Tenant Only this tenant's jobs; none lists every tenant's.
+	Tenant *JobListTenant `form:"tenant,omitempty" json:"tenant,omitempty"`
+
+	// Status Only jobs in this status, as the job document shows it (a scheduled
+	// job whose time has come is `queued`).
+	Status *JobListStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// Task Only jobs of this task.
+	Task *JobListTask `form:"task,omitempty" json:"task,omitempty"`
+
+	// CreatedAfter Only jobs created strictly after this time (RFC 3339, with an offset).
+	CreatedAfter *JobListCreatedAfter `form:"created_after,omitempty" json:"created_after,omitempty"`
+
+	// CreatedBefore Only jobs created strictly before this time (RFC 3339, with an offset).
+	CreatedBefore *JobListCreatedBefore `form:"created_before,omitempty" json:"created_before,omitempty"`
+
+	// Reason Why the operator acts, kept in the audit trail (`admin_actions`,
+	// shown by `idemgate explain` and the console) with who and when; at
+	// most 1,000 bytes of UTF-8 (400 otherwise). A JSON body
+	// `{"reason": "…"}` may carry it instead.
+	Reason *ActionReason `form:"reason,omitempty" json:"reason,omitempty"`
 }
 
 // AdminCancelJobParams defines parameters for AdminCancelJob.

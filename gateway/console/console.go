@@ -63,10 +63,13 @@ type Requeuer interface {
 	Requeue(ctx context.Context, id string) (job.Record, bool, error)
 }
 
-// Canceller cancels a job whatever its tenant (*job.Submitter, what
-// `idemgate jobs cancel` and POST /admin/jobs/{id}/cancel run).
+// Canceller cancels a job whatever its tenant, or the jobs a filter
+// matches (*job.Submitter, what `idemgate jobs cancel`, POST
+// /admin/jobs/{id}/cancel and POST /admin/jobs/cancel run).
 type Canceller interface {
 	CancelByID(ctx context.Context, id string) (job.Record, bool, error)
+	CancelMatching(ctx context.Context, f job.ListFilter, limit int) ([]job.Record, error)
+	CountCancellable(ctx context.Context, f job.ListFilter, limit int) (int, error)
 }
 
 // DeadLetters replays and deletes failed jobs (*job.DeadLetters, what
@@ -99,6 +102,10 @@ type Options struct {
 	DeadLetters DeadLetters
 	// Cancel cancels jobs; nil leaves the action out.
 	Cancel Canceller
+	// Rerun submits a cancelled or failed job again as a new job and
+	// returns it (job.Submitter.Rerun with the configured jobs); nil
+	// leaves the action out.
+	Rerun func(ctx context.Context, id string) (job.Record, error)
 	// MaxBulk is the most jobs a bulk action acts on. Default
 	// job.MaxBulk.
 	MaxBulk int
@@ -178,7 +185,7 @@ func New(opts Options) (http.Handler, error) {
 		return nil, err
 	}
 	c := &console{opts: opts, pages: map[string]*template.Template{}}
-	for _, page := range []string{"overview", "jobs", "job", "keys", "key", "confirm", "error", "failed", "bulk", "search"} {
+	for _, page := range []string{"overview", "jobs", "job", "keys", "key", "confirm", "error", "failed", "bulk", "search", "batch"} {
 		t, err := template.New("layout.html").Funcs(c.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", page, err)
@@ -201,10 +208,13 @@ func (c *console) routes() http.Handler {
 	r.Get(p+"/failed", c.handleFailed)
 	r.Get(p+"/failed/{action}", c.handleBulkConfirm)
 	r.Post(p+"/failed/{action}", c.handleBulkAction)
+	r.Get(p+"/jobs/cancel", c.handleBulkCancelConfirm)
+	r.Post(p+"/jobs/cancel", c.handleBulkCancel)
 	r.Get(p+"/jobs/{id}", c.handleJob)
 	r.Get(p+"/jobs/{id}/live", c.handleJobLive)
 	r.Get(p+"/jobs/{id}/{action}", c.handleJobConfirm)
 	r.Post(p+"/jobs/{id}/{action}", c.handleJobAction)
+	r.Get(p+"/batches/{id}", c.handleBatch)
 	r.Get(p+"/keys", c.handleKeys)
 	r.Get(p+"/keys/{tenant}/{route}/{key}", c.handleKey)
 	r.Get(p+"/keys/{tenant}/{route}/{key}/live", c.handleKeyLive)
@@ -311,6 +321,8 @@ func flashOf(r *http.Request) string {
 	switch r.URL.Query().Get("done") {
 	case "bulk-replay":
 		return "Replayed " + strconv.Itoa(n) + " failed job" + plural(n) + ": each is queued again and its task is back in the queue."
+	case "bulk-cancel":
+		return "Cancelled " + strconv.Itoa(n) + " job" + plural(n) + ": each waiting one is cancelled, each with an attempt in flight is cancelling until that attempt ends."
 	case "bulk-delete":
 		return "Deleted " + strconv.Itoa(n) + " failed job" + plural(n) + ": their records and tasks are gone."
 	case "requeued":
@@ -323,6 +335,8 @@ func flashOf(r *http.Request) string {
 		return "Replayed: the failed job is queued again and its task is back in the queue."
 	case "run-now":
 		return "Run now: the job's task is due at once; a worker picks it up."
+	case "rerun":
+		return "Re-run: this is the new job, submitted with the payload of the job it re-runs; a worker picks it up."
 	case "cancelled":
 		return "Cancelled: no attempt of the job starts any more."
 	case "cancelling":

@@ -140,9 +140,13 @@ func plural(n int) string {
 
 // bulkView is the confirmation of a bulk action.
 type bulkView struct {
+	// Noun is what the action acts on, singular ("failed job").
+	Noun                                      string
 	Label, Button, Explains, FilterText, Back string
-	Count, Remaining, Bound                   int
-	RemainingCapped                           bool
+	// Newest says the action takes the newest jobs first.
+	Newest                  bool
+	Count, Remaining, Bound int
+	RemainingCapped         bool
 }
 
 // bulkActions are the actions on the failed jobs a filter matches.
@@ -197,7 +201,7 @@ func (c *console) handleBulkConfirm(w http.ResponseWriter, r *http.Request) {
 		filterText = q
 	}
 	c.render(w, r, http.StatusOK, "bulk", a.Label+" failed jobs", page{Data: bulkView{
-		Label: a.Label, Button: a.Label + " " + strconv.Itoa(len(jobs)) + " job" + plural(len(jobs)), Explains: a.Explains,
+		Noun: "failed job", Label: a.Label, Button: a.Label + " " + strconv.Itoa(len(jobs)) + " job" + plural(len(jobs)), Explains: a.Explains,
 		FilterText: filterText, Back: c.failedURL(f, ""), Count: len(jobs), Remaining: remaining, Bound: c.bound(),
 		RemainingCapped: remaining+len(jobs) >= job.FailedScan}})
 }

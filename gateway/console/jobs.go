@@ -28,25 +28,27 @@ type jobsPage struct {
 	// Unreadable says PostgreSQL could not be read: the filters stay, the
 	// list is not shown.
 	Unreadable string
-	Now        time.Time
+	// CancelURL confirms the cancel of the jobs the filters match; ""
+	// when the console cannot cancel or none can match.
+	CancelURL string
+	Now       time.Time
 }
 
 // pageSize is how many jobs or keys a list shows at once.
 const pageSize = 50
 
-func (c *console) handleJobs(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	p := jobsPage{Statuses: job.Statuses(), OlderThan: q.Get("older_than"), Now: c.opts.Now()}
+// jobsFilter reads the job list's filters from its query: status, task,
+// tenant, older_than, created_after, created_before and after.
+func jobsFilter(q url.Values) (jobsPage, error) {
+	p := jobsPage{Statuses: job.Statuses(), OlderThan: q.Get("older_than")}
 	p.Filter = job.ListFilter{Status: job.Status(q.Get("status")), Task: q.Get("task"), Tenant: q.Get("tenant"), After: job.Cursor(q.Get("after"))}
 	if p.Filter.Status != "" && !validStatus(p.Filter.Status) {
-		c.fail(w, r, http.StatusBadRequest, "Unknown job status "+string(p.Filter.Status)+".")
-		return
+		return p, errors.New("Unknown job status " + string(p.Filter.Status) + ".")
 	}
 	if p.OlderThan != "" {
 		d, err := time.ParseDuration(p.OlderThan)
 		if err != nil || d < 0 {
-			c.fail(w, r, http.StatusBadRequest, "older_than is a duration such as 10m or 2h, not "+p.OlderThan+".")
-			return
+			return p, errors.New("older_than is a duration such as 10m or 2h, not " + p.OlderThan + ".")
 		}
 		p.Filter.OlderThan = d
 	}
@@ -61,11 +63,35 @@ func (c *console) handleJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		at, err := parseFormTime(v)
 		if err != nil {
-			c.fail(w, r, http.StatusBadRequest, b.name+" is a time such as 2026-01-02T15:04:05 (UTC) or RFC 3339, not "+v+".")
-			return
+			return p, errors.New(b.name + " is a time such as 2026-01-02T15:04:05 (UTC) or RFC 3339, not " + v + ".")
 		}
 		*b.at, *b.shown = at, at.UTC().Format(formTime)
 	}
+	return p, nil
+}
+
+// jobsFilters are the query parameters of the job list's filters.
+var jobsFilters = []string{"status", "task", "tenant", "older_than", "created_after", "created_before"}
+
+// filtersOf is q's job list filters alone, without the page's cursor.
+func filtersOf(q url.Values) url.Values {
+	out := url.Values{}
+	for _, k := range jobsFilters {
+		if v := q.Get(k); v != "" {
+			out.Set(k, v)
+		}
+	}
+	return out
+}
+
+func (c *console) handleJobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p, err := jobsFilter(q)
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	p.Now = c.opts.Now()
 	if c.opts.Jobs == nil {
 		p.NoJobs = "Jobs are kept in PostgreSQL, and this gateway has no database_url."
 		c.render(w, r, http.StatusOK, "jobs", "Jobs", page{Data: p, Flash: flashOf(r)})
@@ -83,13 +109,14 @@ func (c *console) handleJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.Jobs = jobs
-	if next != "" {
-		nq := url.Values{}
-		for _, k := range []string{"status", "task", "tenant", "older_than", "created_after", "created_before"} {
-			if v := q.Get(k); v != "" {
-				nq.Set(k, v)
-			}
+	if c.opts.Cancel != nil && len(jobs) > 0 && (p.Filter.Status == "" || p.Filter.Status.Runnable()) {
+		p.CancelURL = c.opts.Prefix + "/jobs/cancel"
+		if fq := filtersOf(q).Encode(); fq != "" {
+			p.CancelURL += "?" + fq
 		}
+	}
+	if next != "" {
+		nq := filtersOf(q)
 		nq.Set("after", string(next))
 		p.Next = c.opts.Prefix + "/jobs?" + nq.Encode()
 	}
@@ -133,8 +160,11 @@ type jobView struct {
 	Version string
 	Final   bool
 	// The actions that apply.
-	CanRequeue, CanReplay, CanDelete, CanCancel, CanRunNow bool
-	KeyURL                                                 string
+	CanRequeue, CanReplay, CanDelete, CanCancel, CanRunNow, CanRerun bool
+	KeyURL                                                           string
+	// BatchURL is the page of the batch the job was submitted in; ""
+	// when it was submitted alone.
+	BatchURL string
 }
 
 // jobStory reads everything the job page shows.
@@ -156,6 +186,13 @@ func (c *console) jobStory(r *http.Request, id string) (jobView, int, error) {
 			return jobView{}, http.StatusServiceUnavailable, err
 		}
 		v.Document = pretty(gateway.JobDocument(rec))
+		batch, err := c.opts.Jobs.BatchOf(r.Context(), id)
+		if err != nil {
+			return jobView{}, http.StatusServiceUnavailable, err
+		}
+		if batch != "" {
+			v.BatchURL = c.batchURL(batch)
+		}
 		v.payload = rec.Payload
 	}
 	st := job.Status(story.Job.Status)
@@ -165,6 +202,7 @@ func (c *console) jobStory(r *http.Request, id string) (jobView, int, error) {
 	v.CanDelete = c.opts.DeadLetters != nil && st == job.StatusFailed
 	v.CanCancel = c.opts.Cancel != nil && st.Runnable()
 	v.CanRunNow = c.opts.DeadLetters != nil && st == job.StatusRetrying
+	v.CanRerun = c.opts.Rerun != nil && (st == job.StatusCancelled || st == job.StatusFailed)
 	v.KeyURL = c.keyURL(scopeOfJob(story))
 	v.Version = version(story)
 	return v, http.StatusOK, nil
@@ -244,6 +282,9 @@ func jobActions() []jobAction {
 		{"cancel", "Cancel",
 			"Cancel stops the job, as `idemgate jobs cancel` and POST /admin/jobs/{id}/cancel do: a job waiting for a worker (scheduled, queued, retrying) becomes cancelled at once and its task is deleted from the queue; a job whose attempt is in flight becomes cancelling, its resource's fencing token moves past the attempt's so the attempt cannot commit a fenced write, and the attempt's end decides between succeeded and cancelled.",
 			func(v jobView) bool { return v.CanCancel }},
+		{"rerun", "Re-run",
+			"Re-run submits the job's payload again as a new job, with its tenant, route and task, through the same path as a request to its enqueue route: the payload is validated against the job's schema, a new record is written and its task enqueued. The new job gets a new id; its page says which job it re-runs, and this job's page links to it. This job stays as it is. A job is re-run once: to try again, re-run the new job. The business key is the same, so a worker applies the effect at most once across both jobs.",
+			func(v jobView) bool { return v.CanRerun }},
 	}
 }
 
@@ -370,6 +411,30 @@ func (c *console) handleJobAction(w http.ResponseWriter, r *http.Request) {
 			c.record(r, job.Action{Action: "cancel", Tenant: rec.Tenant, JobID: id, Reason: reason})
 			seeOther(w, r, c.jobURL(id), "cancelled")
 		}
+		return
+	case "rerun":
+		if c.opts.Rerun == nil {
+			break
+		}
+		rec, err := c.opts.Rerun(ctx, id)
+		switch {
+		case errors.Is(err, job.ErrNotFound):
+			c.fail(w, r, http.StatusNotFound, "No job "+id+".")
+			return
+		case errors.Is(err, job.ErrNotRerunnable):
+			c.fail(w, r, http.StatusConflict, "Job "+id+" has not been cancelled and has not failed: only a job that ended so is re-run.")
+			return
+		case errors.Is(err, job.ErrUnknownTask):
+			c.fail(w, r, http.StatusConflict, "Job "+id+"'s task is not declared in this gateway's configuration any more: its payload cannot be submitted again.")
+			return
+		case err != nil && !errors.Is(err, job.ErrTaskDeferred):
+			c.actionFailed(w, r, "re-run", err)
+			return
+		}
+		log.InfoContext(ctx, "job re-run as a new job by an operator from the console", "new_job_id", rec.ID)
+		c.record(r, job.Action{Action: "rerun", Tenant: rec.Tenant, JobID: id, Reason: reason},
+			job.Action{Tenant: rec.Tenant, JobID: id}, job.Action{Tenant: rec.Tenant, JobID: rec.ID})
+		seeOther(w, r, c.jobURL(rec.ID), "rerun")
 		return
 	case "delete":
 		if c.opts.DeadLetters == nil {

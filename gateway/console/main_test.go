@@ -124,10 +124,13 @@ func setupWith(t *testing.T, adjust func(*console.Options)) *env {
 		Requeue:     job.NewRelay(sub, inspector, job.RelayOptions{}),
 		DeadLetters: job.NewDeadLetters(sub, inspector),
 		Cancel:      sub,
-		Audit:       g.Audit(),
-		Stuck:       console.StuckJobs(pool, reconcile.Options{StuckAfter: explain.DefaultStuckAfter}),
-		QueuesPath:  "/admin/queues",
-		Logger:      slog.New(slog.DiscardHandler),
+		Rerun: func(ctx context.Context, id string) (job.Record, error) {
+			return sub.Rerun(ctx, id, func(task string) (*job.Spec, bool) { return spec, task == spec.Task })
+		},
+		Audit:      g.Audit(),
+		Stuck:      console.StuckJobs(pool, reconcile.Options{StuckAfter: explain.DefaultStuckAfter}),
+		QueuesPath: "/admin/queues",
+		Logger:     slog.New(slog.DiscardHandler),
 	}
 	adjust(&co)
 	h, err := console.New(co)

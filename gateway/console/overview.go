@@ -22,6 +22,8 @@ type overview struct {
 	Stuck    []stuckJob
 	// StuckChecked is false when stuck jobs are not looked for.
 	StuckChecked bool
+	// Charts are the job activity of the last hour and the last day.
+	Charts []chart
 	// Unreadable says that PostgreSQL could not be read: the page shows
 	// what it has without it (the requests this instance counted).
 	Unreadable string
@@ -70,6 +72,18 @@ func (c *console) handleOverview(w http.ResponseWriter, r *http.Request) {
 		for _, s := range job.Statuses() {
 			if err == nil {
 				o.Statuses = append(o.Statuses, statusCount{s, counts[s], shownCount(counts[s])})
+			}
+		}
+		if err == nil {
+			now := c.opts.Now().UTC()
+			for _, w := range chartWindows {
+				since := now.Add(-w.window).Truncate(w.bucket).Add(w.bucket)
+				acts, capped, err := c.opts.Jobs.Activity(r.Context(), since, now, w.bucket)
+				if err != nil {
+					c.unreadable(r, &o, "reading job activity", err)
+					break
+				}
+				o.Charts = append(o.Charts, newChart(w.id, w.title, w.per, acts, capped))
 			}
 		}
 	}

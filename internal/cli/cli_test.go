@@ -54,6 +54,8 @@ func TestCLIUsage(t *testing.T) {
 		{"jobs list bad time", []string{"jobs", "list", "--created-after", "yesterday", "--config", "x"}, 2, `jobs list: --created-after: "yesterday" is not a time in RFC 3339`},
 		{"jobs cancel with a list flag", []string{"jobs", "cancel", "job_1", "--status", "queued", "--config", "x"}, 2, "jobs cancel: --status is a flag of jobs list"},
 		{"jobs requeue without ids", []string{"jobs", "requeue", "--config", "x"}, 2, "jobs requeue: name at least one job id"},
+		{"jobs list with a reason", []string{"jobs", "list", "--reason", "x", "--config", "x"}, 2, "jobs list: --reason is a flag of jobs requeue and jobs cancel"},
+		{"dlq cancel with a reason too long", []string{"dlq", "delete", "job_1", "--reason", strings.Repeat("x", 1001), "--config", "x"}, 2, "dlq delete: --reason is at most 1000 bytes of UTF-8"},
 		{"jobs cancel without ids", []string{"jobs", "cancel", "--config", "x"}, 2, "jobs cancel: name at least one job id"},
 		{"jobs cancel without config", []string{"jobs", "cancel", "job_1"}, 2, "--config FILE is required"},
 		{"jobs help", []string{"jobs", "--help"}, 0, "requeue|cancel JOB_ID... --config FILE"},

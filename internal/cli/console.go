@@ -59,6 +59,7 @@ func mountConsole(g *gateway.Gateway, cfg *config.Config, deps gatewayDeps, opts
 			}
 			co.Requeue = job.NewRelay(sub, inspector, job.RelayOptions{})
 			co.Cancel = sub
+			co.Rerun = func(ctx context.Context, id string) (job.Record, error) { return sub.Rerun(ctx, id, cfg.Job) }
 			co.DeadLetters = job.NewDeadLetters(sub, inspector)
 			co.QueuesPath = queuesPath
 		}

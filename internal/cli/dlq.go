@@ -12,9 +12,10 @@ import (
 	"github.com/idemgate/idemgate/job"
 )
 
-func runDLQ(ctx context.Context, ext extension.Set, args []string, getenv func(string) string, stdout, _ io.Writer) error {
+func runDLQ(ctx context.Context, ext extension.Set, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newConfigFlags("dlq", "dlq list|replay JOB_ID...|delete JOB_ID... --config FILE", stdout)
 	limit := fs.Int("limit", 100, "list: at most this many jobs, newest first")
+	reason := fs.String("reason", "", "replay, delete: why, kept in the audit trail (at most 1000 bytes)")
 	pos, err := fs.parseArgs(args)
 	if err != nil {
 		return err
@@ -31,6 +32,12 @@ func runDLQ(ctx context.Context, ext extension.Set, args []string, getenv func(s
 		fs.Usage()
 		return usagef("dlq: want list, or replay/delete followed by job ids")
 	}
+	if op == "list" && *reason != "" {
+		return usagef("dlq list: --reason is a flag of dlq replay and dlq delete")
+	}
+	if job.CheckReason(*reason) != nil {
+		return usagef("dlq %s: --reason is at most %d bytes of UTF-8", op, job.MaxReasonBytes)
+	}
 	cfg, err := fs.load(ext, getenv, false)
 	if err != nil {
 		return err
@@ -42,6 +49,9 @@ func runDLQ(ctx context.Context, ext extension.Set, args []string, getenv func(s
 		return err
 	}
 	dl := job.NewDeadLetters(enq, inspector)
+	audit := cliAudit{records: enq.Records(), getenv: getenv, stderr: stderr}
+	var done []job.Action
+	defer func() { audit.record(ctx, job.Action{Action: op, Reason: *reason}, done) }()
 
 	switch op {
 	case "list":
@@ -75,16 +85,22 @@ func runDLQ(ctx context.Context, ext extension.Set, args []string, getenv func(s
 				errs = append(errs, dlqError(id, err))
 				continue
 			}
+			done = append(done, job.Action{Tenant: rec.Tenant, JobID: id})
 			fmt.Fprintf(stdout, "%s: replayed, now %s\n", id, rec.Status)
 		}
 		return errors.Join(errs...)
 	default:
 		var errs []error
 		for _, id := range ids {
+			tenant := ""
+			if rec, err := enq.Records().ByID(ctx, id); err == nil {
+				tenant = rec.Tenant
+			}
 			if err := dl.Delete(ctx, id); err != nil {
 				errs = append(errs, dlqError(id, err))
 				continue
 			}
+			done = append(done, job.Action{Tenant: tenant, JobID: id})
 			fmt.Fprintf(stdout, "%s: deleted\n", id)
 		}
 		return errors.Join(errs...)

@@ -345,8 +345,12 @@ func TestDeadLetters(t *testing.T) {
 	if _, err := pool.Exec(context.Background(), `UPDATE inventory_items SET initial_stock = initial_stock + 10, stock = stock + 10 WHERE sku = 'scarce'`); err != nil {
 		t.Fatal(err)
 	}
-	if code, out, errOut := cli(t, nil, "dlq", "replay", id, "--config", cfg); code != 0 || !strings.Contains(out, "replayed") {
+	if code, out, errOut := cli(t, map[string]string{"USER": "erin"}, "dlq", "replay", id, "--reason", "stock added", "--config", cfg); code != 0 || !strings.Contains(out, "replayed") {
 		t.Fatalf("dlq replay: exit %d\n%s%s", code, out, errOut)
+	}
+	// The replay is in the audit trail, as the console's would be.
+	if n := count(t, pool, `SELECT count(*) FROM admin_actions WHERE job_id = '`+id+`' AND action = 'replay' AND via = 'cli' AND actor = 'cli:erin' AND reason = 'stock added'`); n != 1 {
+		t.Errorf("audit rows of the CLI's replay: %d, want 1", n)
 	}
 	waitFor(t, "replayed job succeeded", 2*time.Minute, func() bool {
 		return decodeJob(t, getJob(t, g.public, id, "acme-key")).Status == "succeeded"

@@ -15,9 +15,10 @@ import (
 // `idemgate jobs requeue JOB_ID...` (the relay's work, for the jobs an
 // operator names, whatever the age of their records) and `idemgate jobs
 // cancel JOB_ID...` (POST /admin/jobs/{id}/cancel for each).
-func runJobs(ctx context.Context, ext extension.Set, args []string, getenv func(string) string, stdout, _ io.Writer) error {
+func runJobs(ctx context.Context, ext extension.Set, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newConfigFlags("jobs", "jobs list [--json] [--tenant T] [--status S] [--task T] [--created-after TIME] [--created-before TIME] [--limit N] [--cursor C] | requeue|cancel JOB_ID... --config FILE", stdout)
 	lf := addListFlags(fs.FlagSet)
+	reason := fs.String("reason", "", "requeue, cancel: why, kept in the audit trail (at most 1000 bytes)")
 	pos, err := fs.parseArgs(args)
 	if err != nil {
 		return err
@@ -41,6 +42,12 @@ func runJobs(ctx context.Context, ext extension.Set, args []string, getenv func(
 	if set := listOnly(fs.FlagSet); op != "list" && len(set) > 0 {
 		return usagef("jobs %s: %s is a flag of jobs list", op, strings.Join(set, ", "))
 	}
+	if op == "list" && *reason != "" {
+		return usagef("jobs list: --reason is a flag of jobs requeue and jobs cancel")
+	}
+	if job.CheckReason(*reason) != nil {
+		return usagef("jobs %s: --reason is at most %d bytes of UTF-8", op, job.MaxReasonBytes)
+	}
 	var (
 		filter job.ListFilter
 		limit  int
@@ -63,13 +70,18 @@ func runJobs(ctx context.Context, ext extension.Set, args []string, getenv func(
 	if err != nil {
 		return err
 	}
+	audit := cliAudit{records: enq.Records(), getenv: getenv, stderr: stderr}
 	if op == "cancel" {
 		enq.Inspector = inspector
-		return cancelJobs(ctx, enq, ids, stdout)
+		return cancelJobs(ctx, enq, ids, audit, *reason, stdout)
 	}
 	relay := job.NewRelay(enq, inspector, job.RelayOptions{})
 
-	var errs []error
+	var (
+		errs []error
+		done []job.Action
+	)
+	defer func() { audit.record(ctx, job.Action{Action: "requeue", Reason: *reason}, done) }()
 	for _, id := range ids {
 		rec, sent, err := relay.Requeue(ctx, id)
 		switch {
@@ -84,6 +96,7 @@ func runJobs(ctx context.Context, ext extension.Set, args []string, getenv func(
 		case err != nil:
 			errs = append(errs, fmt.Errorf("%s: %w", id, err))
 		case sent:
+			done = append(done, job.Action{Tenant: rec.Tenant, JobID: id})
 			fmt.Fprintf(stdout, "%s: requeued (%s, %s on queue %s)\n", id, rec.Status, rec.Task, rec.Queue)
 		default:
 			fmt.Fprintf(stdout, "%s: task present (%s, %s on queue %s)\n", id, rec.Status, rec.Task, rec.Queue)
@@ -94,9 +107,14 @@ func runJobs(ctx context.Context, ext extension.Set, args []string, getenv func(
 
 // cancelJobs cancels each job and says the status it is left in; a job
 // that cannot be cancelled (unknown, succeeded, failed) is an error that
-// does not stop the others.
-func cancelJobs(ctx context.Context, jobs *job.Submitter, ids []string, stdout io.Writer) error {
-	var errs []error
+// does not stop the others. The jobs it cancelled are one action in the
+// audit trail.
+func cancelJobs(ctx context.Context, jobs *job.Submitter, ids []string, audit cliAudit, reason string, stdout io.Writer) error {
+	var (
+		errs []error
+		done []job.Action
+	)
+	defer func() { audit.record(ctx, job.Action{Action: "cancel", Reason: reason}, done) }()
 	for _, id := range ids {
 		rec, _, err := jobs.CancelByID(ctx, id)
 		switch {
@@ -107,8 +125,10 @@ func cancelJobs(ctx context.Context, jobs *job.Submitter, ids []string, stdout i
 		case err != nil:
 			errs = append(errs, fmt.Errorf("%s: %w", id, err))
 		case rec.Status == job.StatusCancelling:
+			done = append(done, job.Action{Tenant: rec.Tenant, JobID: id})
 			fmt.Fprintf(stdout, "%s: cancelling (an attempt is in flight; its end decides: succeeded or cancelled)\n", id)
 		default:
+			done = append(done, job.Action{Tenant: rec.Tenant, JobID: id})
 			fmt.Fprintf(stdout, "%s: %s\n", id, rec.Status)
 		}
 	}

@@ -177,6 +177,14 @@ func (x *Explainer) addJob(ctx context.Context, s *Story, j job.Record) (bool, e
 	if d := j.Debounce; d != nil {
 		s.Job.Debounce = &openapi.StoryDebounce{Key: d.Key, Coalesced: d.Coalesced, FirstAt: d.FirstAt, LastAt: d.LastAt, Until: d.Until}
 	}
+	of, as, err := job.NewRecords(x.DB).Reruns(ctx, j.ID)
+	if err != nil {
+		return false, fmt.Errorf("explain: %w", err)
+	}
+	s.Job.RerunOf = optional(of)
+	if len(as) > 0 {
+		s.Job.RerunAs = &as
+	}
 	if x.TaskState != nil && !j.Status.Final() {
 		state, err := x.TaskState(ctx, j.Queue, job.TaskID(j))
 		if err != nil {

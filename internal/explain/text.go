@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -58,6 +59,12 @@ func WriteText(w io.Writer, s *Story) error {
 		}
 		if j.Error != nil {
 			p("\terror %s\n", *j.Error)
+		}
+		if of := value(j.RerunOf); of != "" {
+			p("\tre-run of %s\n", of)
+		}
+		if j.RerunAs != nil {
+			p("\tre-run as %s\n", strings.Join(*j.RerunAs, ", "))
 		}
 		if e := s.Execution; e != nil {
 			p("execution\t%s, %d attempt(s), token %d, result_ref %s\n", e.Status, e.Attempts, e.FencingToken, dash(e.ResultRef))

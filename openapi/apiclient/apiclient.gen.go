@@ -141,6 +141,21 @@ type ClientInterface interface {
 	// Corresponds with GET /admin/jobs (the `AdminListJobs` operationId).
 	AdminListJobs(ctx context.Context, params *AdminListJobsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// AdminCancelJobs Cancel the jobs a filter matches, at most 1,000 at once.
+	//
+	// Cancels the newest jobs that the filters match and that a cancel
+	// acts on (`scheduled`, `queued`, `processing`, `retrying`), at most
+	// 1,000 per call, each as `POST /admin/jobs/{id}/cancel` would:
+	// waiting jobs become `cancelled`, jobs with an attempt in flight
+	// `cancelling`, and each job's final-status callback is sent. With
+	// no filter it acts on every tenant's jobs. The cancel is one action
+	// in the audit trail, with its filter, its reason and every job it
+	// cancelled. `more` says whether jobs are left: call it again for
+	// them. The console's "Cancel matching jobs" does the same.
+	//
+	// Corresponds with POST /admin/jobs/cancel (the `AdminCancelJobs` operationId).
+	AdminCancelJobs(ctx context.Context, params *AdminCancelJobsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// AdminCancelJob Cancel any tenant's job.
 	//
 	// `POST /v1/jobs/{id}/cancel` for an operator: any tenant's job, with
@@ -585,6 +600,31 @@ func (c *Client) SetFairness(ctx context.Context, pool string, body SetFairnessJ
 // Corresponds with GET /admin/jobs (the `AdminListJobs` operationId).
 func (c *Client) AdminListJobs(ctx context.Context, params *AdminListJobsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewAdminListJobsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AdminCancelJobs Cancel the jobs a filter matches, at most 1,000 at once.
+//
+// Cancels the newest jobs that the filters match and that a cancel
+// acts on (`scheduled`, `queued`, `processing`, `retrying`), at most
+// 1,000 per call, each as `POST /admin/jobs/{id}/cancel` would:
+// waiting jobs become `cancelled`, jobs with an attempt in flight
+// `cancelling`, and each job's final-status callback is sent. With
+// no filter it acts on every tenant's jobs. The cancel is one action
+// in the audit trail, with its filter, its reason and every job it
+// cancelled. `more` says whether jobs are left: call it again for
+// them. The console's "Cancel matching jobs" does the same.
+//
+// Corresponds with POST /admin/jobs/cancel (the `AdminCancelJobs` operationId).
+func (c *Client) AdminCancelJobs(ctx context.Context, params *AdminCancelJobsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdminCancelJobsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1469,6 +1509,120 @@ func NewAdminListJobsRequest(server string, params *AdminListJobsParams) (*http.
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAdminCancelJobsRequest constructs an http.Request for the AdminCancelJobs method
+func NewAdminCancelJobsRequest(server string, params *AdminCancelJobsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/jobs/cancel")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Tenant != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "tenant", *params.Tenant, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Status != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Task != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "task", *params.Task, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CreatedAfter != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "created_after", *params.CreatedAfter, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CreatedBefore != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "created_before", *params.CreatedBefore, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Reason != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "reason", *params.Reason, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -2963,6 +3117,23 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /admin/jobs (the `AdminListJobs` operationId).
 	AdminListJobsWithResponse(ctx context.Context, params *AdminListJobsParams, reqEditors ...RequestEditorFn) (*AdminListJobsResponse, error)
 
+	// AdminCancelJobsWithResponse Cancel the jobs a filter matches, at most 1,000 at once.
+	//
+	// Cancels the newest jobs that the filters match and that a cancel
+	// acts on (`scheduled`, `queued`, `processing`, `retrying`), at most
+	// 1,000 per call, each as `POST /admin/jobs/{id}/cancel` would:
+	// waiting jobs become `cancelled`, jobs with an attempt in flight
+	// `cancelling`, and each job's final-status callback is sent. With
+	// no filter it acts on every tenant's jobs. The cancel is one action
+	// in the audit trail, with its filter, its reason and every job it
+	// cancelled. `more` says whether jobs are left: call it again for
+	// them. The console's "Cancel matching jobs" does the same.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /admin/jobs/cancel (the `AdminCancelJobs` operationId).
+	AdminCancelJobsWithResponse(ctx context.Context, params *AdminCancelJobsParams, reqEditors ...RequestEditorFn) (*AdminCancelJobsResponse, error)
+
 	// AdminCancelJobWithResponse Cancel any tenant's job.
 	//
 	// `POST /v1/jobs/{id}/cancel` for an operator: any tenant's job, with
@@ -3770,6 +3941,146 @@ func (r AdminListJobsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r AdminListJobsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AdminCancelJobsResponse200Headers the declared response headers of an HTTP 200 response for AdminCancelJobs
+type AdminCancelJobsResponse200Headers struct {
+	CacheControl *string
+	XRequestId   string
+}
+
+// AdminCancelJobsResponse400Headers the declared response headers of an HTTP 400 response for AdminCancelJobs
+type AdminCancelJobsResponse400Headers struct {
+	Link       *string
+	XRequestId string
+}
+
+// AdminCancelJobsResponse401Headers the declared response headers of an HTTP 401 response for AdminCancelJobs
+type AdminCancelJobsResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestId      string
+}
+
+// AdminCancelJobsResponse404Headers the declared response headers of an HTTP 404 response for AdminCancelJobs
+type AdminCancelJobsResponse404Headers struct {
+	XRequestId string
+}
+
+// AdminCancelJobsResponse429Headers the declared response headers of an HTTP 429 response for AdminCancelJobs
+type AdminCancelJobsResponse429Headers struct {
+	RetryAfter int
+	XRequestId string
+}
+
+// AdminCancelJobsResponse500Headers the declared response headers of an HTTP 500 response for AdminCancelJobs
+type AdminCancelJobsResponse500Headers struct {
+	XRequestId string
+}
+
+// AdminCancelJobsResponse503Headers the declared response headers of an HTTP 503 response for AdminCancelJobs
+type AdminCancelJobsResponse503Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         int
+	XRequestId         string
+}
+
+type AdminCancelJobsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *BulkCancel
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *JobListBadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *AdminUnauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *AdminThrottled
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *AdminCancelJobsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *AdminCancelJobsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AdminCancelJobsResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *AdminCancelJobsResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AdminCancelJobsResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *AdminCancelJobsResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AdminCancelJobsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AdminCancelJobsResponse) GetJSON200() *BulkCancel {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AdminCancelJobsResponse) GetApplicationproblemJSON400() *JobListBadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AdminCancelJobsResponse) GetApplicationproblemJSON401() *AdminUnauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AdminCancelJobsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AdminCancelJobsResponse) GetApplicationproblemJSON429() *AdminThrottled {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r AdminCancelJobsResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AdminCancelJobsResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r AdminCancelJobsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AdminCancelJobsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AdminCancelJobsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AdminCancelJobsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6987,6 +7298,29 @@ func (c *ClientWithResponses) AdminListJobsWithResponse(ctx context.Context, par
 	return ParseAdminListJobsResponse(rsp)
 }
 
+// AdminCancelJobsWithResponse Cancel the jobs a filter matches, at most 1,000 at once.
+//
+// Cancels the newest jobs that the filters match and that a cancel
+// acts on (`scheduled`, `queued`, `processing`, `retrying`), at most
+// 1,000 per call, each as `POST /admin/jobs/{id}/cancel` would:
+// waiting jobs become `cancelled`, jobs with an attempt in flight
+// `cancelling`, and each job's final-status callback is sent. With
+// no filter it acts on every tenant's jobs. The cancel is one action
+// in the audit trail, with its filter, its reason and every job it
+// cancelled. `more` says whether jobs are left: call it again for
+// them. The console's "Cancel matching jobs" does the same.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /admin/jobs/cancel (the `AdminCancelJobs` operationId).
+func (c *ClientWithResponses) AdminCancelJobsWithResponse(ctx context.Context, params *AdminCancelJobsParams, reqEditors ...RequestEditorFn) (*AdminCancelJobsResponse, error) {
+	rsp, err := c.AdminCancelJobs(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAdminCancelJobsResponse(rsp)
+}
+
 // AdminCancelJobWithResponse Cancel any tenant's job.
 //
 // `POST /v1/jobs/{id}/cancel` for an operator: any tenant's job, with
@@ -8088,6 +8422,203 @@ func ParseAdminListJobsResponse(rsp *http.Response) (*AdminListJobsResponse, err
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers AdminListJobsResponse503Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAdminCancelJobsResponse parses an HTTP response from a AdminCancelJobsWithResponse call
+func ParseAdminCancelJobsResponse(rsp *http.Response) (*AdminCancelJobsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AdminCancelJobsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest BulkCancel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest JobListBadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest AdminUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AdminThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers AdminCancelJobsResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers AdminCancelJobsResponse400Headers
+		if values := rsp.Header.Values("Link"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Link", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Link = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers AdminCancelJobsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers AdminCancelJobsResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers AdminCancelJobsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers AdminCancelJobsResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers AdminCancelJobsResponse503Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

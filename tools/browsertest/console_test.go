@@ -244,6 +244,11 @@ func deadLetterReplayed(t *testing.T, s *stack, tb *tab, id, paymentID string) {
 	tb.open(t, "/admin/ui/jobs/"+id)
 	tb.waitFor(t, "the refused payment's page says failed", 60*time.Second, statusIs("failed"))
 	tb.screenshot(t, "console-dead-letter")
+	tb.open(t, "/admin/ui/failed")
+	tb.waitFor(t, "the failed-jobs page lists the refused payment", 20*time.Second, `document.querySelector('#failed-jobs tr.job[data-id="`+id+`"]')`)
+	tb.screenshot(t, "console-failed")
+	tb.open(t, "/admin/ui/jobs/"+id)
+	tb.waitFor(t, "the refused payment's page again", 20*time.Second, statusIs("failed"))
 	flash := act(t, tb, "replay")
 	t.Logf("replay: %s", flash)
 	tb.waitFor(t, "the replayed payment's page says succeeded", 60*time.Second, statusIs("succeeded"))
@@ -351,6 +356,8 @@ func overview(t *testing.T, tb *tab) {
 	if n, _ := eval[int](tb, `document.querySelectorAll('#requests tr[data-tenant="acme"]').length`); n == 0 {
 		t.Error("#requests has no row of tenant acme")
 	}
+	tb.waitFor(t, "the hour's activity chart", 20*time.Second,
+		`Number((document.querySelector("figure#chart-hour") || {dataset: {}}).dataset.started) >= 3 && document.querySelectorAll("figure#chart-hour polyline").length === 5`)
 	tb.screenshot(t, "console-overview")
 
 	tb.open(t, "/admin/ui/jobs?status=succeeded")

@@ -106,6 +106,172 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/schedules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the tenant's recurring schedules.
+         * @description The authenticated tenant's schedules by id: those it created with
+         *     `PUT /v1/schedules/{id}` and those the configuration declares for
+         *     it (`source: config`).
+         */
+        get: operations["listSchedules"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{id}": {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description An id for this request, echoed in the `X-Request-Id` response header,
+                 *     in problem documents (`request_id`, and as a UUID in `instance`) and
+                 *     in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+                 *     else, or none, is replaced with a new UUIDv7.
+                 */
+                "X-Request-Id"?: components["parameters"]["RequestID"];
+            };
+            path: {
+                /** @description The schedule's id, unique within its tenant. */
+                id: components["parameters"]["ScheduleID"];
+            };
+            cookie?: never;
+        };
+        /** Show a recurring schedule and its last fire. */
+        get: operations["getSchedule"];
+        /**
+         * Create or replace a recurring schedule.
+         * @description Creates the schedule (201) or replaces it (200). A PUT converges,
+         *     so it needs no `Idempotency-Key`: sending it again changes
+         *     nothing. A replaced schedule keeps its next slot and its pause
+         *     unless its `cron`, `every` or `timezone` changed. Each slot fires
+         *     one job of `task` with `body`, whose id derives from (tenant,
+         *     schedule id, slot). Refused with 422 before anything is stored: an
+         *     invalid `cron`, `timezone` or `body` (`invalid-payload`, each
+         *     field named in `errors`), slots closer than
+         *     `jobs_api.schedules.min_interval` (1m), or a tenant already
+         *     holding `jobs_api.schedules.max_per_tenant` (100) schedules
+         *     (`schedule-quota-exceeded`).
+         */
+        put: operations["putSchedule"];
+        post?: never;
+        /**
+         * Delete a recurring schedule.
+         * @description No slot fires after it. The jobs it fired stay. A schedule the
+         *     configuration declares comes back at the worker's next start.
+         */
+        delete: operations["deleteSchedule"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{id}/pause": {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description An id for this request, echoed in the `X-Request-Id` response header,
+                 *     in problem documents (`request_id`, and as a UUID in `instance`) and
+                 *     in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+                 *     else, or none, is replaced with a new UUIDv7.
+                 */
+                "X-Request-Id"?: components["parameters"]["RequestID"];
+            };
+            path: {
+                /** @description The schedule's id, unique within its tenant. */
+                id: components["parameters"]["ScheduleID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pause a recurring schedule.
+         * @description While paused, `next_fire_at` keeps moving and each slot is
+         *     recorded as skipped (paused). Pausing again changes nothing.
+         */
+        post: operations["pauseSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{id}/resume": {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description An id for this request, echoed in the `X-Request-Id` response header,
+                 *     in problem documents (`request_id`, and as a UUID in `instance`) and
+                 *     in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+                 *     else, or none, is replaced with a new UUIDv7.
+                 */
+                "X-Request-Id"?: components["parameters"]["RequestID"];
+            };
+            path: {
+                /** @description The schedule's id, unique within its tenant. */
+                id: components["parameters"]["ScheduleID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume a paused recurring schedule.
+         * @description The next slot fires; the slots skipped while paused stay skipped.
+         */
+        post: operations["resumeSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{id}/trigger": {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description An id for this request, echoed in the `X-Request-Id` response header,
+                 *     in problem documents (`request_id`, and as a UUID in `instance`) and
+                 *     in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+                 *     else, or none, is replaced with a new UUIDv7.
+                 */
+                "X-Request-Id"?: components["parameters"]["RequestID"];
+            };
+            path: {
+                /** @description The schedule's id, unique within its tenant. */
+                id: components["parameters"]["ScheduleID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Fire a recurring schedule now.
+         * @description Submits one job of the schedule now, outside its slots, whether or
+         *     not it is paused. The job id derives from (tenant, schedule id,
+         *     `Idempotency-Key`): the same key fires once and answers the same
+         *     job.
+         */
+        post: operations["triggerSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/jobs": {
         parameters: {
             query?: never;
@@ -378,6 +544,34 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/jobs/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel the jobs a filter matches, at most 1,000 at once.
+         * @description Cancels the newest jobs that the filters match and that a cancel
+         *     acts on (`scheduled`, `queued`, `processing`, `retrying`), at most
+         *     1,000 per call, each as `POST /admin/jobs/{id}/cancel` would:
+         *     waiting jobs become `cancelled`, jobs with an attempt in flight
+         *     `cancelling`, and each job's final-status callback is sent. With
+         *     no filter it acts on every tenant's jobs. The cancel is one action
+         *     in the audit trail, with its filter, its reason and every job it
+         *     cancelled. `more` says whether jobs are left: call it again for
+         *     them. The console's "Cancel matching jobs" does the same.
+         */
+        post: operations["adminCancelJobs"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/admin/jobs/{id}/explain": {
         parameters: {
             query?: never;
@@ -400,6 +594,32 @@ export interface paths {
         get: operations["explainJob"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/schedules/{id}/backfill": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The schedule's id, unique within its tenant. */
+                id: components["parameters"]["ScheduleID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Fire every slot of a schedule between two times.
+         * @description Fires each slot in [`from`, `to`], at most 1000, whatever the
+         *     schedule's overlap and catch-up policies. A slot that fired keeps
+         *     its job (the same id); one recorded as skipped fires now. Name the
+         *     `tenant` when two tenants have a schedule of this id.
+         */
+        post: operations["adminBackfillSchedule"];
         delete?: never;
         options?: never;
         head?: never;
@@ -702,6 +922,121 @@ export interface components {
          * @enum {string}
          */
         JobStatus: "scheduled" | "queued" | "processing" | "retrying" | "cancelling" | "succeeded" | "failed" | "cancelled";
+        /** @description A recurring schedule as `PUT /v1/schedules/{id}` takes it. */
+        ScheduleDeclaration: {
+            /**
+             * @description The declared job each fire becomes.
+             * @example settlement.run
+             */
+            task: string;
+            /**
+             * @description A standard five-field cron expression, read in `timezone`. Exactly one of `cron` and `every`.
+             * @example 0 2 * * *
+             */
+            cron?: string;
+            /**
+             * @description An interval, whole seconds, as a Go duration (`15m`); its slots are its multiples since the Unix epoch.
+             * @example 15m
+             */
+            every?: string;
+            /**
+             * @description The IANA zone `cron` is read in. A local time that does not exist there is skipped; one that exists twice fires once.
+             * @default UTC
+             * @example Europe/Paris
+             */
+            timezone: string;
+            /** @description The payload of every fire, valid against the task's schema. */
+            body: unknown;
+            /**
+             * @description What a slot does while earlier fires have not finished: skipped, fired behind one, or fired.
+             * @default skip
+             * @enum {string}
+             */
+            overlap: "skip" | "buffer_one" | "allow";
+            /**
+             * @description What late slots (after downtime) do within `catchup_window`: recorded missed, the latest fires, or each fires (at most 100).
+             * @default none
+             * @enum {string}
+             */
+            catchup: "none" | "one" | "all";
+            /**
+             * @description How late a slot may be and still be caught up, a Go duration. Required with catchup one or all.
+             * @example 1h
+             */
+            catchup_window?: string;
+            /**
+             * @description Each fire's not_before is its slot plus up to this, derived from the slot.
+             * @example 30s
+             */
+            jitter?: string;
+        };
+        /** @description A recurring schedule. */
+        Schedule: {
+            /** @example nightly-settlement */
+            id: string;
+            /** @example settlement.run */
+            task: string;
+            /** @example 0 2 * * * */
+            cron?: string;
+            /** @example 15m */
+            every?: string;
+            /** @example Europe/Paris */
+            timezone: string;
+            /** @description The payload of every fire. */
+            body: unknown;
+            /** @enum {string} */
+            overlap: "skip" | "buffer_one" | "allow";
+            /** @enum {string} */
+            catchup: "none" | "one" | "all";
+            /** @example 1h0m0s */
+            catchup_window?: string;
+            /** @example 30s */
+            jitter?: string;
+            paused: boolean;
+            /**
+             * Format: date-time
+             * @description The next slot, before jitter.
+             */
+            next_fire_at: string;
+            /** @description The next 5 slots, `next_fire_at` first. */
+            next_fire_times: string[];
+            last_fire?: components["schemas"]["ScheduleFire"];
+            /**
+             * @description Who declared it: the configuration, or the API.
+             * @enum {string}
+             */
+            source: "config" | "api";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        /** @description One fired slot and its job. */
+        ScheduleFire: {
+            /**
+             * Format: date-time
+             * @description The slot, before jitter.
+             */
+            slot: string;
+            job_id: string;
+            status: components["schemas"]["JobStatus"];
+        };
+        ScheduleList: {
+            schedules: components["schemas"]["Schedule"][];
+        };
+        BackfillRequest: {
+            /** @description The schedule's tenant; needed when two tenants have a schedule of this id. */
+            tenant?: string;
+            /** Format: date-time */
+            from: string;
+            /** Format: date-time */
+            to: string;
+        };
+        BackfillResult: {
+            tenant: string;
+            schedule_id: string;
+            fires: components["schemas"]["ScheduleFire"][];
+        };
         /** @description A batch's jobs counted by status (`GET /v1/batches/{id}`). */
         BatchState: {
             /**
@@ -825,6 +1160,17 @@ export interface components {
              */
             next_cursor?: string;
         };
+        /** @description What one cancel by filter did. */
+        BulkCancel: {
+            /** @description The jobs this call cancelled, newest first. */
+            job_ids: string[];
+            /** @description How many of them are now `cancelled`. */
+            cancelled: number;
+            /** @description How many of them are `cancelling`, an attempt in flight. */
+            cancelling: number;
+            /** @description Whether the filters still match jobs a cancel acts on. */
+            more: boolean;
+        };
         /**
          * @description `in_flight`: a request holds the claim under a lease. `completed`:
          *     the response is stored and every retry replays it. `released`: the
@@ -922,7 +1268,7 @@ export interface components {
              */
             actor: string;
             /**
-             * @description What: cancel, replay, delete, requeue, delete-key, resolve-key, run-now, rerun.
+             * @description What: cancel, bulk-cancel, replay, bulk-replay, delete, bulk-delete, requeue, delete-key, resolve-key, run-now, rerun.
              * @example replay
              */
             action: string;
@@ -1003,6 +1349,10 @@ export interface components {
              */
             cancel_requested_at?: string | null;
             debounce?: components["schemas"]["StoryDebounce"];
+            /** @description The cancelled or failed job this job re-runs (an operator's "Re-run as a new job"); absent when it re-runs none. */
+            rerun_of?: string;
+            /** @description The jobs that re-run this one, oldest first (at most 20); absent when none does. */
+            rerun_as?: string[];
         };
         /** @description The cycle of a debounced job; absent for any other job. */
         StoryDebounce: {
@@ -1560,6 +1910,23 @@ export interface components {
             };
         };
         /**
+         * @description `invalid-payload`: the `cron`, `every`, `timezone`, policies or
+         *     `body` are invalid, or the slots are closer than
+         *     `jobs_api.schedules.min_interval`; each field at fault is named in
+         *     `errors`. `schedule-quota-exceeded`: the tenant already holds
+         *     `jobs_api.schedules.max_per_tenant` schedules. Nothing was stored.
+         */
+        ScheduleRefused: {
+            headers: {
+                "X-Request-Id": components["headers"]["XRequestId"];
+                Link: components["headers"]["DescribedBy"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
          * @description `rate-limited`: the tenant used its budget for the current interval.
          *     Nothing ran and nothing is stored; retry after `Retry-After` seconds.
          */
@@ -1730,6 +2097,8 @@ export interface components {
          *     else, or none, is replaced with a new UUIDv7.
          */
         RequestID: string;
+        /** @description The schedule's id, unique within its tenant. */
+        ScheduleID: string;
         /** @description The job id, from the `Location` of the enqueue route's answer. */
         JobID: components["schemas"]["JobID"];
         /**
@@ -2042,6 +2411,295 @@ export interface operations {
             404: components["responses"]["NotFound"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["InternalError"];
+        };
+    };
+    listSchedules: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description An id for this request, echoed in the `X-Request-Id` response header,
+                 *     in problem documents (`request_id`, and as a UUID in `instance`) and
+                 *     in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+                 *     else, or none, is replaced with a new UUIDv7.
+                 */
+                "X-Request-Id"?: components["parameters"]["RequestID"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tenant's schedules. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    getSchedule: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description An id for this request, echoed in the `X-Request-Id` response header,
+                 *     in problem documents (`request_id`, and as a UUID in `instance`) and
+                 *     in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+                 *     else, or none, is replaced with a new UUIDv7.
+                 */
+                "X-Request-Id"?: components["parameters"]["RequestID"];
+            };
+            path: {
+                /** @description The schedule's id, unique within its tenant. */
+                id: components["parameters"]["ScheduleID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule, with `last_fire` once a slot fired. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    putSchedule: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description An id for this request, echoed in the `X-Request-Id` response header,
+                 *     in problem documents (`request_id`, and as a UUID in `instance`) and
+                 *     in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+                 *     else, or none, is replaced with a new UUIDv7.
+                 */
+                "X-Request-Id"?: components["parameters"]["RequestID"];
+            };
+            path: {
+                /** @description The schedule's id, unique within its tenant. */
+                id: components["parameters"]["ScheduleID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScheduleDeclaration"];
+            };
+        };
+        responses: {
+            /** @description The schedule was replaced. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            /** @description The schedule was created. */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description The schedule, `/v1/schedules/{id}`. */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ScheduleRefused"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    deleteSchedule: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description An id for this request, echoed in the `X-Request-Id` response header,
+                 *     in problem documents (`request_id`, and as a UUID in `instance`) and
+                 *     in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+                 *     else, or none, is replaced with a new UUIDv7.
+                 */
+                "X-Request-Id"?: components["parameters"]["RequestID"];
+            };
+            path: {
+                /** @description The schedule's id, unique within its tenant. */
+                id: components["parameters"]["ScheduleID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    pauseSchedule: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description An id for this request, echoed in the `X-Request-Id` response header,
+                 *     in problem documents (`request_id`, and as a UUID in `instance`) and
+                 *     in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+                 *     else, or none, is replaced with a new UUIDv7.
+                 */
+                "X-Request-Id"?: components["parameters"]["RequestID"];
+            };
+            path: {
+                /** @description The schedule's id, unique within its tenant. */
+                id: components["parameters"]["ScheduleID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule, paused. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    resumeSchedule: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description An id for this request, echoed in the `X-Request-Id` response header,
+                 *     in problem documents (`request_id`, and as a UUID in `instance`) and
+                 *     in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+                 *     else, or none, is replaced with a new UUIDv7.
+                 */
+                "X-Request-Id"?: components["parameters"]["RequestID"];
+            };
+            path: {
+                /** @description The schedule's id, unique within its tenant. */
+                id: components["parameters"]["ScheduleID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule, resumed. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    triggerSchedule: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description An id for this request, echoed in the `X-Request-Id` response header,
+                 *     in problem documents (`request_id`, and as a UUID in `instance`) and
+                 *     in the logs. One of 1 to 128 letters, digits and `-_.:`; anything
+                 *     else, or none, is replaced with a new UUIDv7.
+                 */
+                "X-Request-Id"?: components["parameters"]["RequestID"];
+                /**
+                 * @description The client's unique key for this request; retries of the request
+                 *     send the same key with the same body. Exactly one header line with
+                 *     one key:
+                 *
+                 *     - `strict` key syntax: an RFC 8941 sf-string only, such as
+                 *       `"8e03978e-40d5-43e8-bc93-6894a57f9324"` (inside the quotes,
+                 *       printable ASCII; `\"` and `\\` are the only escapes);
+                 *     - `compat` key syntax (the default): also a bare key of printable
+                 *       ASCII without spaces, commas or quotes, such as
+                 *       `8e03978e-40d5-43e8-bc93-6894a57f9324`. A value that starts with
+                 *       `"` is always an sf-string.
+                 *
+                 *     The key is 1 to `max_key_length` (default 255) characters after
+                 *     parsing; the quoted and bare forms of one key are the same key. A
+                 *     missing header is 400 `idempotency-key-missing`; a malformed, empty,
+                 *     too long or repeated one, a list or parameters are 400
+                 *     `idempotency-key-invalid`. The pattern below is the `compat` syntax
+                 *     with the default length.
+                 */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The schedule's id, unique within its tenant. */
+                id: components["parameters"]["ScheduleID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The job, accepted. */
+            202: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    Location: components["headers"]["JobLocation"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Job"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listJobs: {
@@ -2535,6 +3193,65 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    adminCancelJobs: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Only this tenant's jobs; none lists every tenant's.
+                 * @example acme
+                 */
+                tenant?: components["parameters"]["JobListTenant"];
+                /**
+                 * @description Only jobs in this status, as the job document shows it (a scheduled
+                 *     job whose time has come is `queued`).
+                 */
+                status?: components["parameters"]["JobListStatus"];
+                /** @description Only jobs of this task. */
+                task?: components["parameters"]["JobListTask"];
+                /**
+                 * @description Only jobs created strictly after this time (RFC 3339, with an offset).
+                 * @example 2026-12-01T00:00:00Z
+                 */
+                created_after?: components["parameters"]["JobListCreatedAfter"];
+                /**
+                 * @description Only jobs created strictly before this time (RFC 3339, with an offset).
+                 * @example 2026-12-02T00:00:00Z
+                 */
+                created_before?: components["parameters"]["JobListCreatedBefore"];
+                /**
+                 * @description Why the operator acts, kept in the audit trail (`admin_actions`,
+                 *     shown by `idemgate explain` and the console) with who and when; at
+                 *     most 1,000 bytes of UTF-8 (400 otherwise). A JSON body
+                 *     `{"reason": "…"}` may carry it instead.
+                 */
+                reason?: components["parameters"]["ActionReason"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description What the cancel did; zero jobs when none matched. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description Always `no-store`. */
+                    "Cache-Control"?: "no-store";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BulkCancel"];
+                };
+            };
+            400: components["responses"]["JobListBadRequest"];
+            401: components["responses"]["AdminUnauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminThrottled"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     explainJob: {
         parameters: {
             query?: never;
@@ -2562,6 +3279,38 @@ export interface operations {
             429: components["responses"]["AdminThrottled"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    adminBackfillSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The schedule's id, unique within its tenant. */
+                id: components["parameters"]["ScheduleID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BackfillRequest"];
+            };
+        };
+        responses: {
+            /** @description The slots' jobs, oldest first. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackfillResult"];
+                };
+            };
+            400: components["responses"]["AdminBadRequest"];
+            401: components["responses"]["AdminUnauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
         };
     };
     adminCancelJob: {
