@@ -45,8 +45,8 @@ func jobDebounce(j *Job, schema *job.Schema, at string, bad badFunc) *job.Deboun
 	if out.Mode == "" {
 		out.Mode = job.DebounceTrailing
 	}
-	switch {
-	case d.Key == "":
+	switch d.Key {
+	case "":
 		fail(at+".key", `required: a template of what to fold submits by, like "{tenant}:{account_id}"`)
 	default:
 		t, err := job.ParseTemplate(d.Key)
