@@ -10,9 +10,13 @@ import type {
   Job,
   JobList,
   ListJobsOptions,
+  PutScheduleResult,
   RequestOptions,
   RetryEvent,
   RetryOptions,
+  Schedule,
+  ScheduleList,
+  ScheduleSpec,
   SubmitBatchOptions,
   SubmitJobOptions,
   WaitJobOptions,
@@ -335,11 +339,118 @@ export class Idemgate {
     }
   }
 
+  /**
+   * `PUT /v1/schedules/{id}`: creates the tenant's schedule `id`
+   * (`created` true, 201) or replaces it (`created` false, 200). A PUT
+   * converges, so it is retried like any call. A declaration the gateway
+   * refuses rejects with a 422 IdemgateProblem before anything is stored:
+   * `invalid-payload` names each field at fault in `errors` (`cron`,
+   * `every`, `timezone`, `body.…`); `isScheduleQuotaExceeded()` is true
+   * when the tenant holds as many schedules as it may.
+   */
+  async putSchedule(id: string, spec: ScheduleSpec, options: { signal?: AbortSignal } = {}): Promise<PutScheduleResult> {
+    const path = schedulePath(id);
+    const res = await this.request<Schedule>("PUT", path, spec, options);
+    const schedule = asSchedule(res, "PUT", path, [200, 201]);
+    return { created: res.status === 201, schedule };
+  }
+
+  /** `GET /v1/schedules/{id}`: the schedule, with `last_fire` once a slot fired. An unknown id rejects with a 404 IdemgateProblem. */
+  async getSchedule(id: string, options: { signal?: AbortSignal } = {}): Promise<Schedule> {
+    const path = schedulePath(id);
+    return asSchedule(await this.request<Schedule>("GET", path, undefined, options), "GET", path, [200]);
+  }
+
+  /** `GET /v1/schedules`: the tenant's schedules by id, those of the configuration (`source: "config"`) included. */
+  async listSchedules(options: { signal?: AbortSignal } = {}): Promise<Schedule[]> {
+    const path = "/v1/schedules";
+    const res = await this.request<ScheduleList>("GET", path, undefined, options);
+    const list = res.body;
+    if (res.status !== 200 || typeof list !== "object" || list === null || !Array.isArray(list.schedules)) {
+      throw new IdemgateError(`GET ${path}: expected 200 and a list of schedules, got ${res.status}`, { attempts: res.attempts });
+    }
+    return list.schedules;
+  }
+
+  /**
+   * `DELETE /v1/schedules/{id}`: no slot fires after it; the jobs it fired
+   * stay. An unknown id rejects with a 404 IdemgateProblem, unless an
+   * earlier attempt of this call went unanswered: that attempt may have
+   * deleted it, and the call resolves.
+   */
+  async deleteSchedule(id: string, options: { signal?: AbortSignal } = {}): Promise<void> {
+    const path = schedulePath(id);
+    try {
+      const res = await this.request("DELETE", path, undefined, options);
+      if (res.status !== 204 && res.status !== 200) {
+        throw new IdemgateError(`DELETE ${path}: expected 204, got ${res.status}`, { attempts: res.attempts });
+      }
+    } catch (err) {
+      if (err instanceof IdemgateProblem && err.status === 404 && err.attempts > 1) return;
+      throw err;
+    }
+  }
+
+  /**
+   * `POST /v1/schedules/{id}/pause`: resolves to the schedule, `paused`.
+   * While paused, each slot is recorded as skipped. Pausing again changes
+   * nothing.
+   */
+  async pauseSchedule(id: string, options: { signal?: AbortSignal } = {}): Promise<Schedule> {
+    const path = `${schedulePath(id)}/pause`;
+    return asSchedule(await this.request<Schedule>("POST", path, undefined, options), "POST", path, [200]);
+  }
+
+  /** `POST /v1/schedules/{id}/resume`: resolves to the schedule, not paused; the next slot fires, the skipped ones stay skipped. */
+  async resumeSchedule(id: string, options: { signal?: AbortSignal } = {}): Promise<Schedule> {
+    const path = `${schedulePath(id)}/resume`;
+    return asSchedule(await this.request<Schedule>("POST", path, undefined, options), "POST", path, [200]);
+  }
+
+  /**
+   * `POST /v1/schedules/{id}/trigger`: fires the schedule now, outside its
+   * slots and whether or not it is paused, and resolves to the job of its
+   * 202. The job id derives from the call's key (`options.idempotencyKey`,
+   * or a new random one every attempt of this call shares): the same key
+   * fires once and names the same job.
+   */
+  async triggerSchedule(id: string, options: RequestOptions = {}): Promise<Job> {
+    const path = `${schedulePath(id)}/trigger`;
+    const res = await this.request<Job>("POST", path, undefined, options);
+    if (res.status !== 202 || typeof res.body !== "object" || res.body === null) {
+      throw new IdemgateError(`POST ${path}: expected 202 and a job document, got ${res.status}`, {
+        idempotencyKey: res.idempotencyKey,
+        attempts: res.attempts,
+      });
+    }
+    return res.body;
+  }
+
   private url(path: string): string {
     if (/^https?:\/\//i.test(path)) return new URL(path).href;
     return this.baseUrl + (path.startsWith("/") ? path : `/${path}`);
   }
 
+}
+
+/**
+ * The path of the schedule id. Its characters are percent-encoded but for
+ * `:`, which a schedule id may hold and the gateway reads only as it is.
+ */
+function schedulePath(id: string): string {
+  return `/v1/schedules/${encodeURIComponent(id).replace(/%3A/gi, ":")}`;
+}
+
+/** The schedule document of res, or an IdemgateError when res is not one with a status of want. */
+function asSchedule(res: IdemgateResponse<Schedule>, method: string, path: string, want: number[]): Schedule {
+  const s = res.body;
+  if (!want.includes(res.status) || typeof s !== "object" || s === null || typeof s.id !== "string") {
+    throw new IdemgateError(`${method} ${path}: expected ${want.join(" or ")} and a schedule, got ${res.status}`, {
+      idempotencyKey: res.idempotencyKey,
+      attempts: res.attempts,
+    });
+  }
+  return s;
 }
 
 /** The statuses of a job that has ended. */

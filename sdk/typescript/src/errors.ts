@@ -172,6 +172,11 @@ export class IdemgateProblem extends IdemgateError {
     return this.is("invalid-payload");
   }
 
+  /** 422: the tenant holds as many schedules as it may (`jobs_api.schedules.max_per_tenant`); delete one first. */
+  isScheduleQuotaExceeded(): boolean {
+    return this.is("schedule-quota-exceeded");
+  }
+
   /** 429: the tenant's rate limit (retried by the client after `Retry-After`). */
   isRateLimited(): boolean {
     return this.is("rate-limited");

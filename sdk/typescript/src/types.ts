@@ -177,3 +177,28 @@ export interface SubmitBatchOptions extends RequestOptions {
   /** Any failing item refuses the whole batch (422 `batch-refused`) and nothing is recorded. */
   atomic?: boolean;
 }
+
+/** A recurring schedule, as `GET /v1/schedules/{id}` shows it: its timing, body, policies, next slots and `last_fire`. */
+export type Schedule = components["schemas"]["Schedule"];
+
+/** One fired slot of a schedule: the slot, the job it fired and the job's status. */
+export type ScheduleFire = components["schemas"]["ScheduleFire"];
+
+/** The answer of `GET /v1/schedules`. */
+export type ScheduleList = components["schemas"]["ScheduleList"];
+
+type ScheduleDeclaration = components["schemas"]["ScheduleDeclaration"];
+
+/**
+ * What `putSchedule` sends: `task`, `body`, and exactly one of `cron` and
+ * `every`. `timezone` defaults to UTC, `overlap` to `skip` and `catchup`
+ * to `none`.
+ */
+export type ScheduleSpec = Omit<ScheduleDeclaration, "timezone" | "overlap" | "catchup"> &
+  Partial<Pick<ScheduleDeclaration, "timezone" | "overlap" | "catchup">>;
+
+/** The answer of `putSchedule`: whether the PUT created the schedule (201) or replaced it (200), and the schedule. */
+export interface PutScheduleResult {
+  created: boolean;
+  schedule: Schedule;
+}
