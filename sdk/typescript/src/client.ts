@@ -79,6 +79,17 @@ export class Idemgate {
     body?: unknown,
     options: RequestOptions = {},
   ): Promise<IdemgateResponse<T>> {
+    return this.send<T>(method, path, body, options);
+  }
+
+  /** request, with observe called before each wait between two attempts, after onRetry. */
+  private async send<T>(
+    method: string,
+    path: string,
+    body: unknown,
+    options: RequestOptions,
+    observe?: (event: RetryEvent) => void,
+  ): Promise<IdemgateResponse<T>> {
     method = method.toUpperCase();
     const url = this.url(path);
     const policy = resolveRetry(this.retry, options.retry);
@@ -149,7 +160,9 @@ export class Idemgate {
       }
       if (attempt >= policy.maxAttempts) throw last;
       if (this.now() - started + delay > policy.maxElapsedMs) throw last;
-      this.onRetry?.({ method, url, attempt, delayMs: delay, idempotencyKey, status, error: last });
+      const event: RetryEvent = { method, url, attempt, delayMs: delay, idempotencyKey, status, error: last };
+      this.onRetry?.(event);
+      observe?.(event);
       await this.sleepFn(delay, signal);
       signal?.throwIfAborted();
     }
@@ -380,13 +393,16 @@ export class Idemgate {
    */
   async deleteSchedule(id: string, options: { signal?: AbortSignal } = {}): Promise<void> {
     const path = schedulePath(id);
+    let unanswered = false;
     try {
-      const res = await this.request("DELETE", path, undefined, options);
+      const res = await this.send("DELETE", path, undefined, options, (event) => {
+        if (event.status === undefined) unanswered = true;
+      });
       if (res.status !== 204 && res.status !== 200) {
         throw new IdemgateError(`DELETE ${path}: expected 204, got ${res.status}`, { attempts: res.attempts });
       }
     } catch (err) {
-      if (err instanceof IdemgateProblem && err.status === 404 && err.attempts > 1) return;
+      if (unanswered && err instanceof IdemgateProblem && err.status === 404) return;
       throw err;
     }
   }

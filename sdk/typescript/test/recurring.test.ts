@@ -66,19 +66,23 @@ describe("recurring schedules: the calls", () => {
     }
   });
 
-  test("deleteSchedule: a 404 after an unanswered attempt resolves; a 404 at the first rejects", async () => {
+  test("deleteSchedule: a 404 after an unanswered attempt resolves; one at the first attempt or after a 503 rejects", async () => {
     const s = await startServer((req, res, _body, n) => {
       if (n === 1) req.socket.destroy(); // the delete may have happened: no answer
+      else if (n === 4) problem(res, 503, "database-unavailable"); // not done
       else notFound(res);
     });
     try {
       const c = client(s.url, fakeTime());
       await c.deleteSchedule("reports:monthly");
       assert.equal(s.seen.length, 2);
-      const err = await c.deleteSchedule("reports:monthly").then(() => assert.fail("resolved"), (e: unknown) => e);
-      assert.ok(err instanceof IdemgateProblem, String(err));
-      assert.equal(err.status, 404);
-      assert.equal(err.attempts, 1);
+      for (const attempts of [1, 2]) {
+        const err = await c.deleteSchedule("reports:monthly").then(() => assert.fail("resolved"), (e: unknown) => e);
+        assert.ok(err instanceof IdemgateProblem, String(err));
+        assert.equal(err.status, 404);
+        assert.equal(err.attempts, attempts);
+      }
+      assert.equal(s.seen.length, 5);
     } finally {
       await s.close();
     }
