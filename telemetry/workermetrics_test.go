@@ -53,7 +53,7 @@ func TestWorkerMetricsSeriesExistAtZero(t *testing.T) {
 	for _, s := range []job.Status{job.StatusSucceeded, job.StatusFailed, job.StatusCancelled} {
 		want = append(want, "idemgate_jobs_total{status="+string(s)+","+task+"}")
 	}
-	for _, c := range []string{workers.ClassTransient, workers.ClassPermanent, workers.ClassUnavailable, workers.ClassLockBusy, workers.ClassStaleToken, workers.ClassCancelled, workers.ClassLimited, workers.ClassJobGone} {
+	for _, c := range []string{workers.ClassTransient, workers.ClassPermanent, workers.ClassUnavailable, workers.ClassLockBusy, workers.ClassStaleToken, workers.ClassCancelled, workers.ClassLimited, workers.ClassJobGone, workers.ClassSuperseded} {
 		want = append(want, "idemgate_job_attempts_total{error_class="+c+","+task+"}")
 	}
 	got := series(t, reg)
