@@ -65,7 +65,7 @@ func (g *Gateway) scheduleRoutes(r chi.Router) {
 // schedules.
 func (g *Gateway) schedules(w http.ResponseWriter, r *http.Request) *ScheduleOptions {
 	if g.opts.Schedules == nil {
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "this gateway serves no schedules (it has no database)"})
+		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "this gateway serves no schedules: it has no database or no route that enqueues jobs"})
 	}
 	return g.opts.Schedules
 }
@@ -92,7 +92,7 @@ func (g *Gateway) handleSchedulePut() http.Handler {
 		if o == nil {
 			return
 		}
-		tenant, id := auth.Tenant(r.Context()), chi.URLParam(r, "id")
+		tenant, id := auth.Tenant(r.Context()), PathParam(r, "id")
 		var decl struct {
 			Task          string          `json:"task"`
 			Cron          string          `json:"cron"`
@@ -203,7 +203,7 @@ func (g *Gateway) handleScheduleGet() http.Handler {
 		if o == nil {
 			return
 		}
-		rec, err := o.Store.Get(r.Context(), auth.Tenant(r.Context()), chi.URLParam(r, "id"))
+		rec, err := o.Store.Get(r.Context(), auth.Tenant(r.Context()), PathParam(r, "id"))
 		if err != nil {
 			g.scheduleError(w, r, err)
 			return
@@ -240,7 +240,7 @@ func (g *Gateway) handleScheduleDelete() http.Handler {
 		if o == nil {
 			return
 		}
-		if err := o.Store.Delete(r.Context(), auth.Tenant(r.Context()), chi.URLParam(r, "id")); err != nil {
+		if err := o.Store.Delete(r.Context(), auth.Tenant(r.Context()), PathParam(r, "id")); err != nil {
 			g.scheduleError(w, r, err)
 			return
 		}
@@ -259,7 +259,7 @@ func (g *Gateway) handleSchedulePause(paused bool) http.Handler {
 		if o == nil {
 			return
 		}
-		rec, err := o.Store.SetPaused(r.Context(), auth.Tenant(r.Context()), chi.URLParam(r, "id"), paused)
+		rec, err := o.Store.SetPaused(r.Context(), auth.Tenant(r.Context()), PathParam(r, "id"), paused)
 		if err != nil {
 			g.scheduleError(w, r, err)
 			return
@@ -285,7 +285,7 @@ func (g *Gateway) handleScheduleTrigger() http.Handler {
 			g.problems.Write(w, r, err)
 			return
 		}
-		rec, err := o.Jobs.Trigger(r.Context(), o.Specs, auth.Tenant(r.Context()), chi.URLParam(r, "id"), key)
+		rec, err := o.Jobs.Trigger(r.Context(), o.Specs, auth.Tenant(r.Context()), PathParam(r, "id"), key)
 		if err != nil && !errors.Is(err, job.ErrTaskDeferred) {
 			if errors.Is(err, job.ErrNotFound) {
 				g.scheduleError(w, r, err)
@@ -320,12 +320,12 @@ func (g *Gateway) handleScheduleBackfill() http.HandlerFunc {
 		if req.Tenant != nil {
 			tenant = *req.Tenant
 		}
-		recs, err := o.Jobs.Backfill(r.Context(), o.Specs, tenant, chi.URLParam(r, "id"), req.From, req.To)
+		recs, err := o.Jobs.Backfill(r.Context(), o.Specs, tenant, PathParam(r, "id"), req.From, req.To)
 		if err != nil && !errors.Is(err, job.ErrTaskDeferred) {
 			g.scheduleError(w, r, err)
 			return
 		}
-		out := openapi.BackfillResult{ScheduleId: chi.URLParam(r, "id"), Tenant: tenant, Fires: []openapi.ScheduleFire{}}
+		out := openapi.BackfillResult{ScheduleId: PathParam(r, "id"), Tenant: tenant, Fires: []openapi.ScheduleFire{}}
 		for _, rec := range recs {
 			out.Tenant = rec.Tenant
 			slot, _ := time.Parse(time.RFC3339, rec.IdempotencyKey)

@@ -214,6 +214,9 @@ func TestSchedulesAPI(t *testing.T) {
 	if status != http.StatusOK || again["next_fire_at"] != doc["next_fire_at"] || again["created_at"] != doc["created_at"] {
 		t.Fatalf("PUT again: %d %v; want 200, the same schedule", status, again)
 	}
+	if status, got := call(t, g.public, http.MethodGet, "/v1/schedules/night%6Cy", "acme-key", "", nil); status != http.StatusOK || got["id"] != "nightly" {
+		t.Fatalf("GET with a percent-encoded id: %d %v; want the schedule nightly", status, got)
+	}
 	if status, list := call(t, g.public, http.MethodGet, "/v1/schedules", "globex-key", "", nil); status != http.StatusOK || len(list["schedules"].([]any)) != 0 {
 		t.Fatalf("globex lists %d %v: want none of acme's", status, list)
 	}
