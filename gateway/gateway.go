@@ -179,6 +179,8 @@ type Gateway struct {
 	// recent counts the requests of each tenant and route over the last
 	// minutes, for the operator console.
 	recent *RecentRequests
+	// history is the last requests of each idempotency key (the console's key page).
+	history *KeyHistory
 }
 
 // New builds the whole middleware chain once, validating as it goes.
@@ -211,7 +213,7 @@ func New(opts Options) (*Gateway, error) {
 		opts.MaxWaitersPerTenant = DefaultMaxWaitersPerTenant
 	}
 	g := &Gateway{opts: opts, problems: NewProblemWriter(opts.ProblemBase, opts.Logger), drained: make(chan struct{}),
-		recent: NewRecentRequests(nil), waiters: newWaiters(opts.MaxWaiters, opts.MaxWaitersPerTenant)}
+		recent: NewRecentRequests(nil), history: NewKeyHistory(), waiters: newWaiters(opts.MaxWaiters, opts.MaxWaitersPerTenant)}
 	g.adminGuard = newAdminGuard(opts.AdminMaxAuthFailures, opts.Metrics.adminAuthFailures, opts.Logger)
 	g.audit = &Audit{store: opts.Actions, logger: opts.Logger, actions: opts.Metrics.adminActions}
 	if opts.AdminTokenSHA256 != "" {
@@ -282,6 +284,10 @@ func (g *Gateway) Close(ctx context.Context) error {
 // Recent is the count of the requests of each tenant and route over the
 // last RecentWindow (the operator console's overview).
 func (g *Gateway) Recent() *RecentRequests { return g.recent }
+
+// KeyHistory is the last requests each idempotency key received at this
+// instance.
+func (g *Gateway) KeyHistory() *KeyHistory { return g.history }
 
 // Handler serves the public listener.
 func (g *Gateway) Handler() http.Handler { return g.public }
@@ -393,7 +399,7 @@ func (g *Gateway) publicRoutes() http.Handler {
 	if g.opts.RefuseCrossSite {
 		h = g.refuseCrossOrigin(h, true, "a state-changing request from another site is refused (auth.cross_site: refuse); send it from a page of the same site, or without a browser")
 	}
-	h = accessLog(g.opts.Logger, g.opts.Metrics, g.recent, h)
+	h = accessLog(g.opts.Logger, g.opts.Metrics, g.recent, g.history, h)
 	h = g.recoverPanics(h)
 	h = g.closeWhileDraining(h)
 	h = g.shedOverload(h)

@@ -19,8 +19,10 @@ import (
 // log line and the metrics written when it ends.
 type info struct {
 	route, tenant, key, outcome, stored, job string
-	token                                    int64
-	takeOver                                 bool
+	// scope is the idempotency key's scope, as the middleware claimed it.
+	scope    idempotency.Scope
+	token    int64
+	takeOver bool
 }
 
 type infoKey struct{}
@@ -129,7 +131,7 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // accessLog writes one line per request and counts it.
-func accessLog(logger *slog.Logger, m *Metrics, recent *RecentRequests, next http.Handler) http.Handler {
+func accessLog(logger *slog.Logger, m *Metrics, recent *RecentRequests, history *KeyHistory, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		var sw *statusWriter
@@ -153,6 +155,9 @@ func accessLog(logger *slog.Logger, m *Metrics, recent *RecentRequests, next htt
 		}
 		m.request(in.route, outcome, d)
 		recent.observe(in.tenant, in.route, outcome, in.stored)
+		if in.key != "" {
+			history.observe(in.scope, outcome, in.stored, sw.status, requestid.FromContext(r.Context()), end)
+		}
 		if !logger.Enabled(r.Context(), slog.LevelInfo) {
 			return
 		}
@@ -209,6 +214,7 @@ func observeIdempotency(r *http.Request, ev idempotency.Event) {
 		telemetry.SetAttrs(r.Context(), telemetry.Outcome(string(ev.Outcome)), telemetry.FencingToken(ev.FencingToken))
 	}
 	in.key = ev.Scope.Key
+	in.scope = ev.Scope
 	in.token = ev.FencingToken
 	in.takeOver = ev.TakeOver
 }

@@ -70,6 +70,14 @@ func NewRecentRequests(now func() time.Time) *RecentRequests {
 // observe counts a request that ended with the middleware's outcome and
 // stored state (as the access log has them); other outcomes are not counted.
 func (c *RecentRequests) observe(tenant, route, outcome, stored string) {
+	if kind, ok := recentKindOf(outcome, stored); ok {
+		c.Add(tenant, route, kind)
+	}
+}
+
+// recentKindOf is the kind of a request that ended with the middleware's
+// outcome and stored state; false for a request of no kind counted.
+func recentKindOf(outcome, stored string) (RecentKind, bool) {
 	var kind RecentKind
 	switch {
 	case stored == string(idempotency.StoredReleased):
@@ -83,9 +91,9 @@ func (c *RecentRequests) observe(tenant, route, outcome, stored string) {
 	case outcome == string(idempotency.OutcomeMismatch):
 		kind = RecentMismatch
 	default:
-		return
+		return 0, false
 	}
-	c.Add(tenant, route, kind)
+	return kind, true
 }
 
 // Add counts one request of kind for tenant and route, now.

@@ -116,6 +116,9 @@ type Options struct {
 	Stuck func(ctx context.Context) ([]reconcile.Violation, error)
 	// Requests are the gateway's recent requests by tenant and route.
 	Requests *gateway.RecentRequests
+	// KeyRequests are the last requests of each idempotency key at this
+	// instance (Gateway.KeyHistory); nil shows none.
+	KeyRequests *gateway.KeyHistory
 	// Routes are the configured routes' names, for the key lookup form.
 	Routes []string
 	// StoreName names the idempotency store in messages ("redis").
@@ -186,7 +189,7 @@ func New(opts Options) (http.Handler, error) {
 	}
 	c := &console{opts: opts, pages: map[string]*template.Template{}}
 	for _, page := range []string{"overview", "jobs", "job", "keys", "key", "confirm", "error", "failed", "bulk", "search", "batch"} {
-		t, err := template.New("layout.html").Funcs(c.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
+		t, err := template.New("layout.html").Funcs(c.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/audit.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", page, err)
 		}

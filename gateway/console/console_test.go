@@ -3,6 +3,7 @@ package console_test
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -440,4 +441,38 @@ func rowIDs(doc *html.Node) []string {
 		ids = append(ids, id)
 	}
 	return ids
+}
+
+// The key page lists the requests the key received here, and the
+// operators' actions on it.
+func TestKeyPageRequestsAndActions(t *testing.T) {
+	v := setup(t)
+	for _, body := range []string{`{"n":1}`, `{"n":1}`, `{"n":2}`} {
+		v.call(t, "acme", "/v1/pages", "told/1", body)
+	}
+	page := "/admin/ui/keys/acme/pages/told%2F1"
+	doc := v.page(t, page)
+	var kinds []string
+	for _, row := range find(byID(doc, "requests"), func(n *html.Node) bool { return hasClass(n, "request") }) {
+		k, _ := attr(row, "data-kind")
+		kinds = append(kinds, k)
+	}
+	want := []string{"new", "replayed", "mismatch"}
+	if !slices.Equal(kinds, want) || !strings.Contains(text(byID(doc, "requests")), "422: the key reused with another request") {
+		t.Fatalf("#requests rows %v (%q): want new, replayed, 422", kinds, text(byID(doc, "requests")))
+	}
+	if byID(doc, "no-actions") == nil {
+		t.Fatal("no action yet: want #no-actions")
+	}
+	if resp := v.post(t, page+"/delete"); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("delete: %d", resp.StatusCode)
+	}
+	doc = v.page(t, page)
+	entries := find(byID(doc, "audit"), func(n *html.Node) bool { return hasClass(n, "audit-entry") })
+	if len(entries) != 1 {
+		t.Fatalf("the key's audit trail after a delete: %q, want one entry", text(byID(doc, "audit")))
+	}
+	if a, _ := attr(entries[0], "data-action"); a != "delete-key" {
+		t.Errorf("the entry's action %q: want delete-key", a)
+	}
 }

@@ -133,7 +133,17 @@ type keyView struct {
 	// Unreadable says the story (PostgreSQL) could not be read: the page
 	// shows the record from the idempotency store alone.
 	Unreadable string
+	// Requests are the last requests with the key at this instance, oldest
+	// first; RequestsDropped counts the older ones not kept.
+	Requests        []gateway.KeyRequest
+	RequestsDropped int
 }
+
+// RequestsKept is how many requests an instance keeps per key.
+func (keyView) RequestsKept() int { return gateway.KeyHistoryDepth }
+
+// KeysKept is how many keys an instance keeps requests for.
+func (keyView) KeysKept() int { return gateway.KeyHistoryKeys }
 
 func scopeParam(r *http.Request) idempotency.Scope {
 	return idempotency.Scope{Tenant: gateway.PathParam(r, "tenant"), Route: gateway.PathParam(r, "route"), Key: gateway.PathParam(r, "key")}
@@ -141,6 +151,7 @@ func scopeParam(r *http.Request) idempotency.Scope {
 
 func (c *console) keyStory(r *http.Request, scope idempotency.Scope) (keyView, int, error) {
 	v := keyView{Scope: scope}
+	v.Requests, v.RequestsDropped = c.opts.KeyRequests.Requests(scope)
 	story, storyErr := c.opts.Stories.Key(r.Context(), scope)
 	switch {
 	case errors.Is(storyErr, explain.ErrNotFound):

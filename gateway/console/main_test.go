@@ -119,7 +119,7 @@ func setupWith(t *testing.T, adjust func(*console.Options)) *env {
 	}
 	t.Cleanup(func() { _ = g.Close(context.Background()) })
 	co := console.Options{
-		Stories: x, Keys: store, StoreName: "postgres", Requests: g.Recent(), Routes: []string{"invoices", "pages"},
+		Stories: x, Keys: store, StoreName: "postgres", Requests: g.Recent(), KeyRequests: g.KeyHistory(), Routes: []string{"invoices", "pages"},
 		Jobs:        job.NewRecords(pool),
 		Requeue:     job.NewRelay(sub, inspector, job.RelayOptions{}),
 		DeadLetters: job.NewDeadLetters(sub, inspector),

@@ -22,12 +22,13 @@ func mountConsole(g *gateway.Gateway, cfg *config.Config, deps gatewayDeps, opts
 		return nil
 	}
 	co := console.Options{
-		Stories:   opts.Explainer,
-		Keys:      deps.store,
-		StoreName: cfg.Store,
-		Requests:  g.Recent(),
-		Audit:     g.Audit(),
-		Logger:    logger,
+		Stories:     opts.Explainer,
+		Keys:        deps.store,
+		StoreName:   cfg.Store,
+		Requests:    g.Recent(),
+		KeyRequests: g.KeyHistory(),
+		Audit:       g.Audit(),
+		Logger:      logger,
 	}
 	if opts.ReplayCache != nil {
 		co.Forget = opts.ReplayCache.Forget
