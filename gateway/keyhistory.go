@@ -57,12 +57,17 @@ func (h *KeyHistory) observe(scope idempotency.Scope, outcome, stored string, st
 	defer h.mu.Unlock()
 	reqs := h.keys[scope]
 	if reqs == nil {
+		// The key seen first gives its place, and its memory, to this one:
+		// once full, the history allocates nothing.
 		if old := h.order[h.next]; old.Key != "" {
+			reqs = h.keys[old]
 			delete(h.keys, old)
+			reqs.n = 0
+		} else {
+			reqs = &keyRequests{}
 		}
 		h.order[h.next] = scope
 		h.next = (h.next + 1) % KeyHistoryKeys
-		reqs = &keyRequests{}
 		h.keys[scope] = reqs
 	}
 	reqs.at[reqs.n%KeyHistoryDepth] = KeyRequest{At: at, Kind: kind, Status: status, RequestID: requestID}

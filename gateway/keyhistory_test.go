@@ -83,3 +83,29 @@ func TestKeyHistoryIsBounded(t *testing.T) {
 		t.Fatalf("%d keys kept: want %d", len(h.keys), KeyHistoryKeys)
 	}
 }
+
+// BenchmarkKeyHistoryObserve is what the key history adds to a request on
+// the public path: a new key (the map insert, and the eviction once full)
+// and a key seen before (a replay).
+func BenchmarkKeyHistoryObserve(b *testing.B) {
+	at := time.Now()
+	scopes := make([]idempotency.Scope, 2*KeyHistoryKeys)
+	for i := range scopes {
+		scopes[i] = idempotency.Scope{Tenant: "acme", Route: "payments", Key: fmt.Sprint("key-", i)}
+	}
+	b.Run("new", func(b *testing.B) {
+		h := NewKeyHistory()
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			h.observe(scopes[i%len(scopes)], string(idempotency.OutcomeNew), "", 201, "req", at)
+		}
+	})
+	b.Run("replay", func(b *testing.B) {
+		h := NewKeyHistory()
+		h.observe(scopes[0], string(idempotency.OutcomeNew), "", 201, "req", at)
+		b.ReportAllocs()
+		for b.Loop() {
+			h.observe(scopes[0], string(idempotency.OutcomeReplay), "", 201, "req", at)
+		}
+	})
+}
