@@ -52,10 +52,13 @@ func (s *Schedules) Page(ctx context.Context, tenant string, after ScheduleCurso
 			return nil, "", err
 		}
 	}
-	rs, err := s.query(ctx, `SELECT `+recurringColumns+` FROM schedules
- WHERE ($1 = '' OR tenant = $1) AND (tenant, id) > ($2, $3)
- ORDER BY tenant, id
- LIMIT $4`, tenant, afterTenant, afterID, limit+1)
+	// One statement per filter, so that the planner sees the range of
+	// the primary key each reads.
+	q, args := `SELECT `+recurringColumns+` FROM schedules WHERE (tenant, id) > ($1, $2)`, []any{afterTenant, afterID, limit + 1}
+	if tenant != "" {
+		q, args = q+` AND tenant = $4`, append(args, tenant)
+	}
+	rs, err := s.query(ctx, q+` ORDER BY tenant, id LIMIT $3`, args...)
 	if err != nil {
 		return nil, "", err
 	}
