@@ -40,8 +40,9 @@ type ScheduleOptions struct {
 // maxScheduleBody bounds a PUT /v1/schedules/{id} and a backfill body.
 const maxScheduleBody = 1 << 20
 
-// nextFireTimes is how many slots a schedule's document shows.
-const nextFireTimes = 5
+// NextFireTimes is how many upcoming slots a schedule's document and
+// its console page show.
+const NextFireTimes = 5
 
 func (o *ScheduleOptions) now() time.Time {
 	if o.Now != nil {
@@ -372,10 +373,6 @@ func scheduleDocument(rec job.Recurring, last *openapi.ScheduleFire, now time.Ti
 	if rec.Jitter > 0 {
 		doc.Jitter = new(rec.Jitter.String())
 	}
-	doc.NextFireTimes = append([]time.Time{rec.NextFireAt}, rec.Timing.NextN(rec.NextFireAt, nextFireTimes-1)...)
-	if rec.NextFireAt.Before(now) {
-		// Not yet handled by the scheduler: the slots still to come.
-		doc.NextFireTimes = rec.Timing.NextN(now.Add(-time.Nanosecond), nextFireTimes)
-	}
+	doc.NextFireTimes = rec.Upcoming(now, NextFireTimes)
 	return doc
 }

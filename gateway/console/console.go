@@ -112,6 +112,11 @@ type Options struct {
 	// Audit records every action in the audit trail (the gateway's
 	// Gateway.Audit); nil records none.
 	Audit *gateway.Audit
+	// Schedules reads the recurring schedules; nil when the gateway has
+	// no database.
+	Schedules *job.Schedules
+	// Fairness reads the fairness pools; nil when none is declared.
+	Fairness Fairness
 	// Stuck lists the stuck jobs (StuckJobs); nil leaves them out.
 	Stuck func(ctx context.Context) ([]reconcile.Violation, error)
 	// Requests are the gateway's recent requests by tenant and route.
@@ -188,7 +193,7 @@ func New(opts Options) (http.Handler, error) {
 		return nil, err
 	}
 	c := &console{opts: opts, pages: map[string]*template.Template{}}
-	for _, page := range []string{"overview", "jobs", "job", "keys", "key", "confirm", "error", "failed", "bulk", "search", "batch"} {
+	for _, page := range []string{"overview", "jobs", "job", "keys", "key", "confirm", "error", "failed", "bulk", "search", "batch", "schedules", "schedule", "fairness", "pool"} {
 		t, err := template.New("layout.html").Funcs(c.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/audit.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", page, err)
@@ -218,6 +223,10 @@ func (c *console) routes() http.Handler {
 	r.Get(p+"/jobs/{id}/{action}", c.handleJobConfirm)
 	r.Post(p+"/jobs/{id}/{action}", c.handleJobAction)
 	r.Get(p+"/batches/{id}", c.handleBatch)
+	r.Get(p+"/schedules", c.handleSchedules)
+	r.Get(p+"/schedules/{tenant}/{id}", c.handleSchedule)
+	r.Get(p+"/fairness", c.handleFairness)
+	r.Get(p+"/fairness/{pool}", c.handleFairPool)
 	r.Get(p+"/keys", c.handleKeys)
 	r.Get(p+"/keys/{tenant}/{route}/{key}", c.handleKey)
 	r.Get(p+"/keys/{tenant}/{route}/{key}/live", c.handleKeyLive)

@@ -4,7 +4,9 @@
 // PostgreSQL already hold — recent requests by tenant and route
 // (gateway.RecentRequests), jobs by status, stuck jobs (reconcile.StuckJobs),
 // a key's record and claims, a job's attempts with their fencing tokens,
-// its effects and the verdict (internal/explain) — and acts through the
+// its effects and the verdict (internal/explain), the recurring schedules
+// with their slots (job.Schedules), the fairness pools' tenants
+// (job.Fairness) — and acts through the
 // same code as the command line: requeue (job.Relay.Requeue, `idemgate
 // jobs requeue`), replay and delete of a failed job (job.DeadLetters,
 // `idemgate dlq`), cancel (job.Submitter.CancelByID, `idemgate jobs

@@ -165,6 +165,9 @@ type jobView struct {
 	// BatchURL is the page of the batch the job was submitted in; ""
 	// when it was submitted alone.
 	BatchURL string
+	// ScheduleID and ScheduleURL name the schedule that fired the job;
+	// "" when no schedule did.
+	ScheduleID, ScheduleURL string
 }
 
 // jobStory reads everything the job page shows.
@@ -194,6 +197,9 @@ func (c *console) jobStory(r *http.Request, id string) (jobView, int, error) {
 			v.BatchURL = c.batchURL(batch)
 		}
 		v.payload = rec.Payload
+		if id, ok := job.ScheduleOf(rec); ok {
+			v.ScheduleID, v.ScheduleURL = id, c.scheduleURL(rec.Tenant, id)
+		}
 	}
 	st := job.Status(story.Job.Status)
 	v.Final = st.Final()

@@ -121,6 +121,7 @@ func setupWith(t *testing.T, adjust func(*console.Options)) *env {
 	co := console.Options{
 		Stories: x, Keys: store, StoreName: "postgres", Requests: g.Recent(), KeyRequests: g.KeyHistory(), Routes: []string{"invoices", "pages"},
 		Jobs:        job.NewRecords(pool),
+		Schedules:   job.NewSchedules(pool),
 		Requeue:     job.NewRelay(sub, inspector, job.RelayOptions{}),
 		DeadLetters: job.NewDeadLetters(sub, inspector),
 		Cancel:      sub,

@@ -36,8 +36,12 @@ func mountConsole(g *gateway.Gateway, cfg *config.Config, deps gatewayDeps, opts
 	for _, r := range cfg.Routes {
 		co.Routes = append(co.Routes, r.Name)
 	}
+	if f, ok := opts.Fairness.(*job.Fairness); ok {
+		co.Fairness = f
+	}
 	if deps.pool != nil {
 		co.Jobs = job.NewRecords(deps.pool)
+		co.Schedules = job.NewSchedules(deps.pool)
 		stuck := reconcile.Options{StuckAfter: defaultStuckAfter}
 		if cfg.RedisURL != "" {
 			inspector, err := svc.queueInspector()
