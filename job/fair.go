@@ -34,10 +34,10 @@ import (
 // A dispatcher (Fairness.Run, in every worker) moves at most Window of a
 // pool's jobs at once into flight, atomically (a Lua script, so any
 // number of dispatchers may run), and enqueues their tasks to asynq with
-// the task builder Submit uses. A job leaves flight
-// when its worker settles it: finished (Fairness.Done), or sent back with
-// a due time (Fairness.Back: a retry's backoff, a flow limit's or a busy
-// lock's wait), to get a new tag at its tenant's position once due. A job
+// the task builder Submit uses. A job leaves flight when its worker
+// settles it: finished (Fairness.Done), or sent back with a due time
+// (Fairness.Back: a retry's backoff, a flow limit's or a busy lock's
+// wait), to get a new tag at its tenant's position once due. A job
 // scheduled for later waits in the same delayed set.
 //
 // An entry's id is its job's TaskID. Each submit that changes a debounced
@@ -51,9 +51,9 @@ import (
 // a job in flight whose task asynq does not hold (a dispatcher that died
 // between the pop and the enqueue, a Redis that lost the task) while the
 // job is unfinished and the entry its current version, and drops it
-// otherwise; the relay files again an
-// unfinished job it finds neither in the pool nor in asynq. Losing the
-// pool's keys resets the fairness history, never a job.
+// otherwise; the relay files again an unfinished job it finds neither in
+// the pool nor in asynq. Losing the pool's keys resets the fairness
+// history, never a job.
 //
 // Every key of a pool shares the hash tag {fair:<pool>}, so a pool lives
 // in one Redis Cluster slot.
