@@ -73,9 +73,6 @@ func jobDebounce(j *Job, schema *job.Schema, at string, bad badFunc) *job.Deboun
 	if j.Delay != 0 {
 		fail(at, "replaces the job's delay: leave delay out")
 	}
-	if j.Fairness != "" {
-		fail(at, "cannot be combined with fairness yet: a debounced job goes to its queue")
-	}
 	if failed {
 		return nil
 	}

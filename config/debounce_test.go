@@ -139,3 +139,18 @@ func TestDebounceRefusesSchedules(t *testing.T) {
 		t.Errorf("CheckSchedule refused no schedule: %v", err)
 	}
 }
+
+// A debounced job may wait in a fairness pool: its spec keeps both.
+func TestDebounceInFairnessPool(t *testing.T) {
+	t.Parallel()
+	yaml := enqueueBase + "fairness:\n  - {name: tenants, window: 4}\n" +
+		debounceJob(`{key: "{tenant}:{account_id}", delay: 10s, max_delay: 1m}`, "    fairness: tenants\n    priority: 1\n")
+	cfg, err := Parse([]byte(yaml), "x.yaml", nil)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	spec, _ := cfg.Job("crm.sync")
+	if spec.Debounce == nil || spec.Fairness != "tenants" || spec.Priority != 1 {
+		t.Errorf("spec: debounce %+v, fairness %q, priority %d; want both, priority 1", spec.Debounce, spec.Fairness, spec.Priority)
+	}
+}

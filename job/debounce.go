@@ -120,10 +120,28 @@ const HeaderDebounce = "debounce"
 // submits folded in. Each change sends a task of its own, with the body
 // and the time it made, and the earlier ones are refused by the take.
 func TaskID(r Record) string {
-	if r.Debounce == nil || r.Debounce.Coalesced <= 1 {
+	if r.Debounce == nil {
 		return r.ID
 	}
-	return r.ID + ":d" + strconv.Itoa(r.Debounce.Coalesced)
+	return versionID(r.ID, r.Debounce.Coalesced)
+}
+
+// versionID is the TaskID of version n of debounced job id: id itself for
+// the first.
+func versionID(id string, n int) string {
+	if n <= 1 {
+		return id
+	}
+	return id + ":d" + strconv.Itoa(n)
+}
+
+// taskJobID is the job id of a TaskID that versionID made.
+func taskJobID(taskID string) string {
+	id, n, ok := strings.Cut(taskID, ":d")
+	if !ok || n == "" || strings.Trim(n, "0123456789") != "" {
+		return taskID
+	}
+	return id
 }
 
 // submitDebounced records a debounced job: it folds the request into
@@ -214,16 +232,21 @@ func renderTenantKey(t Template, tenant string, data any) (string, error) {
 	return b.String(), nil
 }
 
-// dropSuperseded deletes from the queue the task of the version of r
-// that r's latest submit superseded, when the Submitter has an
-// Inspector. It only spares the task a delivery: the take refuses it
-// anyway. A failure to delete is not the submit's.
-func (e *Submitter) dropSuperseded(r Record) {
-	if e.Inspector == nil || r.Debounce == nil || r.Debounce.Coalesced < 2 {
+// dropSuperseded takes out the task of the version of r that r's latest
+// submit superseded: from the queue, when the Submitter has an
+// Inspector, and from r's fairness pool, wherever it waits there. It only
+// spares the task a delivery and a place in the pool's window: the
+// dispatcher drops a superseded version it finds, and the take refuses
+// its task. A failure to take it out is not the submit's.
+func (e *Submitter) dropSuperseded(ctx context.Context, r Record) {
+	if r.Debounce == nil || r.Debounce.Coalesced < 2 {
 		return
 	}
-	prev, d := r, *r.Debounce
-	d.Coalesced--
-	prev.Debounce = &d
-	_ = e.Inspector.DeleteTask(r.Queue, TaskID(prev))
+	prev := versionID(r.ID, r.Debounce.Coalesced-1)
+	if u, ok := e.Fairness.pooled(r.Task); ok {
+		_ = e.Fairness.remove(ctx, u.pool, r.Tenant, prev)
+	}
+	if e.Inspector != nil {
+		_ = e.Inspector.DeleteTask(r.Queue, prev)
+	}
 }

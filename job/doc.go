@@ -90,7 +90,8 @@
 // one pending job (debounce.go): one statement postpones it and, in
 // trailing mode, replaces its body, or inserts the key's next job. Each
 // change sends a task of its own (TaskID, HeaderDebounce), and the
-// worker's take refuses one that a later change superseded.
+// worker's take refuses one that a later change superseded. In a
+// fairness pool (fair.go), each change files its version there instead.
 //
 // The package depends on the standard library, a JSON Schema compiler,
 // asynq, pgx and the idempotency middleware's canonical JSON (itself

@@ -34,18 +34,26 @@ import (
 // A dispatcher (Fairness.Run, in every worker) moves at most Window of a
 // pool's jobs at once into flight, atomically (a Lua script, so any
 // number of dispatchers may run), and enqueues their tasks to asynq with
-// the task builder Submit uses (TaskID the job id). A job leaves flight
-// when its worker settles it: finished (Fairness.Done), or sent back with
-// a due time (Fairness.Back: a retry's backoff, a flow limit's or a busy
-// lock's wait), to get a new tag at its tenant's position once due. A job
+// the task builder Submit uses. A job leaves flight when its worker
+// settles it: finished (Fairness.Done), or sent back with a due time
+// (Fairness.Back: a retry's backoff, a flow limit's or a busy lock's
+// wait), to get a new tag at its tenant's position once due. A job
 // scheduled for later waits in the same delayed set.
+//
+// An entry's id is its job's TaskID. Each submit that changes a debounced
+// job files its new version, due at its new not_before, and takes the
+// superseded one out. A superseded version that stays (the submit could
+// not take it out, or two submits raced) is dropped by the next dispatch
+// or reconcile pass that meets it, and its task, if already sent, is
+// refused by the take and leaves flight like any finished one.
 //
 // PostgreSQL stays the truth. The dispatcher's reconcile pass re-enqueues
 // a job in flight whose task asynq does not hold (a dispatcher that died
 // between the pop and the enqueue, a Redis that lost the task) while the
-// job is unfinished, and drops it otherwise; the relay files again an
-// unfinished job it finds neither in the pool nor in asynq. Losing the
-// pool's keys resets the fairness history, never a job.
+// job is unfinished and the entry its current version, and drops it
+// otherwise; the relay files again an unfinished job it finds neither in
+// the pool nor in asynq. Losing the pool's keys resets the fairness
+// history, never a job.
 //
 // Every key of a pool shares the hash tag {fair:<pool>}, so a pool lives
 // in one Redis Cluster slot.
@@ -272,6 +280,8 @@ func (f *Fairness) args(p *fairPool, more ...any) []any {
 
 // add files r in its pool unless the pool holds it, and reports whether
 // it did. A job with a not_before waits in the delayed set until then.
+// The entry's id is r's TaskID: each version of a debounced job is an
+// entry of its own.
 func (f *Fairness) add(ctx context.Context, u fairUse, r Record) (bool, error) {
 	due := int64(0)
 	if r.NotBefore != nil {
@@ -281,12 +291,25 @@ func (f *Fairness) add(ctx context.Context, u fairUse, r Record) (bool, error) {
 	if submitted.IsZero() {
 		submitted = f.now()
 	}
-	n, err := fairAdd.Run(ctx, f.rdb, f.keys(u.pool, f.shardOf(r.Tenant)), f.args(u.pool, r.ID, r.Tenant, u.tier, submitted.UnixMilli(), due)...).Int()
+	id := TaskID(r)
+	n, err := fairAdd.Run(ctx, f.rdb, f.keys(u.pool, f.shardOf(r.Tenant)), f.args(u.pool, id, r.Tenant, u.tier, submitted.UnixMilli(), due)...).Int()
 	if err != nil {
-		return false, fmt.Errorf("job: fairness pool %s: add %s: %w", u.pool.Name, r.ID, err)
+		return false, fmt.Errorf("job: fairness pool %s: add %s: %w", u.pool.Name, id, err)
 	}
 	f.Wake(u.pool.Name)
 	return n == 1, nil
+}
+
+// remove takes the entry id of tenant out of p, wherever it waits.
+func (f *Fairness) remove(ctx context.Context, p *fairPool, tenant, id string) error {
+	return f.drop(ctx, p, f.shardOf(tenant), id)
+}
+
+// taskEntry is the id of a task's entry in its pool: the task's TaskID,
+// read from its headers.
+func taskEntry(task *asynq.Task) string {
+	n, _ := strconv.Atoi(task.Headers()[HeaderDebounce])
+	return versionID(task.Headers()[HeaderID], n)
 }
 
 // Wake makes pool's dispatchers in this process look at it now.
@@ -339,7 +362,7 @@ func (f *Fairness) Done(ctx context.Context, task *asynq.Task) error {
 	if p == nil {
 		return nil
 	}
-	id := task.Headers()[HeaderID]
+	id := taskEntry(task)
 	if err := fairDone.Run(ctx, f.rdb, f.keys(p, f.shardOf(task.Headers()[HeaderTenant])), f.args(p, id)...).Err(); err != nil {
 		return fmt.Errorf("job: fairness pool %s: done %s: %w", p.Name, id, err)
 	}
@@ -356,7 +379,7 @@ func (f *Fairness) Back(ctx context.Context, task *asynq.Task, due time.Time, fa
 	if p == nil {
 		return errors.New("job: fairness: the task names no pool")
 	}
-	id, tenant := task.Headers()[HeaderID], task.Headers()[HeaderTenant]
+	id, tenant := taskEntry(task), task.Headers()[HeaderTenant]
 	tier := 0
 	if u, ok := f.uses[task.Type()]; ok {
 		tier = u.tier
@@ -406,7 +429,7 @@ func (f *Fairness) dispatch(ctx context.Context, sub *Submitter, p *fairPool, sh
 		ids = append(ids, out[i])
 		entries[out[i]] = e
 	}
-	records, err := sub.records.byIDs(ctx, ids)
+	records, err := f.entryRecords(ctx, sub, ids)
 	if err != nil {
 		// They stay in flight: the reconcile pass enqueues them.
 		return len(ids), fmt.Errorf("job: fairness pool %s: dispatch: %w", p.Name, err)
@@ -419,14 +442,14 @@ func (f *Fairness) dispatch(ctx context.Context, sub *Submitter, p *fairPool, sh
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		r, ok := records[id]
-		if !ok || r.Status.Final() {
+		if !ok {
 			errs[i] = f.drop(ctx, p, shard, id)
 			continue
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if _, err := sub.sendAs(ctx, r, r.ID, fairHeaders(p, entries[id])); err != nil {
+			if _, err := sub.sendAs(ctx, r, id, fairHeaders(p, entries[id])); err != nil {
 				errs[i] = err
 				return
 			}
@@ -454,7 +477,28 @@ func fairHeaders(p *fairPool, e fairEntry) map[string]string {
 	}
 }
 
-// drop takes job id out of p.
+// entryRecords reads the jobs of a pool's entries, by entry id. An entry
+// whose job is gone or finished, or that a later version of its
+// debounced job superseded, is left out: it has nothing to run.
+func (f *Fairness) entryRecords(ctx context.Context, sub *Submitter, ids []string) (map[string]Record, error) {
+	jobs := make([]string, len(ids))
+	for i, id := range ids {
+		jobs[i] = taskJobID(id)
+	}
+	records, err := sub.records.byIDs(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]Record, len(ids))
+	for _, id := range ids {
+		if r, ok := records[taskJobID(id)]; ok && !r.Status.Final() && TaskID(r) == id {
+			out[id] = r
+		}
+	}
+	return out, nil
+}
+
+// drop takes the entry id out of p.
 func (f *Fairness) drop(ctx context.Context, p *fairPool, shard int, id string) error {
 	if err := fairDone.Run(ctx, f.rdb, f.keys(p, shard), f.args(p, id)...).Err(); err != nil {
 		return fmt.Errorf("job: fairness pool %s: drop %s: %w", p.Name, id, err)
@@ -518,8 +562,9 @@ func (f *Fairness) runPool(ctx context.Context, sub *Submitter, inspector TaskIn
 
 // Reconcile checks pool's jobs in flight for longer than after: one whose
 // task asynq does not hold is enqueued again while its job is
-// unfinished, and dropped from the pool otherwise. It returns the jobs it
-// enqueued again.
+// unfinished. One whose job is finished, or a debounced job's version a
+// later submit superseded, is dropped from the pool. It returns the
+// TaskIDs it enqueued again.
 func (f *Fairness) Reconcile(ctx context.Context, sub *Submitter, inspector TaskInspector, pool string, after time.Duration) ([]string, error) {
 	p, ok := f.pools[pool]
 	if !ok {
@@ -545,20 +590,20 @@ func (f *Fairness) reconcile(ctx context.Context, sub *Submitter, inspector Task
 	if err != nil || len(ids) == 0 {
 		return nil, err
 	}
-	records, err := sub.records.byIDs(ctx, ids)
+	records, err := f.entryRecords(ctx, sub, ids)
 	if err != nil {
 		return nil, fmt.Errorf("job: fairness pool %s: reconcile: %w", p.Name, err)
 	}
 	var sent []string
 	for _, id := range ids {
 		r, ok := records[id]
-		if !ok || r.Status.Final() {
+		if !ok {
 			if err := f.drop(ctx, p, shard, id); err != nil {
 				return sent, err
 			}
 			continue
 		}
-		state, err := TaskState(inspector, r.Queue, r.ID)
+		state, err := TaskState(inspector, r.Queue, id)
 		if err != nil {
 			return sent, err
 		}
@@ -573,11 +618,11 @@ func (f *Fairness) reconcile(ctx context.Context, sub *Submitter, inspector Task
 		}
 		var e fairEntry
 		_ = json.Unmarshal([]byte(raw), &e)
-		if ok, err := sub.sendAs(ctx, r, r.ID, fairHeaders(p, e)); err != nil {
+		if ok, err := sub.sendAs(ctx, r, id, fairHeaders(p, e)); err != nil {
 			return sent, err
 		} else if ok {
 			sent = append(sent, id)
-			f.logger().InfoContext(ctx, "fairness: task of a job in flight re-enqueued", "pool", p.Name, "job_id", id, "tenant", r.Tenant)
+			f.logger().InfoContext(ctx, "fairness: task of a job in flight re-enqueued", "pool", p.Name, "job_id", r.ID, "task_id", id, "tenant", r.Tenant)
 		}
 	}
 	return sent, nil

@@ -158,7 +158,7 @@ func (e *Submitter) Submit(ctx context.Context, req Request) (Record, error) {
 			return j, fmt.Errorf("%w: %w", ErrTaskDeferred, err)
 		}
 		if folded {
-			e.dropSuperseded(j)
+			e.dropSuperseded(ctx, j)
 		}
 		if _, pooled := e.Fairness.pooled(j.Task); e.Broker != nil && !pooled {
 			// Also when asynq held the task already: this may be the

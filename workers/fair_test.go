@@ -16,21 +16,24 @@ import (
 	"github.com/idemgate/idemgate/job"
 )
 
-// fairEnv is a server env whose jobs of fairTask (priority 0) and
-// fairUrgent (priority 1) wait in one fairness pool.
+// fairEnv is a server env whose jobs of fairTask (priority 0),
+// fairUrgent (priority 1) and fairDebounced (priority 0, folded per
+// order for 2s, at most 1m) wait in one fairness pool.
 type fairEnv struct {
 	*serverEnv
-	fair    *job.Fairness
-	sub     *job.Submitter
-	spec    *job.Spec
-	urgent  *job.Spec
-	order   *fairOrder
-	started *fairOrder
+	fair      *job.Fairness
+	sub       *job.Submitter
+	spec      *job.Spec
+	urgent    *job.Spec
+	debounced *job.Spec
+	order     *fairOrder
+	started   *fairOrder
 }
 
 const (
-	fairTask   = "fair.work"
-	fairUrgent = "fair.urgent"
+	fairTask      = "fair.work"
+	fairUrgent    = "fair.urgent"
+	fairDebounced = "fair.debounced"
 )
 
 // fairOrder records tenants (or job ids) in the order events happened.
@@ -74,7 +77,14 @@ func newFairEnv(t testing.TB, pool job.FairPool) *fairEnv {
 	spec.Queue, spec.Fairness = s.queue, pool.Name
 	urgent := *spec
 	urgent.Task, urgent.Priority = fairUrgent, 1
-	f, err := job.NewFairness(s.rdb, []job.FairPool{pool}, []*job.Spec{spec, &urgent})
+	debounced := *spec
+	debounced.Task = fairDebounced
+	per, err := job.ParseTemplate("{tenant}:{order_id}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	debounced.Debounce = &job.Debounce{Key: per, Delay: 2 * time.Second, MaxDelay: time.Minute, Mode: job.DebounceTrailing}
+	f, err := job.NewFairness(s.rdb, []job.FairPool{pool}, []*job.Spec{spec, &urgent, &debounced})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +92,7 @@ func newFairEnv(t testing.TB, pool job.FairPool) *fairEnv {
 	f.Poll = 20 * time.Millisecond
 	f.ReconcileAfter = time.Second
 	f.Logger = testenv.Logger()
-	e := &fairEnv{serverEnv: s, fair: f, spec: spec, urgent: &urgent, order: &fairOrder{}, started: &fairOrder{}}
+	e := &fairEnv{serverEnv: s, fair: f, spec: spec, urgent: &urgent, debounced: &debounced, order: &fairOrder{}, started: &fairOrder{}}
 	f.Observer = e.order
 	e.sub = job.NewSubmitter(s.pool, s.client)
 	e.sub.Fairness = f
@@ -420,4 +430,129 @@ func TestFairWindowPerShard(t *testing.T) {
 	}
 	e.run(t, e.recorder(), Config{Queues: queues})
 	waitFor(t, "all 30 jobs started", func() bool { return e.started.len() >= 30 })
+}
+
+// revOrder is the payload of the debounced test jobs: an order and the
+// revision a submit carried.
+type revOrder struct {
+	OrderID string `json:"order_id"`
+	Rev     int    `json:"rev"`
+}
+
+// submitRev submits revision rev of order o-1 of acme under key.
+func (e *fairEnv) submitRev(t *testing.T, key string, rev int) job.Record {
+	t.Helper()
+	r, err := e.sub.Submit(t.Context(), job.Request{Tenant: "acme", Route: "fair", Key: key, Spec: e.debounced,
+		Body: fmt.Appendf(nil, `{"order_id":"o-1","rev":%d}`, rev)})
+	if err != nil {
+		t.Fatalf("submit %s: %v", key, err)
+	}
+	return r
+}
+
+// revHandler runs the debounced jobs and records each revision it ran.
+func (e *fairEnv) revHandler(obs Observer) (asynq.Handler, func() []int) {
+	deps := e.deps(obs, 5*time.Second)
+	deps.Jobs = job.NewRecords(e.pool)
+	var mu sync.Mutex
+	var revs []int
+	key := func(o revOrder) string { return orderKey(order{OrderID: o.OrderID}) }
+	resource := func(o revOrder) string { return orderResource(order{OrderID: o.OrderID}) }
+	h := Handle(deps, fairDebounced, key, resource, func(_ context.Context, j Job[revOrder]) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		revs = append(revs, j.Payload.Rev)
+		return fmt.Sprintf("rev-%d", j.Payload.Rev), nil
+	})
+	return h, func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(revs)
+	}
+}
+
+// settled reports whether job id succeeded and the pool is empty: no
+// entry left, nothing in flight.
+func (e *fairEnv) settled(t *testing.T, id string) bool {
+	r, err := e.sub.Get(t.Context(), "acme", id)
+	if err != nil || r.Status != job.StatusSucceeded {
+		return false
+	}
+	backlog, inFlight, err := e.fair.Backlog(t.Context(), "tenants")
+	return err == nil && len(backlog) == 0 && inFlight == 0
+}
+
+// Twenty submits folded into one debounced job in a pool make one
+// dispatch, of the latest body: each submit files its version and takes
+// the one it superseded out, and the pool is empty once the job ran.
+func TestFairDebouncedFoldsIntoOneDispatch(t *testing.T) {
+	e := newFairEnv(t, job.FairPool{Name: "tenants", Window: 4})
+	e.sub.Inspector = e.inspector
+	// Nineteen at once, racing to file and take out their versions, then
+	// the twentieth, whose body is the latest.
+	var wg sync.WaitGroup
+	for i := range 19 {
+		wg.Go(func() { e.submitRev(t, fmt.Sprintf("d-%d", i), i+1) })
+	}
+	wg.Wait()
+	last := e.submitRev(t, "d-19", 20)
+	if last.Debounce == nil || last.Debounce.Coalesced != 20 {
+		t.Fatalf("the last submit's job: %+v; want 20 submits folded into one", last.Debounce)
+	}
+	// The latest version waits in the delayed set, due at the job's
+	// not_before, outside the window.
+	due, err := e.rdb.ZScore(t.Context(), e.prefix+"fair:{fair:tenants}:delayed", job.TaskID(last)).Result()
+	if err != nil || int64(due) != job.ProcessAt(*last.NotBefore).UnixMilli() {
+		t.Errorf("version 20 in the delayed set: due %v (%v); want the job's not_before, %s", due, err, last.NotBefore)
+	}
+	h, revs := e.revHandler(nil)
+	e.run(t, h, Config{})
+	waitFor(t, "the job succeeded and its pool empty", func() bool { return e.settled(t, last.ID) })
+	if got := revs(); !slices.Equal(got, []int{20}) {
+		t.Errorf("the handler ran revisions %v; want one run, of the latest, 20", got)
+	}
+	if n := e.order.len(); n != 1 {
+		t.Errorf("the pool dispatched %d tasks; want 1", n)
+	}
+	t.Logf("20 folded submits: %d dispatch, revisions run %v, in flight after: 0", e.order.len(), revs())
+}
+
+// A version already dispatched when a later submit changes its job leaves
+// the pool's window at that submit; its task, still in asynq, is refused
+// by the take, and the latest version runs, once.
+func TestFairDebouncedVersionInFlightIsRefused(t *testing.T) {
+	e := newFairEnv(t, job.FairPool{Name: "tenants", Window: 1})
+	inflight := e.prefix + "fair:{fair:tenants}:inflight"
+	// The dispatcher alone, no worker: version 1 goes to asynq, due.
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = e.fair.Run(ctx, e.sub, e.inspector) })
+	first := e.submitRev(t, "v-1", 1)
+	waitFor(t, "version 1 in flight, its task in asynq", func() bool {
+		_, err := e.inspector.GetTaskInfo(e.queue, first.ID)
+		n, _ := e.rdb.ZCard(t.Context(), inflight).Result()
+		return err == nil && n == 1
+	})
+	cancel()
+	wg.Wait()
+
+	second := e.submitRev(t, "v-2", 2)
+	if second.ID != first.ID || job.TaskID(second) == first.ID {
+		t.Fatalf("the second submit: job %s, task %s; want job %s folded into a new version", second.ID, job.TaskID(second), first.ID)
+	}
+	if n, err := e.rdb.ZCard(t.Context(), inflight).Result(); err != nil || n != 0 {
+		t.Errorf("after the fold, %d in flight (%v); want the superseded version out of the window", n, err)
+	}
+	if _, err := e.inspector.GetTaskInfo(e.queue, first.ID); err != nil {
+		t.Fatalf("version 1's task: %v; want it still in asynq (the submitter has no inspector to delete it)", err)
+	}
+
+	obs := newRecorder()
+	h, revs := e.revHandler(obs)
+	e.run(t, h, Config{})
+	waitFor(t, "the job succeeded and its pool empty", func() bool { return e.settled(t, first.ID) })
+	if got := revs(); !slices.Equal(got, []int{2}) {
+		t.Errorf("the handler ran revisions %v; want one run, of version 2", got)
+	}
+	waitFor(t, "version 1's task refused", func() bool { return obs.count("attempt:"+ClassSuperseded) == 1 })
 }

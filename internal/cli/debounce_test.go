@@ -64,10 +64,14 @@ type debounceDoc struct {
 
 // debounceConfig declares three debounced jobs delivered to url: crm.sync
 // (trailing, 5s, at most 60s), crm.lead (leading, 2s, at most 60s) and
-// crm.stream (trailing, 1s, at most 3s).
-func debounceConfig(t *testing.T, dbURL, redisURL, url, queue string) string {
+// crm.stream (trailing, 1s, at most 3s). With a pool, the three wait in
+// the fairness pool of that name, whose window is 2.
+func debounceConfig(t *testing.T, dbURL, redisURL, url, queue, pool string) string {
 	t.Helper()
-	var jobs, routes strings.Builder
+	var fairness, jobs, routes strings.Builder
+	if pool != "" {
+		fmt.Fprintf(&fairness, "fairness:\n  - {name: %s, window: 2}\n", pool)
+	}
 	for _, j := range []struct{ task, debounce string }{
 		{"crm.sync", `{key: "{tenant}:{account_id}", delay: 5s, max_delay: 60s}`},
 		{"crm.lead", `{key: "{tenant}:{account_id}", delay: 2s, max_delay: 60s, mode: leading}`},
@@ -84,12 +88,15 @@ func debounceConfig(t *testing.T, dbURL, redisURL, url, queue string) string {
     debounce: %s
     deliver: {http: {url: %q, secret: %q, timeout: 30s}}
 `, j.task, queue, j.debounce, url, webhookSecret)
+		if pool != "" {
+			fmt.Fprintf(&jobs, "    fairness: %s\n", pool)
+		}
 		name := strings.TrimPrefix(j.task, "crm.")
 		fmt.Fprintf(&routes, "  - {name: %s, methods: [POST], path: /v1/crm/%s, enqueue: {task: %s}}\n", name, name, j.task)
 	}
 	cfg := configHead("postgres", dbURL, redisURL) + fmt.Sprintf(`tenants:
   - {name: acme, api_key_sha256: [%q]}
-jobs:
+%sjobs:
 %sroutes:
 %sworker:
   admin_listen: "127.0.0.1:0"
@@ -97,7 +104,7 @@ jobs:
   queues: {%s: 1}
   lock_ttl: 5s
   shutdown_timeout: 5s
-`, sha("acme-key"), jobs.String(), routes.String(), queue)
+`, sha("acme-key"), fairness.String(), jobs.String(), routes.String(), queue)
 	return writeFile(t, "debounce.yaml", cfg)
 }
 
@@ -105,14 +112,51 @@ jobs:
 // worker, Redis and PostgreSQL: bursts fold into one delivery with the
 // right body, every key of a burst replays its job, a steady stream is
 // cut off at max_delay, a cancel or a worker's take ends a cycle.
-func TestDebounceEndToEnd(t *testing.T) {
+func TestDebounceEndToEnd(t *testing.T) { debounceEndToEnd(t, "") }
+
+// TestDebounceInFairnessPool is TestDebounceEndToEnd with the debounced
+// jobs in a fairness pool: each version waits in the pool, and once every
+// job has run the pool holds nothing, in flight or waiting.
+func TestDebounceInFairnessPool(t *testing.T) {
+	fair := "crm" + randomID()
+	g := debounceEndToEnd(t, fair)
+	if doc := fairPool(t, g, fair); doc.InFlight != 0 || len(doc.Tenants) != 0 {
+		t.Errorf("the pool after every job ran: %+v; want nothing in flight or waiting", doc)
+	}
+}
+
+// fairPoolDoc is what GET /admin/fairness/{pool} answers.
+type fairPoolDoc struct {
+	InFlight int `json:"in_flight"`
+	Tenants  []struct {
+		Tenant   string `json:"tenant"`
+		Ready    int    `json:"ready"`
+		Delayed  int    `json:"delayed"`
+		InFlight int    `json:"in_flight"`
+	} `json:"tenants"`
+}
+
+// fairPool reads the fairness pool name through g's admin API.
+func fairPool(t *testing.T, g *gatewayProc, name string) fairPoolDoc {
+	t.Helper()
+	r := adminDo(t, g, http.MethodGet, "/admin/fairness/"+name, adminToken)
+	var doc fairPoolDoc
+	if err := json.Unmarshal(r.body, &doc); err != nil || r.status != http.StatusOK {
+		t.Fatalf("GET the pool %s: %d %s %v", name, r.status, r.body, err)
+	}
+	return doc
+}
+
+// debounceEndToEnd runs the debounce story, with the jobs in the
+// fairness pool fair unless it is "", and returns the gateway.
+func debounceEndToEnd(t *testing.T, fair string) *gatewayProc {
 	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
 	pool := testenv.PoolAt(t, dbURL)
 	rcv := &syncReceiver{got: map[string][]int{}, release: make(chan struct{})}
 	srv := httptest.NewServer(rcv)
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(rcv.release) })
-	cfg := debounceConfig(t, dbURL, redisURL, srv.URL+"/hooks/crm", "deb"+randomID())
+	cfg := debounceConfig(t, dbURL, redisURL, srv.URL+"/hooks/crm", "deb"+randomID(), fair)
 	g := startGateway(t, cfg)
 	startWorker(t, cfg)
 	run := randomID()
@@ -154,6 +198,14 @@ func TestDebounceEndToEnd(t *testing.T) {
 		}
 		if len(ids) != 1 {
 			t.Fatalf("40 submits made %d jobs; want one", len(ids))
+		}
+		if fair != "" {
+			// The job waits in the pool for its due time, outside the
+			// window.
+			doc := fairPool(t, g, fair)
+			if len(doc.Tenants) != 1 || doc.Tenants[0].Delayed < 1 || doc.InFlight != 0 {
+				t.Errorf("the pool while the burst's job waits: %+v; want acme's job delayed, nothing in flight", doc)
+			}
 		}
 		done := await(first.ID, "succeeded")
 		if got := rcv.delivered(account); len(got) != 1 || got[0] != 40 {
@@ -271,4 +323,5 @@ func TestDebounceEndToEnd(t *testing.T) {
 			t.Errorf("deliveries: %v; want revision 1, then 2", got)
 		}
 	})
+	return g
 }
