@@ -62,6 +62,17 @@ func (g *Gateway) scheduleRoutes(r chi.Router) {
 	r.Method(http.MethodPost, "/v1/schedules/{id}/trigger", g.handleScheduleTrigger())
 }
 
+// scheduleHandler is a tenant's schedules endpoint: it names the endpoint
+// for telemetry, and answers 404 when the gateway serves no schedules.
+func (g *Gateway) scheduleHandler(endpoint string, serve func(w http.ResponseWriter, r *http.Request, o *ScheduleOptions)) http.Handler {
+	return g.tenantChain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		telemetry.SetEndpoint(r, endpoint)
+		if o := g.schedules(w, r); o != nil {
+			serve(w, r, o)
+		}
+	}))
+}
+
 // schedules answers 404 and returns nil when the gateway serves no
 // schedules.
 func (g *Gateway) schedules(w http.ResponseWriter, r *http.Request) *ScheduleOptions {
@@ -87,12 +98,7 @@ func (g *Gateway) scheduleError(w http.ResponseWriter, r *http.Request, err erro
 // handleSchedulePut is PUT /v1/schedules/{id}: 201 when it created the
 // schedule, 200 when it replaced it. A PUT converges: it needs no key.
 func (g *Gateway) handleSchedulePut() http.Handler {
-	return g.tenantChain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		telemetry.SetEndpoint(r, "/v1/schedules/{id}")
-		o := g.schedules(w, r)
-		if o == nil {
-			return
-		}
+	return g.scheduleHandler("/v1/schedules/{id}", func(w http.ResponseWriter, r *http.Request, o *ScheduleOptions) {
 		tenant, id := auth.Tenant(r.Context()), PathParam(r, "id")
 		var decl struct {
 			Task          string          `json:"task"`
@@ -148,7 +154,7 @@ func (g *Gateway) handleSchedulePut() http.Handler {
 			w.Header().Set("Location", "/v1/schedules/"+url.PathEscape(id))
 		}
 		g.writeSchedule(w, r, status, got)
-	}))
+	})
 }
 
 func validScheduleID(id string) bool {
@@ -198,28 +204,18 @@ func decodeScheduleBody(w http.ResponseWriter, r *http.Request, v any) error {
 }
 
 func (g *Gateway) handleScheduleGet() http.Handler {
-	return g.tenantChain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		telemetry.SetEndpoint(r, "/v1/schedules/{id}")
-		o := g.schedules(w, r)
-		if o == nil {
-			return
-		}
+	return g.scheduleHandler("/v1/schedules/{id}", func(w http.ResponseWriter, r *http.Request, o *ScheduleOptions) {
 		rec, err := o.Store.Get(r.Context(), auth.Tenant(r.Context()), PathParam(r, "id"))
 		if err != nil {
 			g.scheduleError(w, r, err)
 			return
 		}
 		g.writeSchedule(w, r, http.StatusOK, rec)
-	}))
+	})
 }
 
 func (g *Gateway) handleScheduleList() http.Handler {
-	return g.tenantChain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		telemetry.SetEndpoint(r, "/v1/schedules")
-		o := g.schedules(w, r)
-		if o == nil {
-			return
-		}
+	return g.scheduleHandler("/v1/schedules", func(w http.ResponseWriter, r *http.Request, o *ScheduleOptions) {
 		recs, err := o.Store.List(r.Context(), auth.Tenant(r.Context()))
 		if err != nil {
 			g.scheduleError(w, r, err)
@@ -231,22 +227,17 @@ func (g *Gateway) handleScheduleList() http.Handler {
 		}
 		w.Header().Set("Cache-Control", "no-store")
 		writeJSON(w, http.StatusOK, list)
-	}))
+	})
 }
 
 func (g *Gateway) handleScheduleDelete() http.Handler {
-	return g.tenantChain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		telemetry.SetEndpoint(r, "/v1/schedules/{id}")
-		o := g.schedules(w, r)
-		if o == nil {
-			return
-		}
+	return g.scheduleHandler("/v1/schedules/{id}", func(w http.ResponseWriter, r *http.Request, o *ScheduleOptions) {
 		if err := o.Store.Delete(r.Context(), auth.Tenant(r.Context()), PathParam(r, "id")); err != nil {
 			g.scheduleError(w, r, err)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
-	}))
+	})
 }
 
 func (g *Gateway) handleSchedulePause(paused bool) http.Handler {
@@ -254,30 +245,20 @@ func (g *Gateway) handleSchedulePause(paused bool) http.Handler {
 	if paused {
 		endpoint = "/v1/schedules/{id}/pause"
 	}
-	return g.tenantChain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		telemetry.SetEndpoint(r, endpoint)
-		o := g.schedules(w, r)
-		if o == nil {
-			return
-		}
+	return g.scheduleHandler(endpoint, func(w http.ResponseWriter, r *http.Request, o *ScheduleOptions) {
 		rec, err := o.Store.SetPaused(r.Context(), auth.Tenant(r.Context()), PathParam(r, "id"), paused)
 		if err != nil {
 			g.scheduleError(w, r, err)
 			return
 		}
 		g.writeSchedule(w, r, http.StatusOK, rec)
-	}))
+	})
 }
 
 // handleScheduleTrigger is POST /v1/schedules/{id}/trigger: one job now,
 // its id derived from the Idempotency-Key, which is required.
 func (g *Gateway) handleScheduleTrigger() http.Handler {
-	return g.tenantChain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		telemetry.SetEndpoint(r, "/v1/schedules/{id}/trigger")
-		o := g.schedules(w, r)
-		if o == nil {
-			return
-		}
+	return g.scheduleHandler("/v1/schedules/{id}/trigger", func(w http.ResponseWriter, r *http.Request, o *ScheduleOptions) {
 		key, err := idempotency.ParseKey(r.Header.Values(idempotency.HeaderKey), idempotency.KeyCompat, idempotency.DefaultMaxKeyLength)
 		if errors.Is(err, idempotency.ErrKeyMissing) {
 			err = &idempotency.RequestError{Err: err, Detail: "a trigger needs an Idempotency-Key: the same key fires once"}
@@ -298,7 +279,7 @@ func (g *Gateway) handleScheduleTrigger() http.Handler {
 		infoFrom(r.Context()).job = rec.ID
 		w.Header().Set("Location", "/v1/jobs/"+rec.ID)
 		writeJSON(w, http.StatusAccepted, jobDocument(rec))
-	}))
+	})
 }
 
 // handleScheduleBackfill is POST /admin/schedules/{id}/backfill.
