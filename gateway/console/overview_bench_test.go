@@ -34,18 +34,7 @@ import (
 //
 //	IDEMGATE_BENCH_JOBS=1600,300000,3000000 go test -run '^$' -bench BenchmarkOverviewPage -benchtime 20x ./gateway/console/
 func BenchmarkOverviewPage(b *testing.B) {
-	sizes := []int{1600}
-	if s := os.Getenv("IDEMGATE_BENCH_JOBS"); s != "" {
-		sizes = sizes[:0]
-		for _, f := range strings.Split(s, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 {
-				b.Fatalf("IDEMGATE_BENCH_JOBS: %q is not a job count", f)
-			}
-			sizes = append(sizes, n)
-		}
-	}
-	for _, n := range sizes {
+	for _, n := range benchJobCounts(b) {
 		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
 			pool := testenv.Pool(b)
 			seedJobs(b, pool, n)
@@ -112,18 +101,7 @@ SELECT 'job_' || md5(i::text), 'tenant-' || (i % 20), 'invoices', 'k-' || i, 'in
 //
 //	IDEMGATE_BENCH_JOBS=1600,300000,3000000 go test -run '^$' -bench BenchmarkJobsPage -benchtime 20x ./gateway/console/
 func BenchmarkJobsPage(b *testing.B) {
-	sizes := []int{1600}
-	if s := os.Getenv("IDEMGATE_BENCH_JOBS"); s != "" {
-		sizes = sizes[:0]
-		for _, f := range strings.Split(s, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 {
-				b.Fatalf("IDEMGATE_BENCH_JOBS: %q is not a job count", f)
-			}
-			sizes = append(sizes, n)
-		}
-	}
-	for _, n := range sizes {
+	for _, n := range benchJobCounts(b) {
 		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
 			pool := testenv.Pool(b)
 			seedJobs(b, pool, n)
@@ -169,4 +147,22 @@ func BenchmarkJobsPage(b *testing.B) {
 func md5hex(s string) string {
 	sum := md5.Sum([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// benchJobCounts is the job counts in IDEMGATE_BENCH_JOBS (comma
+// separated), or 1600 when it is unset.
+func benchJobCounts(b *testing.B) []int {
+	s := os.Getenv("IDEMGATE_BENCH_JOBS")
+	if s == "" {
+		return []int{1600}
+	}
+	var sizes []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			b.Fatalf("IDEMGATE_BENCH_JOBS: %q is not a job count", f)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes
 }
