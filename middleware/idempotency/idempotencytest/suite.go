@@ -61,6 +61,7 @@ func Run(t *testing.T, newStore func(t *testing.T) idempotency.Store, opts ...Op
 		{"RetainAfter", testRetainAfter},
 		{"KeyExpires", testKeyExpires},
 		{"History", testHistory},
+		{"RequestCounts", testRequestCounts},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,6 +17,8 @@ var (
 	_ idempotency.Watcher   = (*Store)(nil)
 	_ idempotency.Janitor   = (*Store)(nil)
 	_ idempotency.Immediate = (*Store)(nil)
+
+	_ idempotency.RequestCounter = (*Store)(nil)
 )
 
 // Store keeps records in memory. The zero value is not usable; call New.
@@ -46,6 +48,9 @@ type record struct {
 	response           []byte // encodeResponse: headers, then the body
 	size               int64  // what the record counts against the bound
 	queuedAt           int64  // its entry in the expiry queue (expiry.go)
+	// requests counts the requests its key received (counts.go); nil
+	// until the first are added.
+	requests *idempotency.KeyCount
 }
 
 // recordOverhead is what a record costs beyond its strings and stored
