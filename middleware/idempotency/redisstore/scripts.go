@@ -28,6 +28,11 @@ import "github.com/redis/go-redis/v9"
 //	                   again (wait.go)
 //	seen               with WithWait: written by a read that must wait for
 //	                   replicas (wait.go); never read
+//	n_new n_replayed n_conflict n_mismatch n_released
+//	                   how many requests of each kind the key received
+//	                   (counts.go); absent until the first are added
+//	first_seen last_seen   when the first and the last counted request
+//	                   ended (ms)
 //
 // A record is replayed, claimed and changed only while expires is ahead of
 // the server clock. Because the key's own expiry equals expires, Redis
@@ -128,6 +133,10 @@ if cur[5] then
     created = tonumber(cur[9]) or now
   end
   redis.call('HDEL', key, 'status', 'header', 'body', 'omitted', 'watched', 'settled', 'seen')
+  if takeover == 0 then
+    -- A record created afresh: the counts of the expired one go with it.
+    redis.call('HDEL', key, 'n_new', 'n_replayed', 'n_conflict', 'n_mismatch', 'n_released', 'first_seen', 'last_seen')
+  end
 end
 token = math.max(token + 1, now_us)
 local lease_until = now + lease
@@ -233,10 +242,40 @@ touch(KEYS[1], ARGV[1])
 return r
 `
 
+// countScript adds request counts to a live record: ARGV new, replayed,
+// conflict, mismatch, released, first ms, last ms (0: none). Returns 1, or
+// 0 when there is no live record, whose counts went with it. It leaves the
+// key's expiry as it is, so the counts expire with the record.
+const countScript = prelude + `
+local key = KEYS[1]
+local cur = redis.call('HMGET', key, 'state', 'expires', 'first_seen', 'last_seen')
+if not cur[1] or (tonumber(cur[2]) or 0) <= now_ms() then return 0 end
+local names = {'n_new', 'n_replayed', 'n_conflict', 'n_mismatch', 'n_released'}
+for i = 1, 5 do
+  local n = tonumber(ARGV[i]) or 0
+  if n ~= 0 then redis.call('HINCRBY', key, names[i], n) end
+end
+local first, last = tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
+local f, l = tonumber(cur[3]), tonumber(cur[4])
+if first > 0 and (not f or first < f) then redis.call('HSET', key, 'first_seen', first) end
+if last > 0 and (not l or last > l) then redis.call('HSET', key, 'last_seen', last) end
+return 1
+`
+
+// countsScript returns a live record's counts in countScript's ARGV order,
+// or nil when there is no live record.
+const countsScript = prelude + `
+local r = redis.call('HMGET', KEYS[1], 'state', 'expires', 'n_new', 'n_replayed', 'n_conflict',
+  'n_mismatch', 'n_released', 'first_seen', 'last_seen')
+if not r[1] or (tonumber(r[2]) or 0) <= now_ms() then return false end
+return {r[3], r[4], r[5], r[6], r[7], r[8], r[9]}
+`
+
 // scripts are per Store, not package variables: a redis.Script caches its
 // digest and is loaded into each node's script cache on first use.
 type scripts struct {
 	claim, renew, complete, finish, resolve, get, watch *redis.Script
+	count, counts                                       *redis.Script
 }
 
 func newScripts() scripts {
@@ -248,5 +287,7 @@ func newScripts() scripts {
 		resolve:  redis.NewScript(resolveScript),
 		get:      redis.NewScript(getScript),
 		watch:    redis.NewScript(watchScript),
+		count:    redis.NewScript(countScript),
+		counts:   redis.NewScript(countsScript),
 	}
 }
