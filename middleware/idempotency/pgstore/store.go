@@ -181,7 +181,9 @@ const maxRaceRetries = 5
 // upstream could not refuse the re-run, which carries the token the lost
 // claim had; the clock has moved on since any lost token was issued. A
 // take-over keeps created_at and a fresh record sets it to now(), so
-// created_at < updated_at tells a take-over (tokens say nothing now).
+// created_at < updated_at tells a take-over (tokens say nothing now). A
+// record created afresh sets its request counts (counts.go) back to zero;
+// a take-over keeps them.
 const claimSQL = `
 WITH cur AS (
 	SELECT fingerprint, state, fencing_token, owner, lease_until,
@@ -207,6 +209,13 @@ WITH cur AS (
 		body_omitted     = false,
 		watched          = CASE WHEN r.expires_at <= now() THEN false ELSE r.watched END,
 		created_at       = CASE WHEN r.expires_at <= now() THEN now() ELSE r.created_at END,
+		requests_new      = CASE WHEN r.expires_at <= now() THEN 0 ELSE r.requests_new END,
+		requests_replayed = CASE WHEN r.expires_at <= now() THEN 0 ELSE r.requests_replayed END,
+		requests_conflict = CASE WHEN r.expires_at <= now() THEN 0 ELSE r.requests_conflict END,
+		requests_mismatch = CASE WHEN r.expires_at <= now() THEN 0 ELSE r.requests_mismatch END,
+		requests_released = CASE WHEN r.expires_at <= now() THEN 0 ELSE r.requests_released END,
+		requests_first_at = CASE WHEN r.expires_at <= now() THEN NULL ELSE r.requests_first_at END,
+		requests_last_at  = CASE WHEN r.expires_at <= now() THEN NULL ELSE r.requests_last_at END,
 		updated_at       = now(),
 		expires_at       = excluded.expires_at
 	WHERE (r.state <> 'in_flight' OR r.lease_until <= now())
