@@ -181,6 +181,9 @@ type Gateway struct {
 	recent *RecentRequests
 	// history is the last requests of each idempotency key (the console's key page).
 	history *KeyHistory
+	// counts adds how many requests each key received to the store, when
+	// it keeps them (keycounts.go); nil when it does not.
+	counts *keyCounts
 }
 
 // New builds the whole middleware chain once, validating as it goes.
@@ -264,19 +267,23 @@ func New(opts Options) (*Gateway, error) {
 		}
 	}
 	g.table = newTable(routes)
+	g.counts = newKeyCounts(opts.Store, opts.Logger)
 	g.public = g.publicRoutes()
 	g.private = g.adminRoutes()
+	g.counts.start()
 	return g, nil
 }
 
 // Close waits, until ctx ends, for the idempotency outcomes still being
-// stored in the background (idempotency.Middleware.Drain), then releases
-// the rate limiter's stores. Call it after the listeners have shut down.
+// stored in the background (idempotency.Middleware.Drain), adds the
+// request counts it holds to the store, then releases the rate limiter's
+// stores. Call it after the listeners have shut down.
 func (g *Gateway) Close(ctx context.Context) error {
 	var errs []error
 	for _, mw := range g.guards {
 		errs = append(errs, mw.Drain(ctx))
 	}
+	errs = append(errs, g.counts.close(ctx))
 	errs = append(errs, g.limiter.Close(ctx))
 	return errors.Join(errs...)
 }
@@ -399,7 +406,7 @@ func (g *Gateway) publicRoutes() http.Handler {
 	if g.opts.RefuseCrossSite {
 		h = g.refuseCrossOrigin(h, true, "a state-changing request from another site is refused (auth.cross_site: refuse); send it from a page of the same site, or without a browser")
 	}
-	h = accessLog(g.opts.Logger, g.opts.Metrics, g.recent, g.history, h)
+	h = accessLog(g.opts.Logger, g.opts.Metrics, g.recent, g.history, g.counts, h)
 	h = g.recoverPanics(h)
 	h = g.closeWhileDraining(h)
 	h = g.shedOverload(h)

@@ -131,7 +131,7 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // accessLog writes one line per request and counts it.
-func accessLog(logger *slog.Logger, m *Metrics, recent *RecentRequests, history *KeyHistory, next http.Handler) http.Handler {
+func accessLog(logger *slog.Logger, m *Metrics, recent *RecentRequests, history *KeyHistory, counts *keyCounts, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		var sw *statusWriter
@@ -157,6 +157,7 @@ func accessLog(logger *slog.Logger, m *Metrics, recent *RecentRequests, history 
 		recent.observe(in.tenant, in.route, outcome, in.stored)
 		if in.key != "" {
 			history.observe(in.scope, outcome, in.stored, sw.status, requestid.FromContext(r.Context()), end)
+			counts.observe(in.scope, outcome, in.stored, end)
 		}
 		if !logger.Enabled(r.Context(), slog.LevelInfo) {
 			return
