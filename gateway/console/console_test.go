@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -474,5 +475,54 @@ func TestKeyPageRequestsAndActions(t *testing.T) {
 	}
 	if a, _ := attr(entries[0], "data-action"); a != "delete-key" {
 		t.Errorf("the entry's action %q: want delete-key", a)
+	}
+}
+
+// The key page counts every request the key received, as the store keeps
+// them beside the record: they reach it about a second after the
+// requests, and go when the record does.
+func TestKeyPageCountsRequests(t *testing.T) {
+	v := setup(t)
+	const replays = 4
+	for range 1 + replays {
+		v.call(t, "acme", "/v1/pages", "counted/1", `{"n":1}`)
+	}
+	v.call(t, "acme", "/v1/pages", "counted/1", `{"n":2}`)
+	page := "/admin/ui/keys/acme/pages/counted%2F1"
+	counts := func(doc *html.Node) map[string]string {
+		got := map[string]string{}
+		table := byID(doc, "request-counts")
+		if table == nil {
+			return got
+		}
+		for _, row := range find(table, func(n *html.Node) bool { return hasClass(n, "request-count") }) {
+			k, _ := attr(row, "data-kind")
+			cells := find(row, func(n *html.Node) bool { return n.Type == html.ElementNode && n.Data == "td" })
+			got[k] = text(cells[len(cells)-1])
+		}
+		return got
+	}
+	want := map[string]string{"new": "1", "replayed": strconv.Itoa(replays), "conflict": "0", "mismatch": "1", "released": "0"}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		doc := v.page(t, page)
+		got := counts(doc)
+		if maps.Equal(got, want) {
+			if byID(doc, "request-counts-seen") == nil {
+				t.Error("counted requests: want when the first and last were seen")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("#request-counts %v: want %v", got, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if resp := v.post(t, page+"/delete"); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("delete: %d", resp.StatusCode)
+	}
+	doc := v.page(t, page)
+	if got := counts(doc); len(got) != 0 || byID(doc, "no-request-counts") == nil {
+		t.Errorf("after the record was deleted: counts %v, want none and #no-request-counts", got)
 	}
 }

@@ -137,7 +137,34 @@ type keyView struct {
 	// first; RequestsDropped counts the older ones not kept.
 	Requests        []gateway.KeyRequest
 	RequestsDropped int
+	// Counts are every request the key received, at every instance, as
+	// the store keeps them beside the record (idempotency.RequestCounter);
+	// nil when there is no record or the store keeps none, which
+	// CountsNote then says.
+	Counts     *idempotency.KeyCount
+	CountsNote string
 }
+
+// countRow is one line of the key page's request counts.
+type countRow struct {
+	Kind gateway.RecentKind
+	N    int64
+}
+
+// CountRows are v's counts by kind, in the order of gateway.RecentKind.
+func (v keyView) CountRows() []countRow {
+	if v.Counts == nil {
+		return nil
+	}
+	c := v.Counts
+	return []countRow{
+		{gateway.RecentNew, c.New}, {gateway.RecentReplayed, c.Replayed}, {gateway.RecentConflict, c.Conflict},
+		{gateway.RecentMismatch, c.Mismatch}, {gateway.RecentReleased, c.Released},
+	}
+}
+
+// CountsLag is how long the counts may lag the requests.
+func (keyView) CountsLag() string { return gateway.KeyCountsInterval.String() }
 
 // RequestsKept is how many requests an instance keeps per key.
 func (keyView) RequestsKept() int { return gateway.KeyHistoryDepth }
@@ -180,6 +207,7 @@ func (c *console) keyStory(r *http.Request, scope idempotency.Scope) (keyView, i
 		v.CanDelete = true
 		v.CanResolve = rec.State == idempotency.StateUnknown
 	}
+	c.keyCounts(r, &v)
 	if story.Job != nil {
 		v.JobURL = c.jobURL(string(story.Job.Id))
 	}
@@ -192,6 +220,31 @@ func (c *console) keyStory(r *http.Request, scope idempotency.Scope) (keyView, i
 		R *idempotency.Record
 	}{story, v.Record})
 	return v, http.StatusOK, nil
+}
+
+// keyCounts fills v's request counts from the store, when it keeps them
+// and v has a record. A store that cannot be read leaves a note, not an
+// error page.
+func (c *console) keyCounts(r *http.Request, v *keyView) {
+	counter, ok := c.opts.Keys.(idempotency.RequestCounter)
+	switch {
+	case !ok:
+		v.CountsNote = "Store " + c.opts.StoreName + " keeps no request counts."
+		return
+	case v.Record == nil:
+		v.CountsNote = "No record: its counts went with it."
+		return
+	}
+	counts, err := counter.RequestCounts(r.Context(), v.Scope)
+	switch {
+	case errors.Is(err, idempotency.ErrNotFound):
+		v.CountsNote = "No record: its counts went with it."
+	case err != nil:
+		c.opts.Logger.WarnContext(r.Context(), "console: reading a key's request counts failed", "err", err)
+		v.CountsNote = "The " + c.opts.StoreName + " store could not be read (request counts). Reload in a moment."
+	default:
+		v.Counts = &counts
+	}
 }
 
 func (c *console) handleKey(w http.ResponseWriter, r *http.Request) {
