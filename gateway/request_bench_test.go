@@ -8,12 +8,16 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
+	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
+	"github.com/idemgate/idemgate/middleware/idempotency/redisstore"
 	"github.com/idemgate/idemgate/telemetry"
 )
 
@@ -68,20 +72,51 @@ func (w *benchWriter) Write(p []byte) (int, error) {
 // deployment's log.format json builds, trace ids included, writing to
 // io.Discard, so the line's cost is counted but no I/O.
 func BenchmarkPublicPath(b *testing.B) {
-	b.Run("nolog", func(b *testing.B) { benchPublicPath(b, slog.New(slog.DiscardHandler)) })
+	b.Run("nolog", func(b *testing.B) { benchPublicPath(b, slog.New(slog.DiscardHandler), memstore.New()) })
 	b.Run("log", func(b *testing.B) {
-		benchPublicPath(b, slog.New(telemetry.LogHandler(slog.NewJSONHandler(io.Discard, nil))))
+		benchPublicPath(b, slog.New(telemetry.LogHandler(slog.NewJSONHandler(io.Discard, nil))), memstore.New())
 	})
 }
 
-func benchPublicPath(b *testing.B, logger *slog.Logger) {
+// BenchmarkPublicPathStores runs the same path, access log off, on each
+// store: memory, and Redis and PostgreSQL when TEST_REDIS_URL and
+// TEST_DATABASE_URL say where. Besides ns/op (the request's wall time,
+// store round trips included) it reports cpu-ns/op: the process's user
+// and system CPU per request, which counts the work the gateway does off
+// the request path too (the request counts it adds to the store once a
+// second, keycounts.go).
+func BenchmarkPublicPathStores(b *testing.B) {
+	logger := slog.New(slog.DiscardHandler)
+	b.Run("memory", func(b *testing.B) { benchPublicPath(b, logger, memstore.New()) })
+	b.Run("redis", func(b *testing.B) {
+		s := redisstore.New(testenv.Redis(b), redisstore.WithPrefix(testenv.Prefix()))
+		b.Cleanup(func() { _ = s.Close() })
+		benchPublicPath(b, logger, s)
+	})
+	b.Run("postgres", func(b *testing.B) {
+		s := pgstore.New(testenv.Pool(b))
+		b.Cleanup(s.Close)
+		benchPublicPath(b, logger, s)
+	})
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func benchPublicPath(b *testing.B, logger *slog.Logger, store idempotency.Store) {
 	upstream, _ := url.Parse("http://upstream.test")
 	opts := Options{
 		Auth: auth.Config{Mode: auth.ModeAPIKey, Tenants: []auth.TenantKeys{
 			{Name: "acme", APIKeySHA256s: []string{hexSum(testAPIKey)}},
 		}},
-		Store:       memstore.New(),
-		StoreName:   "memory",
+		Store:       store,
+		StoreName:   "bench",
 		ReplayCache: idempotency.NewReplayCache(10000, 2*time.Second),
 		Transport:   cannedUpstream{body: []byte(`{"id":"pay_1","object":"payment","status":"succeeded","amount_cents":1250,"currency":"EUR","x":"0123456789"}`)},
 		Logger:      logger,
@@ -117,11 +152,13 @@ func benchPublicPath(b *testing.B, logger *slog.Logger) {
 	run := func(b *testing.B, key func() string, want int) {
 		w := &benchWriter{h: http.Header{}}
 		b.ReportAllocs()
+		cpu := cpuTime(b)
 		for b.Loop() {
 			clear(w.h)
 			w.status = 0
 			h.ServeHTTP(w, next(key()))
 		}
+		b.ReportMetric(float64(cpuTime(b)-cpu)/float64(b.N), "cpu-ns/op")
 		if w.status != want {
 			b.Fatalf("status %d, want %d", w.status, want)
 		}
@@ -142,5 +179,33 @@ func benchPublicPath(b *testing.B, logger *slog.Logger) {
 			b.Fatalf("first request: %d", w.status)
 		}
 		run(b, func() string { return "replayed" }, http.StatusCreated)
+	})
+}
+
+// BenchmarkKeyCountsObserve is what counting a request's key adds to the
+// request path: a map entry under a mutex, for a new key each time and
+// for one key again and again.
+func BenchmarkKeyCountsObserve(b *testing.B) {
+	k := newKeyCounts(memstore.New(), slog.New(slog.DiscardHandler))
+	k.start()
+	b.Cleanup(func() { _ = k.close(context.Background()) })
+	at := time.Now()
+	b.Run("unique", func(b *testing.B) {
+		keys := make([]string, keyCountsFlushAt)
+		for i := range keys {
+			keys[i] = "u-" + strconv.Itoa(i)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			k.observe(idempotency.Scope{Tenant: "acme", Route: "payments", Key: keys[i%len(keys)]}, string(idempotency.OutcomeNew), "", at)
+			i++
+		}
+	})
+	b.Run("replay", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			k.observe(idempotency.Scope{Tenant: "acme", Route: "payments", Key: "replayed"}, string(idempotency.OutcomeReplay), "", at)
+		}
 	})
 }
