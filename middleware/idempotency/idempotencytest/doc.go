@@ -25,4 +25,10 @@
 // documents it, with a linearizability checker (package history). A store
 // that breaks the model fails with the shortest history found that shows
 // it.
+//
+// The optional interfaces are checked when a store implements them and
+// skipped otherwise: idempotency.Watcher (Watch), idempotency.Janitor
+// (Janitor) and idempotency.RequestCounter (RequestCounts: counts added in
+// batches sum up, survive a take-over, and go when the record expires or
+// is deleted).
 package idempotencytest
