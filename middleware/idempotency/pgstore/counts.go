@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -16,9 +14,9 @@ import (
 var _ idempotency.RequestCounter = (*Store)(nil)
 
 // addRequestsSQL adds one batch of counts in one statement. The rows are
-// locked in primary-key order, as batched claims lock them, so that two
-// gateways adding counts, or a batch of claims, never deadlock; a record
-// past its expiry gets none.
+// locked in the order batched claims lock them (scopeOrder: bytes, not the
+// database's collation), so that two gateways adding counts, or a batch
+// of claims, never deadlock with it; a record past its expiry gets none.
 const addRequestsSQL = `
 WITH c AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[],
@@ -28,7 +26,7 @@ WITH c AS (
 	SELECT r.tenant, r.route, r.key FROM idempotency_records r
 	JOIN c ON r.tenant = c.tenant AND r.route = c.route AND r.key = c.key
 	WHERE r.expires_at > now()
-	ORDER BY r.tenant, r.route, r.key
+	ORDER BY r.tenant COLLATE "C", r.route COLLATE "C", r.key COLLATE "C"
 	FOR UPDATE OF r
 )
 UPDATE idempotency_records r SET
@@ -50,7 +48,7 @@ func (s *Store) AddRequests(ctx context.Context, counts []idempotency.KeyCount) 
 	if len(counts) == 0 {
 		return nil
 	}
-	// One entry per scope (an UPDATE changes a row once), in lock order.
+	// One entry per scope: an UPDATE changes a row once.
 	merged := make(map[idempotency.Scope]idempotency.KeyCount, len(counts))
 	for _, c := range counts {
 		m := merged[c.Scope]
@@ -62,9 +60,6 @@ func (s *Store) AddRequests(ctx context.Context, counts []idempotency.KeyCount) 
 	for _, c := range merged {
 		list = append(list, c)
 	}
-	slices.SortFunc(list, func(a, b idempotency.KeyCount) int {
-		return strings.Compare(scopeOrder(a.Scope), scopeOrder(b.Scope))
-	})
 	n := len(list)
 	tenants, routes, keys := make([]string, n), make([]string, n), make([]string, n)
 	var kinds [5][]int64
