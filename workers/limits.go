@@ -53,15 +53,51 @@ const DefaultLimitWait = time.Second
 // are all held, while the worker waits in place.
 const limitPoll = 100 * time.Millisecond
 
-// sleep waits d, or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
+// wait waits d, or until freed receives (a nil freed never does), or
+// until ctx ends. It reports whether freed received, and whether ctx is
+// still live.
+func wait(ctx context.Context, freed <-chan struct{}, d time.Duration) (signalled, live bool) {
+	t := time.NewTimer(max(d, 0))
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
+		return false, true
+	case <-freed:
+		return true, true
 	case <-ctx.Done():
-		return false
+		return false, false
+	}
+}
+
+// behind returns a refusal of the first slot budget of rules for which an
+// older take of this process is in line, or nil when none is.
+func (l *limits) behind(rules []limit.Rule, watches map[string]*limit.Watch) *limit.RefusedError {
+	for _, r := range rules {
+		if w := watches[r.Name]; w != nil && !w.First() {
+			return &limit.RefusedError{Name: r.Name, Value: limit.ShortValue(r.Value), Reason: limit.ReasonConcurrency}
+		}
+	}
+	return nil
+}
+
+// watch puts a take in line for every budget of rules with slots, by
+// limit name.
+func (l *limits) watch(rules []limit.Rule) map[string]*limit.Watch {
+	var out map[string]*limit.Watch
+	for _, r := range rules {
+		if r.Concurrency > 0 {
+			if out == nil {
+				out = make(map[string]*limit.Watch, len(rules))
+			}
+			out[r.Name] = l.limiter.Watch(r.Name, r.Value)
+		}
+	}
+	return out
+}
+
+func stopWatches(ws map[string]*limit.Watch) {
+	for _, w := range ws {
+		w.Stop()
 	}
 }
 
@@ -184,19 +220,43 @@ func (h *handler[T]) takeLimits(ctx, lctx context.Context, log *slog.Logger, id 
 		hold    *limit.Hold
 		refused *limit.RefusedError // the last refusal
 	)
+	// In line for each slot budget before the first take, so that no
+	// release in this process is missed and its waiters take slots in
+	// the order they came.
+	watches := l.watch(rules)
+	defer stopWatches(watches)
+	signalled := false
 	for {
-		hold, err = l.limiter.Take(lctx, holder, l.lease, rules)
+		if behind := l.behind(rules, watches); behind != nil && !signalled {
+			// An older take of this process waits for the same slots:
+			// wait behind it rather than take the next free slot first.
+			err = behind
+		} else {
+			hold, err = l.limiter.Take(lctx, holder, l.lease, rules)
+		}
 		r, ok := errors.AsType[*limit.RefusedError](err)
 		if !ok {
 			break
 		}
 		refused = r
 		pause := refused.RetryAfter
-		if refused.Reason == limit.ReasonConcurrency {
-			// A slot frees when a holder ends: look again soon.
-			pause = l.poll/2 + time.Duration(l.rand(int64(l.poll)))
+		var freed <-chan struct{}
+		if w := watches[refused.Name]; w != nil && refused.Reason == limit.ReasonConcurrency {
+			// A slot frees when a holder ends. One of this process signals
+			// the oldest waiter at once; the first in line also looks at
+			// Redis now and then for a slot another process freed.
+			freed = w.C()
+			pause = time.Until(deadline)
+			if w.First() {
+				pause = min(pause, l.poll/2+time.Duration(l.rand(int64(l.poll))))
+			}
 		}
-		if time.Now().Add(pause).After(deadline) || !sleep(lctx, pause) {
+		if time.Now().Add(pause).After(deadline) && freed == nil {
+			break
+		}
+		var live bool
+		signalled, live = wait(lctx, freed, pause)
+		if !live || (freed != nil && !signalled && !time.Now().Before(deadline)) {
 			break
 		}
 	}
@@ -271,6 +331,9 @@ func (h *handler[T]) releaseWithLimits(ctx context.Context, log *slog.Logger, le
 			"lock_event", "release_failed", "error", err)
 	} else {
 		log.DebugContext(ctx, "lock released", "lock_event", "released")
+		if slots {
+			hold.Freed()
+		}
 	}
 	if !sent && slots {
 		// A client that cannot pipeline: the slots go on their own.

@@ -90,7 +90,7 @@ func (s *serverEnv) start(t testing.TB, h asynq.Handler, cfg Config, opts ...Ser
 	return stop
 }
 
-func (s *serverEnv) enqueue(t *testing.T, task *asynq.Task) *asynq.TaskInfo {
+func (s *serverEnv) enqueue(t testing.TB, task *asynq.Task) *asynq.TaskInfo {
 	t.Helper()
 	info, err := s.client.Enqueue(task, asynq.Queue(s.queue), asynq.MaxRetry(job.MaxRetry))
 	if err != nil {

@@ -19,6 +19,11 @@
 // none, in one round trip, on Redis's own clock (TIME), so workers whose
 // clocks disagree share one pace. The scripts are this package's own.
 //
+// The takes of one process that wait for the slots of one budget form a
+// line (Watch): a slot released in that process goes to the oldest at
+// once, and only the first in line looks at Redis for slots other
+// processes free.
+//
 // Losing Redis loses the counters only: a fresh Redis starts every budget
 // empty. Limits pace calls; they never decide whether an effect happens
 // (fencing tokens and the execution state do that).

@@ -1,0 +1,94 @@
+package workers
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/job"
+)
+
+// BenchmarkFlowLimitBacklog is a new user's backlog under a flow limit:
+// b.N jobs of 200ms each for one partner under `concurrency: 2`, one
+// worker with 10 goroutines. The ideal is b.N×200ms/2; ideal-ratio is the
+// run's time over it, and limited/job the ledger's limited rows per job
+// (each a delivery sent back to the queue).
+//
+//	go test -run '^$' -bench BenchmarkFlowLimitBacklog -benchtime 200x ./workers/
+func BenchmarkFlowLimitBacklog(b *testing.B) {
+	const hold, slots = 200 * time.Millisecond, 2
+	s := newServerEnv(b)
+	p := &partner{hold: func(int) time.Duration { return hold }}
+	srv := httptest.NewServer(p)
+	b.Cleanup(srv.Close)
+	use := limitUse(b, job.Limit{Name: "ship-api", Concurrency: slots}, "{tenant}")
+	mux, err := NewHandlers().Mux(s.deps(NopObserver{}, 5*time.Second), []*job.Spec{partnerSpec(b, srv.URL, use)}, HTTPDelivery{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range b.N {
+		s.enqueue(b, partnerTask("acme", fmt.Sprintf("o-%04d", i)))
+	}
+	b.ResetTimer()
+	start := time.Now()
+	s.start(b, mux, Config{Concurrency: 10})
+	s.waitSucceeded(b, b.N)
+	elapsed := time.Since(start)
+	b.StopTimer()
+	var limited int
+	if err := s.pool.QueryRow(b.Context(), `SELECT count(*) FROM job_attempts WHERE outcome = 'limited'`).Scan(&limited); err != nil {
+		b.Fatal(err)
+	}
+	ideal := time.Duration(b.N) * hold / slots
+	b.ReportMetric(elapsed.Seconds(), "s")
+	b.ReportMetric(elapsed.Seconds()/ideal.Seconds(), "ideal-ratio")
+	b.ReportMetric(float64(limited)/float64(b.N), "limited/job")
+}
+
+// BenchmarkFlowLimitRate: b.N instant jobs under `rate: 5/1s`, one
+// worker with 10 goroutines. starts/s-max is the most calls the partner
+// saw start within one second of its own clock: the limit allows 5.
+//
+//	go test -run '^$' -bench BenchmarkFlowLimitRate -benchtime 60x ./workers/
+func BenchmarkFlowLimitRate(b *testing.B) {
+	s := newServerEnv(b)
+	p := &partner{hold: func(int) time.Duration { return 0 }}
+	srv := httptest.NewServer(p)
+	b.Cleanup(srv.Close)
+	use := limitUse(b, job.Limit{Name: "ship-api", Rate: 5, Period: time.Second, Burst: 1}, "{tenant}")
+	mux, err := NewHandlers().Mux(s.deps(NopObserver{}, 5*time.Second), []*job.Spec{partnerSpec(b, srv.URL, use)}, HTTPDelivery{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range b.N {
+		s.enqueue(b, partnerTask("acme", fmt.Sprintf("o-%04d", i)))
+	}
+	b.ResetTimer()
+	s.start(b, mux, Config{Concurrency: 10})
+	s.waitSucceeded(b, b.N)
+	b.StopTimer()
+	p.mu.Lock()
+	starts := p.starts
+	p.mu.Unlock()
+	b.ReportMetric(float64(maxStartsWithin(starts, time.Second)), "starts/s-max")
+}
+
+// waitSucceeded waits until n jobs have succeeded, for at most 5 minutes.
+func (s *serverEnv) waitSucceeded(tb testing.TB, n int) {
+	tb.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var done int
+		if err := s.pool.QueryRow(tb.Context(), `SELECT count(*) FROM job_executions WHERE status = 'succeeded'`).Scan(&done); err != nil {
+			tb.Fatal(err)
+		}
+		if done >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%d of %d jobs succeeded in 5 minutes", done, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
