@@ -30,7 +30,7 @@ const fairSendParallel = 16
 // dispatch moves what the window allows of p into flight and enqueues the
 // tasks; it returns how many it moved.
 func (f *Fairness) dispatch(ctx context.Context, sub *Submitter, p *fairPool, shard int) (int, error) {
-	out, err := fairDispatch.Run(ctx, f.rdb, f.keys(p, shard), f.args(p, p.Window, fairPopMax)...).StringSlice()
+	out, err := fairDispatch.Run(ctx, f.rdb, f.keys(p, shard), f.args(p, p.Window, fairPopMax, int(fairMeasuredFor.Seconds()), fairDwellArg)...).StringSlice()
 	if err != nil {
 		return 0, fmt.Errorf("job: fairness pool %s: dispatch: %w", p.Name, err)
 	}
