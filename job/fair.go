@@ -246,7 +246,7 @@ func (f *Fairness) shards() int { return max(f.Shards, 1) }
 func (f *Fairness) shardOf(tenant string) int { return shardIndex(tenant, f.shards()) }
 
 // keys are the keys of shard of p, in the scripts' order
-// (fairscript.go).
+// (fairscript.go); the measured hash is the current minute's.
 func (f *Fairness) keys(p *fairPool, shard int) []string {
 	prefix := f.Prefix
 	if prefix == "" {
@@ -257,7 +257,8 @@ func (f *Fairness) keys(p *fairPool, shard int) []string {
 		tag += ":" + strconv.Itoa(shard)
 	}
 	base := prefix + "fair:{" + tag + "}:"
-	keys := []string{base + "jobs", base + "state", base + "finish", base + "weights", base + "delayed", base + "inflight"}
+	keys := []string{base + "jobs", base + "state", base + "finish", base + "weights", base + "delayed", base + "inflight",
+		measuredKey(base, f.now().Unix()/60)}
 	for _, t := range p.tiers {
 		keys = append(keys, base+"ready:"+strconv.Itoa(t))
 	}

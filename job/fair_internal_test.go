@@ -90,7 +90,7 @@ func TestFairDropsSupersededVersion(t *testing.T) {
 	t.Run("reconcile", func(t *testing.T) {
 		// A dispatcher that died after moving version 1 into flight.
 		refile()
-		if err := fairDispatch.Run(ctx, rdb, keys, f.args(u.pool, u.pool.Window, fairPopMax)...).Err(); err != nil {
+		if err := fairDispatch.Run(ctx, rdb, keys, f.dispatchArgs(u.pool)...).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if n, _ := rdb.ZCard(ctx, keys[5]).Result(); n != 1 {

@@ -30,7 +30,7 @@ const fairSendParallel = 16
 // dispatch moves what the window allows of p into flight and enqueues the
 // tasks; it returns how many it moved.
 func (f *Fairness) dispatch(ctx context.Context, sub *Submitter, p *fairPool, shard int) (int, error) {
-	out, err := fairDispatch.Run(ctx, f.rdb, f.keys(p, shard), f.args(p, p.Window, fairPopMax)...).StringSlice()
+	out, err := fairDispatch.Run(ctx, f.rdb, f.keys(p, shard), f.dispatchArgs(p)...).StringSlice()
 	if err != nil {
 		return 0, fmt.Errorf("job: fairness pool %s: dispatch: %w", p.Name, err)
 	}
@@ -82,6 +82,11 @@ func (f *Fairness) dispatch(ctx context.Context, sub *Submitter, p *fairPool, sh
 		return len(ids), fmt.Errorf("job: fairness pool %s: dispatch: %w", p.Name, err)
 	}
 	return len(ids), nil
+}
+
+// dispatchArgs are fairDispatch's arguments for p.
+func (f *Fairness) dispatchArgs(p *fairPool) []any {
+	return f.args(p, p.Window, fairPopMax, int(fairMeasuredFor.Seconds()), fairDwellArg)
 }
 
 func fairHeaders(p *fairPool, e fairEntry) map[string]string {

@@ -15,11 +15,13 @@ import "github.com/redis/go-redis/v9"
 //	                  configured weights.
 //	KEYS[5] delayed   sorted set: job id by due time (unix ms)
 //	KEYS[6] inflight  sorted set: job id by dispatch time (unix ms)
-//	KEYS[7…] ready    sorted sets, one per tier, highest tier first:
+//	KEYS[7] measured  hash of the current minute's dispatches
+//	                  (fairmeasure.go); only fairDispatch writes it
+//	KEYS[8…] ready    sorted sets, one per tier, highest tier first:
 //	                  "<16-digit arrival seq><job id>" by start tag
 //
 // and ARGV[1] the configured weights as JSON {d: default, w: {tenant: w}},
-// ARGV[2] the tiers of KEYS[7…] joined by commas, ARGV[3] now (unix ms);
+// ARGV[2] the tiers of KEYS[8…] joined by commas, ARGV[3] now (unix ms);
 // a script's own arguments follow.
 const fairLib = `
 local function weight(tenant)
@@ -35,7 +37,7 @@ local function weight(tenant)
 end
 
 local function readyKey(tier)
-  local i = 7
+  local i = 8
   for t in string.gmatch(ARGV[2], '[^,]+') do
     if tonumber(t) == tonumber(tier) then return KEYS[i] end
     i = i + 1
@@ -115,7 +117,9 @@ return 0
 // tenants' current positions, then moves up to ARGV[4] (the window) less
 // the jobs in flight into flight, highest tier first, lowest tag first,
 // and returns them as id, entry pairs. The clock V becomes the last tag
-// taken.
+// taken. It counts each job moved, and the dwell of a job's first
+// dispatch, in KEYS[7], which expires ARGV[6] seconds later; ARGV[7] are
+// the dwell buckets' upper bounds (ms) joined by commas.
 var fairDispatch = redis.NewScript(fairLib + `
 local now = tonumber(ARGV[3])
 local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
@@ -128,7 +132,19 @@ local free = tonumber(ARGV[4]) - redis.call('ZCARD', KEYS[6])
 local out = {}
 local v = tonumber(redis.call('HGET', KEYS[2], 'v') or '0')
 local moved = false
-for i = 7, #KEYS do
+local function measure(e)
+  redis.call('HINCRBY', KEYS[7], e.t .. ':n', 1)
+  if tonumber(e.r) ~= 0 or not tonumber(e.s) then return end
+  local d = math.max(math.floor(now - tonumber(e.s)), 0)
+  redis.call('HINCRBY', KEYS[7], e.t .. ':dwelt', 1)
+  redis.call('HINCRBY', KEYS[7], e.t .. ':dwell_ms_sum', string.format('%d', d))
+  local le = 'inf'
+  for b in string.gmatch(ARGV[7], '[^,]+') do
+    if d <= tonumber(b) then le = b break end
+  end
+  redis.call('HINCRBY', KEYS[7], e.t .. ':le:' .. le, 1)
+end
+for i = 8, #KEYS do
   if free <= 0 then break end
   local items = redis.call('ZRANGE', KEYS[i], 0, free - 1, 'WITHSCORES')
   for j = 1, #items, 2 do
@@ -141,6 +157,7 @@ for i = 7, #KEYS do
       e.m = ''
       redis.call('HSET', KEYS[1], id, cjson.encode(e))
       redis.call('ZADD', KEYS[6], now, id)
+      measure(e)
       out[#out + 1] = id
       out[#out + 1] = raw
       free = free - 1
@@ -149,6 +166,9 @@ for i = 7, #KEYS do
     end
   end
 end
-if moved then redis.call('HSET', KEYS[2], 'v', string.format('%.17g', v)) end
+if moved then
+  redis.call('HSET', KEYS[2], 'v', string.format('%.17g', v))
+  redis.call('EXPIRE', KEYS[7], tonumber(ARGV[6]))
+end
 return out
 `)

@@ -224,6 +224,57 @@ func TestFairWeightedSplit(t *testing.T) {
 	}
 }
 
+// What the pool measured as it dispatched, read back from Redis as the
+// console reads it: two tenants weighted 3:1, both backlogged, have
+// about 75% and 25% of the dispatches, and their jobs' dwell is counted.
+func TestFairMeasuredShareAndDwell(t *testing.T) {
+	e := newFairEnv(t, job.FairPool{Name: "tenants", DefaultWeight: 1, Weights: map[string]float64{"acme": 3}, Window: 16})
+	e.submit(t, e.spec, "acme", "a", 900)
+	e.submit(t, e.spec, "bigco", "b", 900)
+	e.start(t, e.recorder(), Config{Concurrency: 8}, WithFairness(e.fair))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = e.fair.Run(ctx, e.sub, e.inspector) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	// Stopped well before acme's 900 run out (about 1,200 dispatches),
+	// so both tenants were backlogged for every dispatch counted.
+	waitFor(t, "400 dispatches", func() bool { return e.order.len() >= 400 })
+	cancel()
+	wg.Wait()
+
+	measured, err := e.fair.Measured(t.Context(), "tenants", 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := map[string]job.FairMeasure{}
+	var total int64
+	for _, m := range measured {
+		by[m.Tenant] = m
+		total += m.Dispatched
+	}
+	if len(measured) != 2 || total < 400 {
+		t.Fatalf("measured %+v; want acme and bigco, at least 400 dispatches", measured)
+	}
+	if s := by["acme"].Share; s < 65 || s > 85 {
+		t.Errorf("acme's measured share %.1f%%; want 75 ± 10", s)
+	}
+	if s := by["bigco"].Share; s < 15 || s > 35 {
+		t.Errorf("bigco's measured share %.1f%%; want 25 ± 10", s)
+	}
+	for _, m := range measured {
+		if m.Dwelt != m.Dispatched || m.DwellMean <= 0 || m.DwellP99 < m.DwellMean && m.DwellP99 != -1 {
+			t.Errorf("%s: %d dispatched, %d dwell counted, mean %v, p99 ≤ %v; want every one counted, a mean above 0 and a p99 bound above it",
+				m.Tenant, m.Dispatched, m.Dwelt, m.DwellMean, m.DwellP99)
+		}
+	}
+	t.Logf("measured: acme %d (%.1f%%, dwell mean %v, p99 ≤ %v), bigco %d (%.1f%%, dwell mean %v, p99 ≤ %v)",
+		by["acme"].Dispatched, by["acme"].Share, by["acme"].DwellMean, by["acme"].DwellP99,
+		by["bigco"].Dispatched, by["bigco"].Share, by["bigco"].DwellMean, by["bigco"].DwellP99)
+}
+
 // A tenant that idled while another was served comes back at the pool's
 // clock: it gets its share from then on, not a burst of the dispatches
 // it did not use.

@@ -2,10 +2,12 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
 	"slices"
+	"time"
 
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/job"
@@ -22,7 +24,16 @@ type Fairness interface {
 	// Backlog returns the pool's jobs by tenant and how many are in
 	// flight.
 	Backlog(ctx context.Context, pool string) ([]job.FairBacklog, int, error)
+	// Measured returns what the pool dispatched over the last window, by
+	// tenant, as its dispatchers counted it.
+	Measured(ctx context.Context, pool string, window time.Duration) ([]job.FairMeasure, error)
 }
+
+// The windows a pool's page measures over.
+const (
+	fairShortWindow = 5 * time.Minute
+	fairLongWindow  = time.Hour
+)
 
 var _ Fairness = (*job.Fairness)(nil)
 
@@ -65,6 +76,46 @@ type fairTenant struct {
 	// Share is the tenant's share of the dispatches while every tenant
 	// with jobs ready keeps some, in percent; 0 without jobs ready.
 	Share float64
+	// Recent is what the pool dispatched of the tenant's jobs over the
+	// last fairShortWindow, Hour over the last fairLongWindow.
+	Recent, Hour job.FairMeasure
+}
+
+// MeasuredShare is the tenant's measured share of the last minutes'
+// dispatches, "—" without any.
+func (t fairTenant) MeasuredShare() string { return measuredShare(t.Recent) }
+
+// HourShare is MeasuredShare over the last hour.
+func (t fairTenant) HourShare() string { return measuredShare(t.Hour) }
+
+func measuredShare(m job.FairMeasure) string {
+	if m.Dispatched == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f%%", m.Share)
+}
+
+// Dwell is the tenant's mean dwell and p99 bound over the last minutes,
+// "—" without any first dispatch.
+func (t fairTenant) Dwell() string {
+	m := t.Recent
+	if m.Dwelt == 0 {
+		return "—"
+	}
+	p99 := "> " + shortDuration(30*time.Minute)
+	if m.DwellP99 >= 0 {
+		p99 = "≤ " + shortDuration(m.DwellP99)
+	}
+	return shortDuration(m.DwellMean) + " / " + p99
+}
+
+// shortDuration is d rounded for a table: milliseconds under a second,
+// else a tenth of a second.
+func shortDuration(d time.Duration) string {
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
 }
 
 func (c *console) fairnessURL(pool string) string {
@@ -104,28 +155,51 @@ func (c *console) handleFairPool(w http.ResponseWriter, r *http.Request) {
 	}
 	v := fairPoolView{Name: def.Name, Window: def.Window, DefaultWeight: weights.Default}
 	var backlog []job.FairBacklog
+	var recent, hour []job.FairMeasure
 	if err == nil {
 		backlog, v.InFlight, err = c.opts.Fairness.Backlog(r.Context(), name)
 	}
+	if err == nil {
+		recent, err = c.opts.Fairness.Measured(r.Context(), name, fairShortWindow)
+	}
+	if err == nil {
+		hour, err = c.opts.Fairness.Measured(r.Context(), name, fairLongWindow)
+	}
 	if err != nil {
 		c.opts.Logger.WarnContext(r.Context(), "console: reading a fairness pool failed", "pool", name, "err", err)
-		v.Unreadable = "Redis, which holds the pool with the queue, could not be read: the configured weights are shown, the jobs waiting and in flight are not. Reload in a moment."
+		v.Unreadable = "Redis, which holds the pool with the queue, could not be read: the configured weights are shown, the jobs waiting and in flight and the measured shares are not. Reload in a moment."
+		backlog, recent, hour = nil, nil, nil
 	}
-	v.Tenants = fairTenants(weights, backlog)
+	v.Tenants = fairTenants(weights, backlog, recent, hour)
 	c.render(w, r, http.StatusOK, "pool", "Fairness pool "+name, page{Data: v})
 }
 
-// fairTenants are the tenants of a pool's page: those with jobs in it and
-// those with a weight of their own, by name. A tenant's share is its
-// weight over the weights of every tenant with jobs ready, which is how
-// start-time fair queuing divides the dispatches between them.
-func fairTenants(w job.FairWeights, backlog []job.FairBacklog) []fairTenant {
+// fairTenants are the tenants of a pool's page: those with jobs in it,
+// those with a weight of their own and those dispatched in the last hour,
+// by name. A tenant's share is its weight over the weights of every
+// tenant with jobs ready, which is how start-time fair queuing divides
+// the dispatches between them; its measured shares are what the
+// dispatchers counted.
+func fairTenants(w job.FairWeights, backlog []job.FairBacklog, recent, hour []job.FairMeasure) []fairTenant {
 	by := map[string]*fairTenant{}
+	tenant := func(name string) *fairTenant {
+		if by[name] == nil {
+			by[name] = &fairTenant{Tenant: name}
+		}
+		return by[name]
+	}
 	for t := range w.Weights {
-		by[t] = &fairTenant{Tenant: t}
+		tenant(t)
 	}
 	for _, b := range backlog {
-		by[b.Tenant] = &fairTenant{Tenant: b.Tenant, Ready: b.Ready, Delayed: b.Delayed, InFlight: b.InFlight}
+		t := tenant(b.Tenant)
+		t.Ready, t.Delayed, t.InFlight = b.Ready, b.Delayed, b.InFlight
+	}
+	for _, m := range recent {
+		tenant(m.Tenant).Recent = m
+	}
+	for _, m := range hour {
+		tenant(m.Tenant).Hour = m
 	}
 	var ready float64
 	for _, t := range by {

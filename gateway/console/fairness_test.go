@@ -2,9 +2,12 @@ package console_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -123,5 +126,82 @@ func TestFairnessWithoutPoolsOrRedis(t *testing.T) {
 	}
 	if len(find(v.page(t, "/admin/ui/fairness"), func(n *html.Node) bool { return hasClass(n, "pool-link") })) != 1 {
 		t.Error("the list with Redis down does not list the pool")
+	}
+}
+
+// A pool's page shows, beside the computed share, the share of the
+// dispatches and the dwell its dispatcher measured: the first 16
+// dispatches of tenants weighted 3:1, both backlogged, go 12 to acme and
+// 4 to globex.
+func TestFairnessMeasuredColumns(t *testing.T) {
+	rdb := testenv.Redis(t)
+	fair, spec := fairPool(t, rdb)
+	fair.Poll = 20 * time.Millisecond
+	t.Cleanup(func() {
+		keys, _ := rdb.Keys(context.Background(), fair.Prefix+"*").Result()
+		if len(keys) > 0 {
+			rdb.Del(context.Background(), keys...)
+		}
+	})
+	client, inspector, queue := testenv.Queue(t, "fairview")
+	spec.Queue = queue
+	sub := job.NewSubmitter(testenv.Pool(t), client)
+	sub.Fairness = fair
+	for _, tenant := range []string{"acme", "globex"} {
+		for i := range 20 {
+			id := fmt.Sprintf("%s-%d", tenant, i)
+			if _, err := sub.Submit(t.Context(), job.Request{Tenant: tenant, Route: "r", Key: id, Spec: spec, Body: []byte(`{"id":"` + id + `"}`)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// No worker takes the tasks: the window (16) fills, then nothing moves.
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = fair.Run(ctx, sub, inspector) })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, inFlight, err := fair.Backlog(t.Context(), "tenants")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inFlight == 16 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d jobs in flight; want the window's 16", inFlight)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+
+	v := setupWith(t, func(o *console.Options) { o.Fairness = fair })
+	doc := v.page(t, "/admin/ui/fairness/tenants")
+	for _, h := range []string{"Share of dispatches (computed)", "Measured share (5 min)", "Dwell mean / p99 (5 min)", "Measured share (60 min)"} {
+		if len(find(byID(doc, "fair-tenants"), func(n *html.Node) bool { return n.Data == "th" && text(n) == h })) != 1 {
+			t.Errorf("the pool's table has no column %q", h)
+		}
+	}
+	rows := map[string]*html.Node{}
+	for _, row := range find(byID(doc, "fair-tenants"), func(n *html.Node) bool { return hasClass(n, "fair-tenant") }) {
+		rows[attrOf(row, "data-tenant")] = row
+	}
+	for tenant, want := range map[string]string{"acme": "75% 75%", "globex": "25% 25%", "initech": "— —"} {
+		row := rows[tenant]
+		if row == nil {
+			t.Errorf("no row for %s", tenant)
+			continue
+		}
+		if got := text(cell(row, "measured-share")) + " " + text(cell(row, "measured-share-hour")); got != want {
+			t.Errorf("%s: measured share 5 min, 60 min = %q, want %q", tenant, got, want)
+		}
+		dwell := text(cell(row, "dwell"))
+		if tenant == "initech" && dwell != "—" || tenant != "initech" && !strings.Contains(dwell, " / ≤ ") {
+			t.Errorf("%s: dwell %q, want a mean and a p99 bound (— for a tenant never dispatched)", tenant, dwell)
+		}
+	}
+	if got := text(find(doc, func(n *html.Node) bool { return hasClass(n, "note") && strings.Contains(text(n), "Measured share is") })[0]); !strings.Contains(got, "computed") {
+		t.Errorf("the page does not tell the computed share from the measured one: %q", got)
 	}
 }

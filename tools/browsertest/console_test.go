@@ -120,6 +120,9 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	t.Run("overview and lists", func(t *testing.T) { overview(t, ops) })
 	t.Run("key lookup", func(t *testing.T) { keyLookup(t, ops, "takeover-"+run) })
+	t.Run("schedules", func(t *testing.T) { schedulesWalk(t, ops) })
+	t.Run("fairness pool", func(t *testing.T) { fairnessWalk(t, s, g, ops, run) })
+	t.Run("batch", func(t *testing.T) { batchWalk(t, s, g, ops, run) })
 
 	t.Run("no request to another origin", func(t *testing.T) {
 		foreign, total := b.foreignRequests()
@@ -246,7 +249,15 @@ func deadLetterReplayed(t *testing.T, s *stack, tb *tab, id, paymentID string) {
 	tb.screenshot(t, "console-dead-letter")
 	tb.open(t, "/admin/ui/failed")
 	tb.waitFor(t, "the failed-jobs page lists the refused payment", 20*time.Second, `document.querySelector('#failed-jobs tr.job[data-id="`+id+`"]')`)
+	// Grouped by task and error: the payment's group leads to its jobs.
+	group := `#failed-groups tr.failed-group[data-task="payment.charge"]`
+	if n, _ := eval[int](tb, `Number((document.querySelector('`+group+`') || {dataset: {}}).dataset.count)`); n < 1 {
+		t.Errorf("the failed jobs grouped: no payment.charge group counting the refused payment")
+	}
 	tb.screenshot(t, "console-failed")
+	tb.click(t, group+" a.group-link")
+	tb.waitFor(t, "the group's jobs", 20*time.Second,
+		`location.search.includes("task=payment.charge") && document.querySelector('#failed-jobs tr.job[data-id="`+id+`"]')`)
 	tb.open(t, "/admin/ui/jobs/"+id)
 	tb.waitFor(t, "the refused payment's page again", 20*time.Second, statusIs("failed"))
 	flash := act(t, tb, "replay")

@@ -66,6 +66,20 @@ routes:
   - {name: charges, methods: [POST], path: /v1/payments/charges, enqueue: {task: payment.charge, queue: "{{.Queue}}"}}
   - {name: slow, methods: [POST], path: /v1/slow, upstream: "{{.UpstreamURL}}", idempotency: {lease: 2s}}
   - {name: pages, methods: [POST], path: /v1/pages, upstream: "{{.UpstreamURL}}"}
+  - {name: invoices, methods: [POST], path: /v1/invoices, enqueue: {task: invoice.create}, batch: {path: "/v1/invoices:batch"}}
+# The invoices wait in a fairness pool and a schedule submits one an
+# hour, for the fairness, schedule and batch pages.
+jobs:
+  - task: invoice.create
+    queue: "{{.Queue}}"
+    schema_file: "{{.InvoiceSchema}}"
+    business_key: "invoice:{order_id}"
+    resource: "order:{order_id}"
+    fairness: tenants
+fairness:
+  - {name: tenants, weights: {` + tenant + `: 3}, window: 4}
+schedules:
+  - {id: hourly-invoice, tenant: ` + tenant + `, task: invoice.create, every: 1h, body: {order_id: hourly, amount_cents: 100, currency: EUR}}
 `))
 
 // config is one process's configuration.
@@ -75,6 +89,7 @@ type config struct {
 	DatabaseURL, RedisURL      string
 	Queue                      string
 	PartnerURL, UpstreamURL    string
+	InvoiceSchema              string
 }
 
 func sha(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
@@ -105,8 +120,19 @@ func newStack(t *testing.T) *stack {
 		AdminTokenSHA: sha(adminToken), APIKeySHA: sha(apiKey),
 		DatabaseURL: dbURL, RedisURL: redisURL, Queue: "console-" + randomID(),
 		PartnerURL: s.partner.srv.URL, UpstreamURL: s.upstream.srv.URL,
+		InvoiceSchema: invoiceSchema(t),
 	}
 	return s
+}
+
+// invoiceSchema is the absolute path of invoice.create's schema.
+func invoiceSchema(t *testing.T) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join(root, "examples", "schemas", "invoice.create.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func exampleTables() migrations.Set {
