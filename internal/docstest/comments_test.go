@@ -1,6 +1,8 @@
 package docstest
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -8,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -37,6 +40,79 @@ func TestNoLooseDesignNotes(t *testing.T) {
 			t.Errorf("%s: a comment of %d lines outside a doc comment: move the rationale to docs/design/ and keep a two-line pointer", c.at, c.lines)
 		}
 	}
+}
+
+// designPointer is a comment's pointer to a design note, with its
+// optional heading.
+var designPointer = regexp.MustCompile(`docs/design/([a-z0-9-]+\.md)(#[a-z0-9-]+)?`)
+
+// TestDesignPointersResolve fails on a Go comment that points to a
+// design note, or a heading of one, that does not exist.
+func TestDesignPointersResolve(t *testing.T) {
+	files, err := goFiles(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]map[string]bool{}
+	pointers := 0
+	for _, file := range files {
+		src, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), file, src, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range f.Comments {
+			for _, m := range designPointer.FindAllStringSubmatch(g.Text(), -1) {
+				pointers++
+				page, anchor := m[1], strings.TrimPrefix(m[2], "#")
+				if anchors[page] == nil {
+					anchors[page] = headingAnchors(t, filepath.Join(root, "docs", "design", page))
+				}
+				if len(anchors[page]) == 0 {
+					t.Errorf("%s: docs/design/%s does not exist", file, page)
+				} else if anchor != "" && !anchors[page][anchor] {
+					t.Errorf("%s: docs/design/%s has no heading #%s", file, page, anchor)
+				}
+			}
+		}
+	}
+	if pointers == 0 {
+		t.Fatal("no comment points to docs/design: the pattern is wrong")
+	}
+}
+
+// headingAnchors returns the anchors mkdocs gives the headings of a page,
+// none when the page does not exist.
+func headingAnchors(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	src, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{"": true}
+	nonWord := regexp.MustCompile(`[^\w\s-]`)
+	dashes := regexp.MustCompile(`[-\s]+`)
+	fenced := false
+	sc := bufio.NewScanner(bytes.NewReader(src))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "```") {
+			fenced = !fenced
+		}
+		if fenced || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		title := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		slug := dashes.ReplaceAllString(strings.ToLower(strings.TrimSpace(nonWord.ReplaceAllString(title, ""))), "-")
+		anchors[slug] = true
+	}
+	return anchors
 }
 
 // TestLooseCommentsFindsBlocks checks that the rule above sees a long
