@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/idemgate/idemgate"
-	"github.com/idemgate/idemgate/examples/demo"
 	"github.com/idemgate/idemgate/extension"
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/workers"
 )
 
 // command runs one idemgate command line with opts, as a binary built
@@ -33,10 +33,25 @@ func writeConfig(t *testing.T, yaml string) string {
 	return p
 }
 
-// A configuration written for the example jobs — a route naming
-// invoice.create without declaring it — is the examples' binary's: the
-// product binary has no such task and says so.
-func TestTheExampleTasksAreTheExamplesBinarys(t *testing.T) {
+// reports is a program's extension of its own: the job report.build
+// (testdata/jobs.yaml), a Go handler for it that does nothing, and its
+// table, reports (testdata/migrations).
+func reports(t *testing.T) []extension.Option {
+	t.Helper()
+	jobs, err := os.ReadFile("testdata/jobs.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []extension.Option{
+		extension.WithJobs(jobs),
+		extension.WithHandlers([]string{"report.build"}, func(*workers.Handlers, extension.Worker) error { return nil }),
+		extension.WithMigrations(extension.Migrations{Name: "reports", Table: "idemgate_reports_version", FS: os.DirFS("testdata/migrations")}),
+	}
+}
+
+// A route naming a task that no job declares is refused by the product
+// binary. A program whose extension declares the task accepts it.
+func TestAnExtensionDeclaresItsTasks(t *testing.T) {
 	t.Parallel()
 	cfg := writeConfig(t, `admin_listen: ""
 store: memory
@@ -44,20 +59,21 @@ auth: {mode: none}
 redis_url: redis://127.0.0.1:6379/0
 database_url: postgres://127.0.0.1/x
 routes:
-  - {name: invoices, methods: [POST], path: /v1/invoices, enqueue: {task: invoice.create}}
+  - {name: reports, methods: [POST], path: /v1/reports, enqueue: {task: report.build}}
 `)
 	code, out := command(t, nil, []string{"config", "check", "--config", cfg})
-	if code != 2 || !strings.Contains(out, "invoice.create") {
+	if code != 2 || !strings.Contains(out, "report.build") {
 		t.Errorf("idemgate config check: exit %d\n%s\nwant 2, naming the undeclared task", code, out)
 	}
-	code, out = command(t, nil, []string{"config", "check", "--config", cfg}, demo.Options()...)
+	code, out = command(t, nil, []string{"config", "check", "--config", cfg}, reports(t)...)
 	if code != 0 {
-		t.Errorf("idemgate-examples config check: exit %d\n%s\nwant 0: the examples declare invoice.create", code, out)
+		t.Errorf("config check with the extension: exit %d\n%s\nwant 0: the extension declares report.build", code, out)
 	}
 }
 
-// worker.partner_url is the examples' setting: idemgate-examples reads
-// and checks it, idemgate refuses it and says whose it is.
+// worker.partner_url is the examples' setting. idemgate refuses it and
+// says whose it is. The examples' tests check that idemgate-examples
+// reads it.
 func TestPartnerURLIsTheExamplesSetting(t *testing.T) {
 	t.Parallel()
 	cfg := func(url string) string {
@@ -73,20 +89,12 @@ routes:
 	if code != 2 || !strings.Contains(out, "worker.partner_url: the example jobs' setting") || !strings.Contains(out, "idemgate-examples") {
 		t.Errorf("idemgate config check: exit %d\n%s\nwant 2, naming idemgate-examples", code, out)
 	}
-	code, out = command(t, nil, []string{"config", "check", "--config", cfg("http://partner:9100")}, demo.Options()...)
-	if code != 0 {
-		t.Errorf("idemgate-examples config check: exit %d\n%s", code, out)
-	}
-	code, out = command(t, nil, []string{"config", "check", "--config", cfg("partner:9100")}, demo.Options()...)
-	if code != 2 || !strings.Contains(out, `worker.partner_url: "partner:9100" is not an http:// or https:// URL with a host`) {
-		t.Errorf("idemgate-examples config check of a bad URL: exit %d\n%s", code, out)
-	}
 }
 
-// `migrate up` of the product creates none of the example tables; the
-// examples' binary creates them in a version table of their own; and the
-// product's migrate up and down afterwards leave them alone.
-func TestMigrationsOfTheExamplesAreTheirOwn(t *testing.T) {
+// `migrate up` of the product creates none of an extension's tables. A
+// program with the extension creates them in a version table of their
+// own. The product's migrate up and down afterwards leave them alone.
+func TestMigrationsOfAnExtensionAreTheirOwn(t *testing.T) {
 	t.Parallel()
 	dbURL := testenv.EmptySchema(t)
 	env := map[string]string{"DATABASE_URL": dbURL}
@@ -107,27 +115,25 @@ func TestMigrationsOfTheExamplesAreTheirOwn(t *testing.T) {
 	if code, out := command(t, env, []string{"migrate", "up"}); code != 0 {
 		t.Fatalf("idemgate migrate up: exit %d\n%s", code, out)
 	}
-	for _, table := range []string{"invoices", "inventory_items", "inventory_ledger", "payments", "notifications"} {
-		if exists(table) {
-			t.Errorf("idemgate migrate up created %s, an example table", table)
-		}
+	if exists("reports") {
+		t.Error("idemgate migrate up created reports, the extension's table")
 	}
 	if !exists("jobs") || !exists("idempotency_records") {
 		t.Fatal("idemgate migrate up did not create its own tables")
 	}
 
-	code, out := command(t, env, []string{"migrate", "up"}, demo.Options()...)
-	if code != 0 || !strings.Contains(out, "examples (version table idemgate_examples_version):") {
-		t.Fatalf("idemgate-examples migrate up: exit %d\n%s", code, out)
+	code, out := command(t, env, []string{"migrate", "up"}, reports(t)...)
+	if code != 0 || !strings.Contains(out, "reports (version table idemgate_reports_version):") {
+		t.Fatalf("migrate up with the extension: exit %d\n%s", code, out)
 	}
-	if !exists("invoices") || !exists("idemgate_examples_version") {
-		t.Fatal("idemgate-examples migrate up did not create the example tables in their own version table")
+	if !exists("reports") || !exists("idemgate_reports_version") {
+		t.Fatal("migrate up with the extension did not create reports in its own version table")
 	}
-	if _, err := db.Exec(`INSERT INTO invoices (tenant, order_id, amount_cents, currency, job_key, fencing_token) VALUES ('acme', 'o-1', 100, 'EUR', 'invoice:o-1', 1)`); err != nil {
+	if _, err := db.Exec(`INSERT INTO reports (tenant, report_id) VALUES ('acme', 'r-1')`); err != nil {
 		t.Fatal(err)
 	}
 
-	// The product again, up then down: the examples' rows stay.
+	// The product again, up then down: the extension's rows stay.
 	if code, out := command(t, env, []string{"migrate", "up"}); code != 0 {
 		t.Fatalf("idemgate migrate up again: exit %d\n%s", code, out)
 	}
@@ -135,14 +141,17 @@ func TestMigrationsOfTheExamplesAreTheirOwn(t *testing.T) {
 		t.Fatalf("idemgate migrate down: exit %d\n%s", code, out)
 	}
 	var n int
-	if err := db.QueryRow(`SELECT count(*) FROM invoices`).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("invoices after the product's migrations: %d rows, %v; want the one written", n, err)
+	if err := db.QueryRow(`SELECT count(*) FROM reports`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("reports after the product's migrations: %d rows, %v; want the one written", n, err)
 	}
 
-	// The examples' migrations roll back before idemgate's.
-	code, out = command(t, env, []string{"migrate", "down"}, demo.Options()...)
-	if code != 0 || !strings.Contains(out, "rolled back the latest migration of examples") {
-		t.Fatalf("idemgate-examples migrate down: exit %d\n%s", code, out)
+	// The extension's migrations roll back before idemgate's.
+	code, out = command(t, env, []string{"migrate", "down"}, reports(t)...)
+	if code != 0 || !strings.Contains(out, "rolled back the latest migration of reports") {
+		t.Fatalf("migrate down with the extension: exit %d\n%s", code, out)
+	}
+	if exists("reports") {
+		t.Error("migrate down with the extension left reports")
 	}
 }
 

@@ -11,26 +11,9 @@ import (
 	"github.com/idemgate/idemgate/workers/fence"
 )
 
-// inventory.adjust shows the lock-and-fence pattern on a value that many
-// jobs change: the stock of a tenant's SKU. A stock update is not
-// idempotent by itself (stock + delta twice is wrong), so one transaction
-// pairs it with a ledger row keyed by the tenant and the adjustment:
-//
-//  1. insert the ledger row `ON CONFLICT DO NOTHING`; when it was already
-//     there the adjustment has been applied (a redelivery after a crash
-//     between the commit and the job's success) and the stock is left alone;
-//  2. update the stock only `WHERE fencing_token < $token`: a worker that
-//     lost the SKU's lock without noticing carries an older token than the
-//     one that wrote last, touches no row, and the transaction — ledger row
-//     included — rolls back with a *fence.StaleTokenError.
-//
-// The ledger is also what reconcile checks the stock against: for every
-// tenant's SKU, stock = initial_stock + the sum of its ledger deltas.
-//
-// A SKU that inventory_items does not know yet for the tenant is created by
-// its first adjustment with an initial stock of 0, so a delivery of new
-// stock needs no set-up step; an adjustment that would take any SKU below
-// zero fails permanently (ErrInsufficientStock) and writes nothing.
+// inventory.adjust pairs the stock update with a ledger row keyed by the
+// adjustment, in one transaction. The update is fenced by the token.
+// Design: docs/design/example-jobs.md
 
 // ErrInsufficientStock is returned, permanently, for an adjustment that
 // would make a SKU's stock negative.

@@ -10,19 +10,9 @@ import (
 	"github.com/idemgate/idemgate/workers"
 )
 
-// invoice.create shows the simplest pattern: the effect is idempotent by
-// itself. An order of a tenant has one invoice because (tenant, order_id)
-// is unique, so the insert is `ON CONFLICT (tenant, order_id) DO NOTHING`
-// and a run that finds the invoice already there — a redelivery after a
-// crash between the commit and the job's success being recorded — returns
-// that invoice instead of making a second one. The lock and the fence add
-// nothing to correctness here; they keep two workers from doing the work at
-// once and a stale one from writing at all.
-//
-// The job's success is recorded in the same transaction (Job.CompleteTx):
-// the invoice and the record that the job made it commit together, so
-// the crash above can only come from a database outside this one, and
-// the job costs one commit for its effect and its success.
+// invoice.create is idempotent by itself. (tenant, order_id) is unique, and a
+// run that finds the invoice returns it. Its success commits with the invoice.
+// Design: docs/design/example-jobs.md
 
 // ErrInvoiceConflict is returned, permanently, for an order that already has
 // an invoice with another amount or currency: the first request for an

@@ -14,39 +14,9 @@ import (
 	"github.com/idemgate/idemgate/workers"
 )
 
-// notification.send shows a dedup window in front of a durable record. A
-// message's identity is its business key, `email:{template}:{user_id}:
-// {event_id}`, within its tenant: the record is keyed by (tenant,
-// dedup_key), and the dedup window and the Idempotency-Key sent to the
-// partner are the key scoped to the tenant (`acme/email:…`), since neither
-// Redis nor the partner knows tenants.
-//
-// The two stores answer different questions, and the order follows from
-// what each can promise:
-//
-//   - Redis (`SET <prefix>dedup:{<scoped key>} NX EX <window>`) is a filter
-//     that says "certainly not tried within the window" or "maybe tried".
-//     An attempt sets the key before it calls the partner, so a successful
-//     SET NX means no attempt has reached Redis within the window, and the
-//     attempt goes straight to the partner without reading PostgreSQL.
-//   - PostgreSQL (`notifications`) is the truth: a row exists only once the
-//     partner has accepted the message, written in a fenced transaction
-//     after the call.
-//
-// A key already in Redis is therefore never a reason to skip by itself: the
-// attempt that set it may have died before sending, or between sending and
-// recording. On a hit the record decides: sent → return its message id
-// without calling the partner; no record → send, with the same
-// Idempotency-Key, so a partner that did get the earlier call answers with
-// the first message instead of sending a second. Skipping on the Redis key
-// alone would lose every message whose worker died after SET NX.
-//
-// When Redis is unreachable, or has lost the key (a restart, an eviction, a
-// window shorter than a redelivery), the attempt falls back to what a hit
-// does or goes straight to the partner. Either way the partner's
-// deduplication by key is what stops a second message then, as it must in
-// any case for the gap no local store can close: a worker that dies after
-// the partner accepted the message and before the record commits.
+// notification.send sets a Redis dedup key before it calls the partner. The
+// record in PostgreSQL decides, never the Redis key alone.
+// Design: docs/design/example-jobs.md
 
 // ErrNotificationConflict is returned, permanently, for a message id the
 // partner gave that another notification already holds.

@@ -11,34 +11,9 @@ import (
 	"github.com/idemgate/idemgate/workers"
 )
 
-// payment.charge shows the pattern for an effect outside our database: a
-// charge at a partner. No transaction of ours can include the partner, and
-// a call can fail after the partner applied it (a timeout, a dropped
-// connection), so the only safe retry is one the partner can recognise:
-// every attempt sends the same Idempotency-Key and the same body, and a
-// partner that honours keys applies the charge once and answers each repeat
-// with the first charge. The partner knows nothing of our tenants and
-// dedupes by the key alone, so the key is the business key scoped to the
-// tenant, `acme/payment:{payment_id}`: two tenants' payments with the same
-// id are two charges, never one charge answered twice.
-//
-// Around the call, two fenced transactions:
-//
-//  1. before: the payment is recorded as pending (or, when it is already
-//     succeeded, its charge id is returned without calling anyone), so a
-//     charge in flight is visible to operators and to reconcile;
-//  2. after: the partner's charge id is recorded and the payment marked
-//     succeeded; partner_charge_id is unique, so no two payments can claim
-//     one charge.
-//
-// A partner that is unavailable (5xx, 408, 425, 429, timeouts, connection
-// errors) is retried by the framework with exponential backoff and full
-// jitter, and those attempts are not counted (workers.Unavailable): an
-// outage longer than the backoffs delays the payment instead of failing
-// it. A circuit breaker in front of the partner stops the calls while it
-// keeps failing (ErrCircuitOpen, unavailable too). Any other 4xx is a
-// refusal retrying cannot change: the payment and the job are marked
-// failed.
+// payment.charge sends the same tenant-scoped Idempotency-Key on every attempt,
+// between two fenced transactions. The partner dedupes the charge.
+// Design: docs/design/example-jobs.md
 
 // ErrPaymentConflict is returned, permanently, for a payment id already
 // recorded with another amount or currency, and for a charge id the partner

@@ -9,11 +9,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/examples/schemas"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
@@ -44,10 +44,10 @@ const (
 	testAdminToken = "admin-token"
 )
 
-// invoiceSpec is the declared job behind /v1/invoices, with the example
-// job's schema.
+// invoiceSpec is the declared job behind /v1/invoices. Its schema is
+// testdata/invoice.create.json.
 var invoiceSpec = func() *job.Spec {
-	schema, err := schemas.Read("invoice.create")
+	schema, err := os.ReadFile("testdata/invoice.create.json")
 	if err != nil {
 		panic(err)
 	}

@@ -47,7 +47,7 @@
 // (RelayOptions.Locks, a *lock.Locker), it also hands over, within about
 // the lock TTL, the jobs whose worker lost its lock while asynq still
 // holds their task active: their task is enqueued again under
-// TakeoverTaskID (takeover.go says why that is safe).
+// TakeoverTaskID (docs/design/takeover.md says why that is safe).
 //
 //	relay := job.NewRelay(s, inspector, job.RelayOptions{Locks: locker, LockTTL: ttl})
 //	go relay.Run(ctx) // owned: wait for it after ctx ends

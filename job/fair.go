@@ -18,45 +18,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Fairness between tenants.
-//
-// The jobs of a declared pool (Spec.Fairness) do not go to asynq when
-// they are submitted: they wait in the pool, in Redis, ordered by
-// start-time fair queuing between tenants. A job's tag is assigned as it
-// enters: S = max(V, F[tenant]), then F[tenant] = S + 1/weight(tenant),
-// where V, the pool's clock, is the tag of the last job dispatched. A
-// tenant that submits 10,000 jobs gets tags V, V+1, …; another that then
-// submits 10 gets tags from V again, so its jobs interleave with the first
-// one's instead of waiting behind them, and a tenant back from idling
-// starts at V: idling banks no credit. Higher priority tiers
-// (Spec.Priority) go first whatever their tags.
-//
-// A dispatcher (Fairness.Run, in every worker) moves at most Window of a
-// pool's jobs at once into flight, atomically (a Lua script, so any
-// number of dispatchers may run), and enqueues their tasks to asynq with
-// the task builder Submit uses. A job leaves flight when its worker
-// settles it: finished (Fairness.Done), or sent back with a due time
-// (Fairness.Back: a retry's backoff, a flow limit's or a busy lock's
-// wait), to get a new tag at its tenant's position once due. A job
-// scheduled for later waits in the same delayed set.
-//
-// An entry's id is its job's TaskID. Each submit that changes a debounced
-// job files its new version, due at its new not_before, and takes the
-// superseded one out. A superseded version that stays (the submit could
-// not take it out, or two submits raced) is dropped by the next dispatch
-// or reconcile pass that meets it, and its task, if already sent, is
-// refused by the take and leaves flight like any finished one.
-//
-// PostgreSQL stays the truth. The dispatcher's reconcile pass re-enqueues
-// a job in flight whose task asynq does not hold (a dispatcher that died
-// between the pop and the enqueue, a Redis that lost the task) while the
-// job is unfinished and the entry its current version, and drops it
-// otherwise; the relay files again an unfinished job it finds neither in
-// the pool nor in asynq. Losing the pool's keys resets the fairness
-// history, never a job.
-//
-// Every key of a pool shares the hash tag {fair:<pool>}, so a pool lives
-// in one Redis Cluster slot.
+// Fairness between tenants. A pool orders its jobs in Redis by start-time fair
+// queuing and moves at most Window of them into flight at once. PostgreSQL
+// stays the truth. Losing the pool's keys resets the fairness history, never a
+// job. Every key of a pool shares the hash tag {fair:<pool>}.
+// Design: docs/design/fairness.md
 
 // FairPool is one declared fairness pool.
 type FairPool struct {

@@ -6,17 +6,8 @@ import (
 	"strings"
 )
 
-// Broker shards: a queue spread over several asynq queues.
-//
-// asynq keeps a queue's keys under one hash tag, {<queue>}, so on a Redis
-// Cluster one node holds every task of a queue. With broker.shards N > 1 a
-// queue's jobs go to N queues instead, "<queue>.s<i>-<j>", the tenant
-// choosing i (a stable hash, so a tenant's jobs stay in one shard) and j
-// chosen once, deterministically, so that shard i's hash slot lies in the
-// i-th Nth of the slot space: on a cluster whose slots are split evenly
-// between nodes, the shards are spread over them. The job's record names
-// its shard queue, so the relay, cancels and the console find its task
-// there; the workers consume every shard.
+// Broker shards spread a queue over several asynq queues, <queue>.s<i>-<j>.
+// Design: docs/design/broker-shards.md
 
 // ShardQueue is the queue tenant's jobs of queue go to with shards shards:
 // queue itself when shards is 1 or less.

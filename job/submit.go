@@ -55,7 +55,8 @@ type Submitter struct {
 	Fairness *Fairness
 }
 
-// New returns an Submitter writing job records on db and tasks with client.
+// NewSubmitter returns a Submitter that writes job rows on db and tasks
+// with client.
 func NewSubmitter(db DB, client *asynq.Client) *Submitter {
 	return &Submitter{records: NewRecords(db), client: client}
 }

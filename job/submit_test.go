@@ -3,12 +3,12 @@ package job_test
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/examples/schemas"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
 )
@@ -27,10 +27,10 @@ func setup(t *testing.T) env {
 	return env{e: job.NewSubmitter(pool, client), pool: pool, inspector: inspector, queue: queue}
 }
 
-// invoiceSpec declares the job the test requests become, with the
-// example invoice job's schema.
+// invoiceSpec declares the job the test requests become. Its schema is
+// testdata/invoice.create.json.
 func invoiceSpec(task string) *job.Spec {
-	schema, err := schemas.Read("invoice.create")
+	schema, err := os.ReadFile("testdata/invoice.create.json")
 	if err != nil {
 		panic(err)
 	}

@@ -7,45 +7,10 @@ import (
 	"time"
 )
 
-// Takeover: a job whose worker lost its lock is handed to another worker
-// within about the lock TTL.
-//
-// A worker that loses its resource lock stops at once (its lease's context
-// ends), but its asynq task stays "active" under that worker's queue lease
-// when the worker cannot tell the broker (it is cut from Redis, stalled,
-// or dead). asynq gives such a task to another worker only once its own
-// lease (30s) has expired and, 30s of clock-skew margin later, a
-// recoverer's sweep (every minute) finds it: a minute or more in which
-// nobody runs the job although its lock lasts seconds.
-//
-// The relay closes that gap from the other side. Every TakeoverInterval
-// (default half the lock TTL) it reads the jobs that are processing (or
-// cancelling) whose latest attempt never ended or ended by losing its lock
-// (the ledger's outcome NULL or lock_lost), whose execution row has not
-// changed for a lock TTL, and asks Redis whether their resource's lock is
-// held. A job whose lock nobody holds has no live owner: its task is
-// enqueued again under a TaskID of its own, "<job id>:t<token>" (the token
-// of the attempt that was lost), with the job's payload and headers.
-//
-// Why this is safe, and why not the other option (an asynq deadline tied
-// to the lease): a deadline only cancels the handler's context in the
-// worker that already stopped; the task it leaves behind still waits for
-// the recoverer. The takeover task, instead, runs the ordinary algorithm:
-// it takes the lock, and its take draws a fencing token above the lost
-// attempt's, so the old owner's late writes are refused, and a job is
-// never run by two owners with the same token. A takeover task per lost
-// token means one per lost attempt, however many relays see it (asynq
-// keeps one task per TaskID). A takeover that races the owner's own end
-// (its attempt ends and the lock is released between the read and the
-// check) finds the job succeeded and acks, or finds it retrying and runs
-// the next attempt early; when asynq later recovers the original task, the
-// worker finds the job finished and acks it, or the resource busy and
-// reschedules it. A cancelled job's takeover task is refused by the take
-// as any of its tasks is, and ends the job cancelled: a cancel deletes the
-// job's own task by its id, and needs nothing else for takeover tasks. The
-// ledger tells the story: the lost attempt ends lock_lost (or crashed,
-// when the next take finds it open), and the next attempt, on another
-// worker, carries the higher token.
+// Takeover. The relay enqueues again the task of a job whose lock nobody holds,
+// under TaskID <job id>:t<token>, so another worker takes it within a lock TTL.
+// Its take draws a higher fencing token, so the lost owner's writes are refused.
+// Design: docs/design/takeover.md says why this is safe.
 
 // LockProbe says which resources' locks are held. A *lock.Locker is one.
 type LockProbe interface {

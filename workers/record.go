@@ -12,27 +12,10 @@ import (
 	"github.com/idemgate/idemgate/workers/fence"
 )
 
-// How a succeeded effect gets recorded. Once fn has returned a result the
-// effect is done, and the one thing left is to write it down: the
-// execution state, with the job's status (MarkSucceeded). When that write
-// fails, running the attempt again would deliver the effect again — an
-// HTTP receiver gets the whole request a second time — only because the
-// database blinked (a failover, a synchronous standby that fell behind).
-// So the record is retried in place, with backoff, for as long as the
-// attempt still owns the job:
-//
-//   - while the lease holds: a lost lock ends the retries, since another
-//     worker may take the job (and a record under the old token would be
-//     refused anyway);
-//   - until a stale-token answer: a newer owner has the job, final;
-//   - for at most recordRetryTTLs lock TTLs in all.
-//
-// Only when that gives up does the attempt end as it did before: the task
-// is retried, and the next attempt runs the effect again. That last resort
-// is still safe — the next attempt draws a higher fencing token, so a
-// fenced write or a receiver that follows the token refuses a duplicate,
-// and the effect is idempotent per business key — but it now takes a
-// store down for longer than the bound, not a blink.
+// A succeeded effect's record (MarkSucceeded) is retried in place, not the
+// effect. It retries while the lease holds, until a stale-token answer, and for
+// at most recordRetryTTLs lock TTLs. Then the task is retried as before.
+// Design: docs/design/recording.md
 
 // recordRetryTTLs bounds the record's retries, in lock TTLs: long enough
 // to ride out a database failover (seconds), short enough that a store

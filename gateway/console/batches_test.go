@@ -2,9 +2,9 @@ package console_test
 
 import (
 	"fmt"
+	"os"
 	"testing"
 
-	"github.com/idemgate/idemgate/examples/schemas"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
 	"golang.org/x/net/html"
@@ -16,7 +16,7 @@ func TestBatchPage(t *testing.T) {
 	v := setup(t)
 	client, _, queue := testenv.Queue(t, "console-batch")
 	sub := job.NewSubmitter(v.pool, client)
-	schema, err := schemas.Read("invoice.create")
+	schema, err := os.ReadFile("testdata/invoice.create.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 
@@ -17,7 +18,6 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/net/html"
 
-	"github.com/idemgate/idemgate/examples/schemas"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/gateway/console"
 	"github.com/idemgate/idemgate/internal/explain"
@@ -90,7 +90,7 @@ func setupWith(t *testing.T, adjust func(*console.Options)) *env {
 	}))
 	t.Cleanup(up.Close)
 	upURL, _ := url.Parse(up.URL)
-	schema, err := schemas.Read("invoice.create")
+	schema, err := os.ReadFile("testdata/invoice.create.json")
 	if err != nil {
 		t.Fatal(err)
 	}

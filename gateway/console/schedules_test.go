@@ -4,13 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/net/html"
 
-	"github.com/idemgate/idemgate/examples/schemas"
 	"github.com/idemgate/idemgate/gateway/console"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
@@ -27,7 +27,7 @@ func TestSchedulePages(t *testing.T) {
 	v := setupWith(t, func(o *console.Options) { o.Now = clock.Now })
 	ctx := t.Context()
 	client, _, queue := testenv.Queue(t, "console-sched")
-	schema, err := schemas.Read("invoice.create")
+	schema, err := os.ReadFile("testdata/invoice.create.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,25 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Connection poolers. pgx's default query mode, cache_statement, prepares
-// each statement once per connection under a name and runs it by that
-// name afterwards. A transaction pooler (PgBouncer with pool_mode =
-// transaction, before 1.21 or without max_prepared_statements) lends a
-// server connection for one transaction only, so the next run finds its
-// statement missing, or a name already taken, on whichever server
-// connection it got: errors that come and go with the load. Through such a
-// pooler database_url must name a mode that prepares nothing under a name
-// (default_query_exec_mode=exec); every statement idemgate runs works in
-// it, and the suite runs them through PgBouncer so. Directly on
-// PostgreSQL the cached mode stays the default: it is several times
-// cheaper for the database, a replay's claim above all.
-//
-// A pooler answers the connection with its own backend key, so the
-// process id the connection was given is not the server's: a pool whose
-// URL names no mode checks each new connection, and refuses one that goes
-// through a pooler, saying what to add. An explicit mode is the operator's
-// choice and is not second-guessed: cache_statement is right through a
-// session pooler, or a PgBouncer that keeps prepared statements.
+// Connection poolers. A transaction pooler breaks pgx's prepared statements, so
+// a pool whose URL names no query mode refuses a connection through a pooler.
+// An explicit mode is the operator's choice and is not second-guessed.
+// Design: docs/design/postgres-store.md#connection-poolers
 
 // errPreparedThroughPooler is why a pooled connection was refused.
 var errPreparedThroughPooler = errors.New("database_url goes through a connection pooler (the server's process id is not the one the connection was given), " +

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/examples"
 	"github.com/idemgate/idemgate/internal/proc"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/migrations"
@@ -123,9 +122,12 @@ func startDemo(t *testing.T) *demo {
 	return &demo{rewrite: strings.NewReplacer(rewrite...), env: env}
 }
 
+// exampleTables are the demo's own migrations, as idemgate-examples
+// applies them: examples/migrations in the version table
+// idemgate_examples_version. The test reads them from the tree, since the
+// demo it runs is the binary built from there.
 func exampleTables() migrations.Set {
-	m := examples.Migrations()
-	return migrations.Set{FS: m.FS, Table: m.Table}
+	return migrations.Set{FS: os.DirFS(filepath.Join(root, "examples", "migrations")), Table: "idemgate_examples_version"}
 }
 
 type demoBinaries struct{ examples, receiver string }

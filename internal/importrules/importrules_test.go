@@ -167,3 +167,40 @@ func TestToolDependenciesStayInTheToolsModule(t *testing.T) {
 		t.Fatalf("the main module requires %v; only tools/go.mod may", got)
 	}
 }
+
+// testsOfExamples are the packages whose tests may import the examples,
+// with why.
+var testsOfExamples = map[string]string{
+	"internal/cli": "whole-system tests drive the examples build",
+	"internal/e2e": "whole-system tests drive the examples build",
+}
+
+// A product package's tests use their own testdata, never the examples,
+// so that changing an example breaks no product test. The whole-system
+// tests are the exception (testsOfExamples); the tools module's are
+// outside this module.
+func TestProductTestsImportNoExample(t *testing.T) {
+	t.Parallel()
+	example := regexp.MustCompile(`^examples(/|$)`)
+	lines := list(t, `{{.ImportPath}}|{{join .TestImports ","}},{{join .XTestImports ","}}`, "...")
+	if len(lines) < 50 {
+		t.Fatalf("go list found %d packages: the pattern misses the module", len(lines))
+	}
+	var got []string
+	for _, line := range lines {
+		pkg, imports, _ := strings.Cut(line, "|")
+		rel := strings.TrimPrefix(pkg, module+"/")
+		if pkg == module {
+			rel = "."
+		}
+		if example.MatchString(rel) || testsOfExamples[rel] != "" {
+			continue
+		}
+		if bad := matching(strings.Split(imports, ","), example); len(bad) > 0 {
+			got = append(got, rel+" → "+strings.Join(bad, " "))
+		}
+	}
+	if len(got) > 0 {
+		t.Fatalf("product tests import the examples (give them testdata of their own):\n%s", strings.Join(got, "\n"))
+	}
+}

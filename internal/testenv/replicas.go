@@ -76,9 +76,9 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// stop freezes the server (SIGSTOP) until the returned function, or the
-// test's end, lets it go on: a replica that stops acknowledging, as one
-// stuck behind a slow link or a long pause does.
+// Stop freezes the server with SIGSTOP until the returned function, or the
+// test's end, lets it go on. It plays a replica that stops acknowledging,
+// as one stuck behind a slow link or a long pause does.
 func (r *PrivateRedis) Stop(t testing.TB) (resume func()) {
 	t.Helper()
 	if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {

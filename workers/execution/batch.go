@@ -1,31 +1,7 @@
 package execution
 
-// Why this is not pgstore's batcher (middleware/idempotency/pgstore/batch.go),
-// which shares commits among concurrent writes the same way: pipelined
-// statements in one implicit transaction, sorted into one lock order, each
-// run again on its own when the batch fails. Two things differ, and each
-// decides the design.
-//
-// Who owns a goroutine. pgstore's batches run on flushers that the Store
-// owns and its Close stops. A Store here has no lifecycle: workers.Handle
-// makes one inside an asynq.Handler, which has no Close, and explain and
-// the attempt janitor make their own. Flushers would have no owner, so a
-// batch runs on the goroutine of a writer that is waiting anyway.
-//
-// Who may leave early. A gateway request has a deadline its client is
-// waiting on: pgstore's caller returns the moment its context ends, and a
-// statement whose caller has gone is never sent. A writer that leads a
-// batch here cannot leave it, since the others' results depend on it, so
-// every writer waits for its batch (bounded by batchTimeout). That suits a
-// job: its writes are the fenced steps of an attempt that holds the lock,
-// and nothing answers a client in between.
-//
-// What a failure tells the caller is the same in effect: pgstore says
-// whether a failed batch may have committed because a claim run again must
-// know; both statements batched here recognise an earlier run of their own
-// (see below), so the answer would change nothing. One mechanism for both
-// would give the worker framework goroutines with no owner, or make the
-// gateway outwait its clients' deadlines.
+// The Takes and MarkSucceededs of concurrent jobs share one commit.
+// Design: docs/design/batching.md compares this batcher with the other two.
 
 import (
 	"cmp"
@@ -38,40 +14,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Group commit. A job writes twice (Take, then MarkSucceeded), and with
-// synchronous_commit each write waits for its own WAL flush. When
-// concurrent jobs write at the same moment, the writes that arrive while
-// every lane is busy go out together, as one pipelined round trip run as
-// one implicit transaction: one commit and one WAL flush for all of them.
-// Nobody waits for a batch to fill: a writer that finds a free lane sends
-// at once, so a lone job's writes are exactly as fast as without batching.
-//
-// A writer learns its result only after its batch has committed, so a job
-// is never acked, nor its effect started, before its write is durable:
-// batching changes how many commits there are, never what a caller is told
-// has committed. The statements are the same ones, each with its ledger
-// CTE, so the attempt ledger is written in the same statement as the state
-// it belongs to.
-//
-// There is no goroutine of its own: a batch runs on the goroutine of the
-// writer that leads it, and a lead that finishes hands the queued writes to
-// one of their own writers. So nothing outlives the writers, and there is
-// nothing to close.
-//
-// A failed batch was rolled back as a whole (a statement failed, or a
-// deadlock with another batch), or may have committed (the connection was
-// lost at commit): either way each of its statements runs again on its own,
-// and fails on its own if it is the one at fault. Both batched statements
-// recognise an earlier run of their own: MarkSucceeded by the same token
-// changes nothing, and a Take run twice counts one attempt more and ends
-// the first one's ledger row as crashed, as after any lost connection.
-//
-// Lock order. A batch's statements are sorted by the job they write, so two
-// batches lock jobs in the same order. The resource lock keeps two attempts
-// of one job, or two takes of one resource, out of concurrent batches; only
-// an attempt that lost its lock can meet another in PostgreSQL, and if that
-// ends in a deadlock, PostgreSQL aborts one batch and its statements run
-// again on their own.
+// Group commit. A writer learns its result only after its batch has
+// committed, so batching never changes what a caller is told has committed.
+// A batch runs on the goroutine of the writer that leads it, so there is
+// nothing to close. Statements are sorted by job, so two batches lock jobs
+// in the same order. A failed batch runs each statement again on its own.
+// Design: docs/design/batching.md#group-commit-in-the-execution-store
 
 // Defaults for WithBatching.
 const (

@@ -12,32 +12,10 @@ import (
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
-// An ambiguous commit. A write whose context ends after its statement was
-// sent may have committed all the same: with a synchronous standby
-// (synchronous_standby_names), PostgreSQL flushes the commit locally, then
-// waits for the standby before it answers, and a client that gives up
-// during that wait closes its connection without stopping the wait. The
-// backend goes on waiting, its rows locked and its commit invisible, and
-// becomes visible whenever the wait ends: reading the row then would
-// report a write as not done that later shows up done.
-//
-// So the write is settled, not guessed: the backend that ran it is
-// terminated and waited for (pg_terminate_backend with a timeout), which
-// ends the wait. A statement still running rolls back; one waiting for the
-// standby stays committed locally (PostgreSQL logs "the transaction has
-// already committed locally, but might not have been replicated"). Either
-// way its outcome is final, and the row is read back: it shows our write
-// (our owner in flight for a claim, our owner and the wanted state for a
-// completion, release or hold) or it does not. Terminating ends every
-// statement of a shared batch on that backend; the other callers run
-// theirs again on their own, as after any lost connection, and recognise
-// their own write if it committed.
-//
-// The read-back runs under a deadline of its own (WithResolveTimeout),
-// since the caller's has passed. The role must be allowed to terminate its
-// own backends (any role may, except a superuser's backend for a
-// non-superuser); when it cannot, or the backend does not end in time, the
-// caller gets the write's original error, as before.
+// An ambiguous commit. A write whose context ended after it was sent may have
+// committed all the same, behind a synchronous standby. Its backend is ended
+// and waited for, then its row is read back under WithResolveTimeout.
+// Design: docs/design/postgres-store.md#an-ambiguous-commit
 
 // ambiguous reports whether a write that returned err, sent to backend
 // pid (0: never sent), may have committed although its caller cannot know:

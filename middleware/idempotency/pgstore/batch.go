@@ -1,19 +1,7 @@
 package pgstore
 
-// Why this is not redisstore's pipelining (../redisstore/pipeline.go),
-// which solves the same problem — many concurrent claims and completions
-// sharing one round trip: here what is shared is a commit. A batch is one
-// transaction with one WAL flush, sorted into one lock order so two
-// batches cannot deadlock, and it stands or falls as a whole, so a failed
-// batch makes each caller run its statement again on its own, told whether
-// the batch may have committed. Its flushers are goroutines the Store owns
-// and Close stops. Redis has no commit to share: each script is atomic on
-// its own, one script's error is only its own, and the only retry follows
-// a NOSCRIPT answer. One mechanism for both would carry both failure models.
-//
-// The worker's execution store shares its commits the same way with a
-// batcher of its own (workers/execution/batch.go), which runs each batch on
-// a waiting writer's goroutine; that file says why it is not this one.
+// Claims and completions of concurrent requests share one commit.
+// Design: docs/design/batching.md compares this batcher with the other two.
 
 import (
 	"cmp"

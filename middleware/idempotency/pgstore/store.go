@@ -51,7 +51,7 @@ type Store struct {
 	batch        *batcher // nil: batching off
 	instance     string   // names this gateway in the claim ledger
 	// resolveTimeout bounds the settling of an ambiguous write
-	// (ambiguous.go); 0: off.
+	// (ambiguous.go). Zero turns settling off.
 	resolveTimeout time.Duration
 
 	mu       sync.Mutex

@@ -1,17 +1,7 @@
 package redisstore
 
-// Why this is not pgstore's batching (../pgstore/batch.go), which solves
-// the same problem — many concurrent claims and completions sharing one
-// round trip: there the round trip shares a commit, so a batch is one
-// transaction, sorted into one lock order, rerun statement by statement
-// when it fails, and run by flusher goroutines that Close must stop. Redis
-// has no commit to share: a pipeline is not a transaction, each script
-// stays atomic on its own and its error is its own, and the only retry is
-// EVAL after NOSCRIPT (the node lacks the cached script). So a pipeline
-// needs no rollback handling and no long-lived goroutines: a sender starts
-// when a script finds a pipeline slot free and ends when the queue is
-// empty, and a Store dropped without Close leaves nothing running once the
-// replies are in. One mechanism for both would carry both failure models.
+// Scripts of concurrent requests share one round trip, not a transaction.
+// Design: docs/design/batching.md compares this batcher with the other two.
 
 import (
 	"context"

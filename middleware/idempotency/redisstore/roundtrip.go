@@ -5,22 +5,10 @@ import (
 	"sync"
 )
 
-// Deadlines. A caller's context must bound every call: when the network to
-// Redis stops answering, Claim, Renew and Complete return ctx's error at
-// its deadline, so a request fails fast instead of hanging as long as the
-// network does. go-redis does not promise that: unless the client was built
-// with ContextTimeoutEnabled it ignores ctx once it holds a connection and
-// waits for the reply until its own ReadTimeout (5s by default, or never).
-// So every round trip of the store runs on a goroutine of its own, and the
-// caller waits for the reply or for ctx, whichever comes first. A caller
-// that gives up leaves the goroutine to receive the reply, or the client's
-// timeout, and put the connection back; Close waits for those goroutines.
-//
-// A script already on the wire when its caller gives up may still run, as
-// with any request whose answer is lost. A script whose caller has given up
-// before it was sent never is: it is not started (roundTrip), or it is
-// dropped from the pipeline queue (pipeline.go), and go-redis stops waiting
-// for a pool connection when the context it was given ends.
+// Deadlines. Every round trip runs on a goroutine of the store's, so a caller
+// returns when ctx ends even where go-redis ignores ctx. Close waits for those
+// goroutines. A script whose caller gave up before it was sent is never sent.
+// Design: docs/design/redis-store.md#deadlines
 
 // roundTrip runs fn on a goroutine of the store's and returns its result,
 // or ctx's error as soon as ctx ends. fn gets ctx, which bounds go-redis'

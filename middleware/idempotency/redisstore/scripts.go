@@ -2,45 +2,12 @@ package redisstore
 
 import "github.com/redis/go-redis/v9"
 
-// Every state change is one Lua script, so it is atomic and costs one round
-// trip. Each script touches exactly one key (KEYS[1], the record's hash), so
-// it runs on the node that owns that key's slot in a Redis Cluster. Times are
-// Unix milliseconds from the server's clock (TIME), never the gateway's.
-// Scripts write after reading TIME, which needs effects replication: the
-// only mode since Redis 7, the default since Redis 5 (replicas and the AOF
-// get the writes, never the script to run again).
-//
-// A record's hash fields:
-//
-//	tenant route key   the scope, checked on every claim
-//	fp                 request fingerprint
-//	state              in_flight | completed | released | unknown
-//	token              fencing token (see claimScript)
-//	owner              attempt token; absent unless in_flight
-//	lease              lease end (ms); absent unless in_flight
-//	created updated    (ms)
-//	expires            (ms); the key's PEXPIREAT is always this value
-//	status header body omitted   the stored response (completed only);
-//	                   header is JSON, body raw bytes, omitted "1" or "0"
-//	watched            "1" once a duplicate waits for the record (Watch)
-//	settled            with WithWait: the owner whose completion, release
-//	                   or hold ended the claim, so that it may confirm it
-//	                   again (wait.go)
-//	seen               with WithWait: written by a read that must wait for
-//	                   replicas (wait.go); never read
-//	n_new n_replayed n_conflict n_mismatch n_released
-//	                   how many requests of each kind the key received
-//	                   (counts.go); absent until the first are added
-//	first_seen last_seen   when the first and the last counted request
-//	                   ended (ms)
-//
-// A record is replayed, claimed and changed only while expires is ahead of
-// the server clock. Because the key's own expiry equals expires, Redis
-// reclaims the memory by itself and no janitor is needed.
-//
-// Complete, Release and MarkUnknown PUBLISH on KEYS[1]..":changed" when the
-// record is watched, Resolve always (see watch.go): a PUBLISH nobody hears
-// would still cost every request a command on the server.
+// Every state change is one Lua script on one key (KEYS[1], the record's
+// hash), so it is atomic and runs on the node that owns the key's slot.
+// Times are Unix milliseconds from Redis's clock (TIME), never the gateway's.
+// The key's PEXPIREAT always equals its expires field, so no janitor is needed.
+// Design: docs/design/redis-store.md#scripts-and-the-records-hash lists the
+// hash's fields.
 
 // prelude is shared by the scripts. record returns the fields in the order
 // of the field* constants below.

@@ -207,7 +207,7 @@ func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner str
 }
 
 // Release marks the owner's attempt as not processed. It does not wait
-// for replicas (wait.go says why).
+// for replicas (docs/design/redis-store.md says why).
 func (s *Store) Release(ctx context.Context, scope idempotency.Scope, owner string) error {
 	return s.finish(ctx, scope, owner, idempotency.StateReleased, false)
 }

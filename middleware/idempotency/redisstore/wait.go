@@ -12,57 +12,10 @@ import (
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
-// Waiting for replicas. Redis replicates asynchronously: a primary answers
-// a write before any replica has it, and a replica promoted on failover
-// lacks whatever was still on its way. For a claim or a completion that is
-// a promise broken: the key answered 201, the record is gone after the
-// promotion, and the retry runs the request again. WithWait closes that
-// window with WAIT numreplicas timeout, sent on the connection of the
-// scripts, in their pipeline: WAIT blocks until that many replicas have
-// acknowledged every write the connection made before it, so one WAIT
-// after a pipelined batch covers the whole batch and costs one round trip
-// to the replicas, not one per request.
-//
-// Which changes wait, and why:
-//
-//   - Claim: the request goes upstream only once its claim would survive a
-//     failover. A claim that finds a record (a replay, a conflict) writes
-//     a field all the same (claimScript's touch), so that the WAIT also
-//     covers the record it replays: another gateway's completion still
-//     unacknowledged must not be replayed before it is, or a failover
-//     could lose it after a client saw it.
-//   - Complete and MarkUnknown: the answer is sent, or the outcome held for
-//     an operator, only once a failover cannot undo it. A lost hold would
-//     let the lease expire and the request run again.
-//   - Renew: a renewal lost on failover would bring the lease's end back,
-//     and another gateway could take the key over while this attempt still
-//     runs. A renewal whose wait falls short is a failed renewal: the
-//     attempt's own lease clock is not extended (Attempt.Check).
-//   - Get: as a claim that finds a record, for the middleware's answer
-//     from a record taken over.
-//   - Release does not wait. Nothing ran under a released claim, or its
-//     effect is declared not to have happened: losing the release brings
-//     back the claim in flight (a retry waits for its lease, then takes it
-//     over with a higher token) or no record at all. That costs a retry
-//     latency, never a second answer.
-//   - Resolve, Delete and Watch are an operator's or a wake-up's, not a
-//     promise to a client.
-//
-// When fewer replicas than asked acknowledge before the timeout, the call
-// fails with a *ReplicaError (errors.Is idempotency.ErrNotDurable), though
-// the script ran on the primary: the middleware then treats the write as
-// not known to be durable (a claim is released and refused with 503, a
-// completion is stored again in the background and its answer held back).
-// Complete and MarkUnknown sent again by the owner whose change is already
-// on the primary succeed again and write once more, so the next WAIT
-// covers the change (the replication stream is ordered: a later write
-// acknowledged means every earlier one is too).
-//
-// In a Redis Cluster, WAIT counts the replicas of the node the connection
-// is on, so the scripts of a batch go out grouped by the primary that owns
-// their key (ClusterClient.MasterForKey), each group with its WAIT on that
-// node's connection. A slot that moves meanwhile answers MOVED, which fails
-// the call like any other store error.
+// Waiting for replicas. WithWait sends WAIT in the scripts' pipeline, one per
+// batch and per cluster primary. Release, Resolve, Delete and Watch do not wait.
+// Design: docs/design/redis-store.md#waiting-for-replicas says which changes
+// wait and why.
 
 // WithWait makes Claim, Complete, MarkUnknown, Renew and Get return only
 // once replicas replicas of Redis acknowledged their writes, waiting at

@@ -13,22 +13,10 @@ import (
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
-// All watches of a Store share one pub/sub connection, opened by the first
-// Watch and read by one goroutine that fans messages out to the watchers of
-// each channel. A channel stays subscribed exactly while it has watchers;
-// SUBSCRIBE and UNSUBSCRIBE are sent under s.mu, so the server sees them in
-// the order the watcher sets changed.
-//
-// Watch returns only once its channel is subscribed. Subscription replies
-// alone cannot tell that: an older SUBSCRIBE of the same channel may still be
-// answering, and go-redis resubscribes everything after a reconnect. So each
-// Watch also subscribes a marker channel of its own, after (or in the same
-// command as) its record's channel. Redis executes one connection's commands
-// in order, so when the marker's confirmation arrives the record's channel is
-// subscribed, and any change committed from then on is published to us.
-//
-// Messages sent while the connection is being re-established are lost; the
-// middleware polls as well, so that costs latency, not correctness.
+// All watches of a Store share one pub/sub connection, read by one goroutine.
+// Watch returns once a marker channel of its own, subscribed after its record's
+// channel, is confirmed. Messages lost during a reconnect cost latency only.
+// Design: docs/design/redis-store.md#watches
 
 // confirmTimeout bounds how long Watch waits for its subscription.
 const confirmTimeout = 5 * time.Second
