@@ -21,6 +21,7 @@ import (
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
 	"github.com/idemgate/idemgate/middleware/requestid"
+	"github.com/idemgate/idemgate/problem"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/problems.golden")
@@ -34,7 +35,7 @@ var update = flag.Bool("update", false, "rewrite testdata/problems.golden")
 // TestProblemDocumentsAreGolden -update rewrites the file.
 func TestProblemDocumentsAreGolden(t *testing.T) {
 	t.Parallel()
-	pw := NewProblemWriter(idempotency.DefaultProblemBase, slog.New(slog.DiscardHandler))
+	pw := NewProblemWriter(problem.DefaultBase, slog.New(slog.DiscardHandler))
 	var out bytes.Buffer
 	n := 0
 	write := func(name string, w *httptest.ResponseRecorder) {
@@ -68,14 +69,14 @@ func TestProblemDocumentsAreGolden(t *testing.T) {
 		requestid.Middleware(h).ServeHTTP(w, r)
 		return w
 	}
-	writing := func(pw idempotency.ProblemWriter, err error) http.Handler {
+	writing := func(pw problem.Writer, err error) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { pw.Write(w, r, err) })
 	}
 	full := func(sentinel error) error {
-		return &idempotency.RequestError{
+		return &problem.Error{
 			Err: sentinel, Detail: `the "detail" <of> this & that`, RetryAfter: 1500 * time.Millisecond,
 			Key: "order-42", AcceptEncoding: "gzip, identity",
-			Fields: []idempotency.FieldFault{{Field: "items[2].sku", Message: "is required"}, {Field: "", Message: "too large"}},
+			Fields: []problem.FieldFault{{Field: "items[2].sku", Message: "is required"}, {Field: "", Message: "too large"}},
 			Cause:  errors.New("the logged cause"),
 		}
 	}
@@ -88,7 +89,7 @@ func TestProblemDocumentsAreGolden(t *testing.T) {
 		name := fmt.Sprintf("%02d %s", i, p.Slug)
 		write(name+" bare", answer(writing(pw, p.Err)))
 		write(name+" full", answer(writing(pw, full(p.Err))))
-		claimed := &idempotency.RequestError{Err: p.Err, Detail: "under a claim"}
+		claimed := &problem.Error{Err: p.Err, Detail: "under a claim"}
 		write(name+" claimed", answer(mw.Wrap(writing(pw, claimed)), "Idempotency-Key", fmt.Sprintf(`"claim-%d"`, i)))
 	}
 	write("unknown", answer(writing(pw, errors.New("boom"))))
@@ -97,13 +98,13 @@ func TestProblemDocumentsAreGolden(t *testing.T) {
 	write("empty key", answer(writing(pw, emptyKey)))
 	challenged := pw
 	challenged.Challenge = `Bearer realm="idemgate"`
-	write("challenge", answer(writing(challenged, &idempotency.RequestError{Err: auth.ErrUnauthorized, Detail: "no token"})))
+	write("challenge", answer(writing(challenged, &problem.Error{Err: auth.ErrUnauthorized, Detail: "no token"})))
 	for _, p := range idempotency.Refusals() {
 		write("default "+p.Slug, answer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			idempotency.DefaultErrorHandler(w, r, full(p.Err))
 		})))
 	}
-	limited := &idempotency.RequestError{Err: ratelimit.ErrLimited, RetryAfter: 3 * time.Second,
+	limited := &problem.Error{Err: ratelimit.ErrLimited, RetryAfter: 3 * time.Second,
 		Cause: &ratelimit.LimitedError{Tenant: "acme", Limit: ratelimit.Limit{Tokens: 5, Interval: time.Second}}}
 	write("ratelimit default", answer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ratelimit.DefaultOnLimited(w, r, limited)
