@@ -36,7 +36,7 @@ const limitedDetail = "too many requests for this tenant; retry after the delay 
 // application's problem base.
 const ProblemSlug = "rate-limited"
 
-const defaultProblemType = "https://idemgate.dev/problems/" + ProblemSlug
+const defaultProblemType = problem.DefaultBase + ProblemSlug
 
 // DefaultOnLimited answers 429 with a minimal application/problem+json body
 // of type https://idemgate.dev/problems/rate-limited. Applications usually
