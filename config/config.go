@@ -7,6 +7,7 @@ import (
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/workers"
 )
 
@@ -34,7 +35,7 @@ type Config struct {
 	// Admin configures what the admin listener serves beyond the admin API.
 	Admin Admin `yaml:"admin"`
 	// ProblemBase prefixes every problem+json type. An absolute URL ending
-	// in "/". Default idempotency.DefaultProblemBase,
+	// in "/". Default problem.DefaultBase,
 	// "https://idemgate.dev/problems/".
 	ProblemBase string `yaml:"problem_base"`
 	// Store holds idempotency records: "postgres" (default), "redis" or
@@ -433,7 +434,7 @@ func defaultWorker() Worker {
 // and normalises case where the value is compared later (methods, hex).
 func (c *Config) withDefaults() {
 	setDefault(&c.Listen, ":8080")
-	setDefault(&c.ProblemBase, idempotency.DefaultProblemBase)
+	setDefault(&c.ProblemBase, problem.DefaultBase)
 	setDefault(&c.Store, "postgres")
 	setDefault(&c.Log.Level, "info")
 	setDefault(&c.Log.Format, "json")

@@ -17,6 +17,7 @@ import (
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/requestid"
 	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // adminRoutes lists the whole admin API. Everything needs the admin token.
@@ -49,7 +50,7 @@ func (g *Gateway) adminRoutes() http.Handler {
 		r.HandleFunc(pprofPrefix+"trace", pprof.Trace)
 	}
 	notFound := func(w http.ResponseWriter, r *http.Request) {
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no admin endpoint " + r.Method + " " + r.URL.Path})
+		g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "no admin endpoint " + r.Method + " " + r.URL.Path})
 	}
 	r.NotFound(notFound)
 	r.MethodNotAllowed(notFound)
@@ -77,7 +78,7 @@ func (g *Gateway) sameOrigin(next http.Handler) http.Handler {
 func (g *Gateway) refuseCrossOrigin(next http.Handler, sameSite bool, detail string) http.Handler {
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrForbidden, Detail: detail})
+		g.problems.Write(w, r, &problem.Error{Err: ErrForbidden, Detail: detail})
 	}))
 	guarded := cop.Handler(next)
 	if !sameSite {
@@ -163,11 +164,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (g *Gateway) storeError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound):
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no idempotency record for this tenant, route and key"})
+		g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "no idempotency record for this tenant, route and key"})
 	case errors.Is(err, idempotency.ErrNotUnknown):
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest, Detail: "only a record whose outcome is unknown can be resolved; delete it instead"})
+		g.problems.Write(w, r, &problem.Error{Err: ErrBadRequest, Detail: "only a record whose outcome is unknown can be resolved; delete it instead"})
 	default:
-		g.problems.Write(w, r, &idempotency.RequestError{Err: idempotency.ErrStoreUnavailable, Detail: "the idempotency store is unavailable", RetryAfter: time.Second, Cause: err})
+		g.problems.Write(w, r, &problem.Error{Err: idempotency.ErrStoreUnavailable, Detail: "the idempotency store is unavailable", RetryAfter: time.Second, Cause: err})
 	}
 }
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // DefaultAdminMaxAuthFailures is how many wrong admin tokens one peer may
@@ -211,6 +211,6 @@ func (g *AdminGuard) peer(p netip.Prefix, now time.Time) *peerFailures {
 
 // tooManyFailures is the refusal of a throttled peer, retry after d.
 func tooManyFailures(d time.Duration) error {
-	return &idempotency.RequestError{Err: ratelimit.ErrLimited, RetryAfter: d,
+	return &problem.Error{Err: ratelimit.ErrLimited, RetryAfter: d,
 		Detail: "too many wrong admin tokens from this address; retry after the delay in Retry-After"}
 }

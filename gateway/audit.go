@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemgate/idemgate/job"
-	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // ActionRecorder keeps the audit trail of operators' actions in
@@ -103,7 +103,7 @@ const maxActionBody = 16 << 10
 
 // actionReason reads the reason of an admin API action: the query's
 // reason, or the reason of a JSON body ({"reason": "…"}). A bad body or
-// a reason too long is a RequestError (400).
+// a reason too long is a *problem.Error (400).
 func actionReason(r *http.Request) (string, error) {
 	reason := r.URL.Query().Get("reason")
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/json" {
@@ -112,14 +112,14 @@ func actionReason(r *http.Request) (string, error) {
 		}
 		dec := json.NewDecoder(io.LimitReader(r.Body, maxActionBody))
 		if err := dec.Decode(&body); err != nil && err != io.EOF {
-			return "", &idempotency.RequestError{Err: ErrBadRequest, Detail: "the body of an admin action is a JSON object such as {\"reason\": \"…\"}"}
+			return "", &problem.Error{Err: ErrBadRequest, Detail: "the body of an admin action is a JSON object such as {\"reason\": \"…\"}"}
 		}
 		if body.Reason != "" {
 			reason = body.Reason
 		}
 	}
 	if job.CheckReason(reason) != nil {
-		return "", &idempotency.RequestError{Err: ErrBadRequest, Detail: "reason is at most 1000 bytes of UTF-8"}
+		return "", &problem.Error{Err: ErrBadRequest, Detail: "reason is at most 1000 bytes of UTF-8"}
 	}
 	return reason, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/telemetry"
 )
 
@@ -160,12 +161,12 @@ func (g *Gateway) handleBatch(br batchRoute, timeout time.Duration) http.Handler
 			return
 		}
 		if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest, Detail: "the body must be application/json"})
+			g.problems.Write(w, r, &problem.Error{Err: ErrBadRequest, Detail: "the body must be application/json"})
 			return
 		}
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest, Detail: "the request body could not be read", Cause: err})
+			g.problems.Write(w, r, &problem.Error{Err: ErrBadRequest, Detail: "the request body could not be read", Cause: err})
 			return
 		}
 		req, err := decodeBatch(body, br.bo.MaxItems)
@@ -195,7 +196,7 @@ func decodeBatch(body []byte, max int) (batchRequest, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	bad := func(format string, args ...any) (batchRequest, error) {
-		return batchRequest{}, &idempotency.RequestError{Err: ErrBadRequest, Detail: fmt.Sprintf(format, args...)}
+		return batchRequest{}, &problem.Error{Err: ErrBadRequest, Detail: fmt.Sprintf(format, args...)}
 	}
 	if err := dec.Decode(&req); err != nil {
 		return bad("the body must be a JSON object {\"items\": [{\"idempotency_key\", \"body\", \"delay\" | \"not_before\"}…], \"atomic\": false}: %v", err)
@@ -209,14 +210,14 @@ func decodeBatch(body []byte, max int) (batchRequest, error) {
 	case n > max:
 		return bad("items holds %d items, more than this route's batch takes (%d)", n, max)
 	}
-	var missing []idempotency.FieldFault
+	var missing []problem.FieldFault
 	for i, it := range req.Items {
 		if len(it.Body) == 0 {
-			missing = append(missing, idempotency.FieldFault{Field: fmt.Sprintf("/items/%d/body", i), Message: "required"})
+			missing = append(missing, problem.FieldFault{Field: fmt.Sprintf("/items/%d/body", i), Message: "required"})
 		}
 	}
 	if len(missing) > 0 {
-		return batchRequest{}, &idempotency.RequestError{Err: ErrBadRequest, Detail: "every item needs a body", Fields: missing}
+		return batchRequest{}, &problem.Error{Err: ErrBadRequest, Detail: "every item needs a body", Fields: missing}
 	}
 	return req, nil
 }
@@ -227,14 +228,14 @@ func decodeBatch(body []byte, max int) (batchRequest, error) {
 // every index of each key, before anything is claimed.
 func (g *Gateway) itemKeys(single *idempotency.Middleware, batchKey string, items []batchItem) ([]string, error) {
 	keys := make([]string, len(items))
-	var faults []idempotency.FieldFault
+	var faults []problem.FieldFault
 	var missing []string
 	for i, it := range items {
 		field := fmt.Sprintf("/items/%d/idempotency_key", i)
 		if it.IdempotencyKey == nil {
 			if g.opts.RequireItemKeys {
 				missing = append(missing, strconv.Itoa(i))
-				faults = append(faults, idempotency.FieldFault{Field: field, Message: "required (jobs_api.batch.require_item_keys)"})
+				faults = append(faults, problem.FieldFault{Field: field, Message: "required (jobs_api.batch.require_item_keys)"})
 				continue
 			}
 			keys[i] = batchKey + ":" + strconv.Itoa(i)
@@ -243,18 +244,18 @@ func (g *Gateway) itemKeys(single *idempotency.Middleware, batchKey string, item
 		}
 		if _, err := single.ItemKey(keys[i]); err != nil {
 			msg := err.Error()
-			if re, ok := errors.AsType[*idempotency.RequestError](err); ok {
+			if re, ok := errors.AsType[*problem.Error](err); ok {
 				msg = re.Detail
 			}
-			faults = append(faults, idempotency.FieldFault{Field: field, Message: msg})
+			faults = append(faults, problem.FieldFault{Field: field, Message: msg})
 		}
 	}
 	if len(missing) > 0 {
-		return nil, &idempotency.RequestError{Err: ErrBadRequest, Fields: faults,
+		return nil, &problem.Error{Err: ErrBadRequest, Fields: faults,
 			Detail: "every item needs its own idempotency_key; missing at items " + strings.Join(missing, ", ")}
 	}
 	if len(faults) > 0 {
-		return nil, &idempotency.RequestError{Err: ErrBadRequest, Fields: faults, Detail: "an item's idempotency_key is not a valid Idempotency-Key"}
+		return nil, &problem.Error{Err: ErrBadRequest, Fields: faults, Detail: "an item's idempotency_key is not a valid Idempotency-Key"}
 	}
 	at := map[string][]int{}
 	for i, k := range keys {
@@ -266,13 +267,13 @@ func (g *Gateway) itemKeys(single *idempotency.Middleware, batchKey string, item
 			s := make([]string, len(idx))
 			for j, n := range idx {
 				s[j] = strconv.Itoa(n)
-				faults = append(faults, idempotency.FieldFault{Field: fmt.Sprintf("/items/%d/idempotency_key", n), Message: "the key of items " + strings.Trim(fmt.Sprint(idx), "[]")})
+				faults = append(faults, problem.FieldFault{Field: fmt.Sprintf("/items/%d/idempotency_key", n), Message: "the key of items " + strings.Trim(fmt.Sprint(idx), "[]")})
 			}
 			dups = append(dups, strings.Join(s, ", "))
 		}
 	}
 	if len(dups) > 0 {
-		return nil, &idempotency.RequestError{Err: ErrBadRequest, Fields: faults,
+		return nil, &problem.Error{Err: ErrBadRequest, Fields: faults,
 			Detail: "items share an idempotency_key, which would make them one job: items " + strings.Join(dups, "; items ")}
 	}
 	return keys, nil
@@ -321,7 +322,7 @@ func (g *Gateway) submitBatch(w http.ResponseWriter, r *http.Request, br batchRo
 	defer cancel()
 	claims, err := br.single.ClaimItems(ctx, tenant, items)
 	if err != nil {
-		g.problems.Write(w, r, &idempotency.RequestError{Err: idempotency.ErrStoreUnavailable,
+		g.problems.Write(w, r, &problem.Error{Err: idempotency.ErrStoreUnavailable,
 			Detail: "the idempotency store is unavailable; no job was queued, retry with the same key", RetryAfter: time.Second, Cause: err})
 		return
 	}
@@ -347,10 +348,10 @@ func (g *Gateway) submitBatch(w http.ResponseWriter, r *http.Request, br batchRo
 			g.opts.Logger.WarnContext(r.Context(), "batch: item claims not released; they are freed when their lease ends", "err", err)
 		}
 	}
-	var failing []idempotency.FieldFault
+	var failing []problem.FieldFault
 	for i := range states {
 		if st := &states[i]; st.doc.Problem != nil {
-			failing = append(failing, idempotency.FieldFault{Field: fmt.Sprintf("/items/%d", i), Message: problemDetail(st.doc.Problem)})
+			failing = append(failing, problem.FieldFault{Field: fmt.Sprintf("/items/%d", i), Message: problemDetail(st.doc.Problem)})
 		}
 	}
 	if req.Atomic && len(failing) > 0 {
@@ -359,7 +360,7 @@ func (g *Gateway) submitBatch(w http.ResponseWriter, r *http.Request, br batchRo
 		for i, f := range failing {
 			idx[i] = strings.TrimPrefix(f.Field, "/items/")
 		}
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBatchRefused, Fields: failing,
+		g.problems.Write(w, r, &problem.Error{Err: ErrBatchRefused, Fields: failing,
 			Detail: "the batch is atomic, and these items failed: " + strings.Join(idx, ", ") + "; nothing was recorded"})
 		return
 	}
@@ -445,7 +446,7 @@ func itemHeader(batch http.Header, it batchItem) http.Header {
 // refuseItem answers an item with the problem err, as a request sent
 // alone with its key would have had it.
 func (g *Gateway) refuseItem(r *http.Request, st *itemState, key string, err error) {
-	if re, ok := errors.AsType[*idempotency.RequestError](err); ok {
+	if re, ok := errors.AsType[*problem.Error](err); ok {
 		cp := *re
 		cp.Key = key
 		err = &cp

@@ -8,7 +8,7 @@ import (
 
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
-	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/telemetry"
 )
 
@@ -51,7 +51,7 @@ func (g *Gateway) handleBatchGet() http.Handler {
 		telemetry.SetEndpoint(r, "/v1/batches/{id}")
 		bs, ok := g.opts.Jobs.(BatchSubmitter)
 		if !ok {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "this gateway has no batch paths"})
+			g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "this gateway has no batch paths"})
 			return
 		}
 		tenant, id := auth.Tenant(r.Context()), chi.URLParam(r, "id")
@@ -65,7 +65,7 @@ func (g *Gateway) handleBatchGet() http.Handler {
 		st, err := bs.Batch(r.Context(), tenant, id)
 		if err != nil {
 			if err == job.ErrNotFound {
-				g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no such batch"})
+				g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "no such batch"})
 				return
 			}
 			g.jobError(w, r, err)

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/job"
-	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // BulkCanceller cancels the jobs a filter matches: a *job.Submitter is
@@ -28,21 +28,21 @@ func (g *Gateway) handleAdminJobsCancel() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		c, ok := g.opts.Jobs.(BulkCanceller)
 		if !ok {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "this gateway has no enqueue routes"})
+			g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "this gateway has no enqueue routes"})
 			return
 		}
 		q := r.URL.Query()
-		var faults []idempotency.FieldFault
+		var faults []problem.FieldFault
 		for _, name := range []string{"limit", "cursor"} {
 			if _, ok := q[name]; ok {
-				faults = append(faults, idempotency.FieldFault{Field: name, Message: "a cancel by filter takes no " + name + "; it acts on the newest 1000 matching jobs at most"})
+				faults = append(faults, problem.FieldFault{Field: name, Message: "a cancel by filter takes no " + name + "; it acts on the newest 1000 matching jobs at most"})
 			}
 		}
 		q.Del("reason")
 		q.Del("limit")
 		q.Del("cursor")
 		f, _, err := parseJobList(q, true)
-		var bad *idempotency.RequestError
+		var bad *problem.Error
 		if errors.As(err, &bad) {
 			faults = append(faults, bad.Fields...)
 		}
@@ -65,13 +65,13 @@ func (g *Gateway) handleAdminJobsCancel() http.HandlerFunc {
 			_, _ = g.audit.Record(ctx, r, job.Action{Action: "bulk-cancel", Via: "api", Filter: filterString(q), Reason: reason}, targets...)
 		}
 		if err != nil {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrQueueUnavailable,
+			g.problems.Write(w, r, &problem.Error{Err: ErrQueueUnavailable,
 				Detail: "the cancel stopped after " + strconv.Itoa(len(done)) + " jobs; send it again for the rest", RetryAfter: time.Second, Cause: err})
 			return
 		}
 		left, err := c.CountCancellable(ctx, f, 1)
 		if err != nil {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrQueueUnavailable,
+			g.problems.Write(w, r, &problem.Error{Err: ErrQueueUnavailable,
 				Detail: "the jobs were cancelled but what is left could not be counted; send it again", RetryAfter: time.Second, Cause: err})
 			return
 		}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
-	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/telemetry"
 )
 
@@ -72,24 +72,24 @@ func (g *Gateway) handleAdminJobCancel() http.HandlerFunc {
 func (g *Gateway) cancelJob(w http.ResponseWriter, r *http.Request, id string, cancel func(Canceller, string) (job.Record, bool, error), audited func(job.Record)) {
 	c, ok := g.opts.Jobs.(Canceller)
 	if !ok {
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "this gateway has no enqueue routes"})
+		g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "this gateway has no enqueue routes"})
 		return
 	}
 	if !job.Storable(id) {
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no such job"})
+		g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "no such job"})
 		return
 	}
 	rec, stopping, err := cancel(c, id)
 	switch {
 	case errors.Is(err, job.ErrNotCancellable):
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrJobNotCancellable,
+		g.problems.Write(w, r, &problem.Error{Err: ErrJobNotCancellable,
 			Detail: "the job has " + string(rec.Status) + "; only a job that has not finished can be cancelled"})
 		return
 	case errors.Is(err, job.ErrNotFound):
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no such job"})
+		g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "no such job"})
 		return
 	case err != nil:
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrQueueUnavailable,
+		g.problems.Write(w, r, &problem.Error{Err: ErrQueueUnavailable,
 			Detail: "the job could not be cancelled now; send the cancel again", RetryAfter: time.Second, Cause: err})
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/idemgate/idemgate/internal/explain"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // Explainer tells the whole story of a job or an idempotency key: its
@@ -34,7 +35,7 @@ func (g *Gateway) handleJobExplain() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id, err := url.PathUnescape(chi.URLParam(r, "id"))
 		if err != nil || !job.Storable(id) {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no job with this id"})
+			g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "no job with this id"})
 			return
 		}
 		story, err := g.opts.Explainer.Job(r.Context(), id)
@@ -50,8 +51,8 @@ func (g *Gateway) writeStory(w http.ResponseWriter, r *http.Request, story *expl
 	case err == nil:
 		writeJSON(w, http.StatusOK, story)
 	case errors.Is(err, explain.ErrNotFound):
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: err.Error()})
+		g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: err.Error()})
 	default:
-		g.problems.Write(w, r, &idempotency.RequestError{Err: idempotency.ErrStoreUnavailable, Detail: "the stores could not be read to tell the story; retry", RetryAfter: time.Second, Cause: err})
+		g.problems.Write(w, r, &problem.Error{Err: idempotency.ErrStoreUnavailable, Detail: "the stores could not be read to tell the story; retry", RetryAfter: time.Second, Cause: err})
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/idemgate/idemgate/job"
-	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // Fairness reads and sets the fairness pools (fairness: in the
@@ -76,7 +76,7 @@ func (g *Gateway) handleFairnessPut() http.HandlerFunc {
 			err = weights.Check()
 		}
 		if err != nil {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest,
+			g.problems.Write(w, r, &problem.Error{Err: ErrBadRequest,
 				Detail: `the body must be {"default_weight": w, "weights": {"<tenant>": w}} with positive finite weights: ` + err.Error()})
 			return
 		}
@@ -98,7 +98,7 @@ func (g *Gateway) fairPool(r *http.Request) string {
 }
 
 func (g *Gateway) fairnessUnavailable(w http.ResponseWriter, r *http.Request, err error) {
-	g.problems.Write(w, r, &idempotency.RequestError{Err: ErrQueueUnavailable,
+	g.problems.Write(w, r, &problem.Error{Err: ErrQueueUnavailable,
 		Detail: "Redis, which holds the fairness pools with the queue, could not be read or written; retry", RetryAfter: time.Second, Cause: err})
 }
 
@@ -114,7 +114,7 @@ func (g *Gateway) writeFairness(w http.ResponseWriter, r *http.Request, pool str
 		def, weights, ok, err = g.opts.Fairness.Weights(r.Context(), pool)
 	}
 	if !ok {
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no fairness pool called " + strconv.Quote(pool) + " is declared under fairness"})
+		g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "no fairness pool called " + strconv.Quote(pool) + " is declared under fairness"})
 		return
 	}
 	var backlog []job.FairBacklog

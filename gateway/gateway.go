@@ -22,6 +22,7 @@ import (
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
 	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/telemetry"
 )
 
@@ -29,7 +30,7 @@ import (
 // from the configuration file; tests fill it directly.
 type Options struct {
 	// ProblemBase prefixes every problem type. Default
-	// idempotency.DefaultProblemBase.
+	// problem.DefaultBase.
 	ProblemBase string
 	Auth        auth.Config
 	// RateLimits per tenant; a tenant without one is not limited.
@@ -151,7 +152,7 @@ type Check struct {
 // Gateway is the built gateway: its public and admin handlers.
 type Gateway struct {
 	opts     Options
-	problems idempotency.ProblemWriter
+	problems problem.Writer
 	auth     *auth.Authenticator
 	limiter  *ratelimit.Limiter
 	table    table
@@ -195,7 +196,7 @@ func New(opts Options) (*Gateway, error) {
 		opts.Metrics = NewMetrics()
 	}
 	if opts.ProblemBase == "" {
-		opts.ProblemBase = idempotency.DefaultProblemBase
+		opts.ProblemBase = problem.DefaultBase
 	}
 	if opts.RateLimitStore == nil {
 		opts.RateLimitStore = ratelimit.MemoryStore
@@ -419,7 +420,7 @@ func (g *Gateway) handleTable() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		path, err := routePath(r.URL)
 		if err != nil {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest, Detail: err.Error()})
+			g.problems.Write(w, r, &problem.Error{Err: ErrBadRequest, Detail: err.Error()})
 			return
 		}
 		if method, ok := methodOverride(r.Header); ok {
@@ -428,7 +429,7 @@ func (g *Gateway) handleTable() http.HandlerFunc {
 		}
 		rt := g.table.match(r.Method, path)
 		if rt == nil {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no route matches " + r.Method + " " + r.URL.Path})
+			g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "no route matches " + r.Method + " " + r.URL.Path})
 			return
 		}
 		rt.handler.ServeHTTP(w, r)
@@ -464,7 +465,7 @@ func (g *Gateway) handleReady() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if g.Draining() {
 			// Not a failure: no check runs and nothing is logged.
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotReady, Detail: "draining: the gateway is shutting down", RetryAfter: time.Second})
+			g.problems.Write(w, r, &problem.Error{Err: ErrNotReady, Detail: "draining: the gateway is shutting down", RetryAfter: time.Second})
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -477,7 +478,7 @@ func (g *Gateway) handleReady() http.HandlerFunc {
 			}
 		}
 		if len(failed) > 0 {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotReady, Detail: "unreachable: " + strings.Join(failed, ", "), RetryAfter: time.Second})
+			g.problems.Write(w, r, &problem.Error{Err: ErrNotReady, Detail: "unreachable: " + strings.Join(failed, ", "), RetryAfter: time.Second})
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -525,7 +526,7 @@ func (g *Gateway) requireAdminToken(next http.Handler, challenge string) http.Ha
 // 429 without comparing its token (AdminGuard); a nil guard counts
 // nothing and refuses no peer. It guards the gateway's
 // admin listener and the worker's.
-func RequireAdminToken(next http.Handler, want [sha256.Size]byte, challenge, detail string, problems idempotency.ProblemWriter, guard *AdminGuard) http.Handler {
+func RequireAdminToken(next http.Handler, want [sha256.Size]byte, challenge, detail string, problems problem.Writer, guard *AdminGuard) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if d := guard.throttled(r); d > 0 {
 			problems.Write(w, r, tooManyFailures(d))
@@ -534,7 +535,7 @@ func RequireAdminToken(next http.Handler, want [sha256.Size]byte, challenge, det
 		if !auth.AdminToken(r, want) {
 			guard.refused(r)
 			w.Header().Set("WWW-Authenticate", challenge)
-			problems.Write(w, r, &idempotency.RequestError{Err: auth.ErrUnauthorized, Detail: detail})
+			problems.Write(w, r, &problem.Error{Err: auth.ErrUnauthorized, Detail: detail})
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // decodeBody reads a problem document from a body serve returned.
@@ -84,7 +85,7 @@ func TestMethodOverride(t *testing.T) {
 		} {
 			r, body := serve(t, g.Handler(), http.MethodGet, "/v1/orders", "", append(bearer, h...)...)
 			p := decodeBody(t, body)
-			if r.StatusCode != http.StatusBadRequest || p.Type != idempotency.DefaultProblemBase+"method-override-refused" {
+			if r.StatusCode != http.StatusBadRequest || p.Type != problem.DefaultBase+"method-override-refused" {
 				t.Errorf("GET with %s: %d %s, want 400 method-override-refused", h[0], r.StatusCode, p.Type)
 			}
 		}
@@ -100,7 +101,7 @@ func TestMethodOverride(t *testing.T) {
 		g, ran := overrideGateway(t, true)
 		over := append(bearer, "X-HTTP-Method-Override", "POST")
 		r, body := serve(t, g.Handler(), http.MethodGet, "/v1/orders", `{"n":1}`, over...)
-		if p := decodeBody(t, body); r.StatusCode != http.StatusBadRequest || p.Type != idempotency.DefaultProblemBase+"idempotency-key-missing" {
+		if p := decodeBody(t, body); r.StatusCode != http.StatusBadRequest || p.Type != problem.DefaultBase+"idempotency-key-missing" {
 			t.Fatalf("GET as POST without a key: %d %s, want 400 idempotency-key-missing", r.StatusCode, p.Type)
 		}
 		if len(ran()) != 0 {
@@ -132,7 +133,7 @@ func TestMethodQueryParameterIsNotAnOverride(t *testing.T) {
 	g, ran := overrideGateway(t, false)
 	bearer := []string{"Authorization", "Bearer " + testAPIKey}
 	r, body := serve(t, g.Handler(), http.MethodPost, "/v1/orders?_method=GET", "{}", bearer...)
-	if p := decodeBody(t, body); r.StatusCode != http.StatusBadRequest || p.Type != idempotency.DefaultProblemBase+"idempotency-key-missing" {
+	if p := decodeBody(t, body); r.StatusCode != http.StatusBadRequest || p.Type != problem.DefaultBase+"idempotency-key-missing" {
 		t.Fatalf("POST ?_method=GET without a key: %d %s, want 400 idempotency-key-missing", r.StatusCode, p.Type)
 	}
 	if r, _ := serve(t, g.Handler(), http.MethodGet, "/v1/orders?_method=POST", "", bearer...); r.StatusCode != http.StatusCreated {
@@ -207,7 +208,7 @@ func TestContentEncoding(t *testing.T) {
 		g, got := encodingGateway(t)
 		for _, body := range []string{bomb, gzipped(t, []byte(`{"n":1}`))} {
 			r, p := post(g, "k", "gzip", body)
-			if r.StatusCode != http.StatusUnsupportedMediaType || p.Type != idempotency.DefaultProblemBase+"unsupported-content-encoding" {
+			if r.StatusCode != http.StatusUnsupportedMediaType || p.Type != problem.DefaultBase+"unsupported-content-encoding" {
 				t.Fatalf("gzip body: %d %s, want 415 unsupported-content-encoding", r.StatusCode, p.Type)
 			}
 			if ae := r.Header.Get("Accept-Encoding"); ae != "identity" {
@@ -224,7 +225,7 @@ func TestContentEncoding(t *testing.T) {
 	t.Run("decoded", func(t *testing.T) {
 		t.Parallel()
 		g, got := encodingGateway(t, "gzip", "deflate")
-		if r, p := post(g, "bomb", "gzip", bomb); r.StatusCode != http.StatusRequestEntityTooLarge || p.Type != idempotency.DefaultProblemBase+"request-too-large" {
+		if r, p := post(g, "bomb", "gzip", bomb); r.StatusCode != http.StatusRequestEntityTooLarge || p.Type != problem.DefaultBase+"request-too-large" {
 			t.Fatalf("8 KB inflating to 8 MiB: %d %s, want 413 request-too-large", r.StatusCode, p.Type)
 		}
 		doc := []byte(`{"order":"o-1","amount":5}`)

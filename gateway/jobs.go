@@ -16,6 +16,7 @@ import (
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/telemetry"
 )
 
@@ -48,10 +49,10 @@ func (g *Gateway) claimed(w http.ResponseWriter, r *http.Request, notQueued, mis
 		return a, true
 	}
 	if r.Header.Get(idempotency.HeaderKey) != "" {
-		g.problems.Write(w, r, &idempotency.RequestError{Err: idempotency.ErrStoreUnavailable, Detail: "the idempotency store is unavailable; " + notQueued + ", retry with the same key", RetryAfter: time.Second})
+		g.problems.Write(w, r, &problem.Error{Err: idempotency.ErrStoreUnavailable, Detail: "the idempotency store is unavailable; " + notQueued + ", retry with the same key", RetryAfter: time.Second})
 		return a, false
 	}
-	g.problems.Write(w, r, &idempotency.RequestError{Err: idempotency.ErrKeyMissing, Detail: missing})
+	g.problems.Write(w, r, &problem.Error{Err: idempotency.ErrKeyMissing, Detail: missing})
 	return a, false
 }
 
@@ -66,11 +67,11 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions, timeout time.Du
 		}
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest, Detail: "the request body could not be read", Cause: err})
+			g.problems.Write(w, r, &problem.Error{Err: ErrBadRequest, Detail: "the request body could not be read", Cause: err})
 			return
 		}
 		if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest, Detail: "the body must be application/json"})
+			g.problems.Write(w, r, &problem.Error{Err: ErrBadRequest, Detail: "the body must be application/json"})
 			return
 		}
 		sched, err := parseSchedule(r.Header)
@@ -170,19 +171,19 @@ func jobProblem(err error) error {
 	case errors.Is(err, ErrInvalidSchedule):
 		return err
 	case errors.Is(err, job.ErrScheduleOutOfRange):
-		return &idempotency.RequestError{Err: err, Detail: err.Error()}
+		return &problem.Error{Err: err, Detail: err.Error()}
 	case errors.As(err, &pe):
 		kind := ErrInvalidPayload
 		if errors.Is(err, job.ErrMalformed) {
 			kind = ErrBadRequest
 		}
-		return &idempotency.RequestError{Err: kind, Detail: pe.Error(), Fields: pe.Faults()}
+		return &problem.Error{Err: kind, Detail: pe.Error(), Fields: pe.Faults()}
 	case errors.Is(err, job.ErrNotFound):
-		return &idempotency.RequestError{Err: ErrNotFound, Detail: "no such job"}
+		return &problem.Error{Err: ErrNotFound, Detail: "no such job"}
 	}
 	// No job was recorded (or none could be read): 503, which releases
 	// the key.
-	return &idempotency.RequestError{Err: ErrQueueUnavailable, Detail: "the job could not be queued; retry with the same Idempotency-Key", RetryAfter: time.Second, Cause: err}
+	return &problem.Error{Err: ErrQueueUnavailable, Detail: "the job could not be queued; retry with the same Idempotency-Key", RetryAfter: time.Second, Cause: err}
 }
 
 // handleJobGet shows a job to the tenant that created it; another tenant
@@ -192,12 +193,12 @@ func (g *Gateway) handleJobGet() http.Handler {
 	return g.tenantChain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		telemetry.SetEndpoint(r, "/v1/jobs/{id}")
 		if g.opts.Jobs == nil {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "this gateway has no enqueue routes"})
+			g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "this gateway has no enqueue routes"})
 			return
 		}
 		id := chi.URLParam(r, "id")
 		if !job.Storable(id) {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no such job"})
+			g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "no such job"})
 			return
 		}
 		jw, err := parseJobWait(r, g.opts.MaxWait)

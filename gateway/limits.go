@@ -10,8 +10,8 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/idemgate/idemgate/job"
-	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // Limits reads the flow limits the workers enforce (limits: in the
@@ -55,14 +55,14 @@ func (g *Gateway) handleLimitGet() http.HandlerFunc {
 			def, ok = g.opts.Limits.Limit(name)
 		}
 		if !ok {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no limit called " + strconv.Quote(name) + " is declared under limits"})
+			g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "no limit called " + strconv.Quote(name) + " is declared under limits"})
 			return
 		}
 		top := defaultLimitTop
 		if s := r.URL.Query().Get("top"); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < 1 || n > maxLimitTop {
-				g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest,
+				g.problems.Write(w, r, &problem.Error{Err: ErrBadRequest,
 					Detail: "top must be a whole number from 1 to " + strconv.Itoa(maxLimitTop)})
 				return
 			}
@@ -70,7 +70,7 @@ func (g *Gateway) handleLimitGet() http.HandlerFunc {
 		}
 		usage, err := g.opts.Limits.Busiest(r.Context(), name, top)
 		if err != nil {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrQueueUnavailable,
+			g.problems.Write(w, r, &problem.Error{Err: ErrQueueUnavailable,
 				Detail: "Redis, which holds the limits' counters with the queue, could not be read; retry", RetryAfter: time.Second, Cause: err})
 			return
 		}

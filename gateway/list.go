@@ -13,8 +13,8 @@ import (
 
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
-	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/telemetry"
 )
 
@@ -40,7 +40,7 @@ func (g *Gateway) handleJobList() http.Handler {
 		tenant := auth.Tenant(r.Context())
 		if tenant == "" {
 			// Authentication always names one; "" would list everyone's.
-			g.problems.Write(w, r, &idempotency.RequestError{Err: auth.ErrUnauthorized, Detail: "no tenant"})
+			g.problems.Write(w, r, &problem.Error{Err: auth.ErrUnauthorized, Detail: "no tenant"})
 			return
 		}
 		g.listJobs(w, r, tenant, false)
@@ -60,7 +60,7 @@ func (g *Gateway) handleAdminJobList() http.HandlerFunc {
 func (g *Gateway) listJobs(w http.ResponseWriter, r *http.Request, tenant string, byTenant bool) {
 	l, ok := g.opts.Jobs.(Lister)
 	if !ok {
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "this gateway has no enqueue routes"})
+		g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "this gateway has no enqueue routes"})
 		return
 	}
 	f, limit, err := parseJobList(r.URL.Query(), byTenant)
@@ -74,10 +74,10 @@ func (g *Gateway) listJobs(w http.ResponseWriter, r *http.Request, tenant string
 	jobs, next, err := l.List(r.Context(), f, limit)
 	switch {
 	case errors.Is(err, job.ErrBadCursor):
-		g.problems.Write(w, r, listFaults([]idempotency.FieldFault{{Field: "cursor", Message: "not a cursor this gateway handed out; start again without one"}}))
+		g.problems.Write(w, r, listFaults([]problem.FieldFault{{Field: "cursor", Message: "not a cursor this gateway handed out; start again without one"}}))
 		return
 	case err != nil:
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrQueueUnavailable,
+		g.problems.Write(w, r, &problem.Error{Err: ErrQueueUnavailable,
 			Detail: "the jobs could not be listed now; try again", RetryAfter: time.Second, Cause: err})
 		return
 	}
@@ -103,7 +103,7 @@ func JobListDocument(jobs []job.Record, next job.Cursor) openapi.JobList {
 
 // ParseJobList reads a job list's query parameters as GET /admin/jobs
 // does (tenant= included): the filter, the page size and, when a
-// parameter is wrong, an *idempotency.RequestError whose Fields name each
+// parameter is wrong, a *problem.Error whose Fields name each
 // wrong one. `idemgate jobs list` checks its flags with it.
 func ParseJobList(q url.Values) (job.ListFilter, int, error) { return parseJobList(q, true) }
 
@@ -113,10 +113,10 @@ func parseJobList(q url.Values, byTenant bool) (job.ListFilter, int, error) {
 	var (
 		f      job.ListFilter
 		limit  = DefaultListLimit
-		faults []idempotency.FieldFault
+		faults []problem.FieldFault
 	)
 	fault := func(field, format string, args ...any) {
-		faults = append(faults, idempotency.FieldFault{Field: field, Message: fmt.Sprintf(format, args...)})
+		faults = append(faults, problem.FieldFault{Field: field, Message: fmt.Sprintf(format, args...)})
 	}
 	names := []string{"status", "task", "created_after", "created_before", "limit", "cursor"}
 	if byTenant {
@@ -185,12 +185,12 @@ func parseJobList(q url.Values, byTenant bool) (job.ListFilter, int, error) {
 }
 
 // listFaults is the 400 of a job list's wrong parameters.
-func listFaults(faults []idempotency.FieldFault) error {
+func listFaults(faults []problem.FieldFault) error {
 	names := make([]string, len(faults))
 	for i, ff := range faults {
 		names[i] = ff.Field
 	}
-	return &idempotency.RequestError{Err: ErrBadRequest,
+	return &problem.Error{Err: ErrBadRequest,
 		Detail: "the job list's parameters are not valid: " + strings.Join(names, ", "), Fields: faults}
 }
 

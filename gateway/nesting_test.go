@@ -8,7 +8,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/job"
-	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // nested is a payload for deepSpec whose arrays and objects nest depth
@@ -85,7 +85,7 @@ func TestDeepPayloadIsRefused(t *testing.T) {
 		if tc.g == wide {
 			bound = "100"
 		}
-		if resp.Header.Get("Content-Type") != "application/problem+json" || p.Type != idempotency.DefaultProblemBase+"invalid-payload" ||
+		if resp.Header.Get("Content-Type") != "application/problem+json" || p.Type != problem.DefaultBase+"invalid-payload" ||
 			!strings.Contains(p.Detail, "deeper than the "+bound+" levels") {
 			t.Errorf("%s: %s %q %q, want problem+json invalid-payload naming the bound %s", tc.name, resp.Header.Get("Content-Type"), p.Type, p.Detail, bound)
 		}

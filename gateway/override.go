@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // overrideHeaders are the headers by which Rails, Express's
@@ -64,12 +64,12 @@ func (g *Gateway) routeOverridden(w http.ResponseWriter, r *http.Request, path, 
 		}
 	}
 	if g.table.match(r.Method, path) == nil && (method == "" || g.table.match(method, path) == nil) {
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no route matches " + r.Method + " " + r.URL.Path})
+		g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "no route matches " + r.Method + " " + r.URL.Path})
 		return
 	}
 	detail := "this route does not honour X-HTTP-Method-Override, X-HTTP-Method or X-Method-Override; send the request with the method it means"
 	if method == "" {
 		detail = "the method override headers name no single HTTP method; send the request with the method it means"
 	}
-	g.problems.Write(w, r, &idempotency.RequestError{Err: ErrMethodOverrideRefused, Detail: detail})
+	g.problems.Write(w, r, &problem.Error{Err: ErrMethodOverrideRefused, Detail: detail})
 }

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/job"
-	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // Pauses keeps the pauses of POST /admin/pause and /admin/resume and
@@ -83,10 +83,10 @@ func (g *Gateway) readPauseBody(w http.ResponseWriter, r *http.Request, resume b
 		err = job.CheckReason(b.Reason)
 	}
 	if err != nil {
-		return b, t, &idempotency.RequestError{Err: ErrBadRequest, Detail: "the body of " + r.URL.Path + ": " + err.Error()}
+		return b, t, &problem.Error{Err: ErrBadRequest, Detail: "the body of " + r.URL.Path + ": " + err.Error()}
 	}
 	if err := g.opts.Pauses.Known(t); err != nil {
-		return b, t, &idempotency.RequestError{Err: ErrNotFound, Detail: err.Error()}
+		return b, t, &problem.Error{Err: ErrNotFound, Detail: err.Error()}
 	}
 	return b, t, nil
 }
@@ -105,7 +105,7 @@ func (g *Gateway) handlePause() http.HandlerFunc {
 		p := job.Pause{Target: t, By: Operator(r), Reason: b.Reason}
 		if b.Until != nil {
 			if p.Until, err = job.ParseUntil(*b.Until, time.Now()); err != nil {
-				g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest, Detail: err.Error()})
+				g.problems.Write(w, r, &problem.Error{Err: ErrBadRequest, Detail: err.Error()})
 				return
 			}
 		}
@@ -132,14 +132,14 @@ func (g *Gateway) handleResume() http.HandlerFunc {
 		var ramp job.Ramp
 		if b.Ramp != nil {
 			if ramp, err = job.ParseRamp(*b.Ramp); err != nil {
-				g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest, Detail: err.Error()})
+				g.problems.Write(w, r, &problem.Error{Err: ErrBadRequest, Detail: err.Error()})
 				return
 			}
 		}
 		p, err := g.opts.Pauses.Resume(r.Context(), t, ramp)
 		switch {
 		case errors.Is(err, job.ErrNotPaused):
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "the " + t.String() + " is not paused"})
+			g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "the " + t.String() + " is not paused"})
 			return
 		case err != nil:
 			g.problems.Write(w, r, err)
@@ -174,7 +174,7 @@ func (g *Gateway) noPauses(w http.ResponseWriter, r *http.Request) bool {
 	if g.opts.Pauses != nil {
 		return false
 	}
-	g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "pauses are kept in PostgreSQL: set database_url"})
+	g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "pauses are kept in PostgreSQL: set database_url"})
 	return true
 }
 

@@ -10,11 +10,12 @@ import (
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
 	"github.com/idemgate/idemgate/middleware/requestid"
+	"github.com/idemgate/idemgate/problem"
 )
 
-// Errors the gateway itself detects. The gateway refuses a request with an
-// *idempotency.RequestError wrapping one of them: the detail a client may
-// see apart from the cause it logs.
+// Errors the gateway itself detects. The gateway refuses a request with a
+// *problem.Error wrapping one of them: the detail a client may see apart
+// from the cause it logs.
 var (
 	ErrNotFound            = errors.New("not found")
 	ErrUpstreamUnavailable = errors.New("upstream unavailable")
@@ -32,7 +33,7 @@ var (
 // problemTypes is the gateway's whole error contract: the middleware's
 // refusals, then the gateway's own rows, so that every answer is decided
 // by one table and its Retryable and Documentation follow one rule.
-var problemTypes = append(idempotency.Refusals(), idempotency.ProblemTable{
+var problemTypes = append(idempotency.Refusals(), problem.Table{
 	{Err: auth.ErrUnauthorized, Status: http.StatusUnauthorized, Slug: "unauthorized", Title: "Missing or invalid credentials"},
 	{Err: ratelimit.ErrLimited, Status: http.StatusTooManyRequests, Slug: ratelimit.ProblemSlug, Title: "Rate limit exceeded"},
 	{Err: ErrMethodOverrideRefused, Status: http.StatusBadRequest, Slug: "method-override-refused", Title: "Method override refused"},
@@ -53,18 +54,20 @@ var problemTypes = append(idempotency.Refusals(), idempotency.ProblemTable{
 
 // NewProblemWriter returns the writer of every error the gateway answers
 // with: the table above, types under base, each document naming its
-// request (request_id, and instance its urn:uuid:). A listener outside
+// request (request_id, and instance its urn:uuid:) and the key of the
+// claim it runs under. A listener outside
 // the gateway (the worker's admin listener) uses it to answer in the same
 // form. logger receives the causes of 5xx answers; nil means
 // slog.Default.
-func NewProblemWriter(base string, logger *slog.Logger) idempotency.ProblemWriter {
+func NewProblemWriter(base string, logger *slog.Logger) problem.Writer {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return idempotency.ProblemWriter{
+	return problem.Writer{
 		Base:        base,
 		Table:       problemTypes,
 		Occurrence:  occurrence,
+		Key:         idempotency.ProblemKey,
 		Logger:      logger,
 		Unexplained: "the gateway could not complete the request",
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/idemgate/idemgate/middleware/ratelimit"
 	"github.com/idemgate/idemgate/middleware/requestid"
 	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/problem"
 )
 
 const draft = "https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-idempotency-key-header"
@@ -26,9 +27,9 @@ const draft = "https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-idempote
 // documentation and in Link, and the key the problem concerns.
 func TestProblemTable(t *testing.T) {
 	t.Parallel()
-	pw := NewProblemWriter(idempotency.DefaultProblemBase, slog.New(slog.DiscardHandler))
+	pw := NewProblemWriter(problem.DefaultBase, slog.New(slog.DiscardHandler))
 	refused := func(sentinel error) error {
-		return &idempotency.RequestError{Err: sentinel, Detail: "refused", Key: "order-42"}
+		return &problem.Error{Err: sentinel, Detail: "refused", Key: "order-42"}
 	}
 	tests := []struct {
 		slug      string
@@ -39,24 +40,24 @@ func TestProblemTable(t *testing.T) {
 		key       string // the idempotency_key member, "" for none
 	}{
 		{"idempotency-key-missing", idempotency.ErrKeyMissing, 400, false, "#section-2.1", ""},
-		{"idempotency-key-invalid", &idempotency.RequestError{Err: idempotency.ErrKeyInvalid, Detail: "a list"}, 400, false, "#section-2.1", ""},
-		{"bad-request", &idempotency.RequestError{Err: ErrBadRequest, Detail: "not JSON"}, 400, false, "", ""},
+		{"idempotency-key-invalid", &problem.Error{Err: idempotency.ErrKeyInvalid, Detail: "a list"}, 400, false, "#section-2.1", ""},
+		{"bad-request", &problem.Error{Err: ErrBadRequest, Detail: "not JSON"}, 400, false, "", ""},
 		{"unauthorized", auth.ErrUnauthorized, 401, false, "", ""},
-		{"forbidden", &idempotency.RequestError{Err: ErrForbidden, Detail: "another origin"}, 403, false, "", ""},
-		{"not-found", &idempotency.RequestError{Err: ErrNotFound, Detail: "no such job"}, 404, false, "", ""},
+		{"forbidden", &problem.Error{Err: ErrForbidden, Detail: "another origin"}, 403, false, "", ""},
+		{"not-found", &problem.Error{Err: ErrNotFound, Detail: "no such job"}, 404, false, "", ""},
 		{"idempotency-key-in-use", refused(idempotency.ErrKeyInUse), 409, true, "#section-2.6", "order-42"},
 		{"idempotency-outcome-unknown", refused(idempotency.ErrOutcomeUnknown), 409, false, "#section-2.6", "order-42"},
 		{"request-too-large", refused(idempotency.ErrRequestTooLarge), 413, false, "", "order-42"},
 		{"unsupported-content-encoding", refused(idempotency.ErrEncodingRefused), 415, false, "", "order-42"},
 		{"idempotency-key-reused", refused(idempotency.ErrKeyReused), 422, false, "#section-2.2", "order-42"},
-		{"invalid-payload", &idempotency.RequestError{Err: ErrInvalidPayload, Detail: "amount_cents"}, 422, false, "", ""},
-		{"rate-limited", &idempotency.RequestError{Err: ratelimit.ErrLimited, RetryAfter: time.Second}, 429, true, "", ""},
+		{"invalid-payload", &problem.Error{Err: ErrInvalidPayload, Detail: "amount_cents"}, 422, false, "", ""},
+		{"rate-limited", &problem.Error{Err: ratelimit.ErrLimited, RetryAfter: time.Second}, 429, true, "", ""},
 		{"internal", errors.New("boom"), 500, false, "", ""},
-		{"upstream-unavailable", &idempotency.RequestError{Err: ErrUpstreamUnavailable, Detail: "refused"}, 502, true, "", ""},
+		{"upstream-unavailable", &problem.Error{Err: ErrUpstreamUnavailable, Detail: "refused"}, 502, true, "", ""},
 		{"idempotency-store-unavailable", refused(idempotency.ErrStoreUnavailable), 503, true, "", "order-42"},
-		{"queue-unavailable", &idempotency.RequestError{Err: ErrQueueUnavailable, Detail: "down"}, 503, true, "", ""},
-		{"not-ready", &idempotency.RequestError{Err: ErrNotReady, Detail: "unreachable: redis"}, 503, true, "", ""},
-		{"upstream-timeout", &idempotency.RequestError{Err: ErrUpstreamTimeout, Detail: "slow"}, 504, true, "", ""},
+		{"queue-unavailable", &problem.Error{Err: ErrQueueUnavailable, Detail: "down"}, 503, true, "", ""},
+		{"not-ready", &problem.Error{Err: ErrNotReady, Detail: "unreachable: redis"}, 503, true, "", ""},
+		{"upstream-timeout", &problem.Error{Err: ErrUpstreamTimeout, Detail: "slow"}, 504, true, "", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.slug, func(t *testing.T) {
@@ -66,7 +67,7 @@ func TestProblemTable(t *testing.T) {
 				pw.Write(w, r, tc.err)
 			})).ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/payments", nil))
 			p := decodeProblem(t, w)
-			if p.Type != idempotency.DefaultProblemBase+tc.slug || p.Status != tc.status || w.Code != tc.status {
+			if p.Type != problem.DefaultBase+tc.slug || p.Status != tc.status || w.Code != tc.status {
 				t.Fatalf("%d %s (status member %d), want %d %s", w.Code, p.Type, p.Status, tc.status, tc.slug)
 			}
 			if p.Retryable != tc.retryable {
@@ -98,14 +99,14 @@ func TestProblemTable(t *testing.T) {
 // its claim (the upstream timed out) names the key the client sent.
 func TestProblemNamesTheKeyOfItsClaim(t *testing.T) {
 	t.Parallel()
-	pw := NewProblemWriter(idempotency.DefaultProblemBase, slog.New(slog.DiscardHandler))
+	pw := NewProblemWriter(problem.DefaultBase, slog.New(slog.DiscardHandler))
 	mw, err := idempotency.New(memstore.New(), idempotency.Config{Route: "payments"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = mw.Drain(context.Background()) })
 	h := requestid.Middleware(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		pw.Write(w, r, &idempotency.RequestError{Err: ErrUpstreamTimeout, Detail: "slow"})
+		pw.Write(w, r, &problem.Error{Err: ErrUpstreamTimeout, Detail: "slow"})
 	})))
 	r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{}`))
 	r.Header.Set("Idempotency-Key", `"order-42"`)

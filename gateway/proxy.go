@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // HeaderFencingToken carries the claim's fencing token upstream: strictly
@@ -78,7 +79,7 @@ func (c *upstreamCall) wroteHeaders() { c.sent.Store(true) }
 // newProxy returns the reverse proxy of one upstream route. idem is the
 // route's effective idempotency settings (Middleware.Config): which key
 // the upstream receives.
-func newProxy(target *url.URL, transport http.RoundTripper, timeout time.Duration, stripHeader string, idem idempotency.Config, problems idempotency.ProblemWriter) http.Handler {
+func newProxy(target *url.URL, transport http.RoundTripper, timeout time.Duration, stripHeader string, idem idempotency.Config, problems problem.Writer) http.Handler {
 	rp := &httputil.ReverseProxy{
 		Transport:  leaseChecked{transport},
 		BufferPool: copyBuffers,
@@ -127,7 +128,7 @@ func newProxy(target *url.URL, transport http.RoundTripper, timeout time.Duratio
 				if a != nil {
 					a.NotProcessed()
 				}
-				problems.Write(w, r, &idempotency.RequestError{Err: idempotency.ErrStoreUnavailable, RetryAfter: time.Second, Cause: err,
+				problems.Write(w, r, &problem.Error{Err: idempotency.ErrStoreUnavailable, RetryAfter: time.Second, Cause: err,
 					Detail: "the claim on this Idempotency-Key expired before the request was sent upstream; it was not processed, retry with the same key"})
 			case !wasSent || refusedHandshake(err):
 				// Never reached the upstream, or the upstream refused the
@@ -137,17 +138,17 @@ func newProxy(target *url.URL, transport http.RoundTripper, timeout time.Duratio
 				if a != nil {
 					a.NotProcessed()
 				}
-				problems.Write(w, r, &idempotency.RequestError{Err: ErrUpstreamUnavailable, Detail: "the upstream could not be reached; the request was not processed", Cause: err})
+				problems.Write(w, r, &problem.Error{Err: ErrUpstreamUnavailable, Detail: "the upstream could not be reached; the request was not processed", Cause: err})
 			default:
 				// The upstream has the request; whether it acted is unknown.
 				if a != nil {
 					a.Ambiguous()
 				}
 				if isTimeout(err) {
-					problems.Write(w, r, &idempotency.RequestError{Err: ErrUpstreamTimeout, Detail: "the upstream did not answer in time; retry with the same Idempotency-Key", Cause: err})
+					problems.Write(w, r, &problem.Error{Err: ErrUpstreamTimeout, Detail: "the upstream did not answer in time; retry with the same Idempotency-Key", Cause: err})
 					return
 				}
-				problems.Write(w, r, &idempotency.RequestError{Err: ErrUpstreamUnavailable, Detail: "the connection to the upstream failed before it answered; retry with the same Idempotency-Key", Cause: err})
+				problems.Write(w, r, &problem.Error{Err: ErrUpstreamUnavailable, Detail: "the connection to the upstream failed before it answered; retry with the same Idempotency-Key", Cause: err})
 			}
 		},
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // renewFails is a store that cannot renew a lease: the network to it is
@@ -37,7 +38,7 @@ func TestProxyRefusesAnExpiredLease(t *testing.T) {
 	target, _ := url.Parse(upstream.URL)
 
 	store := renewFails{memstore.New()}
-	pw := NewProblemWriter(idempotency.DefaultProblemBase, slog.New(slog.DiscardHandler))
+	pw := NewProblemWriter(problem.DefaultBase, slog.New(slog.DiscardHandler))
 	mw, err := idempotency.New(store, idempotency.Config{Route: "payments", Lease: 100 * time.Millisecond, ErrorHandler: pw.Write})
 	if err != nil {
 		t.Fatal(err)

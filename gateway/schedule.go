@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/job"
-	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // The request headers that schedule a job on an enqueue route; they
@@ -54,11 +54,11 @@ const maxDelaySeconds = int64(1<<63-1) / int64(time.Second)
 
 // parseSchedule reads the schedule headers of r: the zero Schedule when
 // there are none (the job's own delay applies). The error is a
-// *idempotency.RequestError wrapping ErrInvalidSchedule.
+// *problem.Error wrapping ErrInvalidSchedule.
 func parseSchedule(h http.Header) (job.Schedule, error) {
 	delays, times := h.Values(HeaderDelay), h.Values(HeaderNotBefore)
 	invalid := func(format string, args ...any) (job.Schedule, error) {
-		return job.Schedule{}, &idempotency.RequestError{Err: ErrInvalidSchedule, Detail: fmt.Sprintf(format, args...)}
+		return job.Schedule{}, &problem.Error{Err: ErrInvalidSchedule, Detail: fmt.Sprintf(format, args...)}
 	}
 	switch {
 	case len(delays) > 0 && len(times) > 0:

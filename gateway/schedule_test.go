@@ -14,6 +14,7 @@ import (
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // scheduleJobs records what each submit asked and answers with a job
@@ -87,7 +88,7 @@ func TestScheduleHeaders(t *testing.T) {
 			if tc.status != http.StatusAccepted {
 				var p struct{ Type, Detail string }
 				_ = json.Unmarshal([]byte(got), &p)
-				if p.Type != idempotency.DefaultProblemBase+tc.slug || resp.Header.Get("Content-Type") != "application/problem+json" {
+				if p.Type != problem.DefaultBase+tc.slug || resp.Header.Get("Content-Type") != "application/problem+json" {
 					t.Errorf("problem %s, want type %s", got, tc.slug)
 				}
 				if tc.slug == "schedule-out-of-range" && !strings.Contains(p.Detail, "720h0m0s") {
@@ -177,7 +178,7 @@ func TestNotBeforeOutOfRange(t *testing.T) {
 			t.Fatalf("%s: %d %s, want %d", tc.name, resp.StatusCode, got, tc.status)
 		}
 		if tc.status == http.StatusBadRequest {
-			if p := decodeBody(t, got); p.Type != idempotency.DefaultProblemBase+"invalid-schedule" || !strings.Contains(p.Detail, "1970 to 9999") {
+			if p := decodeBody(t, got); p.Type != problem.DefaultBase+"invalid-schedule" || !strings.Contains(p.Detail, "1970 to 9999") {
 				t.Errorf("%s: %s %q, want invalid-schedule naming the years", tc.name, p.Type, p.Detail)
 			}
 			if _, err := opts.Jobs.Get(t.Context(), "acme", job.ID("acme", "invoices", key)); !errors.Is(err, job.ErrNotFound) {

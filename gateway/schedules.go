@@ -16,6 +16,7 @@ import (
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/telemetry"
 )
 
@@ -77,7 +78,7 @@ func (g *Gateway) scheduleHandler(endpoint string, serve func(w http.ResponseWri
 // schedules.
 func (g *Gateway) schedules(w http.ResponseWriter, r *http.Request) *ScheduleOptions {
 	if g.opts.Schedules == nil {
-		g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "this gateway serves no schedules: it has no database or no route that enqueues jobs"})
+		g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "this gateway serves no schedules: it has no database or no route that enqueues jobs"})
 	}
 	return g.opts.Schedules
 }
@@ -85,12 +86,12 @@ func (g *Gateway) schedules(w http.ResponseWriter, r *http.Request) *ScheduleOpt
 func (g *Gateway) scheduleError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, job.ErrNotFound):
-		err = &idempotency.RequestError{Err: ErrNotFound, Detail: "no such schedule"}
+		err = &problem.Error{Err: ErrNotFound, Detail: "no such schedule"}
 	case errors.Is(err, job.ErrScheduleQuota):
-		err = &idempotency.RequestError{Err: job.ErrScheduleQuota,
+		err = &problem.Error{Err: job.ErrScheduleQuota,
 			Detail: fmt.Sprintf("the tenant has %d schedules, the most it may (jobs_api.schedules.max_per_tenant); delete one first", g.opts.Schedules.MaxPerTenant)}
 	case errors.Is(err, job.ErrBackfillTooLong):
-		err = &idempotency.RequestError{Err: ErrBadRequest, Detail: err.Error()}
+		err = &problem.Error{Err: ErrBadRequest, Detail: err.Error()}
 	}
 	g.problems.Write(w, r, err)
 }
@@ -139,7 +140,7 @@ func (g *Gateway) handleSchedulePut() http.Handler {
 		tm, more := job.CheckDeclaration(decl.Cron, every, decl.Timezone, rec, spec, o.MinInterval, o.now())
 		faults = append(faults, more...)
 		if len(faults) > 0 {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrInvalidPayload, Detail: "the schedule is invalid: " + faultList(faults), Fields: faultFields(faults)})
+			g.problems.Write(w, r, &problem.Error{Err: ErrInvalidPayload, Detail: "the schedule is invalid: " + faultList(faults), Fields: faultFields(faults)})
 			return
 		}
 		rec.Timing = tm
@@ -180,10 +181,10 @@ func faultList(faults []job.FieldError) string {
 	return b.String()
 }
 
-func faultFields(faults []job.FieldError) []idempotency.FieldFault {
-	out := make([]idempotency.FieldFault, len(faults))
+func faultFields(faults []job.FieldError) []problem.FieldFault {
+	out := make([]problem.FieldFault, len(faults))
 	for i, f := range faults {
-		out[i] = idempotency.FieldFault{Field: f.Field, Message: f.Message}
+		out[i] = problem.FieldFault{Field: f.Field, Message: f.Message}
 	}
 	return out
 }
@@ -198,7 +199,7 @@ func decodeScheduleBody(w http.ResponseWriter, r *http.Request, v any) error {
 		err = errors.New("more than one JSON value")
 	}
 	if err != nil {
-		return &idempotency.RequestError{Err: ErrBadRequest, Detail: "the body is not the JSON object expected: " + err.Error()}
+		return &problem.Error{Err: ErrBadRequest, Detail: "the body is not the JSON object expected: " + err.Error()}
 	}
 	return nil
 }
@@ -261,7 +262,7 @@ func (g *Gateway) handleScheduleTrigger() http.Handler {
 	return g.scheduleHandler("/v1/schedules/{id}/trigger", func(w http.ResponseWriter, r *http.Request, o *ScheduleOptions) {
 		key, err := idempotency.ParseKey(r.Header.Values(idempotency.HeaderKey), idempotency.KeyCompat, idempotency.DefaultMaxKeyLength)
 		if errors.Is(err, idempotency.ErrKeyMissing) {
-			err = &idempotency.RequestError{Err: err, Detail: "a trigger needs an Idempotency-Key: the same key fires once"}
+			err = &problem.Error{Err: err, Detail: "a trigger needs an Idempotency-Key: the same key fires once"}
 		}
 		if err != nil {
 			g.problems.Write(w, r, err)
@@ -295,7 +296,7 @@ func (g *Gateway) handleScheduleBackfill() http.HandlerFunc {
 			return
 		}
 		if req.From.IsZero() || req.To.IsZero() || req.To.Before(req.From) {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrBadRequest, Detail: "from and to are required, RFC 3339 times, from not after to"})
+			g.problems.Write(w, r, &problem.Error{Err: ErrBadRequest, Detail: "from and to are required, RFC 3339 times, from not after to"})
 			return
 		}
 		tenant := ""

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // shedRetryAfter is the Retry-After of a shed request: long enough for the
@@ -45,7 +45,7 @@ func (g *Gateway) shedOverload(next http.Handler) http.Handler {
 		defer g.inFlight.Add(-1)
 		if limit > 0 && n > limit {
 			m.shed.Inc()
-			quiet.Write(w, r, &idempotency.RequestError{Err: ErrNotReady, Detail: "overloaded: the gateway is handling as many requests as it may at once (server.max_in_flight); retry after the delay in Retry-After", RetryAfter: shedRetryAfter})
+			quiet.Write(w, r, &problem.Error{Err: ErrNotReady, Detail: "overloaded: the gateway is handling as many requests as it may at once (server.max_in_flight); retry after the delay in Retry-After", RetryAfter: shedRetryAfter})
 			return
 		}
 		m.inFlight.Inc()

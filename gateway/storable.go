@@ -4,7 +4,7 @@ import (
 	"net/http"
 
 	"github.com/idemgate/idemgate/job"
-	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // storableScope answers 404 for an admin record path whose tenant, route
@@ -15,7 +15,7 @@ func (g *Gateway) storableScope(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s := scopeOf(r)
 		if !job.Storable(s.Tenant) || !job.Storable(s.Route) || !job.Storable(s.Key) {
-			g.problems.Write(w, r, &idempotency.RequestError{Err: ErrNotFound, Detail: "no idempotency record for this tenant, route and key"})
+			g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "no idempotency record for this tenant, route and key"})
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -16,6 +16,7 @@ import (
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // partner is an upstream that, like most partner APIs, scopes keys to the
@@ -493,7 +494,7 @@ func TestAdminRefusesCrossOrigin(t *testing.T) {
 		{"same-site fetch", []string{"Sec-Fetch-Site", "same-site", "Origin", "http://other." + host}},
 	} {
 		r, p := doProblem(http.MethodPost, pause, tc.header...)
-		if r.StatusCode != 403 || p.Type != idempotency.DefaultProblemBase+"forbidden" {
+		if r.StatusCode != 403 || p.Type != problem.DefaultBase+"forbidden" {
 			t.Errorf("%s: POST %s: %d %s, want 403 forbidden", tc.name, pause, r.StatusCode, p.Type)
 		}
 	}
@@ -502,7 +503,7 @@ func TestAdminRefusesCrossOrigin(t *testing.T) {
 	}
 	// The admin API itself: the record stays.
 	serve(t, g.Handler(), http.MethodPost, "/v1/echo", "", "Authorization", "Bearer "+testAPIKey, "Idempotency-Key", "keep")
-	if r, p := doProblem(http.MethodDelete, "/admin/keys/acme/echo/keep", "Origin", "http://evil.example"); r.StatusCode != 403 || p.Type != idempotency.DefaultProblemBase+"forbidden" {
+	if r, p := doProblem(http.MethodDelete, "/admin/keys/acme/echo/keep", "Origin", "http://evil.example"); r.StatusCode != 403 || p.Type != problem.DefaultBase+"forbidden" {
 		t.Errorf("cross-origin DELETE of a key: %d %s, want 403 forbidden", r.StatusCode, p.Type)
 	}
 	if _, err := g.opts.Store.Get(t.Context(), idempotency.Scope{Tenant: "acme", Route: "echo", Key: "keep"}); err != nil {

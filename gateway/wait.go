@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/job"
-	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // DefaultMaxWait is the longest GET /v1/jobs/{id}?wait= holds unless
@@ -71,11 +71,11 @@ func parseJobWait(r *http.Request, max time.Duration) (jobWait, error) {
 	var jw jobWait
 	if vs, ok := r.URL.Query()["wait"]; ok {
 		if len(vs) != 1 {
-			return jw, &idempotency.RequestError{Err: ErrBadRequest, Detail: "wait is given more than once"}
+			return jw, &problem.Error{Err: ErrBadRequest, Detail: "wait is given more than once"}
 		}
 		v := vs[0]
 		if v == "" || strings.TrimLeft(v, "0123456789") != "" {
-			return jw, &idempotency.RequestError{Err: ErrBadRequest, Detail: fmt.Sprintf("wait must be a non-negative whole number of seconds, not %q", v)}
+			return jw, &problem.Error{Err: ErrBadRequest, Detail: fmt.Sprintf("wait must be a non-negative whole number of seconds, not %q", v)}
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n > int64(max/time.Second) {

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/idemgate/idemgate/ijson"
-	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // Payload is a decoded, valid job payload and the identity it forms.
@@ -57,12 +57,11 @@ func (e *PayloadError) Error() string {
 func (e *PayloadError) Unwrap() error { return e.Kind }
 
 // Faults returns the faults as the error carrier lists them
-// (idempotency.RequestError's Fields), for the answer that refuses the
-// payload.
-func (e *PayloadError) Faults() []idempotency.FieldFault {
-	out := make([]idempotency.FieldFault, len(e.Fields))
+// (problem.Error's Fields), for the answer that refuses the payload.
+func (e *PayloadError) Faults() []problem.FieldFault {
+	out := make([]problem.FieldFault, len(e.Fields))
 	for i, f := range e.Fields {
-		out[i] = idempotency.FieldFault(f)
+		out[i] = problem.FieldFault(f)
 	}
 	return out
 }

@@ -14,9 +14,10 @@ import (
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/requestid"
 	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/problem"
 )
 
-const problemBase = idempotency.DefaultProblemBase
+const problemBase = problem.DefaultBase
 
 // loadSpec loads and validates the embedded document: the gateway's own
 // endpoints, without any enqueue route.

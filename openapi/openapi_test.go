@@ -23,6 +23,7 @@ import (
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/requestid"
 	"github.com/idemgate/idemgate/openapi"
+	"github.com/idemgate/idemgate/problem"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -103,15 +104,15 @@ func TestProblemTableMatchesMiddleware(t *testing.T) {
 // order.
 func TestProblemWriterWritesTheProblemSchema(t *testing.T) {
 	t.Parallel()
-	gw := gateway.NewProblemWriter(idempotency.DefaultProblemBase, slog.New(slog.DiscardHandler))
+	gw := gateway.NewProblemWriter(problem.DefaultBase, slog.New(slog.DiscardHandler))
 	errs := []error{
-		&idempotency.RequestError{Err: gateway.ErrInvalidPayload, Detail: "invalid payload: amount_cents: must be at least 1",
-			Fields: []idempotency.FieldFault{{Field: "amount_cents", Message: "must be at least 1"}}},
-		&idempotency.RequestError{Err: gateway.ErrUpstreamUnavailable, Detail: "refused", Cause: errors.New("dial tcp: refused")},
+		&problem.Error{Err: gateway.ErrInvalidPayload, Detail: "invalid payload: amount_cents: must be at least 1",
+			Fields: []problem.FieldFault{{Field: "amount_cents", Message: "must be at least 1"}}},
+		&problem.Error{Err: gateway.ErrUpstreamUnavailable, Detail: "refused", Cause: errors.New("dial tcp: refused")},
 		errors.New("not one of ours"),
 	}
 	for _, p := range idempotency.Refusals() {
-		errs = append(errs, &idempotency.RequestError{Err: p.Err, Detail: "refused", Key: "order-42", RetryAfter: time.Second})
+		errs = append(errs, &problem.Error{Err: p.Err, Detail: "refused", Key: "order-42", RetryAfter: time.Second})
 	}
 	for _, err := range errs {
 		for _, w := range []struct {

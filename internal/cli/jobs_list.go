@@ -15,7 +15,7 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/job"
-	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // listFlags are the flags of `idemgate jobs list`, named as GET
@@ -62,7 +62,7 @@ func (lf listFlags) query(fs *flag.FlagSet) (job.ListFilter, int, error) {
 		}
 	})
 	f, limit, err := gateway.ParseJobList(q)
-	var re *idempotency.RequestError
+	var re *problem.Error
 	if errors.As(err, &re) {
 		msgs := make([]string, len(re.Fields))
 		for i, ff := range re.Fields {

@@ -68,14 +68,36 @@ func matching(paths []string, re *regexp.Regexp) []string {
 	return out
 }
 
-// The idempotency middleware needs the standard library and the I-JSON
-// leaf (itself standard library only), so a service takes nothing else
-// with it.
+// The idempotency middleware needs the standard library, the I-JSON leaf
+// and the error carrier (both standard library only), so a service takes
+// nothing else with it.
 func TestIdempotencyMiddlewareNeedsTheStandardLibraryOnly(t *testing.T) {
 	t.Parallel()
 	got := nonStandard(deps(t, "middleware/idempotency"))
-	if want := []string{module + "/ijson", module + "/middleware/idempotency"}; !slices.Equal(got, want) {
-		t.Fatalf("middleware/idempotency needs %v, want the standard library and ijson only", got)
+	if want := []string{module + "/ijson", module + "/problem", module + "/middleware/idempotency"}; !slices.Equal(got, want) {
+		t.Fatalf("middleware/idempotency needs %v, want the standard library, ijson and problem only", got)
+	}
+}
+
+// The error carrier imports only the standard library, so every library
+// that reports through it stays as light as it was.
+func TestProblemNeedsTheStandardLibraryOnly(t *testing.T) {
+	t.Parallel()
+	if got := nonStandard(deps(t, "problem")); !slices.Equal(got, []string{module + "/problem"}) {
+		t.Fatalf("problem needs %v, want the standard library only", got)
+	}
+}
+
+// Only code about idempotency imports the idempotency middleware: a
+// package that reports an error uses problem. The job package, the rate
+// limiter and the error carrier itself report errors and need nothing of
+// the middleware.
+func TestReportingAnErrorNeedsNoIdempotency(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{"problem", "job", "middleware/ratelimit"} {
+		if got := matching(deps(t, p), regexp.MustCompile(`^middleware/idempotency$`)); len(got) > 0 {
+			t.Errorf("%s imports middleware/idempotency", p)
+		}
 	}
 }
 

@@ -11,17 +11,18 @@
 //
 // The wrapped handler reads its claim with AttemptFrom and, when it proxies,
 // marks a transport failure NotProcessed (the key is released) or Ambiguous
-// (OnAmbiguous decides). Errors are sentinels carried by a *RequestError,
+// (OnAmbiguous decides). Errors are sentinels carried by a *problem.Error,
 // the public detail apart from the logged cause; an ErrorHandler renders
-// them. A ProblemWriter writes problem+json from a ProblemTable (the
-// middleware's Refusals and an application's own rows);
-// DefaultErrorHandler is the zero one.
+// them. A problem.Writer writes problem+json from a problem.Table (the
+// middleware's Refusals and an application's own rows), with ProblemKey
+// naming the key of the claim. DefaultErrorHandler is such a writer.
 //
 // The store decides correctness: pgstore (PostgreSQL) is the source of
 // truth, redisstore is faster and as durable as Redis, memstore is for tests
 // and single processes. Every store passes the idempotencytest suite. The
 // stores import this package, never the reverse, and this package needs
-// only the standard library, so a service adopts it without the gateway.
+// only the standard library, ijson and problem (both standard library
+// only), so a service adopts it without the gateway.
 //
 //	mw, err := idempotency.New(pgstore.New(pool), idempotency.Config{
 //		Route:  "payments",

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/idemgate/idemgate/problem"
 )
 
 // The content codings Config.DecodeContentEncodings may name. deflate is
@@ -45,14 +47,14 @@ func (m *Middleware) decoding(h http.Header) (decoder, error) {
 		return decoders[c], nil
 	}
 	accepted := strings.Join(append([]string{"identity"}, m.cfg.DecodeContentEncodings...), ", ")
-	return nil, &RequestError{Err: ErrEncodingRefused, AcceptEncoding: accepted,
+	return nil, &problem.Error{Err: ErrEncodingRefused, AcceptEncoding: accepted,
 		Detail: fmt.Sprintf("this route does not accept a request body with Content-Encoding %s; send it as %s", strings.Join(codings, ", "), accepted)}
 }
 
 // badEncoding refuses a body that does not decode as its Content-Encoding
 // says.
 func badEncoding(err error) error {
-	return &RequestError{Err: ErrEncodingRefused, Detail: "the request body does not decode as its Content-Encoding says", Cause: err}
+	return &problem.Error{Err: ErrEncodingRefused, Detail: "the request body does not decode as its Content-Encoding says", Cause: err}
 }
 
 // errOverLimit ends the read of a body past the limit.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
+	"github.com/idemgate/idemgate/problem"
 )
 
 const draft = idempotency.DraftURL
@@ -33,7 +34,7 @@ func TestProblemRows(t *testing.T) {
 		{idempotency.ErrStoreUnavailable, 503, true, ""},
 	}
 	for _, tc := range tests {
-		p, ok := idempotency.Refusals().Lookup(&idempotency.RequestError{Err: tc.err})
+		p, ok := idempotency.Refusals().Lookup(&problem.Error{Err: tc.err})
 		if !ok || p.Status != tc.status {
 			t.Errorf("%v: %+v, want status %d", tc.err, p, tc.status)
 			continue

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemgate/idemgate/problem"
 )
 
 // Item is a request carried inside another one, an item of a batch, that
@@ -35,7 +37,7 @@ type ItemClaim struct {
 	// that used it first, to answer the item with. Set when the item is
 	// neither claimed nor refused.
 	Replay *Response
-	// Err refuses the item, a *RequestError: its key was used for
+	// Err refuses the item, a *problem.Error: its key was used for
 	// another request (ErrKeyReused), that request is still running
 	// (ErrKeyInUse), its outcome is held (ErrOutcomeUnknown), or its body
 	// cannot be fingerprinted.
@@ -78,7 +80,7 @@ var ErrItemsUnsupported = errors.New("idempotency: the store claims one record a
 const itemConcurrency = 128
 
 // ItemKey checks an item's key as the Idempotency-Key header carrying it
-// would be checked, and returns it. The error is a *RequestError wrapping
+// would be checked, and returns it. The error is a *problem.Error wrapping
 // ErrKeyInvalid.
 func (m *Middleware) ItemKey(key string) (string, error) {
 	quoted := `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(key) + `"`
@@ -142,7 +144,7 @@ func (m *Middleware) ClaimItems(ctx context.Context, tenant string, items []Item
 // judgeItem answers an item from a record it did not claim.
 func (m *Middleware) judgeItem(c *ItemClaim, rec Record) {
 	if _, err := m.judge(c.Fingerprint, rec); err != nil {
-		var re *RequestError
+		var re *problem.Error
 		if errors.As(err, &re) {
 			re.Key = c.Scope.Key
 		}

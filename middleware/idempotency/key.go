@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/idemgate/idemgate/problem"
 )
 
 // HeaderKey is the request header that carries the idempotency key.
@@ -104,7 +106,7 @@ func parseSFString(v string) (string, string, error) {
 }
 
 func invalidKey(format string, args ...any) error {
-	return &RequestError{Err: ErrKeyInvalid, Detail: fmt.Sprintf(format, args...)}
+	return &problem.Error{Err: ErrKeyInvalid, Detail: fmt.Sprintf(format, args...)}
 }
 
 // errKeyEmpty marks an invalid key that was sent empty: its problem
@@ -113,5 +115,5 @@ func invalidKey(format string, args ...any) error {
 var errKeyEmpty = errors.New("the key is empty")
 
 func emptyKey(detail string) error {
-	return &RequestError{Err: ErrKeyInvalid, Detail: detail, Cause: errKeyEmpty}
+	return &problem.Error{Err: ErrKeyInvalid, Detail: detail, Cause: errKeyEmpty}
 }

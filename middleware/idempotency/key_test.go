@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/problem"
 )
 
 func TestParseKey(t *testing.T) {
@@ -57,7 +58,7 @@ func TestParseKey(t *testing.T) {
 				if !errors.Is(err, tc.err) {
 					t.Fatalf("ParseKey(%q) error = %v, want %v", tc.values, err, tc.err)
 				}
-				var re *idempotency.RequestError
+				var re *problem.Error
 				if tc.err == idempotency.ErrKeyInvalid && (!errors.As(err, &re) || re.Detail == "") {
 					t.Fatalf("ParseKey(%q): invalid key without a detail for the client: %v", tc.values, err)
 				}

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/idemgate/idemgate/problem"
 )
 
 // HeaderReplayed marks a replayed response.
@@ -94,7 +96,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		outcome := OutcomeInvalidKey
 		if errors.Is(err, ErrKeyMissing) {
 			outcome = OutcomeMissingKey
-			err = &RequestError{Err: ErrKeyMissing, Detail: r.Method + " requests to this route need an Idempotency-Key header"}
+			err = &problem.Error{Err: ErrKeyMissing, Detail: r.Method + " requests to this route need an Idempotency-Key header"}
 		}
 		m.refuse(w, r, Event{Outcome: outcome}, err)
 		return
@@ -182,7 +184,7 @@ func (m *Middleware) readBody(r *http.Request) ([]byte, error) {
 	case err != nil && coding != nil:
 		return nil, badEncoding(err)
 	case err != nil:
-		return nil, &RequestError{Err: ErrRequestTooLarge, Detail: "the request body could not be read", Cause: err}
+		return nil, &problem.Error{Err: ErrRequestTooLarge, Detail: "the request body could not be read", Cause: err}
 	}
 	if int64(len(body)) > limit {
 		return nil, tooLarge(limit)
@@ -229,7 +231,7 @@ func readAtMost(body io.Reader, declared, max int64) ([]byte, error) {
 }
 
 func tooLarge(limit int64) error {
-	return &RequestError{Err: ErrRequestTooLarge, Detail: fmt.Sprintf("the request body is larger than %d bytes", limit)}
+	return &problem.Error{Err: ErrRequestTooLarge, Detail: fmt.Sprintf("the request body is larger than %d bytes", limit)}
 }
 
 // answerExisting answers a request whose key has a record it did not claim.
@@ -251,18 +253,18 @@ func (m *Middleware) judge(fingerprint string, rec Record) (Event, error) {
 	switch {
 	case rec.Fingerprint != fingerprint:
 		ev.Outcome = OutcomeMismatch
-		return ev, &RequestError{Err: ErrKeyReused,
+		return ev, &problem.Error{Err: ErrKeyReused,
 			Detail: "this Idempotency-Key was already used for a different request; use a new key for a new request"}
 	case rec.State == StateCompleted && rec.Response != nil:
 		ev.Outcome = OutcomeReplay
 		return ev, nil
 	case rec.State == StateUnknown:
 		ev.Outcome = OutcomeConflict
-		return ev, &RequestError{Err: ErrOutcomeUnknown,
+		return ev, &problem.Error{Err: ErrOutcomeUnknown,
 			Detail: "the outcome of the original request is unknown and held for an operator; do not retry with a new key before checking"}
 	}
 	ev.Outcome = OutcomeConflict
-	return ev, &RequestError{Err: ErrKeyInUse,
+	return ev, &problem.Error{Err: ErrKeyInUse,
 		Detail: "a request with this Idempotency-Key is still being processed; retry after the delay in Retry-After", RetryAfter: m.retryAfter(rec)}
 }
 
@@ -307,7 +309,7 @@ func replay(w http.ResponseWriter, resp Response) {
 }
 
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, ev Event, err error) {
-	var re *RequestError
+	var re *problem.Error
 	if errors.As(err, &re) && re.Key == "" {
 		re.Key = ev.Scope.Key // the problem names the key it refuses
 	}
@@ -338,7 +340,7 @@ func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, next ht
 	if errors.Is(err, ErrStoreFull) {
 		// Not a failure of the store, and never passed through: running
 		// the request unrecorded is what the bound is there to prevent.
-		m.refuse(w, r, Event{Outcome: OutcomeStoreFull, Scope: scope}, &RequestError{Err: ErrStoreFull,
+		m.refuse(w, r, Event{Outcome: OutcomeStoreFull, Scope: scope}, &problem.Error{Err: ErrStoreFull,
 			Detail:     "the idempotency store is full; the request was not processed, retry with the same key later",
 			RetryAfter: StoreFullRetryAfter, Cause: err})
 		return
@@ -355,7 +357,7 @@ func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, next ht
 		next.ServeHTTP(w, r)
 		return
 	}
-	m.refuse(w, r, ev, &RequestError{Err: ErrStoreUnavailable,
+	m.refuse(w, r, ev, &problem.Error{Err: ErrStoreUnavailable,
 		Detail: "the idempotency store is unavailable; the request was not processed, retry with the same key", RetryAfter: time.Second, Cause: err})
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
+	"github.com/idemgate/idemgate/problem"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -121,7 +122,7 @@ func problemType(t *testing.T, w *httptest.ResponseRecorder) string {
 	if p.Status != w.Code || p.Detail == "" {
 		t.Fatalf("problem %+v does not match status %d or lacks a detail", p, w.Code)
 	}
-	return strings.TrimPrefix(p.Type, idempotency.DefaultProblemBase)
+	return strings.TrimPrefix(p.Type, problem.DefaultBase)
 }
 
 func TestReplayFidelity(t *testing.T) {

@@ -2,9 +2,10 @@ package idempotency
 
 import (
 	"context"
-	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemgate/idemgate/problem"
 )
 
 // Outcome names the decision taken for a request, as counted in metrics.
@@ -91,16 +92,9 @@ func AttemptFrom(ctx context.Context) (*Attempt, bool) {
 }
 
 // ReleasesKey reports whether a response with this status means "not
-// processed, try again": 408, 425, 429, 502, 503, 504. Such a response is
-// not stored and the claim is released.
-func ReleasesKey(status int) bool {
-	switch status {
-	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests,
-		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return true
-	}
-	return false
-}
+// processed, try again" (problem.NotProcessed: 408, 425, 429, 502, 503,
+// 504). Such a response is not stored and the claim is released.
+func ReleasesKey(status int) bool { return problem.NotProcessed(status) }
 
 // decide returns what becomes of the claim for a finished attempt.
 func decide(a *Attempt, status int, onAmbiguous AmbiguousPolicy) Stored {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"time"
+
+	"github.com/idemgate/idemgate/problem"
 )
 
 // How the client of an executed request is answered once its outcome has
@@ -161,7 +163,7 @@ func (m *Middleware) answerFromRecord(w http.ResponseWriter, r *http.Request, re
 	rec, err := m.store.Get(ctx, req.Scope)
 	cancel()
 	if err != nil {
-		m.cfg.ErrorHandler(w, r, &RequestError{Err: ErrKeyInUse, RetryAfter: time.Second, Cause: err,
+		m.cfg.ErrorHandler(w, r, &problem.Error{Err: ErrKeyInUse, RetryAfter: time.Second, Cause: err,
 			Detail: "a newer attempt took this Idempotency-Key over; retry after the delay in Retry-After to get its outcome"})
 		return
 	}
@@ -176,7 +178,7 @@ func (m *Middleware) answerFromRecord(w http.ResponseWriter, r *http.Request, re
 // answerPending asks the client of a processed request whose outcome is
 // still being stored to come back for it.
 func (m *Middleware) answerPending(w http.ResponseWriter, r *http.Request) {
-	m.cfg.ErrorHandler(w, r, &RequestError{Err: ErrStoreUnavailable, RetryAfter: time.Second,
+	m.cfg.ErrorHandler(w, r, &problem.Error{Err: ErrStoreUnavailable, RetryAfter: time.Second,
 		Detail: "the request was processed but its outcome could not be stored yet; retry with the same Idempotency-Key to receive it"})
 }
 

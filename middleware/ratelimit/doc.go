@@ -6,7 +6,7 @@
 // not limited. Every response to a limited tenant carries RateLimit-Limit,
 // RateLimit-Remaining and RateLimit-Reset (whole seconds until the budget
 // refills); a refused request also gets Retry-After and goes to
-// Config.OnLimited as an *idempotency.RequestError (the error carrier the
+// Config.OnLimited as a *problem.Error (the error carrier the
 // application's problem writer reads) whose Cause is a *LimitedError, so
 // the application renders its own 429 problem.
 //

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // ErrLimited is the reason a request was refused: its tenant has used its
@@ -15,7 +15,7 @@ import (
 var ErrLimited = errors.New("rate limited")
 
 // LimitedError is the cause of a refusal: the budget the tenant used up.
-// The middleware passes Config.OnLimited an *idempotency.RequestError
+// The middleware passes Config.OnLimited a *problem.Error
 // that wraps ErrLimited and holds it as its Cause, with the public Detail
 // and RetryAfter, the time until the budget refills (in whole seconds and
 // at least one: the value of the Retry-After header already set).
@@ -36,7 +36,7 @@ const limitedDetail = "too many requests for this tenant; retry after the delay 
 // application's problem base.
 const ProblemSlug = "rate-limited"
 
-const defaultProblemType = "https://idemgate.dev/problems/" + ProblemSlug
+const defaultProblemType = problem.DefaultBase + ProblemSlug
 
 // DefaultOnLimited answers 429 with a minimal application/problem+json body
 // of type https://idemgate.dev/problems/rate-limited. Applications usually
@@ -48,7 +48,7 @@ func DefaultOnLimited(w http.ResponseWriter, r *http.Request, err error) {
 		"status":   http.StatusTooManyRequests,
 		"instance": r.URL.Path,
 	}
-	re, refused := errors.AsType[*idempotency.RequestError](err)
+	re, refused := errors.AsType[*problem.Error](err)
 	if le, ok := errors.AsType[*LimitedError](err); ok && refused {
 		body["detail"] = fmt.Sprintf("The rate limit of %d requests per %s is used up; retry in %d seconds.",
 			le.Limit.Tokens, le.Limit.Interval, int64(re.RetryAfter/time.Second))

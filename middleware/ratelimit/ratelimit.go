@@ -13,7 +13,7 @@ import (
 
 	"github.com/sethvargo/go-limiter"
 
-	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // The headers the middleware sets on every request of a limited tenant.
@@ -56,7 +56,7 @@ type Config struct {
 	// address lets a client pick its own budget.
 	Key func(*http.Request) string
 	// OnLimited writes the response to a refused request. err is an
-	// *idempotency.RequestError: it wraps ErrLimited, its Cause is a
+	// *problem.Error: it wraps ErrLimited, its Cause is a
 	// *LimitedError; the RateLimit-* and Retry-After headers are already
 	// set. Default DefaultOnLimited.
 	OnLimited func(w http.ResponseWriter, r *http.Request, err error)
@@ -193,7 +193,7 @@ func (l *Limiter) Wrap(next http.Handler) http.Handler {
 			return
 		}
 		h.Set(HeaderRetryAfter, strconv.FormatInt(untilReset, 10))
-		l.cfg.OnLimited(w, r, &idempotency.RequestError{
+		l.cfg.OnLimited(w, r, &problem.Error{
 			Err:        ErrLimited,
 			Detail:     limitedDetail,
 			RetryAfter: time.Duration(untilReset) * time.Second,
@@ -213,7 +213,7 @@ type Taker interface {
 // RateLimit-* headers on h as Wrap does. It returns nil when the tenant
 // is not limited, when the tokens were taken, or when the store failed
 // (reported to OnError: the limiter fails open). A refusal takes nothing
-// and is the *idempotency.RequestError OnLimited would get, with
+// and is the *problem.Error OnLimited would get, with
 // Retry-After set on h. A store without Taker is asked for the tokens
 // left, then spends them one at a time.
 func (l *Limiter) TakeN(r *http.Request, h http.Header, n uint64) error {
@@ -241,7 +241,7 @@ func (l *Limiter) TakeN(r *http.Request, h http.Header, n uint64) error {
 		return nil
 	}
 	h.Set(HeaderRetryAfter, strconv.FormatInt(untilReset, 10))
-	return &idempotency.RequestError{
+	return &problem.Error{
 		Err:        ErrLimited,
 		Detail:     limitedDetail,
 		RetryAfter: time.Duration(untilReset) * time.Second,

@@ -17,8 +17,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/internal/testenv"
-	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
+	"github.com/idemgate/idemgate/problem"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -144,12 +144,12 @@ func TestAllowedAndDenied(t *testing.T) {
 	if !errors.Is(err, ratelimit.ErrLimited) {
 		t.Errorf("OnLimited error %v does not wrap ErrLimited", err)
 	}
-	re, ok := errors.AsType[*idempotency.RequestError](err)
+	re, ok := errors.AsType[*problem.Error](err)
 	if !ok {
-		t.Fatalf("OnLimited error %T is not a *idempotency.RequestError", err)
+		t.Fatalf("OnLimited error %T is not a *problem.Error", err)
 	}
 	if re.RetryAfter != time.Duration(retry)*time.Second || re.Detail == "" {
-		t.Errorf("RequestError RetryAfter %v, Detail %q; want %ds and a detail", re.RetryAfter, re.Detail, retry)
+		t.Errorf("problem.Error RetryAfter %v, Detail %q; want %ds and a detail", re.RetryAfter, re.Detail, retry)
 	}
 	le, ok := errors.AsType[*ratelimit.LimitedError](err)
 	if !ok {
@@ -414,9 +414,9 @@ func TestHeaderSeconds(t *testing.T) {
 				if retry != tt.want {
 					t.Errorf("Retry-After %q, want %q", retry, tt.want)
 				}
-				re, ok := errors.AsType[*idempotency.RequestError](gotErr)
+				re, ok := errors.AsType[*problem.Error](gotErr)
 				if !ok || strconv.FormatInt(int64(re.RetryAfter/time.Second), 10) != tt.want || re.RetryAfter%time.Second != 0 {
-					t.Errorf("OnLimited got %v, want a RequestError with RetryAfter %ss", gotErr, tt.want)
+					t.Errorf("OnLimited got %v, want a *problem.Error with RetryAfter %ss", gotErr, tt.want)
 				}
 			})
 		}
