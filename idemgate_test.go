@@ -12,7 +12,7 @@ import (
 	"github.com/idemgate/idemgate"
 	"github.com/idemgate/idemgate/examples/demo"
 	"github.com/idemgate/idemgate/extension"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // command runs one idemgate command line with opts, as a binary built
@@ -88,7 +88,7 @@ routes:
 // product's migrate up and down afterwards leave them alone.
 func TestMigrationsOfTheExamplesAreTheirOwn(t *testing.T) {
 	t.Parallel()
-	dbURL := testenv.EmptySchema(t)
+	dbURL := testkit.EmptySchema(t)
 	env := map[string]string{"DATABASE_URL": dbURL}
 	db, err := sql.Open("pgx", dbURL)
 	if err != nil {
@@ -151,7 +151,7 @@ func TestMigrationsOfTheExamplesAreTheirOwn(t *testing.T) {
 // with where the queue holds its task.
 func TestReconcileReportsStuckJobs(t *testing.T) {
 	t.Parallel()
-	dbURL := testenv.Postgres(t)
+	dbURL := testkit.Postgres(t)
 	db, err := sql.Open("pgx", dbURL)
 	if err != nil {
 		t.Fatal(err)

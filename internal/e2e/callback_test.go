@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/receiver"
 )
 
@@ -30,7 +30,7 @@ type callbackPost struct {
 // the document GET /v1/jobs/{id} shows and the job's tenant (in the data
 // and in Idemgate-Tenant); explain shows both attempts.
 func TestFinalCallbackEndToEnd(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	deliveries := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Location", "/shipments/1")
 		w.WriteHeader(http.StatusCreated)
@@ -72,7 +72,7 @@ func TestFinalCallbackEndToEnd(t *testing.T) {
 	startWorker(t, cfg)
 	id := submitShipment(t, g, "cb-1", `{"order_id": "o-cb", "quantity": 1}`)
 
-	waitFor(t, "the callback delivered", 2*time.Minute, func() bool {
+	testkit.Eventually(t, "the callback delivered", 2*time.Minute, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(posts) >= 2
@@ -120,7 +120,7 @@ func TestFinalCallbackEndToEnd(t *testing.T) {
 		} `json:"callbacks"`
 	}
 	var cbs []byte
-	waitFor(t, "explain shows the callback delivered", time.Minute, func() bool {
+	testkit.Eventually(t, "explain shows the callback delivered", time.Minute, func() bool {
 		_, out := explainJSON(t, cfg, "--job", id)
 		cbs = []byte(out)
 		if err := json.Unmarshal(cbs, &story); err != nil {

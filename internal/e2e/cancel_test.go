@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // holdingReceiver holds each delivery of an order whose id starts with
@@ -91,7 +91,7 @@ type cancelDoc struct {
 // the admin endpoint, `idemgate jobs cancel`), in each status, against a
 // receiver that holds the deliveries it is told to.
 func TestCancelEndToEnd(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	rcv := &holdingReceiver{answers: map[string]chan int{}}
 	srv := httptest.NewServer(rcv)
 	t.Cleanup(srv.Close)
@@ -113,7 +113,7 @@ func TestCancelEndToEnd(t *testing.T) {
 	awaitStatus := func(id, want string) cancelDoc {
 		t.Helper()
 		var d cancelDoc
-		waitFor(t, "job "+id+" "+want, 60*time.Second, func() bool { d = status(id); return d.Status == want })
+		testkit.Eventually(t, "job "+id+" "+want, 60*time.Second, func() bool { d = status(id); return d.Status == want })
 		return d
 	}
 
@@ -144,7 +144,7 @@ func TestCancelEndToEnd(t *testing.T) {
 	// Processing: 202 cancelling (admin), then 200 cancelling (tenant);
 	// the receiver's success answer decides.
 	won := submit("hold-won-" + run)
-	waitFor(t, "the delivery of "+won, 60*time.Second, func() bool { return rcv.sent("hold-won-"+run) == 1 })
+	testkit.Eventually(t, "the delivery of "+won, 60*time.Second, func() bool { return rcv.sent("hold-won-"+run) == 1 })
 	r = adminDo(t, g, http.MethodPost, "/admin/jobs/"+won+"/cancel", adminToken)
 	if d := decodeDoc[cancelDoc](t, r); r.status != http.StatusAccepted || d.Status != "cancelling" || d.CancelRequestedAt == nil {
 		t.Fatalf("admin cancel in flight: %d %s, want 202 cancelling", r.status, r.body)
@@ -167,7 +167,7 @@ func TestCancelEndToEnd(t *testing.T) {
 	// The CLI, on a job in flight whose receiver then drops the
 	// connection: cancelling, then cancelled with the answer unknown.
 	lost := submit("hold-lost-" + run)
-	waitFor(t, "the delivery of "+lost, 60*time.Second, func() bool { return rcv.sent("hold-lost-"+run) == 1 })
+	testkit.Eventually(t, "the delivery of "+lost, 60*time.Second, func() bool { return rcv.sent("hold-lost-"+run) == 1 })
 	code, out, errOut := cli(t, nil, "jobs", "cancel", lost, "--config", cfg)
 	if code != 0 || !strings.Contains(out, lost+": cancelling") {
 		t.Fatalf("jobs cancel of a job in flight: exit %d\n%s%s", code, out, errOut)
@@ -178,7 +178,7 @@ func TestCancelEndToEnd(t *testing.T) {
 	}
 	// And on a failure answer: cancelled, no second attempt.
 	failed := submit("hold-fail-" + run)
-	waitFor(t, "the delivery of "+failed, 60*time.Second, func() bool { return rcv.sent("hold-fail-"+run) == 1 })
+	testkit.Eventually(t, "the delivery of "+failed, 60*time.Second, func() bool { return rcv.sent("hold-fail-"+run) == 1 })
 	if r := cancelReq(t, g, failed, "acme-key"); r.status != http.StatusAccepted {
 		t.Fatalf("cancel in flight: %d %s", r.status, r.body)
 	}

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 func TestKeysCommand(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	up := newUpstream(t)
 	// A delete from the CLI reaches the running gateway's replay cache
 	// only when its entries expire: keep them briefly.
@@ -56,7 +56,7 @@ func TestKeysCommand(t *testing.T) {
 
 // Two gateway instances with rate_limit_store: redis share one budget.
 func TestSharedRateLimit(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	up := newUpstream(t)
 	// A tenant name unique to this run keeps the Redis bucket fresh.
 	tenant := "t" + randomID()
@@ -78,11 +78,11 @@ func TestSharedRateLimit(t *testing.T) {
 
 // TestLogFlags: --log-format text and --log-level override the file.
 func TestLogFlags(t *testing.T) {
-	redisURL := testenv.RedisURL(t)
+	redisURL := testkit.RedisURL(t)
 	up := newUpstream(t)
 	cfg := writeConfig(t, "memory", "", redisURL, up.srv.URL, "")
 	p := runInProcess("serve", "--config", cfg, "--log-format", "text", "--log-level", "debug")
-	waitFor(t, "gateway listening", 30*time.Second, func() bool { return addrs(p.out.String())["public"] != "" })
+	testkit.Eventually(t, "gateway listening", 30*time.Second, func() bool { return addrs(p.out.String())["public"] != "" })
 	pub := addrs(p.out.String())["public"]
 	send(t, pub, req{path: "/v1/payments", key: "log-" + randomID()})
 	if err := p.stop(); err != nil {

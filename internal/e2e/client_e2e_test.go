@@ -14,7 +14,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 
 	"github.com/idemgate/idemgate/gateway/gatewaytest"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/openapi"
 	apiclient "github.com/idemgate/idemgate/openapi/apiclient"
@@ -27,8 +27,8 @@ import (
 // with the invoice it made. Every answer is checked against the document
 // the gateway serves, which describes its configured enqueue routes.
 func TestGeneratedClientEndToEnd(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
-	pool := testenv.PoolAt(t, dbURL)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
+	pool := testkit.PoolAt(t, dbURL)
 	// invoice.create calls no partner: nothing listens at the partner URL.
 	cfg := flowConfig(t, dbURL, redisURL, "http://127.0.0.1:1", "client"+randomID())
 	g := startGateway(t, cfg)

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -14,7 +14,7 @@ import (
 // on its pages, and serves the queue UI under a Content-Security-Policy
 // that keeps it on the listener's origin (no web fonts from elsewhere).
 func TestConsoleServed(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	g, _ := startEnqueueGateway(t, dbURL, redisURL)
 	run := randomID()
 	if r := send(t, g.public, req{path: "/v1/invoices", key: run, body: `{"order_id":"o-` + run + `","amount_cents":100,"currency":"EUR"}`}); r.status != http.StatusAccepted {
@@ -43,7 +43,7 @@ func TestConsoleServed(t *testing.T) {
 // TestConsoleOff: admin.ui: false leaves /admin/ui out (404); the rest of
 // the admin listener is unchanged.
 func TestConsoleOff(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	up := newUpstream(t)
 	queue := "q" + randomID()
 	cfg := writeConfig(t, "postgres", dbURL, redisURL, up.srv.URL, strings.ReplaceAll(enqueueRoutes, "%s", queue)+"admin:\n  ui: false\n")

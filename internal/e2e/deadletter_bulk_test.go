@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/examples/partnersim"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // TestBulkReplay: 20 jobs that failed for good are replayed at once from
@@ -20,8 +20,8 @@ import (
 // and the action is in the audit trail under the operator's name, with
 // the reason and the filter, on each job.
 func TestBulkReplay(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
-	pool := testenv.PoolAt(t, dbURL)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
+	pool := testkit.PoolAt(t, dbURL)
 	partner := httptest.NewServer(partnersim.New(partnersim.Options{}))
 	t.Cleanup(partner.Close)
 	queue := "bulk" + randomID()
@@ -43,7 +43,7 @@ func TestBulkReplay(t *testing.T) {
 		}
 		ids[i] = decodeJob(t, r).ID
 	}
-	waitFor(t, "every job failed", 2*time.Minute, func() bool {
+	testkit.Eventually(t, "every job failed", 2*time.Minute, func() bool {
 		return count(t, pool, `SELECT count(*) FROM jobs WHERE status = 'failed' AND id = ANY($1)`, ids) == n
 	})
 
@@ -65,7 +65,7 @@ func TestBulkReplay(t *testing.T) {
 	if done.status != http.StatusSeeOther || !strings.Contains(done.header.Get("Location"), "done=bulk-replay&n=20") {
 		t.Fatalf("bulk replay: %d Location %q\n%s", done.status, done.header.Get("Location"), done.body)
 	}
-	waitFor(t, "every replayed job succeeded", 2*time.Minute, func() bool {
+	testkit.Eventually(t, "every replayed job succeeded", 2*time.Minute, func() bool {
 		return count(t, pool, `SELECT count(*) FROM jobs WHERE status = 'succeeded' AND id = ANY($1)`, ids) == n
 	})
 	if stock := count(t, pool, `SELECT stock FROM inventory_items WHERE sku = 'empty'`); stock != 0 {

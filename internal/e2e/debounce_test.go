@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // syncReceiver records every delivery of the crm jobs: the account and
@@ -150,8 +150,8 @@ func fairPool(t *testing.T, g *gatewayProc, name string) fairPoolDoc {
 // debounceEndToEnd runs the debounce story, with the jobs in the
 // fairness pool fair unless it is "", and returns the gateway.
 func debounceEndToEnd(t *testing.T, fair string) *gatewayProc {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
-	pool := testenv.PoolAt(t, dbURL)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
+	pool := testkit.PoolAt(t, dbURL)
 	rcv := &syncReceiver{got: map[string][]int{}, release: make(chan struct{})}
 	srv := httptest.NewServer(rcv)
 	t.Cleanup(srv.Close)
@@ -181,7 +181,7 @@ func debounceEndToEnd(t *testing.T, fair string) *gatewayProc {
 	await := func(id, status string) debounceDoc {
 		t.Helper()
 		var d debounceDoc
-		waitFor(t, "job "+id+" "+status, 90*time.Second, func() bool { d = get(id); return d.Status == status })
+		testkit.Eventually(t, "job "+id+" "+status, 90*time.Second, func() bool { d = get(id); return d.Status == status })
 		return d
 	}
 
@@ -307,7 +307,7 @@ func debounceEndToEnd(t *testing.T, fair string) *gatewayProc {
 	t.Run("a job a worker took is not changed", func(t *testing.T) {
 		account := "hold-" + run
 		id := submit("stream", fmt.Sprintf("hold-%s-1", run), account, 1).ID
-		waitFor(t, "the delivery held", 60*time.Second, func() bool { return len(rcv.delivered(account)) == 1 })
+		testkit.Eventually(t, "the delivery held", 60*time.Second, func() bool { return len(rcv.delivered(account)) == 1 })
 		d := submit("stream", fmt.Sprintf("hold-%s-2", run), account, 2)
 		if d.ID == id || d.Debounce.Coalesced != 1 {
 			t.Fatalf("a submit while the job ran: job %s %+v; want a new job", d.ID, d.Debounce)

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/receiver"
 )
@@ -181,7 +181,7 @@ func TestHTTPDeliveryEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for asynq to redeliver a killed worker's task")
 	}
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	rcv := newScriptedReceiver(t)
 	srv := httptest.NewServer(rcv)
 	t.Cleanup(srv.Close)
@@ -220,7 +220,7 @@ func TestHTTPDeliveryEndToEnd(t *testing.T) {
 
 	final := func(id, tenant string) jobDoc {
 		var j jobDoc
-		waitFor(t, "job "+id+" finished", 4*time.Minute, func() bool {
+		testkit.Eventually(t, "job "+id+" finished", 4*time.Minute, func() bool {
 			j = decodeJob(t, getJob(t, g.public, id, tenant+"-key"))
 			return j.Status == "succeeded" || j.Status == "failed"
 		})
@@ -310,7 +310,7 @@ func TestHTTPDeliveryEndToEnd(t *testing.T) {
 // what the receiver answered; explain, for operators, keeps the detail
 // with the URL's credentials masked.
 func TestHTTPDeliveryErrorTenantsRead(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	const body = "pq: password authentication failed for user billing at db.internal:5432"
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, body, http.StatusInternalServerError)
@@ -323,7 +323,7 @@ func TestHTTPDeliveryErrorTenantsRead(t *testing.T) {
 	startWorker(t, cfg)
 	id := submitShipment(t, g, "err-1", `{"order_id": "o-err", "quantity": 1}`)
 	var raw string
-	waitFor(t, "the job's first attempt failed", time.Minute, func() bool {
+	testkit.Eventually(t, "the job's first attempt failed", time.Minute, func() bool {
 		res := getJob(t, g.public, id, "acme-key")
 		raw = string(res.body)
 		return decodeJob(t, res).Error != nil
@@ -364,7 +364,7 @@ func submitShipment(t *testing.T, g *gatewayProc, key, body string) string {
 // TestHTTPDeliveryHeaders checks one delivery byte for byte: the envelope
 // and the headers a receiver relies on.
 func TestHTTPDeliveryHeaders(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	got := make(chan *http.Request, 1)
 	bodies := make(chan []byte, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -423,7 +423,7 @@ func TestHTTPDeliveryHeaders(t *testing.T) {
 		t.Errorf("body data = %s, want the payload", env["data"])
 	}
 	var j jobDoc
-	waitFor(t, "the job succeeded", time.Minute, func() bool {
+	testkit.Eventually(t, "the job succeeded", time.Minute, func() bool {
 		j = decodeJob(t, getJob(t, g.public, id, "acme-key"))
 		return j.Status == "succeeded"
 	})

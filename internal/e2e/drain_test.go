@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"net/http"
 	"strings"
 	"testing"
@@ -51,7 +52,7 @@ routes:
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- g.stop() }()
-	waitFor(t, "/readyz answering 503", 4*time.Second, func() bool {
+	testkit.Eventually(t, "/readyz answering 503", 4*time.Second, func() bool {
 		resp, err := get("/readyz")
 		return err == nil && resp.StatusCode == http.StatusServiceUnavailable
 	})

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/examples/partnersim"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -93,8 +93,8 @@ func TestExplainJob(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for asynq to redeliver a killed worker's task")
 	}
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
-	pool := testenv.PoolAt(t, dbURL)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
+	pool := testkit.PoolAt(t, dbURL)
 	partner := &faultyPartner{sim: partnersim.New(partnersim.Options{}), hung: make(chan struct{}), stop: make(chan struct{})}
 	srv := httptest.NewServer(partner)
 	t.Cleanup(srv.Close)
@@ -119,7 +119,7 @@ func TestExplainJob(t *testing.T) {
 	}
 	_ = doomed.Wait()
 	startWorker(t, cfg)
-	waitFor(t, "the payment succeeded", 4*time.Minute, func() bool {
+	testkit.Eventually(t, "the payment succeeded", 4*time.Minute, func() bool {
 		return count(t, pool, `SELECT count(*) FROM jobs WHERE id = $1 AND status = 'succeeded'`, id) == 1
 	})
 
@@ -191,8 +191,8 @@ func TestExplainJob(t *testing.T) {
 // invoice planted for the same business key is refused by the schema, so a
 // failed job with an effect stands for it) exits 1 and says why.
 func TestExplainViolation(t *testing.T) {
-	dbURL := testenv.Postgres(t, exampleTables())
-	pool := testenv.PoolAt(t, dbURL)
+	dbURL := testkit.Postgres(t, exampleTables())
+	pool := testkit.PoolAt(t, dbURL)
 	ctx := context.Background()
 	for _, q := range []string{
 		`INSERT INTO jobs (id, tenant, route, idempotency_key, task, queue, business_key, payload, status, attempts, last_error)
@@ -228,7 +228,7 @@ func TestExplainKeyTakeOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills a gateway process")
 	}
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	up := newUpstream(t)
 	cfg := writeConfig(t, "postgres", dbURL, redisURL, up.srv.URL, "")
 	key := "killed-" + randomID()

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -14,9 +14,9 @@ import (
 // by status and each job with its key, as text or one JSON document; an
 // unknown batch is an error.
 func TestExplainBatch(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t), testenv.RedisURL(t)
-	pool := testenv.PoolAt(t, dbURL)
-	queue, _, qname := testenv.Queue(t, "explainbatch")
+	dbURL, redisURL := testkit.Postgres(t), testkit.RedisURL(t)
+	pool := testkit.PoolAt(t, dbURL)
+	queue, _, qname := testkit.Queue(t, "explainbatch")
 	cfg := flowConfig(t, dbURL, redisURL, "http://127.0.0.1:1", qname)
 	spec, err := job.NewSpec("email.send", []byte(`{"type":"object"}`), "email:{to}", "")
 	if err != nil {

@@ -10,21 +10,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // A job declared in a fairness pool, submitted through the gateway, waits
 // in the pool and is dispatched by the worker's dispatcher; the gateway's
 // admin endpoint shows the pool and changes its weights.
 func TestFairnessEndToEnd(t *testing.T) {
-	dbURL := testenv.Postgres(t, exampleTables())
-	pool := testenv.PoolAt(t, dbURL)
+	dbURL := testkit.Postgres(t, exampleTables())
+	pool := testkit.PoolAt(t, dbURL)
 	schema, err := filepath.Abs("../../examples/schemas/invoice.create.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	queue := "fair" + randomID()
-	cfg := writeFile(t, "fair.yaml", configHead("postgres", dbURL, testenv.RedisURL(t))+fmt.Sprintf(`tenants:
+	cfg := writeFile(t, "fair.yaml", configHead("postgres", dbURL, testkit.RedisURL(t))+fmt.Sprintf(`tenants:
   - name: acme
     api_key_sha256: [%q]
   - name: bigco
@@ -63,7 +63,7 @@ worker:
 			t.Fatalf("%s: %v %d %s", key, err, r.status, r.body)
 		}
 	}
-	waitFor(t, "every job succeeded", time.Minute, func() bool {
+	testkit.Eventually(t, "every job succeeded", time.Minute, func() bool {
 		return count(t, pool, `SELECT count(*) FROM jobs WHERE status = 'succeeded' AND queue = $1`, queue) == 30
 	})
 

@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/examples/partnersim"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/internal/topology"
 	"github.com/idemgate/idemgate/job"
 )
@@ -66,7 +66,7 @@ func appendConfig(t *testing.T, path, keys string) {
 func startWorker(t *testing.T, cfgPath string) func() error {
 	t.Helper()
 	p := runInProcess("worker", "--config", cfgPath)
-	waitFor(t, "worker listening", 30*time.Second, func() bool { return addrs(p.out.String())["worker-admin"] != "" })
+	testkit.Eventually(t, "worker listening", 30*time.Second, func() bool { return addrs(p.out.String())["worker-admin"] != "" })
 	t.Cleanup(func() {
 		_ = p.stop()
 		if t.Failed() {
@@ -80,13 +80,13 @@ func startWorker(t *testing.T, cfgPath string) func() error {
 func startWorkerProcess(t *testing.T, cfgPath string) *exec.Cmd {
 	t.Helper()
 	cmd := childCommand("worker", "--config", cfgPath)
-	out := &testenv.SyncBuffer{}
+	out := &testkit.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, nil
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitFor(t, "child worker listening", 60*time.Second, func() bool { return addrs(out.String())["worker-admin"] != "" })
+	testkit.Eventually(t, "child worker listening", 60*time.Second, func() bool { return addrs(out.String())["worker-admin"] != "" })
 	return cmd
 }
 
@@ -134,7 +134,7 @@ func TestJobsEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the job flow waits for asynq to redeliver a killed worker's tasks")
 	}
-	testJobsEndToEnd(t, testenv.Postgres(t, exampleTables()), "")
+	testJobsEndToEnd(t, testkit.Postgres(t, exampleTables()), "")
 }
 
 // TestJobsEndToEndThroughPgBouncer is the same flow with database_url on
@@ -149,7 +149,7 @@ func TestJobsEndToEndThroughPgBouncer(t *testing.T) {
 		t.Skip("the job flow waits for asynq to redeliver a killed worker's tasks")
 	}
 	t.Parallel()
-	direct := testenv.Database(t, exampleTables())
+	direct := testkit.Database(t, exampleTables())
 	bouncer := topology.StartPgBouncer(t)
 	testJobsEndToEnd(t, withExecMode(t, bouncer.URL(direct)), direct)
 }
@@ -172,8 +172,8 @@ func withExecMode(t *testing.T, dbURL string) string {
 // is set, database_direct_url direct; the test's own checks read through
 // the direct connection.
 func testJobsEndToEnd(t *testing.T, dbURL, direct string) {
-	redisURL := testenv.RedisURL(t)
-	pool := testenv.PoolAt(t, cmp.Or(direct, dbURL))
+	redisURL := testkit.RedisURL(t)
+	pool := testkit.PoolAt(t, cmp.Or(direct, dbURL))
 	seeded := rand.New(rand.NewPCG(1, 2))
 	var randMu sync.Mutex
 	sim := partnersim.New(partnersim.Options{FailRate: 0.1, DropRate: 0.1, Rand: func() float64 {
@@ -236,7 +236,7 @@ func testJobsEndToEnd(t *testing.T, dbURL, direct string) {
 	total := len(subs)
 	// Kill one worker once work is under way: its active tasks are
 	// redelivered by asynq after their lease.
-	waitFor(t, "some jobs done", 3*time.Minute, func() bool {
+	testkit.Eventually(t, "some jobs done", 3*time.Minute, func() bool {
 		return count(t, pool, `SELECT count(*) FROM jobs WHERE status = 'succeeded'`) >= total/5
 	})
 	if err := doomed.Process.Kill(); err != nil {
@@ -244,7 +244,7 @@ func testJobsEndToEnd(t *testing.T, dbURL, direct string) {
 	}
 	_ = doomed.Wait()
 
-	waitFor(t, "every job succeeded", 6*time.Minute, func() bool {
+	testkit.Eventually(t, "every job succeeded", 6*time.Minute, func() bool {
 		return count(t, pool, `SELECT count(*) FROM jobs WHERE status = 'succeeded'`) == total
 	})
 
@@ -295,7 +295,7 @@ func testJobsEndToEnd(t *testing.T, dbURL, direct string) {
 	// partnersim fails and drops some requests on purpose: retry, with the
 	// same key, until the planted charge is answered.
 	var rogue resp
-	waitFor(t, "the planted charge", 30*time.Second, func() bool {
+	testkit.Eventually(t, "the planted charge", 30*time.Second, func() bool {
 		var err error
 		rogue, err = sendErr(partner.URL, req{path: "/charges", key: "rogue-" + run, apiKey: "-", body: `{"payment_id":"p-` + run + `-0","amount_cents":500,"currency":"EUR"}`})
 		return err == nil && rogue.status == 201
@@ -311,8 +311,8 @@ func testJobsEndToEnd(t *testing.T, dbURL, direct string) {
 // A job that fails for good lands in the dead-letter list and runs again
 // once replayed.
 func TestDeadLetters(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
-	pool := testenv.PoolAt(t, dbURL)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
+	pool := testkit.PoolAt(t, dbURL)
 	partner := httptest.NewServer(partnersim.New(partnersim.Options{}))
 	t.Cleanup(partner.Close)
 	queue := "dlq" + randomID()
@@ -330,7 +330,7 @@ func TestDeadLetters(t *testing.T) {
 	}
 	id := decodeJob(t, r).ID
 	var job jobDoc
-	waitFor(t, "job failed", 2*time.Minute, func() bool {
+	testkit.Eventually(t, "job failed", 2*time.Minute, func() bool {
 		job = decodeJob(t, getJob(t, g.public, id, "acme-key"))
 		return job.Status == "failed"
 	})
@@ -352,7 +352,7 @@ func TestDeadLetters(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM admin_actions WHERE job_id = '`+id+`' AND action = 'replay' AND via = 'cli' AND actor = 'cli:erin' AND reason = 'stock added'`); n != 1 {
 		t.Errorf("audit rows of the CLI's replay: %d, want 1", n)
 	}
-	waitFor(t, "replayed job succeeded", 2*time.Minute, func() bool {
+	testkit.Eventually(t, "replayed job succeeded", 2*time.Minute, func() bool {
 		return decodeJob(t, getJob(t, g.public, id, "acme-key")).Status == "succeeded"
 	})
 	if n := count(t, pool, `SELECT stock FROM inventory_items WHERE sku = 'scarce'`); n != 5 {

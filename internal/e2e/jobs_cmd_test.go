@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 const enqueueRoutes = `  - {name: invoices, methods: [POST], path: /v1/invoices, enqueue: {task: invoice.create, queue: %s}}
@@ -60,7 +60,7 @@ func startEnqueueGateway(t *testing.T, dbURL, redisURL string) (*gatewayProc, st
 }
 
 func TestEnqueueRoutes(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	g, queue := startEnqueueGateway(t, dbURL, redisURL)
 	run := randomID()
 
@@ -123,7 +123,7 @@ func TestEnqueueRoutes(t *testing.T) {
 		}
 	}
 	// Nothing was recorded or queued for a refused body: one job, one task.
-	pool := testenv.PoolAt(t, dbURL)
+	pool := testkit.PoolAt(t, dbURL)
 	if n := count(t, pool, `SELECT count(*) FROM jobs`); n != 1 {
 		t.Errorf("%d job records, want 1: a refused payload was recorded", n)
 	}
@@ -142,7 +142,7 @@ func TestEnqueueRoutes(t *testing.T) {
 // /admin/jobs answers, which lists the same jobs; a tenant's GET /v1/jobs
 // shows only its own.
 func TestJobsList(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	up := newUpstream(t)
 	queue := "q" + randomID()
 	cfg := writeConfig(t, "postgres", dbURL, redisURL, up.srv.URL, strings.ReplaceAll(enqueueRoutes, "%s", queue))

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	sdk "github.com/idemgate/idemgate/client"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/openapi"
 )
 
@@ -21,7 +21,7 @@ import (
 // receiver holds the delivery: the waits are held by the gateway (one GET
 // each, not a poll loop) and answered as soon as the job has succeeded.
 func TestJobWaitEndToEnd(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	arrived := make(chan struct{}, 1)
 	release := make(chan struct{})
 	var answered atomic.Int64 // when the receiver answered, in Unix nanoseconds

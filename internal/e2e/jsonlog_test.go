@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/gateway"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/internal/tlsfiles/tlsfilestest"
 )
 
@@ -22,14 +22,14 @@ import (
 // and stderr kept apart.
 type childProc struct {
 	cmd         *exec.Cmd
-	out, errOut *testenv.SyncBuffer
+	out, errOut *testkit.SyncBuffer
 	done        chan error
 }
 
 func startProcess(t *testing.T, args ...string) *childProc {
 	t.Helper()
 	cmd := childCommand(args...)
-	c := &childProc{cmd: cmd, out: &testenv.SyncBuffer{}, errOut: &testenv.SyncBuffer{}, done: make(chan error, 1)}
+	c := &childProc{cmd: cmd, out: &testkit.SyncBuffer{}, errOut: &testkit.SyncBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = c.out, c.errOut
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -46,7 +46,7 @@ func startProcess(t *testing.T, args ...string) *childProc {
 func (c *childProc) listening(t *testing.T, name string) string {
 	t.Helper()
 	var url string
-	waitFor(t, name+" listening", 60*time.Second, func() bool {
+	testkit.Eventually(t, name+" listening", 60*time.Second, func() bool {
 		select {
 		case err := <-c.done:
 			c.done <- err
@@ -181,7 +181,7 @@ func TestJSONLogsOnly(t *testing.T) {
 	})
 	t.Run("worker", func(t *testing.T) {
 		t.Parallel()
-		dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+		dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 		w := startProcess(t, "worker", "--config", flowConfig(t, dbURL, redisURL, "http://127.0.0.1:1", "q"+randomID()))
 		admin := w.listening(t, "worker-admin")
 		if s := getStatus(t, admin+"/healthz", ""); s != http.StatusOK {
@@ -205,7 +205,7 @@ func TestJSONLogsOnly(t *testing.T) {
 // password; /healthz stays open; worker.admin_tls serves both over HTTPS.
 func TestWorkerAdminListener(t *testing.T) {
 	t.Parallel()
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	cfgPath := flowConfig(t, dbURL, redisURL, "http://127.0.0.1:1", "q"+randomID())
 	ca := tlsfilestest.NewCA(t)
 	certFile, keyFile := ca.Issue(t, "127.0.0.1").Write(t, t.TempDir(), "worker")
@@ -220,7 +220,7 @@ func TestWorkerAdminListener(t *testing.T) {
 			t.Logf("worker log:\n%s", tail(p.errOut.String(), 4000))
 		}
 	})
-	waitFor(t, "worker listening", 60*time.Second, func() bool { return addrs(p.out.String())["worker-admin"] != "" })
+	testkit.Eventually(t, "worker listening", 60*time.Second, func() bool { return addrs(p.out.String())["worker-admin"] != "" })
 	admin := addrs(p.out.String())["worker-admin"]
 	if !strings.HasPrefix(admin, "https://") {
 		t.Fatalf("worker admin listener announced as %s, want https://", admin)

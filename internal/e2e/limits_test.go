@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/workers/limit"
 )
 
@@ -20,16 +20,16 @@ import (
 // reads it back on the admin listener while a worker would hold a slot.
 func TestLimitsAdminEndpoint(t *testing.T) {
 	t.Parallel()
-	redisURL := testenv.RedisURL(t)
+	redisURL := testkit.RedisURL(t)
 	// The workers' keys have no prefix: a name of this test's own keeps
 	// it apart from others on the shared Redis.
-	name := "ship-" + strings.ToLower(strings.Trim(testenv.Prefix(), ":"))
+	name := "ship-" + strings.ToLower(strings.Trim(testkit.Prefix(), ":"))
 	name = strings.ReplaceAll(name, ":", "-")
 	cfg := writeConfig(t, "memory", "", redisURL, "http://127.0.0.1:1",
 		"limits:\n  - {name: "+name+", concurrency: 4, rate: 20/1s}\n")
 	g := startGateway(t, cfg)
 
-	held, err := limit.New(testenv.Redis(t), limit.Options{}).Take(t.Context(), "job_1#a", time.Minute,
+	held, err := limit.New(testkit.Redis(t), limit.Options{}).Take(t.Context(), "job_1#a", time.Minute,
 		[]limit.Rule{{Name: name, Value: "acme", Concurrency: 4, Rate: 20, Period: time.Second, Burst: 1}})
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +65,7 @@ func TestLimitsAdminEndpoint(t *testing.T) {
 // own clock, sees one call at a time, spaced by the rate, and every job
 // succeeds at its first attempt.
 func TestLimitsEndToEnd(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	var (
 		mu             sync.Mutex
 		starts         []time.Time
@@ -103,7 +103,7 @@ func TestLimitsEndToEnd(t *testing.T) {
 	}
 	for _, id := range ids {
 		var j jobDoc
-		waitFor(t, "job "+id+" succeeded", time.Minute, func() bool {
+		testkit.Eventually(t, "job "+id+" succeeded", time.Minute, func() bool {
 			j = decodeJob(t, getJob(t, g.public, id, "acme-key"))
 			return j.Status == "succeeded"
 		})

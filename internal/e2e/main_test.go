@@ -13,14 +13,13 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate"
 	"github.com/idemgate/idemgate/examples"
 	"github.com/idemgate/idemgate/examples/demo"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/migrations"
 )
 
@@ -81,7 +80,7 @@ func writeFile(t *testing.T, name, text string) string {
 // inProcess is `idemgate ARGS` run in this process through run, its
 // stdout and stderr kept apart.
 type inProcess struct {
-	out, errOut *testenv.SyncBuffer
+	out, errOut *testkit.SyncBuffer
 	cancel      context.CancelFunc
 	done        chan error
 	once        sync.Once
@@ -91,7 +90,7 @@ type inProcess struct {
 // runInProcess starts `idemgate ARGS`; the caller stops it.
 func runInProcess(args ...string) *inProcess {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &inProcess{out: &testenv.SyncBuffer{}, errOut: &testenv.SyncBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	p := &inProcess{out: &testkit.SyncBuffer{}, errOut: &testkit.SyncBuffer{}, cancel: cancel, done: make(chan error, 1)}
 	go func() {
 		p.done <- run(ctx, args, func(string) string { return "" }, p.out, p.errOut)
 	}()
@@ -124,17 +123,6 @@ func childCommand(args ...string) *exec.Cmd {
 	return cmd
 }
 
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // run is the program as idemgate-examples runs it: most tests drive the
 // example jobs.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -150,7 +138,7 @@ func cli(t *testing.T, env map[string]string, args ...string) (code int, stdout,
 	return code, out.String(), errOut.String()
 }
 
-// exampleTables are the example jobs' migrations, which testenv applies
+// exampleTables are the example jobs' migrations, which testkit applies
 // after idemgate's own, as `idemgate-examples migrate up` does.
 func exampleTables() migrations.Set {
 	m := examples.Migrations()

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // requestsTotal reads idemgate_requests_total{outcome,route} from a scrape.
@@ -31,7 +31,7 @@ func requestsTotal(t *testing.T, g *gatewayProc, route, outcome string) float64 
 
 // Every request outcome moves its series by exactly one.
 func TestRequestMetrics(t *testing.T) {
-	redisURL := testenv.RedisURL(t)
+	redisURL := testkit.RedisURL(t)
 	up := newUpstream(t)
 	g := startGateway(t, writeConfig(t, "memory", "", redisURL, up.srv.URL, ""))
 	run := randomID()
@@ -39,7 +39,7 @@ func TestRequestMetrics(t *testing.T) {
 	send(t, g.public, req{path: "/v1/payments", key: run + "-used"})
 	slowDone := make(chan resp, 1)
 	go func() { slowDone <- send(t, g.public, req{path: "/v1/slow/held?ms=1500", key: run + "-slow"}) }()
-	waitFor(t, "slow original upstream", 20*time.Second, func() bool { return up.count("/v1/slow/held", run+"-slow") == 1 })
+	testkit.Eventually(t, "slow original upstream", 20*time.Second, func() bool { return up.count("/v1/slow/held", run+"-slow") == 1 })
 
 	tests := []struct {
 		outcome, route string

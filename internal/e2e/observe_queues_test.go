@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // TestQueuesUI: asynqmon answers at /admin/queues on the admin listener
@@ -15,7 +15,7 @@ import (
 // just enqueued on. It is read-only: its actions act on the queue alone,
 // past the job records, and are refused.
 func TestQueuesUI(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	g, queue := startEnqueueGateway(t, dbURL, redisURL)
 	run := randomID()
 	if r := send(t, g.public, req{path: "/v1/invoices", key: run, body: `{"order_id":"o-` + run + `","amount_cents":100,"currency":"EUR"}`}); r.status != http.StatusAccepted {

@@ -19,7 +19,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // collector is an OTLP/HTTP trace receiver that keeps every span in memory.
@@ -109,7 +109,7 @@ func freeAddr(t *testing.T) string {
 // request, and the spans carry tenant, route, job id, resource, fencing
 // token and attempt.
 func TestOneTraceFromRequestToWorker(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	col := newCollector(t)
 	up := newUpstream(t)
 	queue := "q" + randomID()
@@ -125,7 +125,7 @@ worker:
 		"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	out, errOut := &testenv.SyncBuffer{}, &testenv.SyncBuffer{}
+	out, errOut := &testkit.SyncBuffer{}, &testkit.SyncBuffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"dev", "--config", cfg}, func(k string) string { return env[k] }, out, errOut)
@@ -147,7 +147,7 @@ worker:
 		}
 	})
 	var public string
-	waitFor(t, "dev listening", 30*time.Second, func() bool {
+	testkit.Eventually(t, "dev listening", 30*time.Second, func() bool {
 		public = addrs(out.String())["public"]
 		return public != ""
 	})
@@ -158,7 +158,7 @@ worker:
 		t.Fatalf("enqueue: %d %s", r.status, r.body)
 	}
 	jobID := decodeJob(t, r).ID
-	waitFor(t, "job succeeded", 60*time.Second, func() bool {
+	testkit.Eventually(t, "job succeeded", 60*time.Second, func() bool {
 		return decodeJob(t, getJob(t, public, jobID, "acme-key")).Status == "succeeded"
 	})
 	// A replay of the request: its access log line says so, with the

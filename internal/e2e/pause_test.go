@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // adminSend sends body to the admin listener as operator user (HTTP
@@ -77,7 +77,7 @@ func openPool(t *testing.T, dbURL string) *pgxpool.Pool {
 // back with a paused row, no attempt counted). Resumed from the CLI,
 // each job runs exactly once.
 func TestPauseEndToEnd(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	rcv := newCountingReceiver(t, func() int { return http.StatusOK })
 	cfg := deliverConfig(t, dbURL, redisURL, rcv.srv.URL+"/hooks/shipments", "pause"+randomID())
 	g := startGateway(t, cfg)
@@ -96,7 +96,7 @@ func TestPauseEndToEnd(t *testing.T) {
 		_ = i
 	}
 	// Every job comes to a worker and is sent back, twice at least.
-	waitFor(t, "each job sent back twice by the pause", time.Minute, func() bool {
+	testkit.Eventually(t, "each job sent back twice by the pause", time.Minute, func() bool {
 		jobs, rows := pausedRows(t, pool, ids)
 		return jobs == n && rows >= 2*n
 	})
@@ -123,7 +123,7 @@ func TestPauseEndToEnd(t *testing.T) {
 	}
 	for _, id := range ids {
 		var j jobDoc
-		waitFor(t, "job "+id+" succeeded after the resume", time.Minute, func() bool {
+		testkit.Eventually(t, "job "+id+" succeeded after the resume", time.Minute, func() bool {
 			j = decodeJob(t, getJob(t, g.public, id, "acme-key"))
 			return j.Status == "succeeded"
 		})
@@ -154,7 +154,7 @@ func TestPauseEndToEnd(t *testing.T) {
 // TestPauseUntil pauses a queue from the CLI for a few seconds: its jobs
 // are sent back meanwhile and run once by themselves when it ends.
 func TestPauseUntil(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	rcv := newCountingReceiver(t, func() int { return http.StatusOK })
 	queue := "until" + randomID()
 	cfg := deliverConfig(t, dbURL, redisURL, rcv.srv.URL+"/hooks/shipments", queue)
@@ -172,7 +172,7 @@ func TestPauseUntil(t *testing.T) {
 	}
 	for _, id := range ids {
 		var j jobDoc
-		waitFor(t, "job "+id+" succeeded once the pause ended", time.Minute, func() bool {
+		testkit.Eventually(t, "job "+id+" succeeded once the pause ended", time.Minute, func() bool {
 			j = decodeJob(t, getJob(t, g.public, id, "acme-key"))
 			return j.Status == "succeeded"
 		})
@@ -196,7 +196,7 @@ func TestPauseUntil(t *testing.T) {
 // it, no delivery reaches the receiver while it is open, and it closes by
 // itself, after which the jobs succeed.
 func TestPauseBreaker(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	var (
 		mu      sync.Mutex
 		failing = true
@@ -235,7 +235,7 @@ func TestPauseBreaker(t *testing.T) {
 		Story        string
 	}
 	var open pauseDoc
-	waitFor(t, "the breaker opened", time.Minute, func() bool {
+	testkit.Eventually(t, "the breaker opened", time.Minute, func() bool {
 		r := adminDo(t, g, "GET", "/admin/limits/"+name, adminToken)
 		var lim struct{ Paused []pauseDoc }
 		if r.status != 200 || json.Unmarshal(r.body, &lim) != nil || len(lim.Paused) == 0 {
@@ -257,7 +257,7 @@ func TestPauseBreaker(t *testing.T) {
 	mu.Unlock()
 	// The breaker closes by itself: the jobs succeed.
 	for _, id := range ids {
-		waitFor(t, "job "+id+" succeeded after the breaker closed", time.Minute, func() bool {
+		testkit.Eventually(t, "job "+id+" succeeded after the breaker closed", time.Minute, func() bool {
 			return decodeJob(t, getJob(t, g.public, id, "acme-key")).Status == "succeeded"
 		})
 	}
@@ -299,7 +299,7 @@ func TestPauseBreaker(t *testing.T) {
 // TestPauseAdminRefusals sends the admin API what it refuses.
 func TestPauseAdminRefusals(t *testing.T) {
 	t.Parallel()
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	cfg := deliverConfig(t, dbURL, redisURL, "http://127.0.0.1:1/hooks", "ref"+randomID())
 	g := startGateway(t, cfg)
 	for _, tc := range []struct {
@@ -351,7 +351,7 @@ func TestPauseAdminRefusals(t *testing.T) {
 // with exit code 2.
 func TestPauseCLIFlags(t *testing.T) {
 	t.Parallel()
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	cfg := deliverConfig(t, dbURL, redisURL, "http://127.0.0.1:1/hooks", "flags"+randomID())
 	for _, tc := range []struct {
 		name string

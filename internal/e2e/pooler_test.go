@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/internal/topology"
 )
 
@@ -19,7 +19,7 @@ import (
 func TestPoolerWithoutQueryModeIsRefused(t *testing.T) {
 	t.Parallel()
 	bouncer := topology.StartPgBouncer(t)
-	pooled := bouncer.URL(testenv.PostgresURL(t))
+	pooled := bouncer.URL(testkit.PostgresURL(t))
 	cfg := writeConfig(t, "postgres", pooled, "", "http://127.0.0.1:1", "")
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -37,7 +37,7 @@ func TestPoolerWithoutQueryModeIsRefused(t *testing.T) {
 // database_url (and DATABASE_URL) lead nowhere.
 func TestMigrateUsesTheDirectURL(t *testing.T) {
 	t.Parallel()
-	direct := testenv.Database(t, exampleTables())
+	direct := testkit.Database(t, exampleTables())
 	nowhere := "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2"
 	cfg := writeConfig(t, "postgres", nowhere, "", "http://127.0.0.1:1", fmt.Sprintf("database_direct_url: %q\n", direct))
 	tests := []struct {
@@ -65,7 +65,7 @@ func TestMigrateUsesTheDirectURL(t *testing.T) {
 func TestMigrateThroughAPoolerIsRefused(t *testing.T) {
 	t.Parallel()
 	bouncer := topology.StartPgBouncer(t)
-	direct := testenv.Database(t, exampleTables())
+	direct := testkit.Database(t, exampleTables())
 	pooled := bouncer.URL(direct)
 	for _, args := range [][]string{{"migrate", "up"}, {"migrate", "down"}} {
 		code, out, errOut := cli(t, map[string]string{"DATABASE_URL": pooled}, args...)

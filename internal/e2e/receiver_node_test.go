@@ -18,7 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -79,7 +79,7 @@ func startReceiverNode(t *testing.T, nodeBin, dbURL, schema string) string {
 		}
 	}
 	cmd.Env = append(cmd.Env, "PORT=0", "DATABASE_URL="+dbURL, "WEBHOOK_SECRET="+webhookSecret, "PGSCHEMA="+schema)
-	out, errOut := &testenv.SyncBuffer{}, &testenv.SyncBuffer{}
+	out, errOut := &testkit.SyncBuffer{}, &testkit.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, errOut
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Start(); err != nil {
@@ -104,7 +104,7 @@ func startReceiverNode(t *testing.T, nodeBin, dbURL, schema string) string {
 	})
 	listening := regexp.MustCompile(`receiver-node listening on (http://127\.0\.0\.1:[0-9]+)`)
 	var base string
-	waitFor(t, "receiver-node listening", time.Minute, func() bool {
+	testkit.Eventually(t, "receiver-node listening", time.Minute, func() bool {
 		select {
 		case err := <-done:
 			exited = true
@@ -149,11 +149,11 @@ func TestTypeScriptReceiverEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Skip("node is not on PATH: skipping the TypeScript receiver end-to-end test (make node installs Node.js and builds the receiver)")
 	}
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
-	baseURL := testenv.PostgresURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
+	baseURL := testkit.PostgresURL(t)
 	buildReceiverNode(t)
 
-	pool := testenv.PoolAt(t, dbURL)
+	pool := testkit.PoolAt(t, dbURL)
 
 	// The receiver's tables live in a schema of their own, dropped after
 	// the receiver has stopped (cleanups run last registered first).
@@ -233,7 +233,7 @@ func TestTypeScriptReceiverEndToEnd(t *testing.T) {
 
 	// Every job succeeds, with the receiver's result_ref.
 	docs := map[string]jobDoc{}
-	waitFor(t, "every job succeeded", 3*time.Minute, func() bool {
+	testkit.Eventually(t, "every job succeeded", 3*time.Minute, func() bool {
 		for _, j := range jobs {
 			if _, ok := docs[j.id]; ok {
 				continue

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	sdk "github.com/idemgate/idemgate/client"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // slotReceiver counts the deliveries of each job and keeps the time of
@@ -85,9 +85,9 @@ func TestScheduleFiresEachSlotOnceAcrossFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a schedule for about 20 seconds")
 	}
-	rs := testenv.RedisServer(t)
-	dbURL := testenv.Postgres(t, exampleTables())
-	pool := testenv.PoolAt(t, dbURL)
+	rs := testkit.RedisServer(t)
+	dbURL := testkit.Postgres(t, exampleTables())
+	pool := testkit.PoolAt(t, dbURL)
 	recv, url := newSlotReceiver(t)
 	queue := "sched" + randomID()
 	cfg := scheduleConfig(t, dbURL, "redis://"+rs.Addr()+"/0", url, queue, `schedules:
@@ -98,17 +98,17 @@ func TestScheduleFiresEachSlotOnceAcrossFailover(t *testing.T) {
 	}
 	stopA := startWorker(t, cfg)
 	startWorker(t, cfg)
-	waitFor(t, "4 slots fired", time.Minute, func() bool { return slots() >= 4 })
+	testkit.Eventually(t, "4 slots fired", time.Minute, func() bool { return slots() >= 4 })
 	if err := stopA(); err != nil {
 		t.Fatal(err)
 	}
 	at := slots()
-	waitFor(t, "4 slots fired after the first worker stopped", time.Minute, func() bool { return slots() >= at+4 })
+	testkit.Eventually(t, "4 slots fired after the first worker stopped", time.Minute, func() bool { return slots() >= at+4 })
 	if err := rs.Client.FlushAll(t.Context()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	at = slots()
-	waitFor(t, "4 slots fired after the queue's Redis was flushed", time.Minute, func() bool { return slots() >= at+4 })
+	testkit.Eventually(t, "4 slots fired after the queue's Redis was flushed", time.Minute, func() bool { return slots() >= at+4 })
 
 	var fired []string
 	rows, err := pool.Query(t.Context(), `SELECT outcome, COALESCE(job_id, '') FROM schedule_slots WHERE schedule_id = 'tick' ORDER BY slot`)
@@ -127,7 +127,7 @@ func TestScheduleFiresEachSlotOnceAcrossFailover(t *testing.T) {
 	}
 	rows.Close()
 	// Every fired job is delivered, even those whose task the flush lost.
-	waitFor(t, "every fired job delivered", time.Minute, func() bool {
+	testkit.Eventually(t, "every fired job delivered", time.Minute, func() bool {
 		recv.mu.Lock()
 		defer recv.mu.Unlock()
 		for _, id := range fired {
@@ -191,11 +191,11 @@ func call(t *testing.T, base, method, path, apiKey, body string, h map[string]st
 // shows the last fire, pause and resume, DELETE, and the admin
 // backfill meets the slots that fired.
 func TestSchedulesAPI(t *testing.T) {
-	dbURL := testenv.Postgres(t, exampleTables())
-	pool := testenv.PoolAt(t, dbURL)
+	dbURL := testkit.Postgres(t, exampleTables())
+	pool := testkit.PoolAt(t, dbURL)
 	recv, url := newSlotReceiver(t)
 	queue := "schedapi" + randomID()
-	cfg := scheduleConfig(t, dbURL, testenv.RedisURL(t), url, queue, "")
+	cfg := scheduleConfig(t, dbURL, testkit.RedisURL(t), url, queue, "")
 	g := startGateway(t, cfg)
 	startWorker(t, cfg)
 	put := func(id, body string) (int, map[string]any) {
@@ -267,7 +267,7 @@ func TestSchedulesAPI(t *testing.T) {
 	if status, same := trigger("run-now-1"); status != http.StatusAccepted || same["id"] != fired["id"] {
 		t.Fatalf("trigger again with the key: %d %v; want the same job", status, same)
 	}
-	waitFor(t, "the triggered job delivered", 30*time.Second, func() bool {
+	testkit.Eventually(t, "the triggered job delivered", 30*time.Second, func() bool {
 		recv.mu.Lock()
 		defer recv.mu.Unlock()
 		return recv.count[fired["id"].(string)] == 1
@@ -332,9 +332,9 @@ func paris(t *testing.T) *time.Location {
 // The Go SDK drives the schedules API: put, get, list, pause, resume,
 // trigger once per key, delete, and the quota's refusal.
 func TestSchedulesSDK(t *testing.T) {
-	dbURL := testenv.Postgres(t, exampleTables())
+	dbURL := testkit.Postgres(t, exampleTables())
 	_, url := newSlotReceiver(t)
-	cfg := scheduleConfig(t, dbURL, testenv.RedisURL(t), url, "schedsdk"+randomID(), "")
+	cfg := scheduleConfig(t, dbURL, testkit.RedisURL(t), url, "schedsdk"+randomID(), "")
 	g := startGateway(t, cfg)
 	c := sdk.New(g.public, sdk.WithAPIKey("acme-key"))
 	ctx := t.Context()

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // TestServeRedisWait: idemgate serve with store redis and
@@ -12,7 +12,7 @@ import (
 // while the replica is stopped refuses new keys with 503 without calling
 // the upstream.
 func TestServeRedisWait(t *testing.T) {
-	primary, replica := testenv.RedisReplicated(t)
+	primary, replica := testkit.RedisReplicated(t)
 	up := newUpstream(t)
 	cfg := configHead("redis", "", "redis://"+primary.Addr()+"/0") + fmt.Sprintf(`auth: {mode: api_key}
 tenants:

@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/examples/partnersim"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -41,8 +41,8 @@ type relayWorld struct {
 
 func newRelayWorld(t *testing.T, redisURL string) *relayWorld {
 	t.Helper()
-	dbURL := testenv.Postgres(t, exampleTables())
-	pool := testenv.PoolAt(t, dbURL)
+	dbURL := testkit.Postgres(t, exampleTables())
+	pool := testkit.PoolAt(t, dbURL)
 	if _, err := pool.Exec(context.Background(),
 		`INSERT INTO inventory_items (tenant, sku, initial_stock, stock, fencing_token) VALUES ('acme', 'sku-r', 1000, 1000, 0)`); err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ func (w *relayWorld) accept(t *testing.T, subs []submission) {
 func (w *relayWorld) everyJobOnce(t *testing.T, subs []submission) {
 	t.Helper()
 	total := len(subs)
-	waitFor(t, "every job succeeded", 3*time.Minute, func() bool {
+	testkit.Eventually(t, "every job succeeded", 3*time.Minute, func() bool {
 		return count(t, w.pool, `SELECT count(*) FROM jobs WHERE status = 'succeeded'`) == total
 	})
 	perKind := total / 4
@@ -128,7 +128,7 @@ func inspectorFor(t *testing.T, redisURL string) *asynq.Inspector {
 // The queue lost the tasks of accepted jobs: the worker's relay enqueues
 // them again and every job has its effect exactly once.
 func TestRelayDeliversLostTasks(t *testing.T) {
-	redisURL := testenv.RedisURL(t)
+	redisURL := testkit.RedisURL(t)
 	w := newRelayWorld(t, redisURL)
 	inspector := inspectorFor(t, redisURL)
 	t.Cleanup(func() { _ = inspector.DeleteQueue(w.queue, true) })
@@ -177,7 +177,7 @@ func (s *redisServer) start(t *testing.T) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + s.port})
 	defer rdb.Close()
-	waitFor(t, "private redis-server up", 30*time.Second, func() bool {
+	testkit.Eventually(t, "private redis-server up", 30*time.Second, func() bool {
 		return rdb.Ping(context.Background()).Err() == nil
 	})
 }
@@ -220,7 +220,7 @@ func TestBrokerRestartLosesNoJob(t *testing.T) {
 // every job unfinished for too long and whether its task exists, and
 // `jobs requeue` enqueues the missing ones.
 func TestStuckJobsReportAndRequeue(t *testing.T) {
-	redisURL := testenv.RedisURL(t)
+	redisURL := testkit.RedisURL(t)
 	w := newRelayWorld(t, redisURL)
 	inspector := inspectorFor(t, redisURL)
 	t.Cleanup(func() { _ = inspector.DeleteQueue(w.queue, true) })

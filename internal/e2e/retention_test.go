@@ -13,7 +13,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // TestRetentionInWorker: `idemgate worker` deletes the final jobs past
@@ -21,8 +21,8 @@ import (
 // executions_retention, and counts them on its /metrics; a job within the
 // retention keeps its record and its ledger.
 func TestRetentionInWorker(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
-	pool := testenv.PoolAt(t, dbURL)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
+	pool := testkit.PoolAt(t, dbURL)
 	srv := httptest.NewServer(newScriptedReceiver(t))
 	t.Cleanup(srv.Close)
 	base := deliverConfig(t, dbURL, redisURL, srv.URL+"/hooks/shipments", "ret"+randomID())
@@ -34,14 +34,14 @@ func TestRetentionInWorker(t *testing.T) {
 	g := startGateway(t, cfg)
 	p := runInProcess("worker", "--config", cfg)
 	t.Cleanup(func() { _ = p.stop() })
-	waitFor(t, "worker listening", 30*time.Second, func() bool { return addrs(p.out.String())["worker-admin"] != "" })
+	testkit.Eventually(t, "worker listening", 30*time.Second, func() bool { return addrs(p.out.String())["worker-admin"] != "" })
 
 	var ids []string
 	for i := range 3 {
 		ids = append(ids, submitShipment(t, g, fmt.Sprintf("ret-%d", i), fmt.Sprintf(`{"order_id": "ok-ret-%d", "quantity": 1}`, i)))
 	}
 	for _, id := range ids {
-		waitFor(t, "job "+id+" succeeded", time.Minute, func() bool { return decodeJob(t, getJob(t, g.public, id, "acme-key")).Status == "succeeded" })
+		testkit.Eventually(t, "job "+id+" succeeded", time.Minute, func() bool { return decodeJob(t, getJob(t, g.public, id, "acme-key")).Status == "succeeded" })
 	}
 	count := func(sql string, args ...any) int {
 		t.Helper()
@@ -68,10 +68,10 @@ VALUES (1, now() - interval '90 minutes', 'alice', 'requeue', 'acme', $1), (2, n
 	if _, err := pool.Exec(t.Context(), `UPDATE job_executions SET finished_at = now() - interval '3 hours' WHERE key = 'shipment:ok-ret-0'`); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the janitor deleted the two old jobs", time.Minute, func() bool {
+	testkit.Eventually(t, "the janitor deleted the two old jobs", time.Minute, func() bool {
 		return count(`SELECT count(*) FROM jobs WHERE id = ANY($1)`, ids) == 1
 	})
-	waitFor(t, "the janitor deleted the old execution", time.Minute, func() bool {
+	testkit.Eventually(t, "the janitor deleted the old execution", time.Minute, func() bool {
 		return count(`SELECT count(*) FROM job_executions WHERE key = 'shipment:ok-ret-0'`) == 0
 	})
 	if n := count(`SELECT count(*) FROM job_attempts WHERE job_id = ANY($1)`, ids); n != 1 {
@@ -80,7 +80,7 @@ VALUES (1, now() - interval '90 minutes', 'alice', 'requeue', 'acme', $1), (2, n
 	if n := count(`SELECT count(*) FROM job_executions WHERE key IN ('shipment:ok-ret-1', 'shipment:ok-ret-2')`); n != 2 {
 		t.Errorf("%d executions within their retention left, want 2", n)
 	}
-	waitFor(t, "the janitor deleted the old action", time.Minute, func() bool {
+	testkit.Eventually(t, "the janitor deleted the old action", time.Minute, func() bool {
 		return count(`SELECT count(*) FROM admin_actions WHERE actor = 'alice'`) == 0
 	})
 	if n := count(`SELECT count(*) FROM admin_actions WHERE actor = 'bob'`); n != 1 {
@@ -111,12 +111,12 @@ VALUES (1, now() - interval '90 minutes', 'alice', 'requeue', 'acme', $1), (2, n
 // payload does not outlive the job in Redis and no one can run it again
 // from the queue's console.
 func TestRetentionDeletesArchivedTask(t *testing.T) {
-	dbURL := testenv.Postgres(t, exampleTables())
-	pool := testenv.PoolAt(t, dbURL)
-	_, inspector, queue := testenv.Queue(t, "retarch")
+	dbURL := testkit.Postgres(t, exampleTables())
+	pool := testkit.PoolAt(t, dbURL)
+	_, inspector, queue := testkit.Queue(t, "retarch")
 	srv := httptest.NewServer(newScriptedReceiver(t))
 	t.Cleanup(srv.Close)
-	base := deliverConfig(t, dbURL, testenv.RedisURL(t), srv.URL+"/hooks/shipments", queue)
+	base := deliverConfig(t, dbURL, testkit.RedisURL(t), srv.URL+"/hooks/shipments", queue)
 	text, err := os.ReadFile(base)
 	if err != nil {
 		t.Fatal(err)
@@ -129,8 +129,8 @@ func TestRetentionDeletesArchivedTask(t *testing.T) {
 	// The receiver refuses order "bad-…" for good: the job fails and its
 	// task is archived.
 	id := submitShipment(t, g, "retarch-1", `{"order_id": "bad-retarch", "quantity": 1}`)
-	waitFor(t, "job "+id+" failed", time.Minute, func() bool { return decodeJob(t, getJob(t, g.public, id, "acme-key")).Status == "failed" })
-	waitFor(t, "its task archived", time.Minute, func() bool {
+	testkit.Eventually(t, "job "+id+" failed", time.Minute, func() bool { return decodeJob(t, getJob(t, g.public, id, "acme-key")).Status == "failed" })
+	testkit.Eventually(t, "its task archived", time.Minute, func() bool {
 		info, err := inspector.GetTaskInfo(queue, id)
 		return err == nil && info.State == asynq.TaskStateArchived
 	})
@@ -138,14 +138,14 @@ func TestRetentionDeletesArchivedTask(t *testing.T) {
 	if _, err := pool.Exec(t.Context(), `UPDATE jobs SET finished_at = now() - interval '90 minutes' WHERE id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the janitor deleted the failed job", time.Minute, func() bool {
+	testkit.Eventually(t, "the janitor deleted the failed job", time.Minute, func() bool {
 		var n int
 		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM jobs WHERE id = $1`, id).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n == 0
 	})
-	waitFor(t, "its archived task deleted", time.Minute, func() bool {
+	testkit.Eventually(t, "its archived task deleted", time.Minute, func() bool {
 		_, err := inspector.GetTaskInfo(queue, id)
 		return errors.Is(err, asynq.ErrTaskNotFound)
 	})

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // scheduledDoc is the part of the job document a schedule shows.
@@ -62,8 +62,8 @@ func (c *clockedReceiver) of(orderID string) []time.Time {
 // once, not before not_before.
 func TestScheduledJobEndToEnd(t *testing.T) {
 	rs := newRedisServer(t)
-	dbURL := testenv.Postgres(t, exampleTables())
-	pool := testenv.PoolAt(t, dbURL)
+	dbURL := testkit.Postgres(t, exampleTables())
+	pool := testkit.PoolAt(t, dbURL)
 	rcv := &clockedReceiver{at: map[string][]time.Time{}}
 	srv := httptest.NewServer(rcv)
 	t.Cleanup(srv.Close)
@@ -115,7 +115,7 @@ func TestScheduledJobEndToEnd(t *testing.T) {
 	if d := decodeDoc[scheduledDoc](t, past); past.status != http.StatusAccepted || d.Status != "queued" || d.NotBefore == nil {
 		t.Fatalf("a time past: %d %s, want 202 queued with its not_before", past.status, past.body)
 	}
-	waitFor(t, "worker A ran the job due at once", time.Minute, func() bool { return len(rcv.of("past-"+run)) == 1 })
+	testkit.Eventually(t, "worker A ran the job due at once", time.Minute, func() bool { return len(rcv.of("past-"+run)) == 1 })
 
 	// The job scheduled 3 s ahead.
 	key, order := "sched-"+run, "sched-"+run
@@ -148,7 +148,7 @@ func TestScheduledJobEndToEnd(t *testing.T) {
 	startWorker(t, cfg)
 
 	var got scheduledDoc
-	waitFor(t, "the scheduled job succeeded", 2*time.Minute, func() bool {
+	testkit.Eventually(t, "the scheduled job succeeded", 2*time.Minute, func() bool {
 		got = decodeDoc[scheduledDoc](t, getJob(t, g.public, j.ID, "acme-key"))
 		return got.Status == "succeeded" || got.Status == "failed"
 	})
@@ -156,7 +156,7 @@ func TestScheduledJobEndToEnd(t *testing.T) {
 		t.Errorf("job %+v, want succeeded after one attempt with not_before %s", got, notBefore)
 	}
 	// Count once the queue holds nothing that could deliver it again.
-	waitFor(t, "the queue drained", time.Minute, func() bool {
+	testkit.Eventually(t, "the queue drained", time.Minute, func() bool {
 		qi, err := inspector.GetQueueInfo(queue)
 		return err == nil && qi.Pending+qi.Active+qi.Scheduled+qi.Retry == 0
 	})
@@ -195,8 +195,8 @@ func TestScheduledJobEndToEnd(t *testing.T) {
 // record; once due, its age counts from not_before, and it is reported as
 // the queued job it now is.
 func TestReconcileScheduledJob(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
-	pool := testenv.PoolAt(t, dbURL)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
+	pool := testkit.PoolAt(t, dbURL)
 	queue := "rsch" + randomID()
 	cfg := deliverConfig(t, dbURL, redisURL, "http://127.0.0.1:9/hooks", queue)
 	inspector := inspectorFor(t, redisURL)

@@ -18,7 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	sdk "github.com/idemgate/idemgate/client"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/openapi"
 )
 
@@ -139,7 +139,7 @@ func (l *attemptLog) client(base string, r sdk.Retry) *sdk.Client {
 // whose upstream first answers 503 and then runs slowly, while a
 // concurrent call with the same key meets 409 in-use.
 func TestSDKRetries(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	up := newSDKUpstream(t)
 	// A short lease keeps Retry-After on in-use answers near a second.
 	extra := fmt.Sprintf("  - {name: sdk, methods: [POST], path_prefix: /v1/sdk, upstream: %q, idempotency: {lease: 2s}}\n", up.srv.URL)
@@ -165,7 +165,7 @@ func TestSDKRetries(t *testing.T) {
 			resp, err := logA.client(g.public, retry).Do(ctx, "POST", "/v1/sdk/slow", flowBody, sdk.WithKey(flowKey))
 			first <- result{resp, err}
 		})
-		waitFor(t, "the retry after the 503 reached the upstream", 60*time.Second, func() bool { return len(up.callsOf(flowKey)) == 2 })
+		testkit.Eventually(t, "the retry after the 503 reached the upstream", 60*time.Second, func() bool { return len(up.callsOf(flowKey)) == 2 })
 		b, errB := logB.client(g.public, retry).Do(ctx, "POST", "/v1/sdk/slow", flowBody, sdk.WithKey(flowKey))
 		a := <-first
 
@@ -284,7 +284,7 @@ func TestSDKRetries(t *testing.T) {
 // TestSDKJobs submits a declared job through the SDK to a real gateway and
 // worker, delivered over HTTP to a receiver run here, and waits for it.
 func TestSDKJobs(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
 	var mu sync.Mutex
 	deliveries := map[string]int{} // order_id → deliveries
 	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 func sha(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
@@ -154,7 +154,7 @@ func startGateway(t *testing.T, cfgPath string) *gatewayProc {
 	t.Helper()
 	p := runInProcess("serve", "--config", cfgPath)
 	var a map[string]string
-	waitFor(t, "gateway listening", 30*time.Second, func() bool {
+	testkit.Eventually(t, "gateway listening", 30*time.Second, func() bool {
 		select {
 		case err := <-p.done:
 			t.Fatalf("gateway exited early: %v\n%s", err, p.errOut)
@@ -178,14 +178,14 @@ func startGateway(t *testing.T, cfgPath string) *gatewayProc {
 func startChild(t *testing.T, cfgPath string) (*gatewayProc, *exec.Cmd) {
 	t.Helper()
 	cmd := childCommand("serve", "--config", cfgPath)
-	out := &testenv.SyncBuffer{}
+	out := &testkit.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, io.Discard
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	var a map[string]string
-	waitFor(t, "child gateway listening", 60*time.Second, func() bool {
+	testkit.Eventually(t, "child gateway listening", 60*time.Second, func() bool {
 		a = addrs(out.String())
 		return a["public"] != ""
 	})
@@ -296,9 +296,9 @@ type storeSetup struct {
 
 func storeSetups(t *testing.T) []storeSetup {
 	return []storeSetup{
-		{name: "postgres", dbURL: testenv.Postgres(t, exampleTables()), redisURL: testenv.RedisURL(t), shared: true},
-		{name: "redis", dbURL: testenv.Postgres(t, exampleTables()), redisURL: testenv.RedisURL(t), shared: true},
-		{name: "memory", redisURL: testenv.RedisURL(t)},
+		{name: "postgres", dbURL: testkit.Postgres(t, exampleTables()), redisURL: testkit.RedisURL(t), shared: true},
+		{name: "redis", dbURL: testkit.Postgres(t, exampleTables()), redisURL: testkit.RedisURL(t), shared: true},
+		{name: "memory", redisURL: testkit.RedisURL(t)},
 	}
 }
 
@@ -321,7 +321,7 @@ func TestServeEndToEnd(t *testing.T) {
 				key := k("drain")
 				done := make(chan resp, 1)
 				go func() { done <- send(t, g.public, req{path: "/v1/slow/held?ms=1000", key: key}) }()
-				waitFor(t, "upstream got the request", 20*time.Second, func() bool { return up.count("/v1/slow/held", key) == 1 })
+				testkit.Eventually(t, "upstream got the request", 20*time.Second, func() bool { return up.count("/v1/slow/held", key) == 1 })
 				if err := g.stop(); err != nil {
 					t.Fatalf("run returned %v on shutdown, want nil", err)
 				}
@@ -353,7 +353,7 @@ func testStatusTable(t *testing.T, g *gatewayProc, up *upstream, k func(string) 
 	inflight := k("inflight")
 	slowDone := make(chan resp, 1)
 	go func() { slowDone <- send(t, g.public, req{path: "/v1/slow/held?ms=1500", key: inflight}) }()
-	waitFor(t, "slow request reached the upstream", 20*time.Second, func() bool { return up.count("/v1/slow/held", inflight) == 1 })
+	testkit.Eventually(t, "slow request reached the upstream", 20*time.Second, func() bool { return up.count("/v1/slow/held", inflight) == 1 })
 
 	hang := k("hang")
 	tests := []struct {
@@ -516,7 +516,7 @@ func testSlowLease(t *testing.T, g *gatewayProc, up *upstream, k func(string) st
 	key := k("lease")
 	done := make(chan resp, 1)
 	go func() { done <- send(t, g.public, req{path: "/v1/slow?ms=5000", key: key}) }()
-	waitFor(t, "slow request reached the upstream", 20*time.Second, func() bool { return up.count("/v1/slow", key) == 1 })
+	testkit.Eventually(t, "slow request reached the upstream", 20*time.Second, func() bool { return up.count("/v1/slow", key) == 1 })
 	retries := 0
 	for {
 		select {
@@ -615,7 +615,7 @@ func killMidRequest(t *testing.T, cfg string, up *upstream, key string) (*gatewa
 		_, err := sendErr(child.public, req{path: "/v1/slow?ms=60000", key: key})
 		errc <- err
 	}()
-	waitFor(t, "the doomed gateway forwarded the request", 30*time.Second, func() bool { return up.count("/v1/slow", key) == 1 })
+	testkit.Eventually(t, "the doomed gateway forwarded the request", 30*time.Second, func() bool { return up.count("/v1/slow", key) == 1 })
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -623,7 +623,7 @@ func killMidRequest(t *testing.T, cfg string, up *upstream, key string) (*gatewa
 	killedErr := <-errc
 	g := startGateway(t, cfg)
 	var r resp
-	waitFor(t, "take-over after the lease", 30*time.Second, func() bool {
+	testkit.Eventually(t, "take-over after the lease", 30*time.Second, func() bool {
 		r = send(t, g.public, req{path: "/v1/slow?ms=60000", key: key})
 		return r.status != 409
 	})
@@ -634,7 +634,7 @@ func killMidRequest(t *testing.T, cfg string, up *upstream, key string) (*gatewa
 }
 
 func TestServeStoreDown(t *testing.T) {
-	redisURL := testenv.RedisURL(t)
+	redisURL := testkit.RedisURL(t)
 	up := newUpstream(t)
 	// Nothing listens on port 1: the store is unreachable from the start.
 	cfg := writeConfig(t, "postgres", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=1", redisURL, up.srv.URL, "")

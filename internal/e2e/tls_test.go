@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -120,7 +121,7 @@ admin_tls: {cert_file: %[5]q, key_file: %[6]q}
 
 	second := ca.Issue(t, "127.0.0.1")
 	second.Replace(t, certFile, keyFile)
-	waitFor(t, "the replaced certificate served", 60*time.Second, func() bool {
+	testkit.Eventually(t, "the replaced certificate served", 60*time.Second, func() bool {
 		return doTLS(t, tlsClient(t, ca), "POST", g.public+"/v1/mtls", "acme-key", "new-"+randomID()).serial == second.Cert.SerialNumber.String()
 	})
 	if r := doTLS(t, kept, "POST", g.public+"/v1/mtls", "acme-key", "kept-"+randomID()); r.serial != first.Cert.SerialNumber.String() || r.status != http.StatusCreated {
@@ -173,5 +174,5 @@ func TestSIGHUPReloadsCertificates(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the certificate re-read on SIGHUP", 60*time.Second, func() bool { return serial() == second.Cert.SerialNumber.String() })
+	testkit.Eventually(t, "the certificate re-read on SIGHUP", 60*time.Second, func() bool { return serial() == second.Cert.SerialNumber.String() })
 }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/idemgate/idemgate/examples/partnersim"
 	"github.com/idemgate/idemgate/examples/shipments"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/receiver"
 )
@@ -54,8 +54,8 @@ type siblingDoc struct {
 // charge as the first's (greyed, linked), and is no violation: the
 // charge is the first job's, and reconcile says clean.
 func TestExplainRefusedBySibling(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
-	pool := testenv.PoolAt(t, dbURL)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
+	pool := testkit.PoolAt(t, dbURL)
 	srv := httptest.NewServer(partnersim.New(partnersim.Options{}))
 	t.Cleanup(srv.Close)
 	cfg := flowConfig(t, dbURL, redisURL, srv.URL, "sib"+randomID())
@@ -73,11 +73,11 @@ func TestExplainRefusedBySibling(t *testing.T) {
 		return job.ID("acme", "charges", key)
 	}
 	first := charge("pay-a-"+payment, 1250)
-	waitFor(t, "the first payment succeeded", 2*time.Minute, func() bool {
+	testkit.Eventually(t, "the first payment succeeded", 2*time.Minute, func() bool {
 		return count(t, pool, `SELECT count(*) FROM jobs WHERE id = $1 AND status = 'succeeded'`, first) == 1
 	})
 	second := charge("pay-b-"+payment, 999)
-	waitFor(t, "the second payment failed", 2*time.Minute, func() bool {
+	testkit.Eventually(t, "the second payment failed", 2*time.Minute, func() bool {
 		return count(t, pool, `SELECT count(*) FROM jobs WHERE id = $1 AND status = 'failed'`, second) == 1
 	})
 
@@ -169,8 +169,8 @@ func (h *hangingReceiver) called() int {
 // say the receiver may have applied it at that attempt and token, drawn
 // in amber, and never that nothing happened.
 func TestExplainDeliveryMayHaveApplied(t *testing.T) {
-	dbURL, redisURL := testenv.Postgres(t, exampleTables()), testenv.RedisURL(t)
-	pool := testenv.PoolAt(t, dbURL)
+	dbURL, redisURL := testkit.Postgres(t, exampleTables()), testkit.RedisURL(t)
+	pool := testkit.PoolAt(t, dbURL)
 	if err := shipments.EnsureSchema(t.Context(), pool); err != nil {
 		t.Fatal(err)
 	}
@@ -194,14 +194,14 @@ func TestExplainDeliveryMayHaveApplied(t *testing.T) {
 
 	order := "o-" + randomID()
 	id := submitShipment(t, g, "k-"+order, fmt.Sprintf(`{"order_id": %q, "quantity": 2}`, order))
-	waitFor(t, "the second delivery refused", 2*time.Minute, func() bool {
+	testkit.Eventually(t, "the second delivery refused", 2*time.Minute, func() bool {
 		return rcv.called() >= 2 && count(t, pool, `SELECT count(*) FROM job_attempts WHERE job_id = $1 AND outcome IS NOT NULL`, id) >= 2 &&
 			count(t, pool, `SELECT count(*) FROM jobs WHERE id = $1 AND status = 'retrying'`, id) == 1
 	})
 	if r := adminDo(t, g, http.MethodPost, "/admin/jobs/"+id+"/cancel", adminToken); r.status != http.StatusOK && r.status != http.StatusAccepted {
 		t.Fatalf("cancel: %d %s", r.status, r.body)
 	}
-	waitFor(t, "the job cancelled", time.Minute, func() bool {
+	testkit.Eventually(t, "the job cancelled", time.Minute, func() bool {
 		return count(t, pool, `SELECT count(*) FROM jobs WHERE id = $1 AND status = 'cancelled'`, id) == 1
 	})
 	var bookedBy string

@@ -1,4 +1,4 @@
-package testenv
+package testkit
 
 import (
 	"crypto/hmac"
@@ -17,7 +17,7 @@ func WebhookSignature(t testing.TB, secret, id string, ts int64, body []byte) st
 	t.Helper()
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
 	if err != nil {
-		t.Fatalf("testenv: webhook secret: %v", err)
+		t.Fatalf("testkit: webhook secret: %v", err)
 	}
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte(id + "." + strconv.FormatInt(ts, 10) + "."))

@@ -1,7 +1,6 @@
-package testenv
+package testkit
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -67,7 +66,7 @@ func startRedis(t testing.TB, extra ...string) *PrivateRedis {
 			}
 		}
 	})
-	Eventually(t, fmt.Sprintf("redis on %d", port), func(ctx context.Context) error { return r.Client.Ping(ctx).Err() })
+	Eventually(t, fmt.Sprintf("redis on %d", port), 30*time.Second, func() bool { return r.Client.Ping(t.Context()).Err() == nil })
 	return r
 }
 
@@ -102,34 +101,10 @@ func RedisReplicated(t testing.TB) (primary, replica *PrivateRedis) {
 // first acknowledgement arrives, not when its own link is up).
 func WaitInSync(t testing.TB, primary, replica *PrivateRedis) {
 	t.Helper()
-	Eventually(t, fmt.Sprintf("replica %d online", replica.Port), func(ctx context.Context) error {
-		info, err := primary.Client.Info(ctx, "replication").Result()
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(info, "port="+strconv.Itoa(replica.Port)+",state=online") {
-			return fmt.Errorf("not online: %s", info)
-		}
-		return nil
+	Eventually(t, fmt.Sprintf("replica %d online", replica.Port), 30*time.Second, func() bool {
+		info, err := primary.Client.Info(t.Context(), "replication").Result()
+		return err == nil && strings.Contains(info, "port="+strconv.Itoa(replica.Port)+",state=online")
 	})
-}
-
-// Eventually retries check until it succeeds, for at most 30 seconds.
-func Eventually(t testing.TB, what string, check func(context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	for {
-		err := check(ctx)
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: %v", what, err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // RedisClusterReplicated starts a Redis Cluster of two primaries, each with a
@@ -162,20 +137,14 @@ func RedisClusterReplicated(t testing.TB) (primaries, replicas [2]*PrivateRedis)
 		if err != nil {
 			t.Fatal(err)
 		}
-		Eventually(t, "replica knows its primary", func(ctx context.Context) error {
-			return r.Client.ClusterReplicate(ctx, id).Err()
+		Eventually(t, "replica knows its primary", 30*time.Second, func() bool {
+			return r.Client.ClusterReplicate(ctx, id).Err() == nil
 		})
 	}
 	for _, r := range all {
-		Eventually(t, fmt.Sprintf("cluster ok on %d", r.Port), func(ctx context.Context) error {
+		Eventually(t, fmt.Sprintf("cluster ok on %d", r.Port), 30*time.Second, func() bool {
 			info, err := r.Client.ClusterInfo(ctx).Result()
-			if err != nil {
-				return err
-			}
-			if !strings.Contains(info, "cluster_state:ok") {
-				return fmt.Errorf("cluster not ok")
-			}
-			return nil
+			return err == nil && strings.Contains(info, "cluster_state:ok")
 		})
 	}
 	for i, r := range replicas {

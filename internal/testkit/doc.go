@@ -1,4 +1,4 @@
-// Package testenv gives integration tests their services: a PostgreSQL
+// Package testkit gives integration tests their services: a PostgreSQL
 // schema (or database) of their own with every migration applied, and a
 // Redis URL. Tests that need a service skip with a clear message when its
 // variable is unset; `make test` sets them all, so there nothing is
@@ -6,9 +6,9 @@
 // their own (replicas.go; redis-server in PATH, required under
 // TEST_TOPOLOGY).
 //
-//	dbURL := testenv.Postgres(t)   // TEST_DATABASE_URL, fresh schema
-//	direct := testenv.Database(t)  // a fresh database, for tests through a pooler
-//	rdb := testenv.Redis(t)        // TEST_REDIS_URL
-//	primary, replica := testenv.RedisReplicated(t)
+//	dbURL := testkit.Postgres(t)   // TEST_DATABASE_URL, fresh schema
+//	direct := testkit.Database(t)  // a fresh database, for tests through a pooler
+//	rdb := testkit.Redis(t)        // TEST_REDIS_URL
+//	primary, replica := testkit.RedisReplicated(t)
 //	resume := replica.Stop(t)      // SIGSTOP until resume()
-package testenv
+package testkit

@@ -1,4 +1,4 @@
-package testenv
+package testkit
 
 import (
 	"context"
@@ -23,7 +23,7 @@ func Database(t testing.TB, more ...migrations.Set) string {
 	base := PostgresURL(t)
 	u, err := url.Parse(base)
 	if err != nil {
-		t.Fatalf("testenv: TEST_DATABASE_URL: %v", err)
+		t.Fatalf("testkit: TEST_DATABASE_URL: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -31,24 +31,24 @@ func Database(t testing.TB, more ...migrations.Set) string {
 	name := "t_" + randomHex(8)
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
-		t.Fatalf("testenv: connect: %v", err)
+		t.Fatalf("testkit: connect: %v", err)
 	}
 	defer admin.Close(context.Background())
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("testenv: create database: %v", err)
+		t.Fatalf("testkit: create database: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		conn, err := pgx.Connect(ctx, base)
 		if err != nil {
-			t.Logf("testenv: database %s not dropped: %v", name, err)
+			t.Logf("testkit: database %s not dropped: %v", name, err)
 			return
 		}
 		defer conn.Close(context.Background())
 		// FORCE ends the connections a pooler may still hold to it.
 		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Logf("testenv: database %s not dropped: %v", name, err)
+			t.Logf("testkit: database %s not dropped: %v", name, err)
 		}
 	})
 

@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idemgate/idemgate/internal/faultproxy"
+	"github.com/idemgate/idemgate/internal/testkit/faultproxy"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

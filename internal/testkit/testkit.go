@@ -1,4 +1,4 @@
-package testenv
+package testkit
 
 import (
 	"context"
@@ -62,11 +62,11 @@ func EmptySchema(t testing.TB) string {
 	schema := "t_" + randomHex(8)
 	admin, err := sql.Open("pgx", base)
 	if err != nil {
-		t.Fatalf("testenv: open postgres: %v", err)
+		t.Fatalf("testkit: open postgres: %v", err)
 	}
 	defer admin.Close()
 	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatalf("testenv: create schema: %v", err)
+		t.Fatalf("testkit: create schema: %v", err)
 	}
 	t.Cleanup(func() {
 		db, err := sql.Open("pgx", base)
@@ -87,15 +87,15 @@ func migrate(ctx context.Context, t testing.TB, dbURL string, more []migrations.
 	t.Helper()
 	db, err := sql.Open("pgx", dbURL)
 	if err != nil {
-		t.Fatalf("testenv: open postgres: %v", err)
+		t.Fatalf("testkit: open postgres: %v", err)
 	}
 	defer db.Close()
 	if err := migrations.Up(ctx, db); err != nil {
-		t.Fatalf("testenv: migrate: %v", err)
+		t.Fatalf("testkit: migrate: %v", err)
 	}
 	for _, m := range more {
 		if err := m.Up(ctx, db); err != nil {
-			t.Fatalf("testenv: migrate %s: %v", m.Table, err)
+			t.Fatalf("testkit: migrate %s: %v", m.Table, err)
 		}
 	}
 }
@@ -113,7 +113,7 @@ func PoolAt(t testing.TB, dbURL string) *pgxpool.Pool {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), dbURL)
 	if err != nil {
-		t.Fatalf("testenv: pool: %v", err)
+		t.Fatalf("testkit: pool: %v", err)
 	}
 	t.Cleanup(pool.Close)
 	return pool
@@ -124,7 +124,7 @@ func WithSearchPath(t testing.TB, dbURL, schema string) string {
 	t.Helper()
 	u, err := url.Parse(dbURL)
 	if err != nil {
-		t.Fatalf("testenv: TEST_DATABASE_URL: %v", err)
+		t.Fatalf("testkit: TEST_DATABASE_URL: %v", err)
 	}
 	q := u.Query()
 	q.Set("search_path", schema)
@@ -143,7 +143,7 @@ func Redis(t testing.TB) *redis.Client {
 	t.Helper()
 	opt, err := redis.ParseURL(RedisURL(t))
 	if err != nil {
-		t.Fatalf("testenv: TEST_REDIS_URL: %v", err)
+		t.Fatalf("testkit: TEST_REDIS_URL: %v", err)
 	}
 	c := redis.NewClient(opt)
 	t.Cleanup(func() { _ = c.Close() })

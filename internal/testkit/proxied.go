@@ -1,4 +1,4 @@
-package testenv
+package testkit
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/faultproxy"
+	"github.com/idemgate/idemgate/internal/testkit/faultproxy"
 )
 
 // Proxied puts a fault proxy in front of the host of rawURL (a redis://
@@ -18,11 +18,11 @@ func Proxied(t testing.TB, rawURL string) (string, *faultproxy.Proxy) {
 	t.Helper()
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		t.Fatalf("testenv: proxied URL: %v", err)
+		t.Fatalf("testkit: proxied URL: %v", err)
 	}
 	proxy, err := faultproxy.New(u.Host)
 	if err != nil {
-		t.Fatalf("testenv: fault proxy: %v", err)
+		t.Fatalf("testkit: fault proxy: %v", err)
 	}
 	t.Cleanup(func() {
 		proxy.Thaw()
@@ -42,7 +42,7 @@ func ProxiedPool(t testing.TB, dbURL string, configure func(*pgxpool.Config)) (*
 	proxied, proxy := Proxied(t, dbURL)
 	cfg, err := pgxpool.ParseConfig(proxied)
 	if err != nil {
-		t.Fatalf("testenv: proxied pool: %v", err)
+		t.Fatalf("testkit: proxied pool: %v", err)
 	}
 	cfg.MaxConns = 4
 	if configure != nil {
@@ -50,7 +50,7 @@ func ProxiedPool(t testing.TB, dbURL string, configure func(*pgxpool.Config)) (*
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
-		t.Fatalf("testenv: proxied pool: %v", err)
+		t.Fatalf("testkit: proxied pool: %v", err)
 	}
 	t.Cleanup(func() {
 		proxy.Thaw()
