@@ -32,7 +32,7 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     go build -o bin/idemgate ./cmd/idemgate && \
     go build -o bin/idemgate-examples ./examples/cmd/idemgate-examples && \
-    go build -o bin/partnersim ./cmd/partnersim && \
+    go build -o bin/partnersim ./examples/cmd/partnersim && \
     go build -o bin/shipments-receiver ./examples/shipments/cmd/shipments-receiver
 
 FROM gcr.io/distroless/static-debian12:nonroot

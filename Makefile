@@ -22,7 +22,7 @@ help: ## list the targets
 build: ## build bin/idemgate, bin/idemgate-examples (idemgate with the example jobs), bin/partnersim and the example shipments receiver
 	$(GO) build -o bin/idemgate ./cmd/idemgate
 	$(GO) build -o bin/idemgate-examples ./examples/cmd/idemgate-examples
-	$(GO) build -o bin/partnersim ./cmd/partnersim
+	$(GO) build -o bin/partnersim ./examples/cmd/partnersim
 	$(GO) build -o bin/shipments-receiver ./examples/shipments/cmd/shipments-receiver
 
 .PHONY: services

@@ -11,7 +11,7 @@ import (
 
 	"github.com/idemgate/idemgate"
 	"github.com/idemgate/idemgate/extension"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/workers"
 )
 
@@ -96,7 +96,7 @@ routes:
 // own. The product's migrate up and down afterwards leave them alone.
 func TestMigrationsOfAnExtensionAreTheirOwn(t *testing.T) {
 	t.Parallel()
-	dbURL := testenv.EmptySchema(t)
+	dbURL := testkit.EmptySchema(t)
 	env := map[string]string{"DATABASE_URL": dbURL}
 	db, err := sql.Open("pgx", dbURL)
 	if err != nil {
@@ -160,7 +160,7 @@ func TestMigrationsOfAnExtensionAreTheirOwn(t *testing.T) {
 // with where the queue holds its task.
 func TestReconcileReportsStuckJobs(t *testing.T) {
 	t.Parallel()
-	dbURL := testenv.Postgres(t)
+	dbURL := testkit.Postgres(t)
 	db, err := sql.Open("pgx", dbURL)
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/idemgate/idemgate/client"
 	"github.com/idemgate/idemgate/gateway"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
@@ -23,8 +23,8 @@ import (
 // carries its problem, a retry replays the batch, an atomic batch with a
 // bad item is a batch-refused error, and GetBatch counts the jobs.
 func TestSubmitBatch(t *testing.T) {
-	pool := testenv.Pool(t)
-	queue, _, qname := testenv.Queue(t, "sdkbatch")
+	pool := testkit.Pool(t)
+	queue, _, qname := testkit.Queue(t, "sdkbatch")
 	spec, err := job.NewSpec("email.send", []byte(`{"type":"object","required":["to"],"properties":{"to":{"type":"string"}}}`), "email:{to}", "")
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +46,7 @@ func TestSubmitBatch(t *testing.T) {
 	srv := httptest.NewServer(g.Handler())
 	t.Cleanup(func() { srv.Close(); _ = g.Close(t.Context()) })
 	c := client.New(srv.URL, client.WithAPIKey("acme-key"))
-	run := testenv.Prefix()
+	run := testkit.Prefix()
 
 	items := []client.BatchItem{
 		{Key: run + "1", Payload: map[string]string{"to": "a@example.com"}},

@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/examples/partnersim"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/workers"
 )
 
@@ -414,7 +414,7 @@ func TestBusinessValidate(t *testing.T) {
 			b := valid
 			tt.change(&b)
 			err := b.Validate()
-			if !testenv.WantError(t, "Validate", err, tt.want) {
+			if !testkit.WantError(t, "Validate", err, tt.want) {
 				return
 			}
 			if n := len(strings.Split(err.Error(), "\n")); n != len(tt.want) {

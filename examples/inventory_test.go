@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/examples/partnersim"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/workers"
 	"github.com/idemgate/idemgate/workers/fence"
 )
@@ -89,7 +89,7 @@ func TestInventoryBatch(t *testing.T) {
 
 func TestInventoryStaleTokenIsRefused(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t, tables())
+	pool := testkit.Pool(t, tables())
 	s := inventory{db: pool}
 	if err := SeedInventory(t.Context(), pool, "acme", "C", 10); err != nil {
 		t.Fatal(err)
@@ -118,7 +118,7 @@ func TestInventoryStaleTokenIsRefused(t *testing.T) {
 
 func TestInventoryAdjustments(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t, tables())
+	pool := testkit.Pool(t, tables())
 	s := inventory{db: pool}
 	if err := SeedInventory(t.Context(), pool, "acme", "D", 5); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/workers"
 	"github.com/idemgate/idemgate/workers/fence"
 )
@@ -13,7 +13,7 @@ import (
 // success: the second run returns the first invoice.
 func TestInvoiceRerunReturnsTheExistingInvoice(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t, tables())
+	pool := testkit.Pool(t, tables())
 	s := invoices{db: pool}
 	p := InvoiceCreate{OrderID: "o-7", AmountCents: 500, Currency: "EUR"}
 	first, err := s.create(t.Context(), directJob(t, pool, "acme", TaskInvoiceCreate, p))
@@ -38,7 +38,7 @@ func TestInvoiceRerunReturnsTheExistingInvoice(t *testing.T) {
 // owner whose token is stale.
 func TestInvoiceRefusals(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t, tables())
+	pool := testkit.Pool(t, tables())
 	s := invoices{db: pool}
 	original := InvoiceCreate{OrderID: "o-8", AmountCents: 500, Currency: "EUR"}
 	stale := directJob(t, pool, "acme", TaskInvoiceCreate, original) // drawn first, so older than every later token

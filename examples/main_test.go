@@ -21,7 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idemgate/idemgate/examples/partnersim"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers"
 	"github.com/idemgate/idemgate/workers/execution"
@@ -120,7 +120,7 @@ type bizEnv struct {
 // configuration before the handlers are built.
 func newBizEnv(t *testing.T, simOpts partnersim.Options, adjust func(*Business, *workers.Deps)) *bizEnv {
 	t.Helper()
-	e := &bizEnv{pool: testenv.Pool(t, tables()), rdb: testenv.Redis(t), prefix: testenv.Prefix(), keys: &keyLog{}, results: &resultLog{}}
+	e := &bizEnv{pool: testkit.Pool(t, tables()), rdb: testkit.Redis(t), prefix: testkit.Prefix(), keys: &keyLog{}, results: &resultLog{}}
 	e.sim = partnersim.New(simOpts)
 	e.partner = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.keys.add(r.Header.Get("Idempotency-Key"))
@@ -131,7 +131,7 @@ func newBizEnv(t *testing.T, simOpts partnersim.Options, adjust func(*Business, 
 		DB:       e.pool,
 		Redis:    e.rdb,
 		Lock:     lock.Options{Prefix: e.prefix, TTL: 20 * time.Second},
-		Logger:   testenv.Logger(),
+		Logger:   testkit.Logger(),
 		OnStatus: e.results.record,
 	}
 	b := Business{
@@ -139,7 +139,7 @@ func newBizEnv(t *testing.T, simOpts partnersim.Options, adjust func(*Business, 
 		Redis:       e.rdb,
 		PartnerURL:  e.partner.URL,
 		DedupPrefix: e.prefix,
-		Logger:      testenv.Logger(),
+		Logger:      testkit.Logger(),
 	}
 	if adjust != nil {
 		adjust(&b, &deps)

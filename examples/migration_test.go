@@ -11,7 +11,7 @@ import (
 
 	"github.com/pressly/goose/v3"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // tenantMigration is the migration that gives the example tables their
@@ -31,7 +31,7 @@ func (f sqlFiles) ReadDir(name string) ([]fs.DirEntry, error) {
 // the examples' migrations that moves it.
 func beforeTenants(t *testing.T) (*sql.DB, *goose.Provider) {
 	t.Helper()
-	db, err := sql.Open("pgx", testenv.Postgres(t))
+	db, err := sql.Open("pgx", testkit.Postgres(t))
 	if err != nil {
 		t.Fatal(err)
 	}

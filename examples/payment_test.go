@@ -16,7 +16,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/idemgate/idemgate/examples/partnersim"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/workers"
 )
 
@@ -259,8 +259,8 @@ func TestPaymentPartnerRefusalIsPermanent(t *testing.T) {
 }
 
 // newFakeClock is a clock tests move by hand.
-func newFakeClock() *testenv.Clock {
-	return testenv.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+func newFakeClock() *testkit.Clock {
+	return testkit.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 }
 
 // While the partner keeps failing, the breaker opens after Failures calls

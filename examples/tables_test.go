@@ -2,7 +2,7 @@ package examples
 
 import "github.com/idemgate/idemgate/migrations"
 
-// tables are the example tables' migrations, as testenv applies them after
+// tables are the example tables' migrations, as testkit applies them after
 // idemgate's own.
 func tables() migrations.Set {
 	m := Migrations()

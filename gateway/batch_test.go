@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
@@ -34,8 +34,8 @@ type batchGateway struct {
 
 func newBatchGateway(t *testing.T, adjust func(*Options)) batchGateway {
 	t.Helper()
-	pool := testenv.Pool(t)
-	queue, _, qname := testenv.Queue(t, "batch")
+	pool := testkit.Pool(t)
+	queue, _, qname := testkit.Queue(t, "batch")
 	jobs := job.NewSubmitter(pool, queue)
 	opts := testOptions(jobs)
 	opts.Auth.Tenants = append(opts.Auth.Tenants, auth.TenantKeys{Name: "bigco", APIKeySHA256s: []string{hexSum(otherAPIKey)}})
@@ -121,7 +121,7 @@ func compact(t *testing.T, b []byte) string {
 // batch replays the whole answer byte for byte.
 func TestBatchAgreesWithSingleSubmits(t *testing.T) {
 	batched, single := newBatchGateway(t, nil), newBatchGateway(t, nil)
-	run := testenv.Prefix()
+	run := testkit.Prefix()
 	keys := make([]string, 500)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%sitem-%d", run, i)
@@ -180,7 +180,7 @@ func TestBatchAgreesWithSingleSubmits(t *testing.T) {
 // that item with 422 key reused, and the other items go on.
 func TestBatchItemKeyUsedAlone(t *testing.T) {
 	bg := newBatchGateway(t, nil)
-	run := testenv.Prefix()
+	run := testkit.Prefix()
 	resp, first := bg.post(t, "/v1/invoices", run+"a", invoiceBody(0))
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("single: %d %s", resp.StatusCode, first)
@@ -229,7 +229,7 @@ func TestBatchRefusalsRecordNothing(t *testing.T) {
 	bg := newBatchGateway(t, func(o *Options) {
 		o.RateLimits = ratelimit.Limits{"acme": {Tokens: 20, Interval: time.Hour}}
 	})
-	run := testenv.Prefix()
+	run := testkit.Prefix()
 	k := func(s string) string { return run + s }
 
 	for _, tc := range []struct {
@@ -287,7 +287,7 @@ func TestBatchRefusalsRecordNothing(t *testing.T) {
 func TestBatchItemsWithoutKeys(t *testing.T) {
 	for _, require := range []bool{false, true} {
 		bg := newBatchGateway(t, func(o *Options) { o.RequireItemKeys = require })
-		run := testenv.Prefix()
+		run := testkit.Prefix()
 		body := fmt.Sprintf(`{"items":[{"idempotency_key":%q,"body":%s},{"body":%s},{"body":%s}]}`, run+"own", invoiceBody(0), invoiceBody(1), invoiceBody(2))
 		resp, got := bg.post(t, "/v1/invoices:batch", run+"b", body)
 		if require {
@@ -312,7 +312,7 @@ func TestBatchItemsWithoutKeys(t *testing.T) {
 // only, and with ?wait= holds until every job is final.
 func TestBatchGet(t *testing.T) {
 	bg := newBatchGateway(t, nil)
-	run := testenv.Prefix()
+	run := testkit.Prefix()
 	resp, got := bg.post(t, "/v1/invoices:batch", run+"b", batchBody([]string{run + "0", run + "1", run + "2"}, false))
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("%d %s", resp.StatusCode, got)
@@ -363,7 +363,7 @@ func TestBatchGet(t *testing.T) {
 // claimed and answered one by one, with the same outcome.
 func TestBatchOnTheMemoryStore(t *testing.T) {
 	bg := newBatchGateway(t, func(o *Options) { o.Store = memstore.New() })
-	run := testenv.Prefix()
+	run := testkit.Prefix()
 	keys := []string{run + "0", run + "1", run + "2"}
 	body := batchBody(keys, false)
 	resp, got := bg.post(t, "/v1/invoices:batch", run+"b", body)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -16,7 +16,7 @@ import (
 // jobs, submitted through a Submitter, show as the tenants' backlog.
 func TestFairnessAdmin(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	spec, err := job.NewSpec("fair.admin", []byte(`{"type":"object","required":["id"],"properties":{"id":{"type":"string"}}}`), "{id}", "")
 	if err != nil {
 		t.Fatal(err)
@@ -26,7 +26,7 @@ func TestFairnessAdmin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fair.Prefix = testenv.Prefix()
+	fair.Prefix = testkit.Prefix()
 	t.Cleanup(func() {
 		keys, _ := rdb.Keys(context.Background(), fair.Prefix+"*").Result()
 		if len(keys) > 0 {
@@ -35,7 +35,7 @@ func TestFairnessAdmin(t *testing.T) {
 	})
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"}) // pooled jobs never reach it here
 	t.Cleanup(func() { _ = client.Close() })
-	sub := job.NewSubmitter(testenv.Pool(t), client)
+	sub := job.NewSubmitter(testkit.Pool(t), client)
 	sub.Fairness = fair
 	for _, id := range []string{"1", "2", "3"} {
 		if _, err := sub.Submit(t.Context(), job.Request{Tenant: "acme", Route: "r", Key: id, Spec: spec, Body: []byte(`{"id":"` + id + `"}`)}); err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
@@ -44,8 +44,8 @@ func shipmentSpec(t *testing.T) *job.Spec {
 // 503 the client retried for ever; a 3,000-byte resource was accepted and
 // its job stayed queued for ever.
 func TestKeysFromThePayloadAreChecked(t *testing.T) {
-	pool := testenv.Pool(t)
-	queue, inspector, qname := testenv.Queue(t, "keys")
+	pool := testkit.Pool(t)
+	queue, inspector, qname := testkit.Queue(t, "keys")
 	opts := testOptions(job.NewSubmitter(pool, queue))
 	opts.Routes = []RouteOptions{{
 		Name: "shipments", Methods: []string{http.MethodPost}, Path: "/v1/shipments",
@@ -55,7 +55,7 @@ func TestKeysFromThePayloadAreChecked(t *testing.T) {
 	t.Cleanup(store.Close)
 	opts.Store = store
 	g := newTestGateway(t, opts)
-	run := testenv.Prefix()
+	run := testkit.Prefix()
 	auth := []string{"Authorization", "Bearer " + testAPIKey}
 
 	body := func(order, warehouse, account string) string {

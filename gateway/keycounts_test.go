@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
@@ -27,12 +27,12 @@ func TestKeyCountsLastAsLongAsTheRecord(t *testing.T) {
 	}{
 		{"memory", func(*testing.T) idempotency.Store { return memstore.New() }},
 		{"redis", func(t *testing.T) idempotency.Store {
-			s := redisstore.New(testenv.Redis(t), redisstore.WithPrefix(testenv.Prefix()))
+			s := redisstore.New(testkit.Redis(t), redisstore.WithPrefix(testkit.Prefix()))
 			t.Cleanup(func() { _ = s.Close() })
 			return s
 		}},
 		{"postgres", func(t *testing.T) idempotency.Store {
-			s := pgstore.New(testenv.Pool(t))
+			s := pgstore.New(testkit.Pool(t))
 			t.Cleanup(s.Close)
 			return s
 		}},

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/openapi"
@@ -31,15 +31,15 @@ const globexAPIKey = "globex-secret-key"
 
 func newListGateway(t *testing.T) listGateway {
 	t.Helper()
-	pool := testenv.Pool(t)
-	queue, _, qname := testenv.Queue(t, "list")
+	pool := testkit.Pool(t)
+	queue, _, qname := testkit.Queue(t, "list")
 	opts := testOptions(job.NewSubmitter(pool, queue))
 	opts.Auth.Tenants = append(opts.Auth.Tenants, auth.TenantKeys{Name: "globex", APIKeySHA256s: []string{hexSum(globexAPIKey)}})
 	opts.Routes = []RouteOptions{
 		{Name: "invoices", Methods: []string{http.MethodPost}, Path: "/v1/invoices", Enqueue: &EnqueueOptions{Spec: invoiceSpec, Queue: qname}},
 		{Name: "shipments", Methods: []string{http.MethodPost}, Path: "/v1/shipments", Enqueue: &EnqueueOptions{Spec: shipmentSpec(t), Queue: qname}},
 	}
-	return listGateway{g: newTestGateway(t, opts), pool: pool, run: testenv.Prefix()}
+	return listGateway{g: newTestGateway(t, opts), pool: pool, run: testkit.Prefix()}
 }
 
 // submit posts one job for the tenant whose API key is apiKey and returns

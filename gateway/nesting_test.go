@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/problem"
 )
@@ -33,9 +33,9 @@ var deepSpec = func() *job.Spec {
 // it. A proxied route's body is not bounded: it is only fingerprinted, in
 // time linear in its size, and forwarded as sent.
 func TestDeepPayloadIsRefused(t *testing.T) {
-	pool := testenv.Pool(t)
-	queue, _, queueName := testenv.Queue(t, "deep")
-	run := testenv.Prefix()
+	pool := testkit.Pool(t)
+	queue, _, queueName := testkit.Queue(t, "deep")
+	run := testkit.Prefix()
 	gateway := func(maxDepth int) *Gateway {
 		opts := testOptions(job.NewSubmitter(pool, queue))
 		opts.MaxDepth = maxDepth

@@ -5,14 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // The console's recent counts: by tenant, route and kind, over the last
 // RecentWindow only.
 func TestRecentRequestsCountsTheWindow(t *testing.T) {
 	t.Parallel()
-	clock := testenv.NewClock(time.Date(2026, 1, 1, 10, 0, 30, 0, time.UTC))
+	clock := testkit.NewClock(time.Date(2026, 1, 1, 10, 0, 30, 0, time.UTC))
 	c := NewRecentRequests(clock.Now)
 	c.observe("acme", "payments", "new", "")
 	c.observe("acme", "payments", "new", "released") // ran, then released

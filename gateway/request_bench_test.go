@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
@@ -89,12 +89,12 @@ func BenchmarkPublicPathStores(b *testing.B) {
 	logger := slog.New(slog.DiscardHandler)
 	b.Run("memory", func(b *testing.B) { benchPublicPath(b, logger, memstore.New()) })
 	b.Run("redis", func(b *testing.B) {
-		s := redisstore.New(testenv.Redis(b), redisstore.WithPrefix(testenv.Prefix()))
+		s := redisstore.New(testkit.Redis(b), redisstore.WithPrefix(testkit.Prefix()))
 		b.Cleanup(func() { _ = s.Close() })
 		benchPublicPath(b, logger, s)
 	})
 	b.Run("postgres", func(b *testing.B) {
-		s := pgstore.New(testenv.Pool(b))
+		s := pgstore.New(testkit.Pool(b))
 		b.Cleanup(s.Close)
 		benchPublicPath(b, logger, s)
 	})
@@ -217,12 +217,12 @@ func BenchmarkKeyCountsObserve(b *testing.B) {
 func BenchmarkKeyCountsFlush(b *testing.B) {
 	b.Run("memory", func(b *testing.B) { benchKeyCountsFlush(b, memstore.New()) })
 	b.Run("redis", func(b *testing.B) {
-		s := redisstore.New(testenv.Redis(b), redisstore.WithPrefix(testenv.Prefix()))
+		s := redisstore.New(testkit.Redis(b), redisstore.WithPrefix(testkit.Prefix()))
 		b.Cleanup(func() { _ = s.Close() })
 		benchKeyCountsFlush(b, s)
 	})
 	b.Run("postgres", func(b *testing.B) {
-		s := pgstore.New(testenv.Pool(b))
+		s := pgstore.New(testkit.Pool(b))
 		b.Cleanup(s.Close)
 		benchKeyCountsFlush(b, s)
 	})
@@ -231,7 +231,7 @@ func BenchmarkKeyCountsFlush(b *testing.B) {
 func benchKeyCountsFlush(b *testing.B, store idempotency.Store) {
 	ctx := context.Background()
 	batch := make([]idempotency.KeyCount, 1024)
-	now, prefix := time.Now(), testenv.Prefix()
+	now, prefix := time.Now(), testkit.Prefix()
 	for i := range batch {
 		scope := idempotency.Scope{Tenant: "acme", Route: "payments", Key: prefix + strconv.Itoa(i)}
 		if _, err := store.Claim(ctx, idempotency.ClaimRequest{Scope: scope, Fingerprint: "fp", Owner: "o", Lease: time.Minute, Retention: 2 * time.Minute}); err != nil {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
@@ -149,15 +149,15 @@ func TestScheduleIsPartOfTheRequest(t *testing.T) {
 // until 2184 (time.UnixNano wraps before 1678). A time past in range runs
 // the job at once and keeps its answer the usual retention.
 func TestNotBeforeOutOfRange(t *testing.T) {
-	pool := testenv.Pool(t)
-	client, _, queue := testenv.Queue(t, "notbefore")
+	pool := testkit.Pool(t)
+	client, _, queue := testkit.Queue(t, "notbefore")
 	opts := testOptions(job.NewSubmitter(pool, client))
 	opts.Routes[0].Enqueue = &EnqueueOptions{Spec: invoiceSpec, Queue: queue}
 	store := pgstore.New(pool)
 	t.Cleanup(store.Close)
 	opts.Store = store
 	g := newTestGateway(t, opts)
-	run := testenv.Prefix()
+	run := testkit.Prefix()
 	body := `{"order_id":"o-1","amount_cents":100,"currency":"EUR"}`
 	for _, tc := range []struct {
 		name, at string

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
@@ -21,15 +21,15 @@ import (
 // ever. A refused body's 400 is the key's stored outcome, so the retry
 // replays it.
 func TestUnstorableRequests(t *testing.T) {
-	pool := testenv.Pool(t)
-	queue, _, qname := testenv.Queue(t, "unstorable")
+	pool := testkit.Pool(t)
+	queue, _, qname := testkit.Queue(t, "unstorable")
 	opts := testOptions(job.NewSubmitter(pool, queue))
 	opts.Routes[0].Enqueue.Queue = qname
 	store := pgstore.New(pool)
 	t.Cleanup(store.Close)
 	opts.Store = store
 	g := newTestGateway(t, opts)
-	run := testenv.Prefix()
+	run := testkit.Prefix()
 	auth := []string{"Authorization", "Bearer " + testAPIKey}
 
 	type problem struct {

@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/openapi"
 )
@@ -67,7 +67,7 @@ type waitEnv struct {
 // own when listen is set, else polls every 200ms.
 func startWait(t *testing.T, listen bool, maxWait time.Duration) *waitEnv {
 	t.Helper()
-	dbURL := testenv.Postgres(t)
+	dbURL := testkit.Postgres(t)
 	pc, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		t.Fatal(err)
@@ -79,10 +79,10 @@ func startWait(t *testing.T, listen bool, maxWait time.Duration) *waitEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(counted.Close)
-	v.pool = testenv.PoolAt(t, dbURL)
+	v.pool = testkit.PoolAt(t, dbURL)
 	v.records = job.NewRecords(v.pool)
 
-	wo := job.WatcherOptions{Poll: 200 * time.Millisecond, Logger: testenv.Logger()}
+	wo := job.WatcherOptions{Poll: 200 * time.Millisecond, Logger: testkit.Logger()}
 	if listen {
 		wo.Connect = func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, dbURL) }
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
@@ -34,11 +34,11 @@ type jobsEnv struct {
 // route /v1/invoices, changed by edit) on real jobs.
 func startJobs(t *testing.T, edit func(*Options)) *jobsEnv {
 	t.Helper()
-	pool := testenv.Pool(t)
-	queue, _, qname := testenv.Queue(t, "waits")
+	pool := testkit.Pool(t)
+	queue, _, qname := testkit.Queue(t, "waits")
 	sub := job.NewSubmitter(pool, queue)
 
-	w := job.NewWatcher(pool, job.WatcherOptions{Poll: 200 * time.Millisecond, Logger: testenv.Logger()})
+	w := job.NewWatcher(pool, job.WatcherOptions{Poll: 200 * time.Millisecond, Logger: testkit.Logger()})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = w.Run(ctx) })
@@ -91,7 +91,7 @@ func (e *jobsEnv) do(method, path, body string, header ...string) reply {
 func (e *jobsEnv) enqueue(t *testing.T, order string, cred ...string) string {
 	t.Helper()
 	r := e.do(http.MethodPost, "/v1/invoices", `{"order_id":"`+order+`","amount_cents":100,"currency":"EUR"}`,
-		append([]string{"Idempotency-Key", testenv.Prefix() + order, "Content-Type", "application/json"}, cred...)...)
+		append([]string{"Idempotency-Key", testkit.Prefix() + order, "Content-Type", "application/json"}, cred...)...)
 	var doc openapi.Job
 	if r.err != nil || r.status != http.StatusAccepted || json.Unmarshal([]byte(r.body), &doc) != nil {
 		t.Fatalf("POST /v1/invoices: %d %s %v, want 202 with a job", r.status, r.body, r.err)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -71,7 +71,7 @@ func TestSubmitBatchRecordsThenSends(t *testing.T) {
 // task once the broker answers.
 func TestSubmitBatchLostSendsAreRelayed(t *testing.T) {
 	v := setup(t)
-	proxied, proxy := testenv.Proxied(t, testenv.RedisURL(t))
+	proxied, proxy := testkit.Proxied(t, testkit.RedisURL(t))
 	opt, err := asynq.ParseRedisURI(proxied)
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -17,8 +17,8 @@ import (
 // all the same (its record is the truth) but Submit says the task is
 // deferred instead of returning as if a failover could not lose it.
 func TestBrokerWait(t *testing.T) {
-	primary, replica := testenv.RedisReplicated(t)
-	pool := testenv.Pool(t)
+	primary, replica := testkit.RedisReplicated(t)
+	pool := testkit.Pool(t)
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: primary.Addr()})
 	t.Cleanup(func() { _ = client.Close() })
 	rdb := redis.NewClient(&redis.Options{Addr: primary.Addr()})
@@ -28,9 +28,9 @@ func TestBrokerWait(t *testing.T) {
 	// loaded machine "at once" can take a few hundred milliseconds; the
 	// stopped replica below costs the whole timeout, once.
 	e.Broker = &job.BrokerWait{Client: rdb, Replicas: 1, Timeout: 3 * time.Second}
-	v := env{e: e, queue: "test" + testenv.Prefix()[5:17]}
+	v := env{e: e, queue: "test" + testkit.Prefix()[5:17]}
 	ctx := t.Context()
-	run := testenv.Prefix() // keys of this run's own: the database is shared
+	run := testkit.Prefix() // keys of this run's own: the database is shared
 	body := `{"order_id":"o-1","amount_cents":1200,"currency":"EUR"}`
 	onReplica := func(j job.Record) bool {
 		// asynq keeps a task in the hash asynq:{queue}:t:<id>.
@@ -61,7 +61,7 @@ func TestBrokerWait(t *testing.T) {
 		t.Fatalf("the accepted job is not readable: %v", err)
 	}
 	resume()
-	testenv.WaitInSync(t, primary, replica)
+	testkit.WaitInSync(t, primary, replica)
 	if _, err := e.Submit(ctx, v.req(run+"behind", body)); err != nil {
 		t.Fatalf("the same request again, replica back: %v", err)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // A superseded version of a debounced job that stays in its pool (a
@@ -14,9 +14,9 @@ import (
 // without a task: only the latest version's entry remains.
 func TestFairDropsSupersededVersion(t *testing.T) {
 	ctx := t.Context()
-	pool := testenv.Pool(t)
-	client, inspector, queue := testenv.Queue(t, "fair")
-	rdb := testenv.Redis(t)
+	pool := testkit.Pool(t)
+	client, inspector, queue := testkit.Queue(t, "fair")
+	rdb := testkit.Redis(t)
 	spec, err := NewSpec("fair.debounced", []byte(`{"type":"object","required":["order_id"],"properties":{"order_id":{"type":"string"}}}`),
 		"effect:{order_id}", "order:{order_id}")
 	if err != nil {
@@ -32,7 +32,7 @@ func TestFairDropsSupersededVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Prefix = testenv.Prefix()
+	f.Prefix = testkit.Prefix()
 	t.Cleanup(func() {
 		if keys, _ := rdb.Keys(context.Background(), f.Prefix+"*").Result(); len(keys) > 0 {
 			_ = rdb.Del(context.Background(), keys...).Err()

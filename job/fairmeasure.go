@@ -12,22 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// What a pool dispatched, as measured where it dispatches.
-//
-// The dispatch script counts each job it moves into flight, and the
-// dwell (submit to dispatch) of a job's first dispatch, in a hash per
-// pool shard and minute, next to the pool's other keys (same hash tag,
-// so same Redis Cluster slot). The counts thus cost no round trip of
-// their own, and any process that reads Redis (the console, in the
-// gateway) sees what every worker's dispatcher did. A hash expires
-// fairMeasuredFor after its last write. Its fields are, per tenant:
-//
-//	<tenant>:n             jobs moved into flight
-//	<tenant>:dwelt         of those, first dispatches, whose dwell counts
-//	<tenant>:dwell_ms_sum  their dwell, summed, in milliseconds
-//	<tenant>:le:<ms>       first dispatches whose dwell fell in the
-//	                       bucket up to <ms> (above the previous bucket);
-//	                       "inf" above the last one
+// What a pool dispatched is counted by its dispatch script, per pool
+// shard and minute. Design: docs/design/fairness.md#measured-share-and-dwell
 
 // fairMeasuredFor is how long a minute's counts are kept.
 const fairMeasuredFor = 65 * time.Minute

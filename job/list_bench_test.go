@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -24,7 +24,7 @@ func BenchmarkList(b *testing.B) {
 	if n <= 0 {
 		b.Skip("BENCH_LIST_JOBS is not set: set it to the number of jobs to seed, e.g. 3000000")
 	}
-	pool := testenv.Pool(b)
+	pool := testkit.Pool(b)
 	ctx := context.Background()
 	start := time.Now()
 	if _, err := pool.Exec(ctx, `

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -85,8 +85,8 @@ func TestParseUntil(t *testing.T) {
 // database; a cache that LISTENs hears each change.
 func TestPausesStore(t *testing.T) {
 	t.Parallel()
-	dbURL := testenv.Postgres(t)
-	pool := testenv.PoolAt(t, dbURL)
+	dbURL := testkit.Postgres(t)
+	pool := testkit.PoolAt(t, dbURL)
 	store := job.NewPauses(pool)
 	ctx := t.Context()
 	cc, err := pgx.ParseConfig(dbURL)
@@ -96,7 +96,7 @@ func TestPausesStore(t *testing.T) {
 	cache := job.NewPauseCache(store, job.PauseCacheOptions{
 		Poll:    time.Hour, // only notifications refresh it in this test
 		Connect: func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc) },
-		Logger:  testenv.Logger(),
+		Logger:  testkit.Logger(),
 	})
 	cctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

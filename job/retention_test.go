@@ -6,7 +6,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -110,7 +110,7 @@ func TestDeleteFinishedArchivedTasks(t *testing.T) {
 	records := job.NewRecords(v.pool)
 	ids := v.submit(t, 2)
 	old, recent := ids[0], ids[1]
-	client, err := asynq.ParseRedisURI(testenv.RedisURL(t))
+	client, err := asynq.ParseRedisURI(testkit.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -20,7 +20,7 @@ type schedEnv struct {
 	env
 	spec   *job.Spec
 	store  *job.Schedules
-	clock  *testenv.Clock
+	clock  *testkit.Clock
 	mu     sync.Mutex
 	missed map[string]int
 }
@@ -30,13 +30,13 @@ func setupSchedules(t *testing.T, start time.Time) *schedEnv {
 	v := setup(t)
 	spec := invoiceSpec("invoice.create")
 	spec.Queue = v.queue
-	return &schedEnv{env: v, spec: spec, store: job.NewSchedules(v.pool), clock: testenv.NewClock(start), missed: map[string]int{}}
+	return &schedEnv{env: v, spec: spec, store: job.NewSchedules(v.pool), clock: testkit.NewClock(start), missed: map[string]int{}}
 }
 
 func (v *schedEnv) scheduler(t *testing.T, grace time.Duration) *job.Scheduler {
 	t.Helper()
 	s, err := job.NewScheduler(v.e, v.pool, []*job.Spec{v.spec}, job.SchedulerOptions{
-		Now: v.clock.Now, Grace: grace, Interval: 20 * time.Millisecond, Logger: testenv.Logger(),
+		Now: v.clock.Now, Grace: grace, Interval: 20 * time.Millisecond, Logger: testkit.Logger(),
 		Missed: func(name string, n int) { v.mu.Lock(); v.missed[name] += n; v.mu.Unlock() },
 	})
 	if err != nil {

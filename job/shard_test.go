@@ -11,7 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -37,16 +37,16 @@ func TestShardQueueSlots(t *testing.T) {
 // With broker.shards 3 on the three-node test cluster, the tasks of many
 // tenants' jobs are spread over every node, not held by one.
 func TestShardsSpreadTasksOverClusterNodes(t *testing.T) {
-	cluster := testenv.RedisCluster(t)
+	cluster := testkit.RedisCluster(t)
 	client := asynq.NewClientFromRedisClient(cluster)
 	inspector := asynq.NewInspectorFromRedisClient(cluster)
-	queue := "shard" + strings.ReplaceAll(strings.TrimSuffix(testenv.Prefix(), ":"), ":", "")
+	queue := "shard" + strings.ReplaceAll(strings.TrimSuffix(testkit.Prefix(), ":"), ":", "")
 	t.Cleanup(func() {
 		for _, q := range job.ShardQueues(queue, 3) {
 			_ = inspector.DeleteQueue(q, true)
 		}
 	})
-	sub := job.NewSubmitter(testenv.Pool(t), client)
+	sub := job.NewSubmitter(testkit.Pool(t), client)
 	sub.Shards = 3
 	spec, err := job.NewSpec("shard.work", []byte(`{"type":"object","required":["id"],"properties":{"id":{"type":"string"}}}`), "{id}", "")
 	if err != nil {

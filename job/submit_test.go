@@ -9,7 +9,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -22,8 +22,8 @@ type env struct {
 
 func setup(t *testing.T) env {
 	t.Helper()
-	pool := testenv.Pool(t)
-	client, inspector, queue := testenv.Queue(t, "test")
+	pool := testkit.Pool(t)
+	client, inspector, queue := testkit.Queue(t, "test")
 	return env{e: job.NewSubmitter(pool, client), pool: pool, inspector: inspector, queue: queue}
 }
 
@@ -142,7 +142,7 @@ func TestCrashAfterEnqueueMakesNoSecondTask(t *testing.T) {
 // enqueues the task it is missing.
 func TestRetryEnqueuesWhatACrashLeftOut(t *testing.T) {
 	v := setup(t)
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	dead := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1", DialTimeout: 200e6})
 	t.Cleanup(func() { _ = dead.Close() })
 	r := v.req("half", `{"order_id":"o-2","amount_cents":1,"currency":"EUR"}`)
@@ -169,7 +169,7 @@ func TestRetryEnqueuesWhatACrashLeftOut(t *testing.T) {
 
 func (v env) inspectorAddr(t *testing.T) string {
 	t.Helper()
-	opt, err := asynq.ParseRedisURI(testenv.RedisURL(t))
+	opt, err := asynq.ParseRedisURI(testkit.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}

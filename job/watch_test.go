@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/internal/topology"
 	"github.com/idemgate/idemgate/job"
 )
@@ -34,10 +34,10 @@ type watchEnv struct {
 // it polls every poll.
 func startWatcher(t *testing.T, listen bool, poll time.Duration) *watchEnv {
 	t.Helper()
-	dbURL := testenv.Postgres(t)
-	pool := testenv.PoolAt(t, dbURL)
+	dbURL := testkit.Postgres(t)
+	pool := testkit.PoolAt(t, dbURL)
 	v := &watchEnv{pool: pool, records: job.NewRecords(pool)}
-	opts := job.WatcherOptions{Poll: poll, Logger: testenv.Logger()}
+	opts := job.WatcherOptions{Poll: poll, Logger: testkit.Logger()}
 	if listen {
 		cc, err := pgx.ParseConfig(dbURL)
 		if err != nil {
@@ -263,7 +263,7 @@ func TestWatcherPollsEveryJobInOneQuery(t *testing.T) {
 // connection it no longer holds: the watcher finds that notifications do
 // not reach it, stops listening for good, and finds changes by polling.
 func TestWatcherThroughATransactionPoolerPolls(t *testing.T) {
-	direct := testenv.Database(t)
+	direct := testkit.Database(t)
 	bouncer := topology.StartPgBouncer(t)
 	u, err := url.Parse(bouncer.URL(direct))
 	if err != nil {
@@ -273,10 +273,10 @@ func TestWatcherThroughATransactionPoolerPolls(t *testing.T) {
 	q.Set("default_query_exec_mode", "exec") // as a pooled database_url must
 	u.RawQuery = q.Encode()
 	pooled := u.String()
-	pool := testenv.PoolAt(t, pooled)
+	pool := testkit.PoolAt(t, pooled)
 	v := &watchEnv{pool: pool, records: job.NewRecords(pool)}
 	var connects atomic.Int32
-	v.w = job.NewWatcher(pool, job.WatcherOptions{Poll: 200 * time.Millisecond, Logger: testenv.Logger(),
+	v.w = job.NewWatcher(pool, job.WatcherOptions{Poll: 200 * time.Millisecond, Logger: testkit.Logger(),
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			connects.Add(1)
 			cc, err := pgx.ParseConfig(pooled)
@@ -377,13 +377,13 @@ func (f flagFails) Exec(ctx context.Context, sql string, args ...any) (pgconn.Co
 // change.
 func TestUnflaggedWatchIsPolled(t *testing.T) {
 	t.Parallel()
-	dbURL := testenv.Postgres(t)
-	pool := testenv.PoolAt(t, dbURL)
+	dbURL := testkit.Postgres(t)
+	pool := testkit.PoolAt(t, dbURL)
 	cc, err := pgx.ParseConfig(dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := job.NewWatcher(flagFails{pool}, job.WatcherOptions{Poll: 50 * time.Millisecond, Logger: testenv.Logger(),
+	w := job.NewWatcher(flagFails{pool}, job.WatcherOptions{Poll: 50 * time.Millisecond, Logger: testkit.Logger(),
 		Connect: func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc) }})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

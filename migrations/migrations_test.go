@@ -10,7 +10,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/migrations"
 )
 
@@ -68,7 +68,7 @@ func migrationCount(t *testing.T, db *sql.DB) int {
 // losers fail on a table or row the winner already made).
 func TestConcurrentUpAppliesEachMigrationOnce(t *testing.T) {
 	t.Parallel()
-	dbURL := testenv.EmptySchema(t)
+	dbURL := testkit.EmptySchema(t)
 	const migrators = 4
 	var wg sync.WaitGroup
 	errs := make([]error, migrators)
@@ -99,7 +99,7 @@ func TestConcurrentUpAppliesEachMigrationOnce(t *testing.T) {
 // goes ahead once the other holder lets go.
 func TestLockIsTheSchemasOwn(t *testing.T) {
 	t.Parallel()
-	held, free := testenv.EmptySchema(t), testenv.EmptySchema(t)
+	held, free := testkit.EmptySchema(t), testkit.EmptySchema(t)
 	heldDB := open(t, held)
 	var schema string
 	if err := heldDB.QueryRowContext(t.Context(), "SELECT current_schema()").Scan(&schema); err != nil {

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // TestKeysNotLedByTenant reads the migrated schema and lists every table
@@ -17,7 +17,7 @@ import (
 // table or key not led by tenant fails the test until it is made
 // tenant-led or added to the allow-list with the reason.
 func TestKeysNotLedByTenant(t *testing.T) {
-	db := open(t, testenv.Postgres(t))
+	db := open(t, testkit.Postgres(t))
 	rows, err := db.QueryContext(t.Context(), `
 SELECT 'table ' || c.relname
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -9,13 +9,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/pglisten"
 )
 
 func connect(t *testing.T) *pgx.Conn {
 	t.Helper()
-	conn, err := pgx.Connect(t.Context(), testenv.PostgresURL(t))
+	conn, err := pgx.Connect(t.Context(), testkit.PostgresURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}

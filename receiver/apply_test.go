@@ -11,14 +11,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // newDB is a schema of the test's own with the receiver's tables and an
 // effects table the business functions write to.
 func newDB(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	if err := EnsureSchema(t.Context(), pool); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -61,7 +61,7 @@ func signedRequest(t testing.TB, secret string, w wire, body []byte) *http.Reque
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set("webhook-id", w.JobID)
 	r.Header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
-	r.Header.Set("webhook-signature", testenv.WebhookSignature(t, secret, w.JobID, now.Unix(), body))
+	r.Header.Set("webhook-signature", testkit.WebhookSignature(t, secret, w.JobID, now.Unix(), body))
 	r.Header.Set("Idempotency-Key", w.BusinessKey)
 	r.Header.Set("Idempotency-Fencing-Token", w.FencingToken)
 	r.Header.Set("Idemgate-Tenant", w.Tenant)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 func TestNewVerifier(t *testing.T) {
@@ -56,7 +56,7 @@ func TestVerify(t *testing.T) {
 		h.Set("webhook-signature", sig)
 		return h
 	}
-	good := testenv.WebhookSignature(t, testSecret, id, ts, body)
+	good := testkit.WebhookSignature(t, testSecret, id, ts, body)
 	for _, tc := range []struct {
 		name      string
 		secrets   []string
@@ -66,7 +66,7 @@ func TestVerify(t *testing.T) {
 		want      error
 	}{
 		{name: "good", h: headers(good, ts), want: nil},
-		{name: "signed with another secret", h: headers(testenv.WebhookSignature(t, otherSecret, id, ts, body), ts), want: ErrSignature},
+		{name: "signed with another secret", h: headers(testkit.WebhookSignature(t, otherSecret, id, ts, body), ts), want: ErrSignature},
 		{name: "body changed", h: headers(good, ts), body: []byte(`{"tenant":"evil"}`), want: ErrSignature},
 		{name: "id changed", h: func() http.Header { h := headers(good, ts); h.Set("webhook-id", "job_2"); return h }(), want: ErrSignature},
 		{name: "timestamp changed", h: headers(good, ts+1), want: ErrSignature},
@@ -74,16 +74,16 @@ func TestVerify(t *testing.T) {
 		{name: "other version only", h: headers("v1a,"+good[3:], ts), want: ErrSignature},
 		{name: "rotated: old secret still accepted", secrets: []string{otherSecret, testSecret}, h: headers(good, ts), want: nil},
 		{name: "rotated: sender sends both signatures", secrets: []string{otherSecret},
-			h: headers(good+" "+testenv.WebhookSignature(t, otherSecret, id, ts, body), ts), want: nil},
-		{name: "expired", h: headers(testenv.WebhookSignature(t, testSecret, id, ts-301, body), ts-301), want: ErrTimestamp},
-		{name: "from the future", h: headers(testenv.WebhookSignature(t, testSecret, id, ts+301, body), ts+301), want: ErrTimestamp},
-		{name: "at the edge of the tolerance", h: headers(testenv.WebhookSignature(t, testSecret, id, ts-300, body), ts-300), want: nil},
+			h: headers(good+" "+testkit.WebhookSignature(t, otherSecret, id, ts, body), ts), want: nil},
+		{name: "expired", h: headers(testkit.WebhookSignature(t, testSecret, id, ts-301, body), ts-301), want: ErrTimestamp},
+		{name: "from the future", h: headers(testkit.WebhookSignature(t, testSecret, id, ts+301, body), ts+301), want: ErrTimestamp},
+		{name: "at the edge of the tolerance", h: headers(testkit.WebhookSignature(t, testSecret, id, ts-300, body), ts-300), want: nil},
 		{name: "shorter tolerance", tolerance: time.Minute,
-			h: headers(testenv.WebhookSignature(t, testSecret, id, ts-61, body), ts-61), want: ErrTimestamp},
-		{name: "far past does not overflow", h: headers(testenv.WebhookSignature(t, testSecret, id, -1<<62, body), -1<<62), want: ErrTimestamp},
-		{name: "now + MinInt64 does not wrap to now", h: headers(testenv.WebhookSignature(t, testSecret, id, ts+math.MinInt64, body), ts+math.MinInt64), want: ErrTimestamp},
-		{name: "MaxInt64 does not wrap", h: headers(testenv.WebhookSignature(t, testSecret, id, math.MaxInt64, body), math.MaxInt64), want: ErrTimestamp},
-		{name: "MinInt64 does not wrap", h: headers(testenv.WebhookSignature(t, testSecret, id, math.MinInt64, body), math.MinInt64), want: ErrTimestamp},
+			h: headers(testkit.WebhookSignature(t, testSecret, id, ts-61, body), ts-61), want: ErrTimestamp},
+		{name: "far past does not overflow", h: headers(testkit.WebhookSignature(t, testSecret, id, -1<<62, body), -1<<62), want: ErrTimestamp},
+		{name: "now + MinInt64 does not wrap to now", h: headers(testkit.WebhookSignature(t, testSecret, id, ts+math.MinInt64, body), ts+math.MinInt64), want: ErrTimestamp},
+		{name: "MaxInt64 does not wrap", h: headers(testkit.WebhookSignature(t, testSecret, id, math.MaxInt64, body), math.MaxInt64), want: ErrTimestamp},
+		{name: "MinInt64 does not wrap", h: headers(testkit.WebhookSignature(t, testSecret, id, math.MinInt64, body), math.MinInt64), want: ErrTimestamp},
 		{name: "timestamp not a number", h: func() http.Header { h := headers(good, ts); h.Set("webhook-timestamp", "soon"); return h }(), want: ErrTimestamp},
 		{name: "no signature", h: func() http.Header { h := headers(good, ts); h.Del("webhook-signature"); return h }(), want: ErrMissingHeaders},
 		{name: "no id", h: func() http.Header { h := headers(good, ts); h.Del("webhook-id"); return h }(), want: ErrMissingHeaders},
@@ -127,13 +127,13 @@ func TestVerifyUsesWallClockByDefault(t *testing.T) {
 	h.Set("webhook-id", "job_1")
 	ts := time.Now().Unix()
 	h.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
-	h.Set("webhook-signature", testenv.WebhookSignature(t, testSecret, "job_1", ts, body))
+	h.Set("webhook-signature", testkit.WebhookSignature(t, testSecret, "job_1", ts, body))
 	if err := v.Verify(h, body); err != nil {
 		t.Fatalf("Verify with the wall clock: %v", err)
 	}
 	old := time.Now().Add(-time.Hour).Unix()
 	h.Set("webhook-timestamp", strconv.FormatInt(old, 10))
-	h.Set("webhook-signature", testenv.WebhookSignature(t, testSecret, "job_1", old, body))
+	h.Set("webhook-signature", testkit.WebhookSignature(t, testSecret, "job_1", old, body))
 	if err := v.Verify(h, body); !errors.Is(err, ErrTimestamp) {
 		t.Fatalf("Verify of an hour-old timestamp = %v, want ErrTimestamp", err)
 	}
@@ -154,7 +154,7 @@ func FuzzVerify(f *testing.F) {
 		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
 		r.Header.Set("webhook-id", "job_1")
 		r.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
-		r.Header.Set("webhook-signature", extra+" "+testenv.WebhookSignature(t, testSecret, "job_1", ts, body))
+		r.Header.Set("webhook-signature", extra+" "+testkit.WebhookSignature(t, testSecret, "job_1", ts, body))
 		r.Header.Set("Idempotency-Key", "k")
 		r.Header.Set("Idemgate-Tenant", "acme")
 		r.Header.Set("Idempotency-Fencing-Token", token)

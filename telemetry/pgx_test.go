@@ -5,14 +5,14 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/telemetry"
 	"github.com/idemgate/idemgate/telemetry/telemetrytest"
 )
 
 func TestPgxSpansOnlyUnderAParentAndWithoutArguments(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	cfg, err := pgxpool.ParseConfig(testkit.PostgresURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +23,7 @@ func TestPgxSpansOnlyUnderAParentAndWithoutArguments(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	secret := "owner-" + testenv.Prefix()
+	secret := "owner-" + testkit.Prefix()
 
 	var got string
 	if err := pool.QueryRow(t.Context(), "SELECT $1::text", secret).Scan(&got); err != nil {

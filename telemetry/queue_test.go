@@ -9,17 +9,17 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/telemetry"
 )
 
 func TestQueueCollectorReportsDepthAndDLQ(t *testing.T) {
 	t.Parallel()
-	opt, err := asynq.ParseRedisURI(testenv.RedisURL(t))
+	opt, err := asynq.ParseRedisURI(testkit.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := testenv.Prefix()[5:17]
+	id := testkit.Prefix()[5:17]
 	queue, unseen := "telemetry-q-"+id, "telemetry-unseen-"+id
 	client := asynq.NewClient(opt)
 	defer client.Close()
@@ -78,7 +78,7 @@ func TestQueueCollectorLogsWhenRedisIsDown(t *testing.T) {
 	// Nothing listens on port 1 of the loopback.
 	inspector := asynq.NewInspector(asynq.RedisClientOpt{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond})
 	defer inspector.Close()
-	var logs testenv.SyncBuffer
+	var logs testkit.SyncBuffer
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(telemetry.NewQueueCollector(inspector, []string{"default"}, slog.New(slog.NewJSONHandler(&logs, nil))))
 	families, err := reg.Gather()

@@ -8,7 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/telemetry"
 	"github.com/idemgate/idemgate/telemetry/telemetrytest"
 )
@@ -39,12 +39,12 @@ func leaks(spans tracetest.SpanStubs, secret string) []string {
 
 func TestRedisSpansCarryNoKeysOrValues(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	tp, exp := telemetrytest.NewProvider(t)
 	if err := telemetry.InstrumentRedis(rdb, telemetry.WithTracerProvider(tp)); err != nil {
 		t.Fatal(err)
 	}
-	prefix := testenv.Prefix()
+	prefix := testkit.Prefix()
 	key, owner := prefix+"lock:{order:42}", "owner-"+prefix
 	t.Cleanup(func() { rdb.Del(context.Background(), key) })
 

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/telemetry"
 	"github.com/idemgate/idemgate/telemetry/telemetrytest"
@@ -200,11 +200,11 @@ func TestTaskTracingEndsTheSpanOnPanic(t *testing.T) {
 // keeps the headers, and the worker's span names the task id and queue.
 func TestTaskTraceThroughRedis(t *testing.T) {
 	t.Parallel()
-	opt, err := asynq.ParseRedisURI(testenv.RedisURL(t))
+	opt, err := asynq.ParseRedisURI(testkit.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	queue := "telemetry-" + testenv.Prefix()[5:17]
+	queue := "telemetry-" + testkit.Prefix()[5:17]
 	tp, exp := telemetrytest.NewProvider(t)
 	task, request, enq := produce(t, tp, queue)
 

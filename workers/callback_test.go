@@ -16,7 +16,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/receiver"
 )
@@ -197,7 +197,7 @@ func (e *callbackEnv) submitAs(t *testing.T, tenant string, spec *job.Spec, orde
 func (e *callbackEnv) final(t *testing.T, id string) job.Record {
 	t.Helper()
 	var rec job.Record
-	waitFor(t, "job "+id+" final", func() bool {
+	testkit.Eventually(t, "job "+id+" final", 60*time.Second, func() bool {
 		var err error
 		rec, err = e.records.ByID(t.Context(), id)
 		return err == nil && rec.Status.Final()
@@ -221,7 +221,7 @@ func (e *callbackEnv) dispatcher(worker string) *FinalCallbacks {
 // runUntil runs f's rounds until cond holds.
 func runUntil(t *testing.T, f *FinalCallbacks, what string, cond func() bool) {
 	t.Helper()
-	waitFor(t, what, func() bool {
+	testkit.Eventually(t, what, 60*time.Second, func() bool {
 		if _, err := f.Round(t.Context()); err != nil {
 			t.Fatalf("round: %v", err)
 		}
@@ -397,7 +397,7 @@ func TestFinalCallbackSlowReceiver(t *testing.T) {
 		slowIDs = append(slowIDs, id)
 	}
 	f := NewFinalCallbacks(FinalCallbacksConfig{
-		DB: e.pool, Specs: []*job.Spec{e.spec, e.quiet}, Worker: "w1", Logger: testenv.Logger(),
+		DB: e.pool, Specs: []*job.Spec{e.spec, e.quiet}, Worker: "w1", Logger: testkit.Logger(),
 		Interval: 20 * time.Millisecond, Concurrency: 4, PerReceiver: 2,
 		Document: func(r job.Record) any { return map[string]any{"id": r.ID, "status": r.Status} },
 	})
@@ -415,7 +415,7 @@ func TestFinalCallbackSlowReceiver(t *testing.T) {
 	}
 	fastID := e.submit(t, e.quiet, "fast-1")
 	e.final(t, fastID)
-	waitFor(t, "the fast receiver's event applied", func() bool { return fast.appliedOf(fastID+":final") == 1 })
+	testkit.Eventually(t, "the fast receiver's event applied", 60*time.Second, func() bool { return fast.appliedOf(fastID+":final") == 1 })
 	mu.Lock()
 	heldThen, endedThen := holding, ended
 	mu.Unlock()
@@ -430,7 +430,7 @@ func TestFinalCallbackSlowReceiver(t *testing.T) {
 	}
 
 	close(release)
-	waitFor(t, "every slow event applied", func() bool {
+	testkit.Eventually(t, "every slow event applied", 60*time.Second, func() bool {
 		for _, id := range slowIDs {
 			if slow.appliedOf(id+":final") != 1 {
 				return false
@@ -599,7 +599,7 @@ func TestFinalCallbacksShared(t *testing.T) {
 			_ = f.Run(ctx)
 		})
 	}
-	waitFor(t, "every event applied", func() bool {
+	testkit.Eventually(t, "every event applied", 60*time.Second, func() bool {
 		for _, id := range ids {
 			if rcv.appliedOf(id+":final") != 1 {
 				return false

@@ -14,7 +14,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/execution"
 )
@@ -32,7 +32,7 @@ func newCancelEnv(t *testing.T) *cancelEnv {
 	t.Helper()
 	e := &cancelEnv{env: newEnv(t), tenant: "acme"}
 	e.records = job.NewRecords(e.pool)
-	e.watcher = NewCancelWatcher(e.records.Cancelling, 20*time.Millisecond, testenv.Logger())
+	e.watcher = NewCancelWatcher(e.records.Cancelling, 20*time.Millisecond, testkit.Logger())
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { e.watcher.Run(ctx) })
@@ -85,7 +85,7 @@ func (e *cancelEnv) effectCount(t *testing.T, orderID string) int {
 func (e *cancelEnv) awaitStatus(t *testing.T, id string, want job.Status) job.Record {
 	t.Helper()
 	var rec job.Record
-	waitFor(t, "job "+id+" "+string(want), func() bool {
+	testkit.Eventually(t, "job "+id+" "+string(want), 60*time.Second, func() bool {
 		rec = e.job(t, id)
 		return rec.Status == want
 	})
@@ -431,7 +431,7 @@ func TestServerRunsTheCancelWatcher(t *testing.T) {
 	t.Parallel()
 	s := newServerEnv(t)
 	records := job.NewRecords(s.pool)
-	watcher := NewCancelWatcher(records.Cancelling, 20*time.Millisecond, testenv.Logger())
+	watcher := NewCancelWatcher(records.Cancelling, 20*time.Millisecond, testkit.Logger())
 	deps := s.deps(NopObserver{}, 5*time.Second)
 	deps.OnStatus, deps.Cancels = records.Follow, watcher
 	started := make(chan struct{}, 1)
@@ -460,7 +460,7 @@ func TestServerRunsTheCancelWatcher(t *testing.T) {
 		t.Fatalf("cancel in flight: %+v %v", got, err)
 	}
 	ce.awaitStatus(t, running, job.StatusCancelled)
-	waitFor(t, "the cancelled job's task acked", func() bool {
+	testkit.Eventually(t, "the cancelled job's task acked", 60*time.Second, func() bool {
 		qi := s.queueInfo(t)
 		return qi.Size == 0 && qi.Active == 0
 	})

@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/execution"
 	"github.com/idemgate/idemgate/workers/fence"
@@ -291,7 +291,7 @@ func (e *env) runKilled(t *testing.T, stage, id string, task *asynq.Task) {
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), killEnv+"="+stage,
 		"IDEMGATE_WORKERS_DB="+e.pool.Config().ConnString(),
-		"IDEMGATE_WORKERS_REDIS="+testenv.RedisURL(t),
+		"IDEMGATE_WORKERS_REDIS="+testkit.RedisURL(t),
 		"IDEMGATE_WORKERS_PREFIX="+e.prefix,
 		"IDEMGATE_WORKERS_JOB="+id,
 		"IDEMGATE_WORKERS_PAYLOAD="+string(task.Payload()))
@@ -338,7 +338,7 @@ func TestWorkerKilledAroundTheCommit(t *testing.T) {
 			deps.Jobs = job.NewRecords(e.pool)
 			var calls atomic.Int64
 			h := Handle(deps, kind, orderKey, orderResource, txEffect(e.pool, "B", &calls, nil, nil))
-			waitFor(t, "the next delivery to be done", func() bool {
+			testkit.Eventually(t, "the next delivery to be done", 60*time.Second, func() bool {
 				err := h.ProcessTask(t.Context(), task)
 				if err != nil && !errors.Is(err, lock.ErrBusy) {
 					t.Fatalf("next delivery: %v", err)

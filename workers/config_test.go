@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/workers/lock"
 )
 
@@ -57,7 +57,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			err := tt.cfg.Validate()
-			if !testenv.WantError(t, "Validate", err, tt.want) {
+			if !testkit.WantError(t, "Validate", err, tt.want) {
 				return
 			}
 			if n := len(strings.Split(err.Error(), "\n")); n != len(tt.want) {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -91,7 +91,7 @@ func newFairEnv(t testing.TB, pool job.FairPool) *fairEnv {
 	f.Prefix = s.prefix
 	f.Poll = 20 * time.Millisecond
 	f.ReconcileAfter = time.Second
-	f.Logger = testenv.Logger()
+	f.Logger = testkit.Logger()
 	e := &fairEnv{serverEnv: s, fair: f, spec: spec, urgent: &urgent, debounced: &debounced, order: &fairOrder{}, started: &fairOrder{}}
 	f.Observer = e.order
 	e.sub = job.NewSubmitter(s.pool, s.client)
@@ -177,14 +177,14 @@ func TestFairLightTenantStartsWithinBound(t *testing.T) {
 	e := newFairEnv(t, job.FairPool{Name: "tenants", DefaultWeight: 1, Window: window})
 	e.submit(t, e.spec, "heavy", "h", 10000)
 	e.run(t, e.recorder(), Config{})
-	waitFor(t, "the heavy tenant's first starts", func() bool { return e.started.len() >= 200 })
+	testkit.Eventually(t, "the heavy tenant's first starts", 60*time.Second, func() bool { return e.started.len() >= 200 })
 
 	// Counted from the moment the light tenant's submit returned: each
 	// of its jobs is tagged as it arrives, and the heavy tenant's jobs
 	// keep starting while the submit runs.
 	e.submit(t, e.spec, "light", "l", 10)
 	dispatched, started := e.order.len(), e.started.len()
-	waitFor(t, "the light tenant's 10 starts", func() bool {
+	testkit.Eventually(t, "the light tenant's 10 starts", 60*time.Second, func() bool {
 		seq, _ := e.started.snapshot()
 		return count(seq, "light") == 10
 	})
@@ -214,7 +214,7 @@ func TestFairWeightedSplit(t *testing.T) {
 	e.submit(t, e.spec, "acme", "a", 900)
 	e.submit(t, e.spec, "bigco", "b", 400)
 	e.run(t, e.recorder(), Config{})
-	waitFor(t, "1,000 dispatches", func() bool { return e.order.len() >= 1000 })
+	testkit.Eventually(t, "1,000 dispatches", 60*time.Second, func() bool { return e.order.len() >= 1000 })
 	seq, _ := e.order.snapshot()
 	acme := count(seq[:1000], "acme")
 	if acme < 700 || acme > 800 {
@@ -241,7 +241,7 @@ func TestFairMeasuredShareAndDwell(t *testing.T) {
 	})
 	// Stopped well before acme's 900 run out (about 1,200 dispatches),
 	// so both tenants were backlogged for every dispatch counted.
-	waitFor(t, "400 dispatches", func() bool { return e.order.len() >= 400 })
+	testkit.Eventually(t, "400 dispatches", 60*time.Second, func() bool { return e.order.len() >= 400 })
 	cancel()
 	wg.Wait()
 
@@ -283,13 +283,13 @@ func TestFairIdleTenantBanksNoCredit(t *testing.T) {
 	e.submit(t, e.spec, "steady", "s", 1500)
 	e.submit(t, e.spec, "idler", "i", 5)
 	e.run(t, e.recorder(), Config{})
-	waitFor(t, "the idler's first jobs and 400 dispatches", func() bool {
+	testkit.Eventually(t, "the idler's first jobs and 400 dispatches", 60*time.Second, func() bool {
 		seq, _ := e.order.snapshot()
 		return count(seq, "idler") == 5 && len(seq) >= 400
 	})
 	mark := e.order.len()
 	e.submit(t, e.spec, "idler", "j", 100)
-	waitFor(t, "100 dispatches after the idler's return", func() bool { return e.order.len() >= mark+100 })
+	testkit.Eventually(t, "100 dispatches after the idler's return", 60*time.Second, func() bool { return e.order.len() >= mark+100 })
 	seq, _ := e.order.snapshot()
 	got := count(seq[mark:mark+100], "idler")
 	// Its fair share of 100 dispatches is 50; the dispatches between the
@@ -310,7 +310,7 @@ func TestFairPriorityBeatsFairness(t *testing.T) {
 	e.submit(t, e.spec, "bigco", "b", 100)
 	e.submit(t, e.urgent, "ops", "u", 20)
 	e.run(t, e.recorder(), Config{})
-	waitFor(t, "60 dispatches", func() bool { return e.order.len() >= 60 })
+	testkit.Eventually(t, "60 dispatches", 60*time.Second, func() bool { return e.order.len() >= 60 })
 	seq, _ := e.order.snapshot()
 	if got := count(seq[:20], "ops"); got != 20 {
 		t.Errorf("ops's urgent jobs got %d of the first 20 dispatches, want all 20: %v", got, seq[:20])
@@ -339,7 +339,7 @@ func TestFairRetryReentersAtTenantPosition(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // x's backoff (under 20ms) ends meanwhile
 		return nil
 	}), Config{})
-	waitFor(t, "21 starts", func() bool { return e.started.len() >= 21 })
+	testkit.Eventually(t, "21 starts", 60*time.Second, func() bool { return e.started.len() >= 21 })
 	_, ids := e.started.snapshot()
 	if ids[0] != x {
 		t.Fatalf("first start %s, want x (bigco's first job)", ids[0])
@@ -366,7 +366,7 @@ func TestFairPoolFlushedMidRunLosesNoJob(t *testing.T) {
 		return effect(ctx, j)
 	})
 	e.run(t, h, Config{})
-	relay := job.NewRelay(e.sub, e.inspector, job.RelayOptions{After: 100 * time.Millisecond, Interval: 200 * time.Millisecond, Logger: testenv.Logger()})
+	relay := job.NewRelay(e.sub, e.inspector, job.RelayOptions{After: 100 * time.Millisecond, Interval: 200 * time.Millisecond, Logger: testkit.Logger()})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = relay.Run(ctx) })
@@ -375,7 +375,7 @@ func TestFairPoolFlushedMidRunLosesNoJob(t *testing.T) {
 		wg.Wait()
 	})
 
-	waitFor(t, "50 effects", func() bool { return calls.Load() >= 50 })
+	testkit.Eventually(t, "50 effects", 60*time.Second, func() bool { return calls.Load() >= 50 })
 	keys, err := e.rdb.Keys(t.Context(), e.prefix+"fair:*").Result()
 	if err != nil || len(keys) == 0 {
 		t.Fatalf("the pool's keys: %v %v", keys, err)
@@ -386,7 +386,7 @@ func TestFairPoolFlushedMidRunLosesNoJob(t *testing.T) {
 	if done := calls.Load(); done > n-20 {
 		t.Fatalf("%d effects before the flush: too few jobs were left to lose", done)
 	}
-	waitFor(t, "every job succeeded", func() bool {
+	testkit.Eventually(t, "every job succeeded", 60*time.Second, func() bool {
 		var left int
 		err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM jobs WHERE task = $1 AND status <> 'succeeded'`, fairTask).Scan(&left)
 		return err == nil && left == 0
@@ -414,7 +414,7 @@ func TestFairReconcileEnqueuesJobsInFlightWithoutTask(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = e.fair.Run(ctx, lost, e.inspector) })
 	inflight := e.prefix + "fair:{fair:tenants}:inflight"
-	waitFor(t, "5 jobs in flight", func() bool { n, _ := e.rdb.ZCard(t.Context(), inflight).Result(); return n == 5 })
+	testkit.Eventually(t, "5 jobs in flight", 60*time.Second, func() bool { n, _ := e.rdb.ZCard(t.Context(), inflight).Result(); return n == 5 })
 	cancel()
 	wg.Wait()
 	if qi, err := e.inspector.GetQueueInfo(e.queue); err == nil && qi.Size > 0 {
@@ -434,7 +434,7 @@ func TestFairReconcileEnqueuesJobsInFlightWithoutTask(t *testing.T) {
 		}
 	}
 	e.run(t, e.recorder(), Config{})
-	waitFor(t, "all 8 jobs started and the pool empty", func() bool {
+	testkit.Eventually(t, "all 8 jobs started and the pool empty", 60*time.Second, func() bool {
 		n, _ := e.rdb.ZCard(t.Context(), inflight).Result()
 		entries, _ := e.rdb.HLen(t.Context(), e.prefix+"fair:{fair:tenants}:jobs").Result()
 		return e.started.len() >= 8 && n == 0 && entries == 0
@@ -461,7 +461,7 @@ func TestFairWindowPerShard(t *testing.T) {
 		n, _ := e.rdb.ZCard(t.Context(), fmt.Sprintf("%sfair:{fair:tenants:%d}:inflight", e.prefix, shard)).Result()
 		return n
 	}
-	waitFor(t, "each shard's window full", func() bool { return inflight(0)+inflight(1)+inflight(2) == 6 })
+	testkit.Eventually(t, "each shard's window full", 60*time.Second, func() bool { return inflight(0)+inflight(1)+inflight(2) == 6 })
 	cancel()
 	wg.Wait()
 	for shard := range 3 {
@@ -480,7 +480,7 @@ func TestFairWindowPerShard(t *testing.T) {
 		t.Cleanup(func() { _ = e.inspector.DeleteQueue(q, true) })
 	}
 	e.run(t, e.recorder(), Config{Queues: queues})
-	waitFor(t, "all 30 jobs started", func() bool { return e.started.len() >= 30 })
+	testkit.Eventually(t, "all 30 jobs started", 60*time.Second, func() bool { return e.started.len() >= 30 })
 }
 
 // revOrder is the payload of the debounced test jobs: an order and the
@@ -558,7 +558,7 @@ func TestFairDebouncedFoldsIntoOneDispatch(t *testing.T) {
 	}
 	h, revs := e.revHandler(nil)
 	e.run(t, h, Config{})
-	waitFor(t, "the job succeeded and its pool empty", func() bool { return e.settled(t, last.ID) })
+	testkit.Eventually(t, "the job succeeded and its pool empty", 60*time.Second, func() bool { return e.settled(t, last.ID) })
 	if got := revs(); !slices.Equal(got, []int{20}) {
 		t.Errorf("the handler ran revisions %v; want one run, of the latest, 20", got)
 	}
@@ -579,7 +579,7 @@ func TestFairDebouncedVersionInFlightIsRefused(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = e.fair.Run(ctx, e.sub, e.inspector) })
 	first := e.submitRev(t, "v-1", 1)
-	waitFor(t, "version 1 in flight, its task in asynq", func() bool {
+	testkit.Eventually(t, "version 1 in flight, its task in asynq", 60*time.Second, func() bool {
 		_, err := e.inspector.GetTaskInfo(e.queue, first.ID)
 		n, _ := e.rdb.ZCard(t.Context(), inflight).Result()
 		return err == nil && n == 1
@@ -601,9 +601,9 @@ func TestFairDebouncedVersionInFlightIsRefused(t *testing.T) {
 	obs := newRecorder()
 	h, revs := e.revHandler(obs)
 	e.run(t, h, Config{})
-	waitFor(t, "the job succeeded and its pool empty", func() bool { return e.settled(t, first.ID) })
+	testkit.Eventually(t, "the job succeeded and its pool empty", 60*time.Second, func() bool { return e.settled(t, first.ID) })
 	if got := revs(); !slices.Equal(got, []int{2}) {
 		t.Errorf("the handler ran revisions %v; want one run, of version 2", got)
 	}
-	waitFor(t, "version 1's task refused", func() bool { return obs.count("attempt:"+ClassSuperseded) == 1 })
+	testkit.Eventually(t, "version 1's task refused", 60*time.Second, func() bool { return obs.count("attempt:"+ClassSuperseded) == 1 })
 }

@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"errors"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -415,7 +416,7 @@ func TestCrashWhileLockExpires(t *testing.T) {
 	aDone := make(chan error, 1)
 	go func() { aDone <- a.ProcessTask(t.Context(), task) }()
 	tokenA := <-inFlight
-	waitFor(t, "A's lock to expire", func() bool { return e.rdb.Exists(t.Context(), e.lockKey("7")).Val() == 0 })
+	testkit.Eventually(t, "A's lock to expire", 60*time.Second, func() bool { return e.rdb.Exists(t.Context(), e.lockKey("7")).Val() == 0 })
 
 	bDone := make(chan error, 1)
 	go func() {
@@ -429,7 +430,7 @@ func TestCrashWhileLockExpires(t *testing.T) {
 		}
 		bDone <- err
 	}()
-	waitFor(t, "B to take the job", func() bool {
+	testkit.Eventually(t, "B to take the job", 60*time.Second, func() bool {
 		rec, err := e.store.Get(t.Context(), "", "effect:7")
 		return err == nil && rec.FencingToken > tokenA
 	})
@@ -495,7 +496,7 @@ UPDATE balances SET owner = $1, fencing_token = $2
 	aDone := make(chan error, 1)
 	go func() { aDone <- a.ProcessTask(t.Context(), task) }()
 	tokenA := <-started
-	waitFor(t, "A's lock to expire", func() bool { return e.rdb.Exists(t.Context(), e.lockKey("8")).Val() == 0 })
+	testkit.Eventually(t, "A's lock to expire", 60*time.Second, func() bool { return e.rdb.Exists(t.Context(), e.lockKey("8")).Val() == 0 })
 	deliverUntilDone(t, b, task)
 	close(goA)
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -77,18 +78,11 @@ func BenchmarkFlowLimitRate(b *testing.B) {
 // waitSucceeded waits until n jobs have succeeded, for at most 5 minutes.
 func (s *serverEnv) waitSucceeded(tb testing.TB, n int) {
 	tb.Helper()
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
+	testkit.Eventually(tb, fmt.Sprintf("%d jobs succeeded", n), 5*time.Minute, func() bool {
 		var done int
 		if err := s.pool.QueryRow(tb.Context(), `SELECT count(*) FROM job_executions WHERE status = 'succeeded'`).Scan(&done); err != nil {
 			tb.Fatal(err)
 		}
-		if done >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%d of %d jobs succeeded in 5 minutes", done, n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return done >= n
+	})
 }

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 // logLines is a JSON log kept for a test to read back.
-type logLines struct{ testenv.SyncBuffer }
+type logLines struct{ testkit.SyncBuffer }
 
 func (l *logLines) logger() *slog.Logger {
 	return slog.New(slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/execution"
 	"github.com/idemgate/idemgate/workers/fence"
@@ -69,7 +69,7 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{pool: testenv.Pool(t), rdb: testenv.Redis(t), prefix: testenv.Prefix()}
+	e := &env{pool: testkit.Pool(t), rdb: testkit.Redis(t), prefix: testkit.Prefix()}
 	e.store = execution.New(e.pool)
 	_, err := e.pool.Exec(t.Context(), `
 CREATE TABLE effects (
@@ -92,7 +92,7 @@ func (e *env) deps(obs Observer, ttl time.Duration) Deps {
 		DB:       e.pool,
 		Redis:    e.rdb,
 		Lock:     lock.Options{Prefix: e.prefix, TTL: ttl},
-		Logger:   testenv.Logger(),
+		Logger:   testkit.Logger(),
 		Observer: obs,
 	}
 }
@@ -116,7 +116,7 @@ func orderSpec(t *testing.T, queue string) *job.Spec {
 // gateway would (its jobs row) and returns its id and task.
 func (e *env) submitJob(t *testing.T, tenant, orderID string, status job.Status) (string, *asynq.Task) {
 	t.Helper()
-	id := "job_" + strings.ReplaceAll(testenv.Prefix(), ":", "") + orderID
+	id := "job_" + strings.ReplaceAll(testkit.Prefix(), ":", "") + orderID
 	payload, _ := json.Marshal(order{OrderID: orderID})
 	_, err := e.pool.Exec(t.Context(), `
 INSERT INTO jobs (id, tenant, route, idempotency_key, task, queue, business_key, payload, status, not_before)
@@ -261,19 +261,6 @@ func (s *statuses) list() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.got...)
-}
-
-// waitFor polls cond until it holds; the long deadline only stops a broken
-// test and says nothing about speed.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // deliverUntilDone delivers task to h until it is acked, as asynq would

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -138,7 +138,7 @@ func TestRecordStopsWhenTheLeaseIsLost(t *testing.T) {
 func TestRecordSurvivesADatabaseCut(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	proxied, proxy := testenv.ProxiedPool(t, e.pool.Config().ConnString(), nil)
+	proxied, proxy := testkit.ProxiedPool(t, e.pool.Config().ConnString(), nil)
 	var cut sync.WaitGroup
 	t.Cleanup(cut.Wait) // before the pool and the proxy close
 

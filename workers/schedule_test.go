@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"errors"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -100,7 +101,7 @@ func TestServerEarlyTaskWaitsForItsTime(t *testing.T) {
 	task := asynq.NewTaskWithHeaders(kind, []byte(`{"order_id":"early-1"}`), map[string]string{
 		job.HeaderID: "job_early", job.HeaderNotBefore: notBefore.UTC().Format(time.RFC3339Nano)})
 	s.enqueue(t, task)
-	waitFor(t, "the job to succeed", func() bool { return s.status(t, "effect:early-1") == job.StatusSucceeded })
+	testkit.Eventually(t, "the job to succeed", 60*time.Second, func() bool { return s.status(t, "effect:early-1") == job.StatusSucceeded })
 
 	mu.Lock()
 	defer mu.Unlock()

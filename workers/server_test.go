@@ -12,7 +12,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/execution"
 )
@@ -29,14 +29,14 @@ type serverEnv struct {
 func newServerEnv(t testing.TB) *serverEnv {
 	t.Helper()
 	e := newEnv(t)
-	opt, err := asynq.ParseRedisURI(testenv.RedisURL(t))
+	opt, err := asynq.ParseRedisURI(testkit.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &serverEnv{
 		env:       e,
 		redisOpt:  opt,
-		queue:     strings.ReplaceAll(strings.TrimSuffix(testenv.Prefix(), ":"), ":", "-"),
+		queue:     strings.ReplaceAll(strings.TrimSuffix(testkit.Prefix(), ":"), ":", "-"),
 		client:    asynq.NewClient(opt),
 		inspector: asynq.NewInspector(opt),
 	}
@@ -60,7 +60,7 @@ func (s *serverEnv) start(t testing.TB, h asynq.Handler, cfg Config, opts ...Ser
 		cfg.Retry = Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond, Busy: 50 * time.Millisecond}
 	}
 	srv, err := NewServer(s.redisOpt, cfg, h, append([]ServerOption{
-		WithLogger(testenv.Logger()),
+		WithLogger(testkit.Logger()),
 		WithAsynqConfig(func(c *asynq.Config) {
 			c.TaskCheckInterval = 50 * time.Millisecond
 			c.DelayedTaskCheckInterval = 100 * time.Millisecond
@@ -132,10 +132,10 @@ func TestServerDuplicateDeliveries(t *testing.T) {
 	for range deliveries { // the same job, delivered as 20 tasks
 		s.enqueue(t, newTask(t, "20"))
 	}
-	waitFor(t, "every delivery to be acked", func() bool {
+	testkit.Eventually(t, "every delivery to be acked", 60*time.Second, func() bool {
 		return obs.count("finished:succeeded")+obs.count("replay") == deliveries
 	})
-	waitFor(t, "the queue to drain", func() bool {
+	testkit.Eventually(t, "the queue to drain", 60*time.Second, func() bool {
 		qi := s.queueInfo(t)
 		return qi.Pending+qi.Active+qi.Scheduled+qi.Retry == 0
 	})
@@ -168,7 +168,7 @@ func TestServerLockContentionDoesNotDeadLetter(t *testing.T) {
 	s.start(t, h, Config{MaxAttempts: 3})
 	s.enqueue(t, newTask(t, "21"))
 	// Twice as many busy deliveries as there are attempts.
-	waitFor(t, "six busy deliveries", func() bool { return obs.count("attempt:lock_busy") >= 6 })
+	testkit.Eventually(t, "six busy deliveries", 60*time.Second, func() bool { return obs.count("attempt:lock_busy") >= 6 })
 	if st := s.status(t, "effect:21"); st != "" {
 		t.Fatalf("busy deliveries created execution state %q", st)
 	}
@@ -178,7 +178,7 @@ func TestServerLockContentionDoesNotDeadLetter(t *testing.T) {
 	if err := held.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the job to succeed", func() bool { return s.status(t, "effect:21") == job.StatusSucceeded })
+	testkit.Eventually(t, "the job to succeed", 60*time.Second, func() bool { return s.status(t, "effect:21") == job.StatusSucceeded })
 	if rec := s.record(t, "effect:21"); rec.Attempts != 1 {
 		t.Fatalf("record = %+v, want 1 attempt", rec)
 	}
@@ -223,7 +223,7 @@ func TestServerUnavailableDoesNotDeadLetter(t *testing.T) {
 	s.start(t, h, Config{MaxAttempts: 2, Retry: Backoff{Base: time.Millisecond, Max: time.Second, Busy: 50 * time.Millisecond, Rand: draw}})
 	s.enqueue(t, newTask(t, "25"))
 
-	waitFor(t, "the job to succeed", func() bool {
+	testkit.Eventually(t, "the job to succeed", 60*time.Second, func() bool {
 		if qi := s.queueInfo(t); qi.Archived != 0 {
 			t.Fatalf("the task was archived while the partner was down: %+v", s.record(t, "effect:25"))
 		}
@@ -265,7 +265,7 @@ func TestServerUnavailableWithSpentBudget(t *testing.T) {
 	if _, err := s.client.Enqueue(newTask(t, "26"), asynq.Queue(s.queue), asynq.MaxRetry(2)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the task to be archived", func() bool { return s.queueInfo(t).Archived == 1 })
+	testkit.Eventually(t, "the task to be archived", 60*time.Second, func() bool { return s.queueInfo(t).Archived == 1 })
 	rec := s.record(t, "effect:26")
 	if rec.Status != job.StatusFailed || rec.Attempts != 1 ||
 		rec.LastError != "asynq retry budget spent after 1 of 10 attempts: unavailable: partner answered 503" {
@@ -298,7 +298,7 @@ func TestServerDeadLetters(t *testing.T) {
 			s.start(t, h, Config{})
 			info := s.enqueue(t, newTask(t, "22"))
 
-			waitFor(t, "the task to be archived", func() bool { return s.queueInfo(t).Archived == 1 })
+			testkit.Eventually(t, "the task to be archived", 60*time.Second, func() bool { return s.queueInfo(t).Archived == 1 })
 			rec := s.record(t, "effect:22")
 			if rec.Status != job.StatusFailed || rec.Attempts != tt.wantAttempts || !strings.Contains(rec.LastError, tt.wantLastErr) {
 				t.Fatalf("record = %+v, want failed after %d attempts with %q", rec, tt.wantAttempts, tt.wantLastErr)
@@ -339,7 +339,7 @@ func TestServerRefusesTaskOfDeletedJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the task archived", func() bool { return s.queueInfo(t).Archived == 1 })
+	testkit.Eventually(t, "the task archived", 60*time.Second, func() bool { return s.queueInfo(t).Archived == 1 })
 	if calls.Load() != 1 {
 		t.Fatalf("the business function ran %d times before the job failed, want 1", calls.Load())
 	}
@@ -352,7 +352,7 @@ func TestServerRefusesTaskOfDeletedJob(t *testing.T) {
 	if err := s.inspector.RunTask(s.queue, rec.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the task handled", func() bool {
+	testkit.Eventually(t, "the task handled", 60*time.Second, func() bool {
 		qi := s.queueInfo(t)
 		return qi.Pending+qi.Active+qi.Scheduled+qi.Retry == 0
 	})
@@ -427,7 +427,7 @@ func TestServerShutdownTimeoutCancelsJob(t *testing.T) {
 	})
 	stop := s.start(t, h, Config{ShutdownTimeout: 300 * time.Millisecond})
 	s.enqueue(t, newTask(t, "24"))
-	waitFor(t, "the job to start", func() bool { return runs.Load() == 1 })
+	testkit.Eventually(t, "the job to start", 60*time.Second, func() bool { return runs.Load() == 1 })
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -445,7 +445,7 @@ func TestServerShutdownTimeoutCancelsJob(t *testing.T) {
 	}
 
 	s.start(t, h, Config{})
-	waitFor(t, "the next server to finish the job", func() bool { return s.status(t, "effect:24") == job.StatusSucceeded })
+	testkit.Eventually(t, "the next server to finish the job", 60*time.Second, func() bool { return s.status(t, "effect:24") == job.StatusSucceeded })
 	if got := s.effects(t, "effect:24"); len(got) != 1 {
 		t.Fatalf("effects = %+v", got)
 	}

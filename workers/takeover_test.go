@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/fence"
 	"github.com/idemgate/idemgate/workers/lock"
@@ -32,7 +32,7 @@ func TestTakeoverOfAJobWhoseWorkerLostItsLock(t *testing.T) {
 	spec := orderSpec(t, s.queue)
 
 	// Worker A reaches Redis, for its queue and its locks, through a proxy.
-	viaProxy, proxy := testenv.Proxied(t, testenv.RedisURL(t))
+	viaProxy, proxy := testkit.Proxied(t, testkit.RedisURL(t))
 	aOpt, err := asynq.ParseRedisURI(viaProxy)
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ func TestTakeoverOfAJobWhoseWorkerLostItsLock(t *testing.T) {
 
 	// A starts alone and takes the job.
 	srvA, err := NewServer(aOpt, Config{Queues: map[string]int{s.queue: 1}, ShutdownTimeout: 2 * time.Second},
-		Handle(depsA, kind, orderKey, orderResource, aFn), WithLogger(testenv.Logger()),
+		Handle(depsA, kind, orderKey, orderResource, aFn), WithLogger(testkit.Logger()),
 		WithAsynqConfig(func(c *asynq.Config) { c.TaskCheckInterval = 50 * time.Millisecond }))
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func TestTakeoverOfAJobWhoseWorkerLostItsLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	relay := job.NewRelay(sub, s.inspector, job.RelayOptions{After: time.Hour, Interval: time.Hour, Locks: locks, LockTTL: ttl,
-		Logger: testenv.Logger()})
+		Logger: testkit.Logger()})
 	ctxR, stopR := context.WithCancel(context.Background())
 	var relayWG sync.WaitGroup
 	relayWG.Go(func() { _ = relay.Run(ctxR) })
@@ -148,7 +148,7 @@ func TestTakeoverOfAJobWhoseWorkerLostItsLock(t *testing.T) {
 	if len(effects) != 1 || effects[0].Worker != "B" || effects[0].Token <= a.token {
 		t.Fatalf("effects = %+v, want one by B with a token above A's %d", effects, a.token)
 	}
-	waitFor(t, "the job to succeed", func() bool {
+	testkit.Eventually(t, "the job to succeed", 60*time.Second, func() bool {
 		r, err := records.ByID(t.Context(), j.ID)
 		return err == nil && r.Status == job.StatusSucceeded
 	})
@@ -202,8 +202,8 @@ func TestTakeoverOfACancelledJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	relay := job.NewRelay(sub, s.inspector, job.RelayOptions{Locks: locks, LockTTL: ttl, Logger: testenv.Logger()})
-	waitFor(t, "the takeover task", func() bool {
+	relay := job.NewRelay(sub, s.inspector, job.RelayOptions{Locks: locks, LockTTL: ttl, Logger: testkit.Logger()})
+	testkit.Eventually(t, "the takeover task", 60*time.Second, func() bool {
 		p, err := relay.TakeOver(t.Context())
 		if err != nil {
 			t.Fatal(err)
@@ -211,11 +211,11 @@ func TestTakeoverOfACancelledJob(t *testing.T) {
 		return len(p.Enqueued) == 1
 	})
 	s.start(t, Handle(deps, kind, orderKey, orderResource, plainEffect(s.pool, "B", &calls)), Config{})
-	waitFor(t, "the job to end cancelled", func() bool {
+	testkit.Eventually(t, "the job to end cancelled", 60*time.Second, func() bool {
 		r, err := records.ByID(t.Context(), j.ID)
 		return err == nil && r.Status == job.StatusCancelled
 	})
-	waitFor(t, "the takeover task acked", func() bool {
+	testkit.Eventually(t, "the takeover task acked", 60*time.Second, func() bool {
 		qi := s.queueInfo(t)
 		return qi.Size == 0 && qi.Active == 0
 	})

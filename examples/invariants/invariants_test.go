@@ -23,7 +23,7 @@ import (
 	"github.com/idemgate/idemgate/examples"
 	"github.com/idemgate/idemgate/examples/invariants"
 	"github.com/idemgate/idemgate/examples/partnersim"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/migrations"
 	"github.com/idemgate/idemgate/reconcile"
@@ -104,9 +104,9 @@ func jobID(tenant, key string) string {
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	ctx := t.Context()
-	w := &world{pool: testenv.Pool(t, migrations.Set{FS: examples.Migrations().FS, Table: examples.MigrationTable}), sim: partnersim.New(partnersim.Options{}), refs: map[string]string{}}
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix()
+	w := &world{pool: testkit.Pool(t, migrations.Set{FS: examples.Migrations().FS, Table: examples.MigrationTable}), sim: partnersim.New(partnersim.Options{}), refs: map[string]string{}}
+	rdb := testkit.Redis(t)
+	prefix := testkit.Prefix()
 	w.partner = httptest.NewServer(w.sim)
 	t.Cleanup(w.partner.Close)
 	records := job.NewRecords(w.pool)

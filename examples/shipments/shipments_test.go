@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/examples/shipments"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/receiver"
 )
 
@@ -40,7 +40,7 @@ func delivery(t *testing.T, tenant, orderID string, token int64, data string) *h
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set("webhook-id", jobID)
 	r.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
-	r.Header.Set("webhook-signature", testenv.WebhookSignature(t, secret, jobID, ts, env))
+	r.Header.Set("webhook-signature", testkit.WebhookSignature(t, secret, jobID, ts, env))
 	r.Header.Set("Idempotency-Key", key)
 	r.Header.Set("Idempotency-Fencing-Token", strconv.FormatInt(token, 10))
 	r.Header.Set("Idemgate-Tenant", tenant)
@@ -49,7 +49,7 @@ func delivery(t *testing.T, tenant, orderID string, token int64, data string) *h
 
 func newHandler(t *testing.T) (http.Handler, *pgxpool.Pool) {
 	t.Helper()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	if err := shipments.EnsureSchema(t.Context(), pool); err != nil {
 		t.Fatal(err)
 	}

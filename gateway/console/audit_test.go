@@ -18,7 +18,7 @@ import (
 
 	"github.com/idemgate/idemgate/gateway/console"
 	"github.com/idemgate/idemgate/internal/explain"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -220,7 +220,7 @@ func TestRunNow(t *testing.T) {
 	}
 
 	// A worker whose attempt fails and backs off for an hour.
-	opt, err := asynq.ParseRedisURI(testenv.RedisURL(t))
+	opt, err := asynq.ParseRedisURI(testkit.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}

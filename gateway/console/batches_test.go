@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"golang.org/x/net/html"
 )
@@ -14,7 +14,7 @@ import (
 // items, each linking to its job; a job of the batch links to the batch.
 func TestBatchPage(t *testing.T) {
 	v := setup(t)
-	client, _, queue := testenv.Queue(t, "console-batch")
+	client, _, queue := testkit.Queue(t, "console-batch")
 	sub := job.NewSubmitter(v.pool, client)
 	schema, err := os.ReadFile("testdata/invoice.create.json")
 	if err != nil {

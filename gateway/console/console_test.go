@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/net/html"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
@@ -203,7 +203,7 @@ func TestStoredJSONBodyIsIndentedAndMasked(t *testing.T) {
 // and more, built again on every look.
 func TestDeepDocumentsMakeSmallPages(t *testing.T) {
 	v := setup(t)
-	client, _, queue := testenv.Queue(t, "console-deep")
+	client, _, queue := testkit.Queue(t, "console-deep")
 	spec, err := job.NewSpec("deep.take", []byte(`{"type":"object"}`), "deep:{order_id}", "")
 	if err != nil {
 		t.Fatal(err)

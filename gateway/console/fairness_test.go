@@ -14,7 +14,7 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/idemgate/idemgate/gateway/console"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -31,7 +31,7 @@ func fairPool(t *testing.T, rdb redis.UniversalClient) (*job.Fairness, *job.Spec
 	if err != nil {
 		t.Fatal(err)
 	}
-	fair.Prefix = testenv.Prefix()
+	fair.Prefix = testkit.Prefix()
 	return fair, spec
 }
 
@@ -40,7 +40,7 @@ func fairPool(t *testing.T, rdb redis.UniversalClient) (*job.Fairness, *job.Spec
 // dispatches, as GET /admin/fairness/{pool} reads them; an unknown pool
 // is the console's 404.
 func TestFairnessPages(t *testing.T) {
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	fair, spec := fairPool(t, rdb)
 	t.Cleanup(func() {
 		keys, _ := rdb.Keys(context.Background(), fair.Prefix+"*").Result()
@@ -50,7 +50,7 @@ func TestFairnessPages(t *testing.T) {
 	})
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"}) // pooled jobs wait in the pool
 	t.Cleanup(func() { _ = client.Close() })
-	sub := job.NewSubmitter(testenv.Pool(t), client)
+	sub := job.NewSubmitter(testkit.Pool(t), client)
 	sub.Fairness = fair
 	for _, j := range []struct{ tenant, id string }{{"acme", "1"}, {"acme", "2"}, {"acme", "3"}, {"globex", "4"}} {
 		if _, err := sub.Submit(t.Context(), job.Request{Tenant: j.tenant, Route: "r", Key: j.id, Spec: spec, Body: []byte(`{"id":"` + j.id + `"}`)}); err != nil {
@@ -134,7 +134,7 @@ func TestFairnessWithoutPoolsOrRedis(t *testing.T) {
 // dispatches of tenants weighted 3:1, both backlogged, go 12 to acme and
 // 4 to globex.
 func TestFairnessMeasuredColumns(t *testing.T) {
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	fair, spec := fairPool(t, rdb)
 	fair.Poll = 20 * time.Millisecond
 	t.Cleanup(func() {
@@ -143,9 +143,9 @@ func TestFairnessMeasuredColumns(t *testing.T) {
 			rdb.Del(context.Background(), keys...)
 		}
 	})
-	client, inspector, queue := testenv.Queue(t, "fairview")
+	client, inspector, queue := testkit.Queue(t, "fairview")
 	spec.Queue = queue
-	sub := job.NewSubmitter(testenv.Pool(t), client)
+	sub := job.NewSubmitter(testkit.Pool(t), client)
 	sub.Fairness = fair
 	for _, tenant := range []string{"acme", "globex"} {
 		for i := range 20 {

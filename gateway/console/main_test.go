@@ -21,7 +21,7 @@ import (
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/gateway/console"
 	"github.com/idemgate/idemgate/internal/explain"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/auth"
 	"github.com/idemgate/idemgate/middleware/idempotency"
@@ -61,8 +61,8 @@ func setup(t *testing.T) *env {
 // setupWith is setup with the console's options adjusted by adjust.
 func setupWith(t *testing.T, adjust func(*console.Options)) *env {
 	t.Helper()
-	pool := testenv.Pool(t)
-	client, inspector, queue := testenv.Queue(t, "console")
+	pool := testkit.Pool(t)
+	client, inspector, queue := testkit.Queue(t, "console")
 	store := pgstore.New(pool, pgstore.WithInstance("gw-test"))
 	t.Cleanup(store.Close)
 	sub := job.NewSubmitter(pool, client)

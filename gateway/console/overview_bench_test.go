@@ -19,7 +19,7 @@ import (
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/gateway/console"
 	"github.com/idemgate/idemgate/internal/explain"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 	"github.com/idemgate/idemgate/reconcile"
@@ -36,7 +36,7 @@ import (
 func BenchmarkOverviewPage(b *testing.B) {
 	for _, n := range benchJobCounts(b) {
 		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
-			pool := testenv.Pool(b)
+			pool := testkit.Pool(b)
 			seedJobs(b, pool, n)
 			h, err := console.New(console.Options{
 				Stories: &explain.Explainer{DB: pool}, Keys: memstore.New(), StoreName: "memory",
@@ -103,7 +103,7 @@ SELECT 'job_' || md5(i::text), 'tenant-' || (i % 20), 'invoices', 'k-' || i, 'in
 func BenchmarkJobsPage(b *testing.B) {
 	for _, n := range benchJobCounts(b) {
 		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
-			pool := testenv.Pool(b)
+			pool := testkit.Pool(b)
 			seedJobs(b, pool, n)
 			h, err := console.New(console.Options{
 				Stories: &explain.Explainer{DB: pool}, Keys: memstore.New(), StoreName: "memory",

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/idemgate/idemgate/gateway/console"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -23,10 +23,10 @@ import (
 // back to its schedule; a schedule that does not exist is a 404 page.
 func TestSchedulePages(t *testing.T) {
 	start := time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC)
-	clock := testenv.NewClock(start)
+	clock := testkit.NewClock(start)
 	v := setupWith(t, func(o *console.Options) { o.Now = clock.Now })
 	ctx := t.Context()
-	client, _, queue := testenv.Queue(t, "console-sched")
+	client, _, queue := testkit.Queue(t, "console-sched")
 	schema, err := os.ReadFile("testdata/invoice.create.json")
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +56,7 @@ func TestSchedulePages(t *testing.T) {
 		t.Fatal(err)
 	}
 	sched, err := job.NewScheduler(job.NewSubmitter(v.pool, client), v.pool, []*job.Spec{spec},
-		job.SchedulerOptions{Now: clock.Now, Grace: 15 * time.Second, Logger: testenv.Logger()})
+		job.SchedulerOptions{Now: clock.Now, Grace: 15 * time.Second, Logger: testkit.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/faultproxy"
+	"github.com/idemgate/idemgate/internal/testkit/faultproxy"
 )
 
 // deployment is where one scenario's store and broker run: the URLs its

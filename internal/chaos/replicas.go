@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/internal/faultproxy"
-	"github.com/idemgate/idemgate/internal/proc"
+	"github.com/idemgate/idemgate/internal/testkit/faultproxy"
+	"github.com/idemgate/idemgate/internal/testkit/proc"
 )
 
 // Replicated deployments for the failover scenarios (failover.go): a

@@ -8,8 +8,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/faultproxy"
-	"github.com/idemgate/idemgate/internal/proc"
+	"github.com/idemgate/idemgate/internal/testkit/faultproxy"
+	"github.com/idemgate/idemgate/internal/testkit/proc"
 )
 
 // scenario is one fault under load.

@@ -1,7 +1,7 @@
 package chaos
 
 import (
-	"github.com/idemgate/idemgate/internal/proc"
+	"github.com/idemgate/idemgate/internal/testkit/proc"
 
 	"context"
 	"errors"

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/proc"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit/proc"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/migrations"
 )
 
@@ -81,8 +81,8 @@ func TestRunnableBlocks(t *testing.T) {
 // database and a Redis of the test's own; it stops them when the test ends.
 func startDemo(t *testing.T) *demo {
 	t.Helper()
-	dbURL := testenv.Database(t, exampleTables())
-	redisURL := "redis://" + testenv.RedisServer(t).Addr() + "/0"
+	dbURL := testkit.Database(t, exampleTables())
+	redisURL := "redis://" + testkit.RedisServer(t).Addr() + "/0"
 	dir := t.TempDir()
 	bin := binaries(t, dir)
 

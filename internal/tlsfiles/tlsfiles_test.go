@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 
 	"go.uber.org/goleak"
 
@@ -196,8 +196,8 @@ func TestBadFileKeepsThePreviousCertificate(t *testing.T) {
 	first, second := ca.Issue(t, "a.test"), ca.Issue(t, "a.test")
 	certFile, keyFile := first.Write(t, dir, "a")
 	// clk is a settable time for the looks at the files.
-	clk := testenv.NewClock(time.Now())
-	logs := &testenv.SyncBuffer{}
+	clk := testkit.NewClock(time.Now())
+	logs := &testkit.SyncBuffer{}
 	pair, err := tlsfiles.Load(certFile, keyFile, tlsfiles.Options{
 		Interval: time.Minute, Now: clk.Now, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 	})
@@ -238,7 +238,7 @@ func TestReloadForcesARead(t *testing.T) {
 		t.Fatalf("certificates for the same names differ in size (%d, %d): the test cannot hide the change", len(first.CertPEM), len(second.CertPEM))
 	}
 	certFile, keyFile := first.Write(t, dir, "a")
-	clk := testenv.NewClock(time.Now())
+	clk := testkit.NewClock(time.Now())
 	pair, err := tlsfiles.Load(certFile, keyFile, tlsfiles.Options{Interval: time.Second, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/proc"
+	"github.com/idemgate/idemgate/internal/testkit/proc"
 )
 
 // Nginx is a private nginx: a master process in the foreground with one

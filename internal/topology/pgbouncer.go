@@ -15,8 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemgate/idemgate/internal/proc"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
+	"github.com/idemgate/idemgate/internal/testkit/proc"
 )
 
 // PgBouncer is a private pgbouncer in transaction pooling mode in front of
@@ -24,7 +24,7 @@ import (
 // to a client for one transaction only, so nothing a client leaves on its
 // session (a prepared statement, a LISTEN, a SET) is there on its next
 // transaction. Every database name passes through to that server, so a
-// test reaches the database testenv.Database made for it by asking for
+// test reaches the database testkit.Database made for it by asking for
 // it by name. PgBouncer 1.18 keeps no prepared statements across
 // transactions and refuses startup parameters other than the few it
 // knows (search_path among the refused).
@@ -52,7 +52,7 @@ const (
 func StartPgBouncer(t testing.TB) *PgBouncer {
 	t.Helper()
 	bin := Binary(t, "pgbouncer")
-	server, err := url.Parse(testenv.PostgresURL(t))
+	server, err := url.Parse(testkit.PostgresURL(t))
 	if err != nil {
 		t.Fatalf("topology: TEST_DATABASE_URL: %v", err)
 	}

@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/gateway"
-	"github.com/idemgate/idemgate/internal/proc"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
+	"github.com/idemgate/idemgate/internal/testkit/proc"
 )
 
 // The rolling restart: three gateways behind nginx (deploy/nginx/idemgate.conf
@@ -53,7 +53,7 @@ func TestRollingRestartBehindNginx(t *testing.T) {
 		t.Skip("starts nginx and three gateway processes")
 	}
 	Binary(t, "nginx") // before the build: skip early when it is missing
-	dbURL := testenv.Postgres(t)
+	dbURL := testkit.Postgres(t)
 	bin := BuildIdemgate(t)
 	up := newEffectUpstream(t)
 	dir := t.TempDir()

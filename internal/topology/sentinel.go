@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/internal/proc"
+	"github.com/idemgate/idemgate/internal/testkit/proc"
 )
 
 // MasterName is the name the sentinels monitor the primary under.

@@ -27,8 +27,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/proc"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
+	"github.com/idemgate/idemgate/internal/testkit/proc"
 )
 
 // TestSentinelFailover runs gateways and a worker on redis_url in the
@@ -40,7 +40,7 @@ import (
 // store postgres; store redis is measured, since a replica promoted
 // before it got the last writes loses records (the documented limit).
 func TestSentinelFailover(t *testing.T) {
-	dbURL := testenv.Postgres(t)
+	dbURL := testkit.Postgres(t)
 	topo := StartSentinel(t)
 	bin := BuildIdemgate(t)
 	up := newEffectCounter(t)

@@ -17,7 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/memstore"
 	"github.com/idemgate/idemgate/problem"
@@ -552,7 +552,7 @@ func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	err := idempotency.Config{KeySyntax: "loose", OnAmbiguous: "maybe", Lease: time.Millisecond,
 		Fingerprint: idempotency.FingerprintConfig{JSONFields: []string{"amount"}}}.Validate()
-	testenv.WantError(t, "Validate", err, []string{"route", "key_syntax", "on_ambiguous", "lease", "json_fields"})
+	testkit.WantError(t, "Validate", err, []string{"route", "key_syntax", "on_ambiguous", "lease", "json_fields"})
 }
 
 func TestOuterHeadersBelongToEachResponse(t *testing.T) {

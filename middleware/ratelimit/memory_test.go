@@ -9,13 +9,13 @@ import (
 
 	"github.com/sethvargo/go-limiter"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
 	"github.com/idemgate/idemgate/middleware/ratelimit/ratelimittest"
 )
 
 // newClock is a test's time, moved by hand.
-func newClock() *testenv.Clock { return testenv.NewClock(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)) }
+func newClock() *testkit.Clock { return testkit.NewClock(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)) }
 
 func newMemory(t *testing.T, c ratelimit.MemoryConfig) *ratelimit.Memory {
 	t.Helper()

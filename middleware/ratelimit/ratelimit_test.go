@@ -16,7 +16,7 @@ import (
 	"github.com/sethvargo/go-limiter"
 	"go.uber.org/goleak"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
 	"github.com/idemgate/idemgate/problem"
 )
@@ -498,7 +498,7 @@ func TestValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if !testenv.WantError(t, "Validate", ratelimit.Validate(tt.limits, tt.cfg), tt.want) {
+			if !testkit.WantError(t, "Validate", ratelimit.Validate(tt.limits, tt.cfg), tt.want) {
 				return
 			}
 			if _, err := ratelimit.New(tt.limits, ratelimit.MemoryStore, tt.cfg); err == nil {

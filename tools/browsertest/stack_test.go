@@ -22,8 +22,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/examples"
-	"github.com/idemgate/idemgate/internal/proc"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
+	"github.com/idemgate/idemgate/internal/testkit/proc"
 	"github.com/idemgate/idemgate/migrations"
 )
 
@@ -111,9 +111,9 @@ type stack struct {
 // partner and the upstream; it starts no idemgate process yet.
 func newStack(t *testing.T) *stack {
 	t.Helper()
-	dbURL := testenv.Postgres(t, exampleTables())
-	redisURL := testenv.RedisURL(t)
-	s := &stack{t: t, bin: examplesBinary(t), dir: t.TempDir(), pool: testenv.PoolAt(t, dbURL)}
+	dbURL := testkit.Postgres(t, exampleTables())
+	redisURL := testkit.RedisURL(t)
+	s := &stack{t: t, bin: examplesBinary(t), dir: t.TempDir(), pool: testkit.PoolAt(t, dbURL)}
 	s.partner = newPartner(t)
 	s.upstream = newUpstream(t)
 	s.base = config{

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/execution"
 )
@@ -115,7 +115,7 @@ func runJobs(t *testing.T, store *execution.Store, pool *pgxpool.Pool, prefix st
 // busy go out together, and each caller is told its own result.
 func TestBatchedWritesShareRoundTrips(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	db := &countingPool{Pool: pool, firstDelay: 100 * time.Millisecond}
 	store := execution.New(db, execution.WithBatching(1, 64))
 	const n = 20
@@ -130,7 +130,7 @@ func TestBatchedWritesShareRoundTrips(t *testing.T) {
 // TestWithoutBatchingEveryWriteGoesAlone: lanes 0 turns batching off.
 func TestWithoutBatchingEveryWriteGoesAlone(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	db := &countingPool{Pool: pool}
 	runJobs(t, execution.New(db, execution.WithBatching(0, 64)), pool, "unbatched", 8)
 	if b := db.batches.Load(); b != 0 {
@@ -146,7 +146,7 @@ func TestFailedBatchRunsEachStatementAlone(t *testing.T) {
 	for _, mode := range []string{"rolled back", "committed"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			pool := testenv.Pool(t)
+			pool := testkit.Pool(t)
 			db := &countingPool{Pool: pool, firstDelay: 100 * time.Millisecond, fail: mode}
 			runJobs(t, execution.New(db, execution.WithBatching(1, 64)), pool, "failed-"+mode[:4], 12)
 			if db.batches.Load() == 0 {
@@ -160,7 +160,7 @@ func TestFailedBatchRunsEachStatementAlone(t *testing.T) {
 // succeeded job) is that caller's answer and does not fail the batch.
 func TestBatchedWriteKeepsItsRefusal(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	db := &countingPool{Pool: pool, firstDelay: 100 * time.Millisecond}
 	store := execution.New(db, execution.WithBatching(1, 64))
 	ctx := t.Context()

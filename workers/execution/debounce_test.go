@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/execution"
 )
@@ -14,7 +14,7 @@ import (
 // latest version's task takes the job.
 func TestTakeRefusesASupersededVersion(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	store := execution.New(pool)
 	ctx := t.Context()
 	if _, err := pool.Exec(ctx, `INSERT INTO jobs (id, tenant, route, idempotency_key, task, queue, business_key, payload,

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/workers/execution"
 )
 
@@ -14,7 +14,7 @@ import (
 // delivery is recorded without a token.
 func TestLedger(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	store := execution.New(pool)
 	ctx := t.Context()
 	a := execution.Attempt{Tenant: "acme", Key: "payment:1", Task: "payment.charge", Resource: "acme/payment:1",
@@ -111,7 +111,7 @@ func TestLedger(t *testing.T) {
 // retention in bounded batches and leaves running attempts alone.
 func TestDeleteEndedAttempts(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	store := execution.New(pool)
 	ctx := t.Context()
 	for i := range 3 {
@@ -149,7 +149,7 @@ func TestDeleteEndedAttempts(t *testing.T) {
 func TestLedgerMigration(t *testing.T) {
 	dbURL, db, p := migratedSchema(t)
 	ctx := t.Context()
-	pool := testenv.PoolAt(t, dbURL)
+	pool := testkit.PoolAt(t, dbURL)
 	store := execution.New(pool)
 	a := execution.Attempt{Tenant: "acme", Key: "invoice:1", Task: "invoice.create", Resource: "acme/order:1"}
 	if _, err := store.Take(ctx, a); err != nil {

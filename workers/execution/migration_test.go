@@ -7,7 +7,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver for goose
 	"github.com/pressly/goose/v3"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/migrations"
 	"github.com/idemgate/idemgate/workers/execution"
@@ -18,7 +18,7 @@ import (
 // ends) and the provider that moves it down and up again.
 func migratedSchema(t *testing.T) (string, *sql.DB, *goose.Provider) {
 	t.Helper()
-	dbURL := testenv.Postgres(t)
+	dbURL := testkit.Postgres(t)
 	db, err := sql.Open("pgx", dbURL)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +60,7 @@ func TestTenantScopeMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	store := execution.New(testenv.PoolAt(t, dbURL))
+	store := execution.New(testkit.PoolAt(t, dbURL))
 	rec, err := store.Get(ctx, "acme", "invoice:o-1")
 	if err != nil || rec.Status != job.StatusSucceeded || rec.FencingToken != 7 {
 		t.Fatalf("acme's execution after the migration: %+v %v, want its succeeded row", rec, err)

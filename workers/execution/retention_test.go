@@ -3,7 +3,7 @@ package execution_test
 import (
 	"testing"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/workers/execution"
 )
 
@@ -13,7 +13,7 @@ import (
 // business key runs again (the documented trade-off).
 func TestDeleteFinishedExecutions(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	store := execution.New(pool)
 	ctx := t.Context()
 	take := func(key string) int64 {
@@ -69,7 +69,7 @@ func TestDeleteFinishedExecutions(t *testing.T) {
 // the rows of a job, which go with the job.
 func TestDeleteEndedAttemptsOfJobsStay(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	store := execution.New(pool)
 	ctx := t.Context()
 	for _, jobID := range []string{"", "job_1"} {

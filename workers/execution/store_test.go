@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/execution"
 	"github.com/idemgate/idemgate/workers/fence"
@@ -24,7 +24,7 @@ func attempt(token int64) execution.Attempt {
 
 func TestLifecycle(t *testing.T) {
 	t.Parallel()
-	store := execution.New(testenv.Pool(t))
+	store := execution.New(testkit.Pool(t))
 	ctx := t.Context()
 	const key = "invoice:1"
 
@@ -132,7 +132,7 @@ func TestLifecycle(t *testing.T) {
 
 func TestMarkProcessingReturnsSucceededRecord(t *testing.T) {
 	t.Parallel()
-	store := execution.New(testenv.Pool(t))
+	store := execution.New(testkit.Pool(t))
 	if _, err := store.MarkProcessing(t.Context(), attempt(1)); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestMarkProcessingReturnsSucceededRecord(t *testing.T) {
 
 func TestFailedJobStartsAgain(t *testing.T) {
 	t.Parallel()
-	store := execution.New(testenv.Pool(t))
+	store := execution.New(testkit.Pool(t))
 	ctx := t.Context()
 	for _, tok := range []int64{1, 2} {
 		if _, err := store.MarkProcessing(ctx, attempt(tok)); err != nil {
@@ -178,7 +178,7 @@ func TestFailedJobStartsAgain(t *testing.T) {
 
 func TestResourceChangeIsNotStale(t *testing.T) {
 	t.Parallel()
-	store := execution.New(testenv.Pool(t))
+	store := execution.New(testkit.Pool(t))
 	if _, err := store.MarkProcessing(t.Context(), attempt(9)); err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestResourceChangeIsNotStale(t *testing.T) {
 
 func TestMarkProcessingConcurrently(t *testing.T) {
 	t.Parallel()
-	store := execution.New(testenv.Pool(t))
+	store := execution.New(testkit.Pool(t))
 	const n = 20
 	var (
 		wg   sync.WaitGroup
@@ -236,7 +236,7 @@ func TestMarkProcessingConcurrently(t *testing.T) {
 
 func TestLongErrorIsClipped(t *testing.T) {
 	t.Parallel()
-	store := execution.New(testenv.Pool(t))
+	store := execution.New(testkit.Pool(t))
 	if _, err := store.MarkProcessing(t.Context(), attempt(1)); err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestLongErrorIsClipped(t *testing.T) {
 // counted; only the owner can give its attempt back.
 func TestMarkUnavailableGivesTheAttemptBack(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	store := execution.New(pool)
 	ctx := t.Context()
 	a := execution.Attempt{Tenant: "acme", Key: "payment:1", Task: "payment.charge", Resource: "payment:1", JobID: "job_u1", JobRecorded: true}
@@ -327,7 +327,7 @@ func TestMarkUnavailableGivesTheAttemptBack(t *testing.T) {
 // and refuses a job that has succeeded.
 func TestTakeDrawsTheTokenAndMarksProcessing(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	store := execution.New(pool)
 	ctx := t.Context()
 	a := execution.Attempt{Tenant: "acme", Key: "invoice:7", Task: "invoice.create", Resource: "order:7"}
@@ -368,7 +368,7 @@ func TestTakeDrawsTheTokenAndMarksProcessing(t *testing.T) {
 // TestTenantsAreSeparate: the same business key from two tenants is two
 // jobs; one succeeding does not answer the other.
 func TestTenantsAreSeparate(t *testing.T) {
-	store := execution.New(testenv.Pool(t))
+	store := execution.New(testkit.Pool(t))
 	ctx := t.Context()
 	a := execution.Attempt{Tenant: "acme", Key: "invoice:o-1", Task: "invoice.create", Resource: "acme/order:o-1"}
 	b := execution.Attempt{Tenant: "globex", Key: "invoice:o-1", Task: "invoice.create", Resource: "globex/order:o-1"}
@@ -394,7 +394,7 @@ func TestTenantsAreSeparate(t *testing.T) {
 // TestPayloadConflict: a key that succeeded, or is processing, with one
 // payload refuses another payload; a failed key is taken by the new one.
 func TestPayloadConflict(t *testing.T) {
-	store := execution.New(testenv.Pool(t))
+	store := execution.New(testkit.Pool(t))
 	ctx := t.Context()
 	first := execution.Attempt{Tenant: "acme", Key: "invoice:o-2", Task: "invoice.create", Resource: "acme/order:o-2", PayloadSHA256: "aaa"}
 	other := first
@@ -433,7 +433,7 @@ func TestPayloadConflict(t *testing.T) {
 // could not refuse the lost attempt's delivery from the new one's.
 func TestTakeAfterLostTail(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	store := execution.New(pool)
 	ctx := t.Context()
 	a := execution.Attempt{Tenant: "acme", Key: "invoice:lost", Task: "invoice.create", Resource: "order:lost"}

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/workers/fence"
 	"github.com/idemgate/idemgate/workers/lock"
 )
@@ -60,7 +60,7 @@ func TestExpect(t *testing.T) {
 
 func TestNextStrictlyIncreasesUnderConcurrency(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	const acquirers, each = 50, 4
 	var (
 		mu     sync.Mutex
@@ -115,8 +115,8 @@ func TestNextStrictlyIncreasesUnderConcurrency(t *testing.T) {
 // the lost owner's write from the new one's.
 func TestNextAfterLostTail(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
-	resource := "order:lost-" + testenv.Prefix()
+	pool := testkit.Pool(t)
+	resource := "order:lost-" + testkit.Prefix()
 	var last int64
 	for range 3 {
 		tok, err := fence.Next(t.Context(), pool, resource)
@@ -161,9 +161,9 @@ func TestNextAfterLostTail(t *testing.T) {
 // still refused.
 func TestTokensSurviveRedisFlush(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix()
+	pool := testkit.Pool(t)
+	rdb := testkit.Redis(t)
+	prefix := testkit.Prefix()
 	locker, err := lock.New(rdb, lock.Options{Prefix: prefix, TTL: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +219,7 @@ func TestTokensSurviveRedisFlush(t *testing.T) {
 
 func TestCheck(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	// Steps run in order against one resource, each in its own transaction.
 	steps := []struct {
 		name      string
@@ -283,7 +283,7 @@ func TestCheck(t *testing.T) {
 
 func TestStaleWriteLeavesRowUnchanged(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	createAccounts(t, pool)
 	old, err := fence.Next(t.Context(), pool, "account:7")
 	if err != nil {
@@ -339,7 +339,7 @@ UPDATE accounts SET balance = balance + 1, fencing_token = $1
 
 func TestCheckHoldsTheFenceUntilCommit(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	newer, err := pool.Begin(t.Context())
 	if err != nil {
 		t.Fatal(err)

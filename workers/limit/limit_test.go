@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/workers/limit"
 )
 
@@ -17,7 +17,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func newLimiter(t *testing.T) *limit.Limiter {
 	t.Helper()
-	return limit.New(testenv.Redis(t), limit.Options{Prefix: testenv.Prefix()})
+	return limit.New(testkit.Redis(t), limit.Options{Prefix: testkit.Prefix()})
 }
 
 func refusal(t *testing.T, err error) *limit.RefusedError {
@@ -215,7 +215,7 @@ func keySlot(key string) int {
 
 func TestKeysOfOneValueShareASlot(t *testing.T) {
 	t.Parallel()
-	l := limit.New(testenv.Redis(t), limit.Options{})
+	l := limit.New(testkit.Redis(t), limit.Options{})
 	if got := keySlot("123456789"); got != 0x31C3%16384 {
 		t.Fatalf("keySlot check value = %d", got)
 	}
@@ -241,7 +241,7 @@ func TestKeysOfOneValueShareASlot(t *testing.T) {
 // refusal gives back what the others took.
 func TestClusterTakeIsAllOrNothing(t *testing.T) {
 	t.Parallel()
-	l := limit.New(testenv.RedisCluster(t), limit.Options{Prefix: testenv.Prefix()})
+	l := limit.New(testkit.RedisCluster(t), limit.Options{Prefix: testkit.Prefix()})
 	partner := limit.Rule{Name: "partner", Value: "acme", Concurrency: 1, Rate: 1, Period: time.Minute}
 	account := limit.Rule{Name: "account", Value: "acct-1", Concurrency: 1}
 	mustTake(t, l, "first", time.Minute, account)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/workers/limit"
 )
 
@@ -64,10 +64,10 @@ func (c *commandCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // index kept (up to 1000), whatever it was asked for.
 func TestBusiestReadsWhatTopNeeds(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	count := &commandCount{n: map[string]int{}}
 	rdb.AddHook(count)
-	l := limit.New(rdb, limit.Options{Prefix: testenv.Prefix()})
+	l := limit.New(rdb, limit.Options{Prefix: testkit.Prefix()})
 	const values = 20
 	for i := range values {
 		// One take per value, in order: acct-19 is the most recently used.

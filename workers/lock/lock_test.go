@@ -12,24 +12,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/workers/lock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// waitFor polls cond until it holds or a generous deadline passes; the
-// deadline only bounds a broken test, it asserts nothing about speed.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 func newLocker(t *testing.T, rdb lock.Client, opts lock.Options) *lock.Locker {
 	t.Helper()
@@ -119,8 +106,8 @@ func TestKeyIsHashTagged(t *testing.T) {
 
 func TestAcquireIsExclusive(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	l := newLocker(t, rdb, lock.Options{Prefix: testenv.Prefix(), TTL: 20 * time.Second, Wait: time.Minute, RetryInterval: 5 * time.Millisecond})
+	rdb := testkit.Redis(t)
+	l := newLocker(t, rdb, lock.Options{Prefix: testkit.Prefix(), TTL: 20 * time.Second, Wait: time.Minute, RetryInterval: 5 * time.Millisecond})
 
 	const contenders, rounds = 8, 15
 	var holders, maxHolders, taken atomic.Int64
@@ -166,8 +153,8 @@ func TestAcquireIsExclusive(t *testing.T) {
 
 func TestAcquireBusy(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix()
+	rdb := testkit.Redis(t)
+	prefix := testkit.Prefix()
 	holder := newLocker(t, rdb, lock.Options{Prefix: prefix, TTL: 20 * time.Second})
 	lease := acquire(t, holder, "order:1")
 
@@ -197,8 +184,8 @@ func TestAcquireBusy(t *testing.T) {
 
 func TestAcquireWaitsForRelease(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix()
+	rdb := testkit.Redis(t)
+	prefix := testkit.Prefix()
 	holder := newLocker(t, rdb, lock.Options{Prefix: prefix, TTL: 20 * time.Second})
 	waiter := newLocker(t, rdb, lock.Options{Prefix: prefix, TTL: 20 * time.Second, Wait: time.Minute, RetryInterval: 10 * time.Millisecond})
 	lease := acquire(t, holder, "order:2")
@@ -222,8 +209,8 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 
 func TestAcquireStopsWaitingWithContext(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix()
+	rdb := testkit.Redis(t)
+	prefix := testkit.Prefix()
 	acquire(t, newLocker(t, rdb, lock.Options{Prefix: prefix, TTL: 20 * time.Second}), "order:3")
 	waiter := newLocker(t, rdb, lock.Options{Prefix: prefix, Wait: time.Hour})
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
@@ -236,8 +223,8 @@ func TestAcquireStopsWaitingWithContext(t *testing.T) {
 
 func TestReleaseDeletesOwnKey(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	l := newLocker(t, rdb, lock.Options{Prefix: testenv.Prefix(), TTL: 20 * time.Second})
+	rdb := testkit.Redis(t)
+	l := newLocker(t, rdb, lock.Options{Prefix: testkit.Prefix(), TTL: 20 * time.Second})
 	lease := acquire(t, l, "order:4")
 	if n := rdb.Exists(t.Context(), l.Key("order:4")).Val(); n != 1 {
 		t.Fatalf("key missing while held")
@@ -263,8 +250,8 @@ func TestReleaseDeletesOwnKey(t *testing.T) {
 // sends its own writes.
 func TestReleaseWithSendsMoreWrites(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix()
+	rdb := testkit.Redis(t)
+	prefix := testkit.Prefix()
 	l := newLocker(t, rdb, lock.Options{Prefix: prefix, TTL: 20 * time.Second})
 	lease := acquire(t, l, "order:6")
 	slots := prefix + "slots"
@@ -306,8 +293,8 @@ func TestReleaseWithSendsMoreWrites(t *testing.T) {
 
 func TestReleaseByNonOwnerDoesNothing(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix()
+	rdb := testkit.Redis(t)
+	prefix := testkit.Prefix()
 	a := newLocker(t, rdb, lock.Options{Prefix: prefix, TTL: 20 * time.Second})
 	b := newLocker(t, rdb, lock.Options{Prefix: prefix, TTL: 20 * time.Second})
 	old := acquire(t, a, "order:5")
@@ -332,17 +319,17 @@ func TestReleaseByNonOwnerDoesNothing(t *testing.T) {
 
 func TestRenewalKeepsLeaseAlivePastTTL(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	const ttl = 3 * time.Second
 	var renewals atomic.Int64
 	l := newLocker(t, rdb, lock.Options{
-		Prefix:    testenv.Prefix(),
+		Prefix:    testkit.Prefix(),
 		TTL:       ttl,
 		OnRenewed: func(string) { renewals.Add(1) },
 	})
 	lease := acquire(t, l, "order:6")
 	start := time.Now()
-	waitFor(t, "4 renewals", func() bool { return renewals.Load() >= 4 })
+	testkit.Eventually(t, "4 renewals", 30*time.Second, func() bool { return renewals.Load() >= 4 })
 	if time.Since(start) < ttl {
 		t.Fatalf("4 renewals within one TTL: the lease renews far too often")
 	}
@@ -380,10 +367,10 @@ func TestLeaseLost(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			rdb := testenv.Redis(t)
+			rdb := testkit.Redis(t)
 			lost := make(chan error, 2)
 			l := newLocker(t, rdb, lock.Options{
-				Prefix: testenv.Prefix(),
+				Prefix: testkit.Prefix(),
 				TTL:    900 * time.Millisecond,
 				OnLost: func(_ string, cause error) { lost <- cause },
 			})
@@ -414,12 +401,12 @@ func TestLeaseLost(t *testing.T) {
 
 func TestRenewalFailureCancelsLease(t *testing.T) {
 	t.Parallel()
-	opt, err := redis.ParseURL(testenv.RedisURL(t))
+	opt, err := redis.ParseURL(testkit.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rdb := redis.NewClient(opt)
-	l := newLocker(t, rdb, lock.Options{Prefix: testenv.Prefix(), TTL: 900 * time.Millisecond})
+	l := newLocker(t, rdb, lock.Options{Prefix: testkit.Prefix(), TTL: 900 * time.Millisecond})
 	lease, err := l.Acquire(t.Context(), "order:8")
 	if err != nil {
 		t.Fatal(err)
@@ -440,8 +427,8 @@ func TestRenewalFailureCancelsLease(t *testing.T) {
 
 func TestPausedRenewalsLoseTheLease(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix()
+	rdb := testkit.Redis(t)
+	prefix := testkit.Prefix()
 	resume := make(chan struct{})
 	paused := make(chan struct{}, 1)
 	a := newLocker(t, rdb, lock.Options{
@@ -486,8 +473,8 @@ func TestPausedRenewalsLoseTheLease(t *testing.T) {
 
 func TestAbandonLeavesKeyToExpire(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix()
+	rdb := testkit.Redis(t)
+	prefix := testkit.Prefix()
 	l := newLocker(t, rdb, lock.Options{Prefix: prefix, TTL: 3 * time.Second})
 	lease := acquire(t, l, "order:10")
 	lease.Abandon()
@@ -497,7 +484,7 @@ func TestAbandonLeavesKeyToExpire(t *testing.T) {
 	if _, err := l.Acquire(t.Context(), "order:10"); !errors.Is(err, lock.ErrBusy) {
 		t.Fatalf("Acquire right after Abandon: %v, want ErrBusy", err)
 	}
-	waitFor(t, "the abandoned key to expire", func() bool {
+	testkit.Eventually(t, "the abandoned key to expire", 30*time.Second, func() bool {
 		return rdb.Exists(t.Context(), l.Key("order:10")).Val() == 0
 	})
 	acquire(t, l, "order:10")
@@ -505,8 +492,8 @@ func TestAbandonLeavesKeyToExpire(t *testing.T) {
 
 func TestLeaseEndsWithAcquireContext(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	l := newLocker(t, rdb, lock.Options{Prefix: testenv.Prefix(), TTL: 300 * time.Millisecond})
+	rdb := testkit.Redis(t)
+	l := newLocker(t, rdb, lock.Options{Prefix: testkit.Prefix(), TTL: 300 * time.Millisecond})
 	ctx, cancel := context.WithCancel(t.Context())
 	lease, err := l.Acquire(ctx, "order:11")
 	if err != nil {
@@ -514,7 +501,7 @@ func TestLeaseEndsWithAcquireContext(t *testing.T) {
 	}
 	cancel()
 	<-lease.Context().Done()
-	waitFor(t, "the key to expire without renewals", func() bool {
+	testkit.Eventually(t, "the key to expire without renewals", 30*time.Second, func() bool {
 		return rdb.Exists(t.Context(), l.Key("order:11")).Val() == 0
 	})
 	if err := lease.Release(t.Context()); err != nil {
@@ -526,10 +513,10 @@ func TestLeaseEndsWithAcquireContext(t *testing.T) {
 // tag puts it in one slot, and every command and script routes there.
 func TestCluster(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.RedisCluster(t)
+	rdb := testkit.RedisCluster(t)
 	var renewals atomic.Int64
 	l := newLocker(t, rdb, lock.Options{
-		Prefix:    testenv.Prefix(),
+		Prefix:    testkit.Prefix(),
 		TTL:       3 * time.Second,
 		OnRenewed: func(string) { renewals.Add(1) },
 	})
@@ -537,7 +524,7 @@ func TestCluster(t *testing.T) {
 	if _, err := l.Acquire(t.Context(), "order:12"); !errors.Is(err, lock.ErrBusy) {
 		t.Fatalf("second Acquire on the cluster: %v, want ErrBusy", err)
 	}
-	waitFor(t, "renewals past the TTL", func() bool { return renewals.Load() >= 4 || lease.Err() != nil })
+	testkit.Eventually(t, "renewals past the TTL", 30*time.Second, func() bool { return renewals.Load() >= 4 || lease.Err() != nil })
 	if err := lease.Err(); err != nil {
 		t.Fatalf("lease ended on the cluster after %d renewals: %v", renewals.Load(), err)
 	}
@@ -573,8 +560,8 @@ type doOnly struct{ lock.Client }
 // through one that does not; a released lock is no longer held.
 func TestHeld(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	opts := lock.Options{Prefix: testenv.Prefix(), TTL: 20 * time.Second}
+	rdb := testkit.Redis(t)
+	opts := lock.Options{Prefix: testkit.Prefix(), TTL: 20 * time.Second}
 	l := newLocker(t, rdb, opts)
 	a := acquire(t, l, "account:a")
 	acquire(t, l, "account:c")

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers"
 	"github.com/idemgate/idemgate/workers/workerstest"
@@ -33,7 +33,7 @@ func orderResource(o order) string { return "order:" + o.OrderID }
 // where the test functions write.
 func newPool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	if _, err := pool.Exec(t.Context(), `CREATE TABLE effects (
     id      bigserial PRIMARY KEY,
     tenant  text   NOT NULL,
@@ -47,7 +47,7 @@ func newPool(t *testing.T) *pgxpool.Pool {
 
 func newWorker(t *testing.T, pool *pgxpool.Pool, fn workers.Func[order], opts ...workerstest.Option) *workerstest.Worker[order] {
 	t.Helper()
-	opts = append([]workerstest.Option{workerstest.DB(pool), workerstest.Redis(testenv.Redis(t))}, opts...)
+	opts = append([]workerstest.Option{workerstest.DB(pool), workerstest.Redis(testkit.Redis(t))}, opts...)
 	return workerstest.NewWorker(t, "effect.apply", orderKey, orderResource, fn, opts...)
 }
 
@@ -227,8 +227,8 @@ func TestTenants(t *testing.T) {
 // TestDefaultsFromEnvironment: without DB and Redis, a Worker opens
 // TEST_DATABASE_URL and TEST_REDIS_URL.
 func TestDefaultsFromEnvironment(t *testing.T) {
-	testenv.RedisURL(t)
-	t.Setenv("TEST_DATABASE_URL", testenv.Postgres(t))
+	testkit.RedisURL(t)
+	t.Setenv("TEST_DATABASE_URL", testkit.Postgres(t))
 	w := workerstest.NewWorker(t, "effect.apply", orderKey, orderResource, func(context.Context, workers.Job[order]) (string, error) {
 		return "done", nil
 	})
@@ -253,13 +253,13 @@ func (f *fatalTB) Fatalf(format string, args ...any) {
 
 func TestUnmigratedDatabase(t *testing.T) {
 	t.Parallel()
-	pool := testenv.PoolAt(t, testenv.EmptySchema(t))
+	pool := testkit.PoolAt(t, testkit.EmptySchema(t))
 	tb := &fatalTB{TB: t}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		workerstest.NewWorker(tb, "effect.apply", orderKey, orderResource, blindEffect(pool),
-			workerstest.DB(pool), workerstest.Redis(testenv.Redis(t)))
+			workerstest.DB(pool), workerstest.Redis(testkit.Redis(t)))
 	}()
 	<-done
 	if !strings.Contains(tb.msg, "job_executions") || !strings.Contains(tb.msg, "idemgate migrate up") {
@@ -270,7 +270,7 @@ func TestUnmigratedDatabase(t *testing.T) {
 // TestExample runs the example's test body.
 func TestExample(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	if _, err := pool.Exec(t.Context(), `CREATE TABLE customer_invoices (
     id           text PRIMARY KEY DEFAULT 'inv_' || md5(random()::text),
     tenant       text   NOT NULL,

@@ -9,14 +9,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/idempotencytest"
 )
 
 // The conformance suite again, every statement on its own.
 func TestConformanceUnbatched(t *testing.T) {
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	idempotencytest.Run(t, func(t *testing.T) idempotency.Store {
 		s := New(pool, WithBatching(0, 0))
 		t.Cleanup(s.Close)
@@ -29,7 +29,7 @@ func TestConformanceUnbatched(t *testing.T) {
 // key is still claimed exactly once and completed by its owner.
 func TestBatchesShareCommits(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	s := New(pool, WithBatching(2, 32))
 	t.Cleanup(s.Close)
 	const keys, dups = 100, 3
@@ -50,7 +50,7 @@ func TestBatchesShareCommits(t *testing.T) {
 // own and succeeds.
 func TestBatchFallsBackWhenAStatementFails(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	s := New(pool, WithBatching(1, 64))
 	t.Cleanup(s.Close)
 	ctx := t.Context()

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
@@ -17,7 +17,7 @@ import (
 // its reason, and the janitor deletes the claims with their record.
 func TestClaimLedger(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	gwA := New(pool, WithInstance("gw-a"))
 	t.Cleanup(gwA.Close)
 	gwB := New(pool, WithInstance("gw-b"))
@@ -86,7 +86,7 @@ func TestClaimLedger(t *testing.T) {
 // index entries. Claims are completed 32 behind, as under concurrent load.
 func TestCompletionUpdatesTheClaimInPlace(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	s := New(pool, WithBatching(0, 0))
 	t.Cleanup(s.Close)
 	ctx := t.Context()

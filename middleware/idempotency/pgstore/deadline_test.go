@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/faultproxy"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
+	"github.com/idemgate/idemgate/internal/testkit/faultproxy"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/idempotencytest"
 )
@@ -21,7 +21,7 @@ import (
 // returned proxy. configure, when not nil, adjusts the pool's config.
 func proxiedPool(t *testing.T, configure func(*pgxpool.Config)) (*pgxpool.Pool, *faultproxy.Proxy) {
 	t.Helper()
-	return testenv.ProxiedPool(t, testenv.Postgres(t), configure)
+	return testkit.ProxiedPool(t, testkit.Postgres(t), configure)
 }
 
 // returns calls fn in a goroutine and returns its error, failing the test

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/internal/topology"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/idempotencytest"
@@ -28,7 +28,7 @@ import (
 // through a private PgBouncer, and the direct URL of that database.
 func throughPgBouncer(t *testing.T) (*pgxpool.Pool, string) {
 	t.Helper()
-	direct := testenv.Database(t)
+	direct := testkit.Database(t)
 	bouncer := topology.StartPgBouncer(t)
 	u, err := url.Parse(bouncer.URL(direct))
 	if err != nil {
@@ -37,7 +37,7 @@ func throughPgBouncer(t *testing.T) (*pgxpool.Pool, string) {
 	q := u.Query()
 	q.Set("default_query_exec_mode", "exec")
 	u.RawQuery = q.Encode()
-	return testenv.PoolAt(t, u.String()), direct
+	return testkit.PoolAt(t, u.String()), direct
 }
 
 func directConfig(t *testing.T, direct string) *pgx.ConnConfig {
@@ -94,7 +94,7 @@ func TestWatchThroughPgBouncerWithDirectListener(t *testing.T) {
 func TestWaitInFlightPollsThroughPgBouncer(t *testing.T) {
 	t.Parallel()
 	pool, _ := throughPgBouncer(t)
-	var logs testenv.SyncBuffer
+	var logs testkit.SyncBuffer
 	s := New(pool, WithLogger(slog.New(slog.NewTextHandler(io.MultiWriter(&logs, t.Output()), nil))))
 	t.Cleanup(s.Close)
 

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/idempotencytest"
 )
@@ -32,7 +32,7 @@ func newStore(t testing.TB, pool *pgxpool.Pool) *Store {
 }
 
 func TestConformance(t *testing.T) {
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	idempotencytest.Run(t, func(t *testing.T) idempotency.Store { return newStore(t, pool) })
 }
 
@@ -58,7 +58,7 @@ func count(t *testing.T, pool *pgxpool.Pool, where string, args ...any) int {
 
 func TestJanitorDeletesExpiredRowsInBatches(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	s := newStore(t, pool)
 	ctx := t.Context()
 
@@ -156,7 +156,7 @@ func terminateAll(t *testing.T, pool *pgxpool.Pool, killer *pgxpool.Pool) {
 
 func TestStatementsSurviveKilledConnections(t *testing.T) {
 	t.Parallel()
-	url := testenv.Postgres(t)
+	url := testkit.Postgres(t)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +170,7 @@ func TestStatementsSurviveKilledConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	killer := testenv.PoolAt(t, url)
+	killer := testkit.PoolAt(t, url)
 	s := newStore(t, pool)
 	ctx := t.Context()
 	scope := idempotency.Scope{Tenant: "t", Route: "r", Key: "k"}
@@ -204,7 +204,7 @@ func TestStatementsSurviveKilledConnections(t *testing.T) {
 // instead of reporting a lost claim.
 func TestRetryRecognisesOwnWrite(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	s := newStore(t, pool)
 	ctx := t.Context()
 
@@ -257,7 +257,7 @@ func TestRetryRecognisesOwnWrite(t *testing.T) {
 
 func TestClaimAfterRetentionStartsFresh(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	s := newStore(t, pool)
 	ctx := t.Context()
 	scope := idempotency.Scope{Tenant: "t", Route: "r", Key: "k"}
@@ -304,7 +304,7 @@ func receive(t *testing.T, ch <-chan struct{}, what string) {
 
 func TestWatchSurvivesListenerTermination(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	s := newStore(t, pool)
 	ctx := t.Context()
 	scope := idempotency.Scope{Tenant: "t", Route: "r", Key: "k"}
@@ -346,7 +346,7 @@ func TestWatchSurvivesListenerTermination(t *testing.T) {
 
 func TestWatchEnds(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	s := New(pool)
 	watching := func() int {
 		s.mu.Lock()
@@ -407,7 +407,7 @@ func TestClaimRacesAConcurrentWriter(t *testing.T) {
 				WHERE key = 'updated'`,
 		},
 	}
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	s := newStore(t, pool)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -476,7 +476,7 @@ func TestClaimRacesAConcurrentWriter(t *testing.T) {
 // another gateway instance.
 func TestNotifiesOnlyWatchedRecords(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	ctx := t.Context()
 	channel := "idemgate_test_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	s := New(pool, WithChannel(channel), WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil))))

@@ -3,16 +3,16 @@ package pgstore
 import (
 	"testing"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/idempotency/idempotencytest"
 )
 
 func TestRecent(t *testing.T) {
 	t.Parallel()
-	idempotencytest.Recent(t, newStore(t, testenv.Pool(t)))
+	idempotencytest.Recent(t, newStore(t, testkit.Pool(t)))
 }
 
 func TestKeys(t *testing.T) {
 	t.Parallel()
-	idempotencytest.Keys(t, newStore(t, testenv.Pool(t)))
+	idempotencytest.Keys(t, newStore(t, testkit.Pool(t)))
 }

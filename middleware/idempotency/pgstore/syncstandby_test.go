@@ -14,7 +14,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx" for the migrations
 
 	"github.com/idemgate/idemgate/internal/chaos"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
 	"github.com/idemgate/idemgate/migrations"
@@ -29,7 +29,7 @@ import (
 // failure that would make the gateway answer 503 and a retry find the key
 // held by a claim nobody runs. A duplicate meanwhile must not run.
 func TestAmbiguousCommitIsSettled(t *testing.T) {
-	testenv.PostgresURL(t) // runs where the integration tests run
+	testkit.PostgresURL(t) // runs where the integration tests run
 	ctx := t.Context()
 	dir := t.TempDir()
 	// As root, the server runs as the postgres user, which must reach dir.

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
@@ -16,7 +16,7 @@ import (
 // would start the key again at the first token.
 func TestTokensAfterLostTail(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	s := newStore(t, pool)
 	ctx := t.Context()
 	scope := idempotency.Scope{Tenant: "acme", Route: "payments", Key: "lost"}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/internal/faultproxy"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
+	"github.com/idemgate/idemgate/internal/testkit/faultproxy"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/idempotencytest"
 	"github.com/idemgate/idemgate/middleware/idempotency/redisstore"
@@ -96,7 +96,7 @@ func (n *faultNet) client(t *testing.T, cluster bool) redis.UniversalClient {
 			ReadTimeout: clientTimeout, WriteTimeout: clientTimeout,
 		})
 	} else {
-		opt, err := redis.ParseURL(testenv.RedisURL(t))
+		opt, err := redis.ParseURL(testkit.RedisURL(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +144,7 @@ func TestCallsEndAtTheirDeadline(t *testing.T) {
 			t.Parallel()
 			n := newFaultNet(t)
 			rdb := n.client(t, tc.cluster)
-			prefix := testenv.Prefix()
+			prefix := testkit.Prefix()
 			opts := []redisstore.Option{redisstore.WithPrefix(prefix)}
 			if !tc.pipelined {
 				opts = append(opts, redisstore.WithPipelining(0, 0))

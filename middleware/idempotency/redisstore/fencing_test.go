@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
@@ -16,11 +16,11 @@ import (
 func eachRedis(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) {
 	t.Run("standalone", func(t *testing.T) {
 		t.Parallel()
-		fn(t, testenv.Redis(t))
+		fn(t, testkit.Redis(t))
 	})
 	t.Run("cluster", func(t *testing.T) {
 		t.Parallel()
-		fn(t, testenv.RedisCluster(t))
+		fn(t, testkit.RedisCluster(t))
 	})
 }
 

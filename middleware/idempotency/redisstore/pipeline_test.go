@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/internal/faultproxy"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
+	"github.com/idemgate/idemgate/internal/testkit/faultproxy"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/idempotencytest"
 )
@@ -37,8 +37,8 @@ func deletePrefix(rdb *redis.Client, prefix string) {
 // exactly once and completed by its owner.
 func TestPipelinesShareRoundTrips(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix()
+	rdb := testkit.Redis(t)
+	prefix := testkit.Prefix()
 	s := New(rdb, WithPrefix(prefix), WithPipelining(2, 32))
 	t.Cleanup(func() { _ = s.Close(); deletePrefix(rdb, prefix) })
 	const keys, dups = 100, 3
@@ -65,7 +65,7 @@ func TestPipelinesShareRoundTrips(t *testing.T) {
 // it, so every caller still gets its reply.
 func TestPipelineLoadsMissingScripts(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
 	// A body no server has cached: its SHA is unknown everywhere.
@@ -99,19 +99,19 @@ const bound = 15 * time.Second
 // even once the network answers again.
 func TestPipelineDropsScriptsOfCallersGone(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	proxy, err := faultproxy.New(rdb.Options().Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt, err := redis.ParseURL(testenv.RedisURL(t))
+	opt, err := redis.ParseURL(testkit.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The client's own timeouts are far longer than the test's deadlines.
 	opt.Addr, opt.ReadTimeout, opt.WriteTimeout = proxy.Addr(), time.Minute, time.Minute
 	proxied := redis.NewClient(opt)
-	prefix := testenv.Prefix()
+	prefix := testkit.Prefix()
 	s := New(proxied, WithPrefix(prefix), WithPipelining(1, 64))
 	t.Cleanup(func() {
 		proxy.Thaw()

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/idempotencytest"
 	"github.com/idemgate/idemgate/middleware/idempotency/redisstore"
@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 // deleted and its subscription closed when the test ends.
 func newStore(t *testing.T, rdb redis.UniversalClient) (*redisstore.Store, string) {
 	t.Helper()
-	prefix := testenv.Prefix()
+	prefix := testkit.Prefix()
 	s := redisstore.New(rdb, redisstore.WithPrefix(prefix))
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {
@@ -41,7 +41,7 @@ func newStore(t *testing.T, rdb redis.UniversalClient) (*redisstore.Store, strin
 }
 
 func TestConformance(t *testing.T) {
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	idempotencytest.Run(t, func(t *testing.T) idempotency.Store {
 		s, _ := newStore(t, rdb)
 		return s
@@ -49,7 +49,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestConformanceCluster(t *testing.T) {
-	rdb := testenv.RedisCluster(t)
+	rdb := testkit.RedisCluster(t)
 	idempotencytest.Run(t, func(t *testing.T) idempotency.Store {
 		s, _ := newStore(t, rdb)
 		return s
@@ -125,7 +125,7 @@ func claim(t *testing.T, s idempotency.Store, sc idempotency.Scope, owner string
 // TestKeyTTL checks that no state leaves an immortal key: Redis itself must
 // reclaim every record, including abandoned claims and held outcomes.
 func TestKeyTTL(t *testing.T) {
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	const (
 		lease     = 30 * time.Second
 		retention = time.Hour
@@ -197,7 +197,7 @@ func pttl(t *testing.T, rdb redis.UniversalClient, key string) time.Duration {
 // retention must not vanish while its owner still holds it, and Renew keeps
 // the key alive for as long as it extends the lease.
 func TestLeaseOutlivesRetention(t *testing.T) {
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	s, prefix := newStore(t, rdb)
 	sc := scope("long-lease")
 	claim(t, s, sc, "owner-1", time.Minute, time.Second)
@@ -231,7 +231,7 @@ func TestLeaseOutlivesRetention(t *testing.T) {
 // whose reply timed out) is the caller's claim, with its token; anyone
 // else's claim still finds the key in use.
 func TestClaimSentAgainIsOurs(t *testing.T) {
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	s, _ := newStore(t, rdb)
 	sc := scope("sent-again")
 	req := idempotency.ClaimRequest{Scope: sc, Fingerprint: "fp", Owner: "owner-1", Lease: time.Minute, Retention: time.Hour}
@@ -256,7 +256,7 @@ func TestClaimSentAgainIsOurs(t *testing.T) {
 // TestScriptFlush: a script cache emptied under the store (SCRIPT FLUSH, a
 // restart, a failover to a fresh node) only costs one reload per script.
 func TestScriptFlush(t *testing.T) {
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	s, _ := newStore(t, rdb)
 	ctx := t.Context()
 	cycle := func(name string) {
@@ -302,7 +302,7 @@ func TestScriptFlush(t *testing.T) {
 // context, unsubscribes its channel, so watches do not pile up on the
 // server; watches of one record share the subscription.
 func TestWatchUnsubscribes(t *testing.T) {
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	s, prefix := newStore(t, rdb)
 	sc := scope("watched")
 	claim(t, s, sc, "owner-1", time.Minute, time.Hour)
@@ -367,8 +367,8 @@ func TestWatchUnsubscribes(t *testing.T) {
 // returned once SUBSCRIBE was merely written would miss the publish the test
 // sends at once on a prompt connection.
 func TestWatchSubscribedOnReturn(t *testing.T) {
-	prompt := testenv.Redis(t)
-	opt, err := redis.ParseURL(testenv.RedisURL(t))
+	prompt := testkit.Redis(t)
+	opt, err := redis.ParseURL(testkit.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +383,7 @@ func TestWatchSubscribedOnReturn(t *testing.T) {
 	lagging := redis.NewClient(opt)
 	t.Cleanup(func() { _ = lagging.Close() })
 
-	prefix := testenv.Prefix()
+	prefix := testkit.Prefix()
 	s := redisstore.New(lagging, redisstore.WithPrefix(prefix))
 	t.Cleanup(func() {
 		_ = s.Close()
@@ -468,7 +468,7 @@ func (l *lagConn) Close() error {
 // connection. Every watch must be subscribed when Watch returns (it hears a
 // publish sent right after), and nothing stays subscribed at the end.
 func TestWatchChurn(t *testing.T) {
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	s, prefix := newStore(t, rdb)
 	const (
 		records    = 4
@@ -546,7 +546,7 @@ func TestWatchChurn(t *testing.T) {
 // TestWatchCancelled: a Watch whose context has already ended fails and
 // leaves no subscription behind.
 func TestWatchCancelled(t *testing.T) {
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	s, prefix := newStore(t, rdb)
 	sc := scope("cancelled")
 	claim(t, s, sc, "owner", time.Minute, time.Hour)
@@ -574,8 +574,8 @@ func TestWatchCancelled(t *testing.T) {
 // TestClose: Close ends the shared subscription and its goroutines (goleak
 // checks the latter when the package's tests end); Watch then fails.
 func TestClose(t *testing.T) {
-	rdb := testenv.Redis(t)
-	s := redisstore.New(rdb, redisstore.WithPrefix(testenv.Prefix()))
+	rdb := testkit.Redis(t)
+	s := redisstore.New(rdb, redisstore.WithPrefix(testkit.Prefix()))
 	sc := scope("closing")
 	_, stop, err := s.Watch(t.Context(), sc)
 	if err != nil {
@@ -600,10 +600,10 @@ func TestClose(t *testing.T) {
 // TestDefaultPrefix: without WithPrefix keys start with "idemgate:idem:{"
 // and the hash names its scope.
 func TestDefaultPrefix(t *testing.T) {
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	s := redisstore.New(rdb)
 	t.Cleanup(func() { _ = s.Close() })
-	sc := idempotency.Scope{Tenant: "t-" + testenv.Prefix(), Route: "r", Key: "k"}
+	sc := idempotency.Scope{Tenant: "t-" + testkit.Prefix(), Route: "r", Key: "k"}
 	claim(t, s, sc, "owner-1", time.Minute, time.Minute)
 	t.Cleanup(func() { _ = s.Delete(context.Background(), sc) })
 	for _, k := range scanKeys(t, rdb, redisstore.DefaultPrefix+"idem:{") {
@@ -619,9 +619,9 @@ func TestDefaultPrefix(t *testing.T) {
 // as on another gateway instance) publishes once.
 func TestPublishesOnlyWatchedRecords(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	ctx := t.Context()
-	prefix := testenv.Prefix()
+	prefix := testkit.Prefix()
 	s := redisstore.New(rdb, redisstore.WithPrefix(prefix))
 	other := redisstore.New(rdb, redisstore.WithPrefix(prefix))
 	t.Cleanup(func() {
@@ -677,9 +677,9 @@ const waitFor = 15 * time.Second
 
 // The conformance suite again, every script its own round trip.
 func TestConformanceUnpipelined(t *testing.T) {
-	rdb := testenv.Redis(t)
+	rdb := testkit.Redis(t)
 	idempotencytest.Run(t, func(t *testing.T) idempotency.Store {
-		prefix := testenv.Prefix()
+		prefix := testkit.Prefix()
 		s := redisstore.New(rdb, redisstore.WithPrefix(prefix), redisstore.WithPipelining(0, 0))
 		t.Cleanup(func() {
 			_ = s.Close()

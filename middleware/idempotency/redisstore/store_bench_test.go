@@ -3,7 +3,7 @@ package redisstore_test
 import (
 	"testing"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/idempotencytest"
 	"github.com/idemgate/idemgate/middleware/idempotency/redisstore"
@@ -12,9 +12,9 @@ import (
 // BenchmarkStore runs the shared store benchmarks, each store under a
 // prefix of its own whose keys are deleted afterwards.
 func BenchmarkStore(b *testing.B) {
-	rdb := testenv.Redis(b)
+	rdb := testkit.Redis(b)
 	idempotencytest.Bench(b, func(b *testing.B) idempotency.Store {
-		prefix := testenv.Prefix()
+		prefix := testkit.Prefix()
 		s := redisstore.New(rdb, redisstore.WithPrefix(prefix))
 		b.Cleanup(func() {
 			_ = s.Close()

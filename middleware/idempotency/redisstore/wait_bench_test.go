@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/redisstore"
 )
@@ -16,7 +16,7 @@ import (
 // one at a time (the latency a request adds) and in parallel (where one
 // WAIT covers a batch).
 func BenchmarkWait(b *testing.B) {
-	primary, _ := testenv.RedisReplicated(b)
+	primary, _ := testkit.RedisReplicated(b)
 	for _, bc := range []struct {
 		name string
 		opts []redisstore.Option

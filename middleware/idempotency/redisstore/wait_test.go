@@ -16,7 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/redisstore"
 )
@@ -33,7 +33,7 @@ func newWaitStore(t *testing.T, client redis.UniversalClient, timeout time.Durat
 }
 
 // stateOn is the state of sc's record as r holds it ("" when it has none).
-func stateOn(t *testing.T, r *testenv.PrivateRedis, sc idempotency.Scope) string {
+func stateOn(t *testing.T, r *testkit.PrivateRedis, sc idempotency.Scope) string {
 	t.Helper()
 	// READONLY lets a cluster replica answer; a plain replica ignores it.
 	// One pipeline is one connection, so the HGET follows it.
@@ -64,7 +64,7 @@ func wantNotDurable(t *testing.T, what string, err error) {
 // new claim nor a record another gateway completed meanwhile is answered,
 // since a failover could lose what it would promise.
 func TestWaitReplicas(t *testing.T) {
-	primary, replica := testenv.RedisReplicated(t)
+	primary, replica := testkit.RedisReplicated(t)
 	s := newWaitStore(t, primary.Client, time.Second)
 	ctx := t.Context()
 	done, late := scope("done"), scope("late")
@@ -107,7 +107,7 @@ func TestWaitReplicas(t *testing.T) {
 // someone else's, and it succeeds once the replica acknowledges it. A
 // release does not wait.
 func TestWaitSettleAgain(t *testing.T) {
-	primary, replica := testenv.RedisReplicated(t)
+	primary, replica := testkit.RedisReplicated(t)
 	s := newWaitStore(t, primary.Client, time.Second)
 	ctx := t.Context()
 	completed, held, released := scope("completed"), scope("held"), scope("released")
@@ -126,7 +126,7 @@ func TestWaitSettleAgain(t *testing.T) {
 	}
 
 	resume()
-	testenv.WaitInSync(t, primary, replica)
+	testkit.WaitInSync(t, primary, replica)
 	if err := s.Complete(ctx, completed, "someone-else", resp, time.Hour); !errors.Is(err, idempotency.ErrNotOwner) {
 		t.Fatalf("Complete by another owner: %v, want ErrNotOwner", err)
 	}
@@ -152,7 +152,7 @@ func TestWaitSettleAgain(t *testing.T) {
 // one WAIT covers each: fewer WAITs than scripts, every record on the
 // replica.
 func TestWaitBatch(t *testing.T) {
-	primary, replica := testenv.RedisReplicated(t)
+	primary, replica := testkit.RedisReplicated(t)
 	s := newWaitStore(t, primary.Client, time.Second)
 	const n = 64
 	var wg sync.WaitGroup
@@ -187,7 +187,7 @@ func TestWaitBatch(t *testing.T) {
 // that owns its key, so a stopped replica holds back the keys of its own
 // primary only, also within one batch.
 func TestWaitCluster(t *testing.T) {
-	primaries, replicas := testenv.RedisClusterReplicated(t)
+	primaries, replicas := testkit.RedisClusterReplicated(t)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{primaries[0].Addr(), primaries[1].Addr()}})
 	t.Cleanup(func() { _ = cc.Close() })
 	s := newWaitStore(t, cc, time.Second)
@@ -235,7 +235,7 @@ func TestWaitCluster(t *testing.T) {
 // (503), stored once the replica is back, and replayed to the retry: one
 // run, one answer.
 func TestWaitMiddleware(t *testing.T) {
-	primary, replica := testenv.RedisReplicated(t)
+	primary, replica := testkit.RedisReplicated(t)
 	s := newWaitStore(t, primary.Client, time.Second)
 
 	var calls atomic.Int64
@@ -286,13 +286,10 @@ func TestWaitMiddleware(t *testing.T) {
 			t.Fatalf("the handler ran %d times, want 0", n)
 		}
 		resume()
-		testenv.WaitInSync(t, primary, replica)
+		testkit.WaitInSync(t, primary, replica)
 		// The refused claim was let go: the retry runs, once.
-		testenv.Eventually(t, "the retry runs", func(context.Context) error {
-			if w := do(closed, "claim-1"); w.Code != http.StatusCreated {
-				return fmt.Errorf("%d %s", w.Code, w.Body)
-			}
-			return nil
+		testkit.Eventually(t, "the retry runs", 30*time.Second, func() bool {
+			return do(closed, "claim-1").Code == http.StatusCreated
 		})
 		if n := calls.Load(); n != 1 {
 			t.Fatalf("the handler ran %d times, want 1", n)
@@ -309,14 +306,11 @@ func TestWaitMiddleware(t *testing.T) {
 		}
 		want503("retry, replica still stopped", do(closed, "done-1"))
 		resume()
-		testenv.WaitInSync(t, primary, replica)
+		testkit.WaitInSync(t, primary, replica)
 		var w *httptest.ResponseRecorder
-		testenv.Eventually(t, "the held answer", func(context.Context) error {
+		testkit.Eventually(t, "the held answer", 30*time.Second, func() bool {
 			w = do(closed, "done-1")
-			if w.Code == http.StatusServiceUnavailable {
-				return fmt.Errorf("still 503: %s", w.Body)
-			}
-			return nil
+			return w.Code != http.StatusServiceUnavailable
 		})
 		if w.Code != http.StatusCreated || w.Body.String() != "made" || w.Header().Get(idempotency.HeaderReplayed) != "true" {
 			t.Fatalf("retry once the replica is back: %d %q replayed=%q, want the stored 201 made",

@@ -13,7 +13,7 @@ import (
 	"github.com/sethvargo/go-limiter"
 	"go.uber.org/goleak"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
 	"github.com/idemgate/idemgate/middleware/ratelimit/ratelimittest"
 	"github.com/idemgate/idemgate/middleware/ratelimit/redislimit"
@@ -28,8 +28,8 @@ var backends = []struct {
 	name   string
 	client func(testing.TB) redis.UniversalClient
 }{
-	{"single", func(t testing.TB) redis.UniversalClient { return testenv.Redis(t) }},
-	{"cluster", func(t testing.TB) redis.UniversalClient { return testenv.RedisCluster(t) }},
+	{"single", func(t testing.TB) redis.UniversalClient { return testkit.Redis(t) }},
+	{"cluster", func(t testing.TB) redis.UniversalClient { return testkit.RedisCluster(t) }},
 }
 
 func forEachBackend(t *testing.T, test func(t *testing.T, client func(testing.TB) redis.UniversalClient)) {
@@ -89,7 +89,7 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, client func(testing.TB) redis.UniversalClient) {
 		ratelimittest.Run(t, func(t *testing.T, tokens uint64, interval time.Duration) limiter.Store {
-			return newStore(t, client(t), redislimit.Config{Tokens: tokens, Interval: interval, Prefix: testenv.Prefix()})
+			return newStore(t, client(t), redislimit.Config{Tokens: tokens, Interval: interval, Prefix: testkit.Prefix()})
 		})
 	})
 }
@@ -98,7 +98,7 @@ func TestBucketKey(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, client func(testing.TB) redis.UniversalClient) {
 		rdb := client(t)
-		prefix := testenv.Prefix()
+		prefix := testkit.Prefix()
 		s := newStore(t, rdb, redislimit.Config{Tokens: 5, Interval: time.Hour, Prefix: prefix})
 		mustTake(t, s, "acme")
 
@@ -137,7 +137,7 @@ func TestIdleBucketExpires(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, client func(testing.TB) redis.UniversalClient) {
 		rdb := client(t)
-		s := newStore(t, rdb, redislimit.Config{Tokens: 2, Interval: 100 * time.Millisecond, Prefix: testenv.Prefix()})
+		s := newStore(t, rdb, redislimit.Config{Tokens: 2, Interval: 100 * time.Millisecond, Prefix: testkit.Prefix()})
 		mustTake(t, s, "acme")
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -165,7 +165,7 @@ func TestStoredWindow(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, client func(testing.TB) redis.UniversalClient) {
 		rdb := client(t)
-		s := newStore(t, rdb, redislimit.Config{Tokens: 4, Interval: time.Hour, Prefix: testenv.Prefix()})
+		s := newStore(t, rdb, redislimit.Config{Tokens: 4, Interval: time.Hour, Prefix: testkit.Prefix()})
 		now := time.Now()
 		plant := func(key string, start time.Time, avail int) {
 			t.Helper()
@@ -206,7 +206,7 @@ func TestStoredWindow(t *testing.T) {
 func TestCloseKeepsBuckets(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, client func(testing.TB) redis.UniversalClient) {
-		cfg := redislimit.Config{Tokens: 2, Interval: time.Hour, Prefix: testenv.Prefix()}
+		cfg := redislimit.Config{Tokens: 2, Interval: time.Hour, Prefix: testkit.Prefix()}
 		rdb := client(t)
 		s := newStore(t, rdb, cfg)
 		mustTake(t, s, "acme")
@@ -241,7 +241,7 @@ func TestNewValidates(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := redislimit.New(tt.client, tt.cfg)
-			testenv.WantError(t, "New", err, tt.want)
+			testkit.WantError(t, "New", err, tt.want)
 		})
 	}
 }
@@ -286,7 +286,7 @@ func TestUnreachableRedisFailsOpen(t *testing.T) {
 func TestMiddlewareAcrossInstances(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, client func(testing.TB) redis.UniversalClient) {
-		prefix := testenv.Prefix()
+		prefix := testkit.Prefix()
 		limits := ratelimit.Limits{"acme": {Tokens: 4, Interval: time.Hour}, "globex": {Tokens: 2, Interval: time.Hour}}
 		var served atomic.Int64
 		var gateways []http.Handler
@@ -324,7 +324,7 @@ func TestMiddlewareAcrossInstances(t *testing.T) {
 }
 
 func BenchmarkTake(b *testing.B) {
-	rdb := testenv.Redis(b)
+	rdb := testkit.Redis(b)
 	cases := []struct {
 		name   string
 		tokens uint64
@@ -334,7 +334,7 @@ func BenchmarkTake(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			s, err := redislimit.New(rdb, &redislimit.Config{Tokens: c.tokens, Interval: time.Hour, Prefix: testenv.Prefix()})
+			s, err := redislimit.New(rdb, &redislimit.Config{Tokens: c.tokens, Interval: time.Hour, Prefix: testkit.Prefix()})
 			if err != nil {
 				b.Fatal(err)
 			}

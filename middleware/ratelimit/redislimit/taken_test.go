@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/ratelimit"
 	"github.com/idemgate/idemgate/middleware/ratelimit/redislimit"
 )
@@ -16,7 +16,7 @@ import (
 func TestTakeN(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, client func(testing.TB) redis.UniversalClient) {
 		for name, st := range map[string]ratelimit.Taker{
-			"redis":  newStore(t, client(t), redislimit.Config{Tokens: 10, Interval: time.Hour, Prefix: testenv.Prefix()}),
+			"redis":  newStore(t, client(t), redislimit.Config{Tokens: 10, Interval: time.Hour, Prefix: testkit.Prefix()}),
 			"memory": newMemory(t),
 		} {
 			ctx, key := t.Context(), "acme"

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/proc"
+	"github.com/idemgate/idemgate/internal/testkit/proc"
 )
 
 // target is a server under load: the baseline or a candidate.

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/proc"
+	"github.com/idemgate/idemgate/internal/testkit/proc"
 )
 
 // candidate is `idemgate serve` as a process of its own, with a generated

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/proc"
+	"github.com/idemgate/idemgate/internal/testkit/proc"
 )
 
 // clockTicks is USER_HZ, the unit of /proc/PID/stat times; 100 on every

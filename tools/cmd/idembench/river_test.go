@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 func TestParseConcurrencies(t *testing.T) {
@@ -55,8 +55,8 @@ func TestRiverTableRow(t *testing.T) {
 // idemgate's side its job document must say succeeded.
 func TestRiverAndEffectSidesDoEveryJob(t *testing.T) {
 	t.Parallel()
-	db := testenv.Database(t)
-	redisURL := testenv.RedisURL(t)
+	db := testkit.Database(t)
+	redisURL := testkit.RedisURL(t)
 	const jobs = 40
 	for _, mode := range []string{"river", "effect"} {
 		queue := fmt.Sprintf("idembench_test_%s_%d", mode, time.Now().UnixNano())

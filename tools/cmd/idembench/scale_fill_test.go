@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 	"github.com/idemgate/idemgate/middleware/idempotency/pgstore"
 	"github.com/idemgate/idemgate/middleware/idempotency/redisstore"
@@ -54,7 +54,7 @@ func checkFilled(t *testing.T, store idempotency.Store, f fillSpec) {
 
 func TestFillPostgresIsReadAsCompletedRecords(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	f := testFill(10, 3)
 	if err := fillPostgres(t.Context(), pool, f, 4, nil); err != nil {
 		t.Fatal(err)
@@ -80,8 +80,8 @@ func TestFillPostgresIsReadAsCompletedRecords(t *testing.T) {
 
 func TestFillRedisIsReadAsCompletedRecords(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix()
+	rdb := testkit.Redis(t)
+	prefix := testkit.Prefix()
 	f := testFill(10, 0)
 	t.Cleanup(func() { _ = unfillRedis(context.Background(), rdb, prefix, f) })
 	if err := fillRedis(t.Context(), rdb, prefix, f, nil); err != nil {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -17,7 +17,7 @@ import (
 // machine passes; a janitor that deletes nothing, or too much, does not.
 func TestJobsGrowthStaysBounded(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	o := jobsOptions{
 		duration: 6 * time.Second, rate: 400, retention: time.Second,
 		interval: 250 * time.Millisecond, batch: 200, sample: 500 * time.Millisecond, vacuum: time.Second,

@@ -15,7 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -48,7 +48,7 @@ func TestUsage(t *testing.T) {
 // TestServe starts the receiver as `make run` does, books a shipment over
 // HTTP twice, and stops it.
 func TestServe(t *testing.T) {
-	dbURL := testenv.Postgres(t)
+	dbURL := testkit.Postgres(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
@@ -103,7 +103,7 @@ func postDelivery(t *testing.T, url string) *http.Response {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("webhook-id", "job_1")
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
-	req.Header.Set("webhook-signature", testenv.WebhookSignature(t, secret, "job_1", ts, body))
+	req.Header.Set("webhook-signature", testkit.WebhookSignature(t, secret, "job_1", ts, body))
 	req.Header.Set("Idempotency-Key", "shipment:o-1")
 	req.Header.Set("Idempotency-Fencing-Token", "1")
 	req.Header.Set("Idemgate-Tenant", "acme")
