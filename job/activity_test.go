@@ -144,3 +144,36 @@ func dbNow(t *testing.T, pool *pgxpool.Pool) time.Time {
 	}
 	return now
 }
+
+// TestActivityRetention: the jobs retention deletes the kept activity
+// buckets that began before it and keeps the others.
+func TestActivityRetention(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Pool(t)
+	exec(t, pool, `
+INSERT INTO job_activity (at, width_secs, started, succeeded, failed, p50_secs, p99_secs)
+VALUES (date_trunc('hour', now()) - interval '40 days', 3600, 5, 4, 1, 0.5, 2),
+       (date_trunc('hour', now()) - interval '2 days', 3600, 5, 4, 1, 0.5, 2)`)
+	if _, err := job.NewRecords(pool).DeleteFinished(t.Context(), job.DefaultRetention, 10, nil); err != nil {
+		t.Fatal(err)
+	}
+	var left []time.Time
+	rows, err := pool.Query(t.Context(), `SELECT at FROM job_activity ORDER BY at`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var at time.Time
+		if err := rows.Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, at)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || time.Since(left[0]) > 3*24*time.Hour {
+		t.Errorf("after the retention the buckets kept begin at %v, want only the one of 2 days ago", left)
+	}
+}
