@@ -25,13 +25,14 @@ import (
 	"github.com/idemgate/idemgate/reconcile"
 )
 
-// BenchmarkOverviewPage times the console's overview (jobs by status and
-// the stuck-jobs check) at each size in IDEMGATE_BENCH_JOBS (a comma list
+// BenchmarkOverviewPage times the console's overview (jobs by status, the
+// two activity charts and the stuck-jobs check) at each size in IDEMGATE_BENCH_JOBS (a comma list
 // of job counts; default 1600). Each size is seeded with INSERT … SELECT
 // generate_series into a schema of the benchmark's own, dropped after,
 // with the status mix of a retained history (mostly succeeded), and
 // vacuumed as autovacuum would. The metric first-ms is the first request
-// after start, timed apart from the loop:
+// after start, timed apart from the loop: it rolls up the charts' closed
+// buckets, which the loop then reads from job_activity:
 //
 //	IDEMGATE_BENCH_JOBS=1600,300000,3000000 go test -run '^$' -bench BenchmarkOverviewPage -benchtime 20x ./gateway/console/
 func BenchmarkOverviewPage(b *testing.B) {
