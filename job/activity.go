@@ -62,9 +62,14 @@ WITH stored AS (
      WHERE finished_at >= (SELECT t FROM live_from) AND finished_at < $2
      GROUP BY 1
 ), live AS (
-    SELECT m.at, COALESCE(s.n, 0) AS started, COALESCE(f.succeeded, 0) AS succeeded,
-           COALESCE(f.failed, 0) AS failed, COALESCE(f.p50, 0)::float8 AS p50_secs, COALESCE(f.p99, 0)::float8 AS p99_secs
-      FROM missing m LEFT JOIN started s ON s.at = m.at LEFT JOIN finished f ON f.at = m.at
+    SELECT at, sum(started)::bigint AS started, sum(succeeded)::bigint AS succeeded, sum(failed)::bigint AS failed,
+           max(p50)::float8 AS p50_secs, max(p99)::float8 AS p99_secs
+      FROM (SELECT at, true AS missing, 0::bigint AS started, 0::bigint AS succeeded, 0::bigint AS failed,
+                   0::float8 AS p50, 0::float8 AS p99 FROM missing
+            UNION ALL SELECT at, false, n, 0, 0, 0, 0 FROM started
+            UNION ALL SELECT at, false, 0, succeeded, failed, p50, p99 FROM finished) e
+     GROUP BY at
+    HAVING bool_or(missing)
 ), rolled AS (
     INSERT INTO job_activity (at, width_secs, started, succeeded, failed, p50_secs, p99_secs)
     SELECT at, $3, started, succeeded, failed, p50_secs, p99_secs
