@@ -18,7 +18,9 @@ const DefaultRetention = 30 * 24 * time.Hour
 // and callback ledger, in one statement. SKIP LOCKED leaves a row a worker
 // or a cancel is writing to it, and two janitors never wait for each
 // other. A job whose final-status callback is still being sent stays
-// until that ends (delivered or abandoned). It returns one row per job
+// until that ends (delivered or abandoned). It also deletes the console's
+// activity buckets (job_activity) that began before the retention. It
+// returns one row per job
 // deleted: its id, its queue, whether it had failed, and the fencing
 // tokens of its attempts that lost their lock or crashed (each may have
 // been taken over by a task of its own, TakeoverTaskID).
@@ -41,6 +43,8 @@ WITH gone AS (
     DELETE FROM job_callbacks c USING gone g WHERE c.job_id = g.id
 ), callback_attempts AS (
     DELETE FROM job_callback_attempts c USING gone g WHERE c.job_id = g.id
+), activity AS (
+    DELETE FROM job_activity WHERE at < now() - make_interval(secs => $1)
 )
 SELECT g.id, g.queue, g.status = 'failed', g.debounce_coalesced,
        COALESCE(array_agg(DISTINCT a.fencing_token) FILTER (

@@ -13,10 +13,9 @@ import (
 // chart is one of the overview's charts of job activity.
 type chart struct {
 	ID, Title, Per string
-	// Started, Succeeded and Failed are the window's totals.
+	// Started, Succeeded and Failed are the window's totals: the jobs
+	// created in it, and those that became succeeded or failed in it.
 	Started, Succeeded, Failed int
-	// Capped says the window held more jobs than job.MaxActivityRows.
-	Capped bool
 	// SVG is the chart, drawn on the server.
 	SVG template.HTML
 }
@@ -39,8 +38,8 @@ const (
 
 // newChart draws acts: the counts above, the p50 and p99 time to final
 // below, each series a polyline scaled to its panel's largest value.
-func newChart(id, title, per string, acts []job.Activity, capped bool) chart {
-	c := chart{ID: id, Title: title, Per: per, Capped: capped}
+func newChart(id, title, per string, acts []job.Activity) chart {
+	c := chart{ID: id, Title: title, Per: per}
 	maxCount, maxDur := 1, time.Duration(0)
 	for _, a := range acts {
 		c.Started += a.Started
@@ -71,7 +70,7 @@ func newChart(id, title, per string, acts []job.Activity, capped bool) chart {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg id="%s-svg" class="chart" viewBox="-2 -14 %d %d" role="img" aria-labelledby="%s-title" data-started="%d" data-succeeded="%d" data-failed="%d">`,
 		id, chartWidth+4, 2*chartHeight+chartGap+18, id, c.Started, c.Succeeded, c.Failed)
-	fmt.Fprintf(&b, `<title id="%s-title">%s per %s: %d jobs started, %d succeeded, %d failed; p99 time to final at most %s</title>`,
+	fmt.Fprintf(&b, `<title id="%s-title">%s per %s: %d jobs created, %d succeeded, %d failed; p99 time to final at most %s</title>`,
 		id, title, per, c.Started, c.Succeeded, c.Failed, roundDuration(maxDur))
 	fmt.Fprintf(&b, `<text class="axis" x="0" y="-3">jobs per %s (max %d)</text>`, per, maxCount)
 	fmt.Fprintf(&b, `<line class="base" x1="0" y1="%d" x2="%d" y2="%d"/>`, chartHeight, chartWidth, chartHeight)

@@ -7,8 +7,8 @@ import (
 )
 
 // TestOverviewCharts: the overview draws the jobs created in the last
-// hour and the last day, and what became of them, from PostgreSQL, as an
-// inline SVG with a line per series.
+// hour and the last day, and those that succeeded or failed in it, from
+// PostgreSQL, as an inline SVG with a line per series.
 func TestOverviewCharts(t *testing.T) {
 	v := setup(t)
 	ids := []string{
@@ -16,10 +16,10 @@ func TestOverviewCharts(t *testing.T) {
 		v.invoice(t, "acme", "chart-2", "o-chart-2"),
 		v.invoice(t, "globex", "chart-3", "o-chart-3"),
 	}
-	if _, err := v.pool.Exec(t.Context(), `UPDATE jobs SET status = 'succeeded', finished_at = created_at + interval '2 seconds' WHERE id = $1`, ids[0]); err != nil {
+	if _, err := v.pool.Exec(t.Context(), `UPDATE jobs SET status = 'succeeded', created_at = now() - interval '2 seconds', finished_at = now() WHERE id = $1`, ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.pool.Exec(t.Context(), `UPDATE jobs SET status = 'failed', finished_at = created_at + interval '30 seconds' WHERE id = $1`, ids[1]); err != nil {
+	if _, err := v.pool.Exec(t.Context(), `UPDATE jobs SET status = 'failed', created_at = now() - interval '30 seconds', finished_at = now() WHERE id = $1`, ids[1]); err != nil {
 		t.Fatal(err)
 	}
 	doc := v.page(t, "/admin/ui/")

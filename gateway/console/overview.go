@@ -78,12 +78,12 @@ func (c *console) handleOverview(w http.ResponseWriter, r *http.Request) {
 			now := c.opts.Now().UTC()
 			for _, w := range chartWindows {
 				since := now.Add(-w.window).Truncate(w.bucket).Add(w.bucket)
-				acts, capped, err := c.opts.Jobs.Activity(r.Context(), since, now, w.bucket)
+				acts, err := c.opts.Jobs.Activity(r.Context(), since, now, w.bucket)
 				if err != nil {
 					c.unreadable(r, &o, "reading job activity", err)
 					break
 				}
-				o.Charts = append(o.Charts, newChart(w.id, w.title, w.per, acts, capped))
+				o.Charts = append(o.Charts, newChart(w.id, w.title, w.per, acts))
 			}
 		}
 	}
