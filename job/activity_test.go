@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/testkit"
 	"github.com/idemgate/idemgate/job"
 )
 
@@ -17,7 +17,7 @@ import (
 // now.
 func TestActivity(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	ctx := t.Context()
 	// 400 jobs created between 10 and about 143 minutes ago, one every 20
 	// seconds: a tenth unfinished, the others final up to 89 seconds after
@@ -149,7 +149,7 @@ func dbNow(t *testing.T, pool *pgxpool.Pool) time.Time {
 // buckets that began before it and keeps the others.
 func TestActivityRetention(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Pool(t)
+	pool := testkit.Pool(t)
 	exec(t, pool, `
 INSERT INTO job_activity (at, width_secs, started, succeeded, failed, p50_secs, p99_secs)
 VALUES (date_trunc('hour', now()) - interval '40 days', 3600, 5, 4, 1, 0.5, 2),
