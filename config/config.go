@@ -122,7 +122,7 @@ type Config struct {
 	specs     []*job.Spec
 	defaulted []defaultJob
 	// limits are the compiled limits, by name.
-	limits map[string]job.Limit
+	limits map[string]job.FlowLimit
 	// schedules are the valid schedules (validateSchedules).
 	schedules []job.Recurring
 	// fairPools are the valid fairness pools (validateFairness).

@@ -60,7 +60,7 @@ type LimitUse struct {
 
 // validateLimits checks limits: and compiles them for the jobs' uses.
 func (c *Config) validateLimits(bad badFunc) {
-	c.limits = map[string]job.Limit{}
+	c.limits = map[string]job.FlowLimit{}
 	names := map[string]int{}
 	for i, l := range c.Limits {
 		at := fmt.Sprintf("limits[%d]", i)
@@ -80,7 +80,7 @@ func (c *Config) validateLimits(bad badFunc) {
 			}
 			distinct(bad, names, "limits", i, "name", l.Name)
 		}
-		def := job.Limit{Name: l.Name}
+		def := job.FlowLimit{Name: l.Name}
 		if l.Concurrency != nil {
 			if *l.Concurrency < 1 {
 				fail(at+".concurrency", "must be at least 1, not %d (leave it out for no concurrency limit)", *l.Concurrency)
@@ -130,8 +130,8 @@ func (c *Config) validateLimits(bad badFunc) {
 // jobLimits checks a job's limits: and returns their compiled form. Each
 // field a key names must be required by the job's schema, so every valid
 // payload forms a key value.
-func (c *Config) jobLimits(j *Job, schema *job.Schema, at string, bad badFunc) []job.LimitUse {
-	var out []job.LimitUse
+func (c *Config) jobLimits(j *Job, schema *job.Schema, at string, bad badFunc) []job.FlowLimitUse {
+	var out []job.FlowLimitUse
 	used := map[string]int{}
 	for i, u := range j.Limits {
 		key := fmt.Sprintf("%s.limits[%d]", at, i)
@@ -152,7 +152,7 @@ func (c *Config) jobLimits(j *Job, schema *job.Schema, at string, bad badFunc) [
 			continue
 		}
 		used[u.Use] = i
-		use := job.LimitUse{Limit: def}
+		use := job.FlowLimitUse{Limit: def}
 		switch {
 		case u.Key == "":
 		case !strings.ContainsAny(u.Key, "{}"):
@@ -201,16 +201,16 @@ func (c *Config) unknownLimit(name string) string {
 }
 
 // Limit returns the compiled limit called name, as jobs use it.
-func (c *Config) Limit(name string) (job.Limit, bool) {
+func (c *Config) Limit(name string) (job.FlowLimit, bool) {
 	l, ok := c.limits[name]
 	return l, ok
 }
 
 // LimitDefs returns the compiled limits in declaration order.
-func (c *Config) LimitDefs() []job.Limit {
-	var out []job.Limit
+func (c *Config) LimitDefs() []job.FlowLimit {
+	var out []job.FlowLimit
 	for _, l := range c.Limits {
-		if def, ok := c.limits[l.Name]; ok && !slices.ContainsFunc(out, func(d job.Limit) bool { return d.Name == l.Name }) {
+		if def, ok := c.limits[l.Name]; ok && !slices.ContainsFunc(out, func(d job.FlowLimit) bool { return d.Name == l.Name }) {
 			out = append(out, def)
 		}
 	}

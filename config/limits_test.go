@@ -40,7 +40,7 @@ func TestLimitsOfValid(t *testing.T) {
 	if !ok {
 		t.Fatal("shipment.book not compiled")
 	}
-	want := []job.Limit{
+	want := []job.FlowLimit{
 		{Name: "ship-api", Concurrency: 8, Rate: 20, Period: time.Second, Burst: 5},
 		{Name: "ship-accounts", Rate: 100, Period: time.Minute, Burst: job.DefaultBurst},
 		{Name: "ship-global", Concurrency: 50},
@@ -178,7 +178,7 @@ func TestParseRate(t *testing.T) {
 			t.Errorf("ParseRate(%q): %v", in, err)
 			continue
 		}
-		if l := (job.Limit{Rate: n, Period: per}); l.Interval() != want || l.RateString() == "" {
+		if l := (job.FlowLimit{Rate: n, Period: per}); l.Interval() != want || l.RateString() == "" {
 			t.Errorf("ParseRate(%q) = %d per %s, interval %s; want %s", in, n, per, l.Interval(), want)
 		}
 	}

@@ -177,12 +177,12 @@ func (e *bizEnv) deliver(t *testing.T, tk *asynq.Task) error {
 }
 
 // exec returns the execution record of tenant's business key.
-func (e *bizEnv) exec(t *testing.T, tenant, key string) execution.Record {
+func (e *bizEnv) exec(t *testing.T, tenant, key string) execution.State {
 	t.Helper()
 	return execOf(t, e.pool, tenant, key)
 }
 
-func execOf(t *testing.T, pool *pgxpool.Pool, tenant, key string) execution.Record {
+func execOf(t *testing.T, pool *pgxpool.Pool, tenant, key string) execution.State {
 	t.Helper()
 	rec, err := execution.New(pool).Get(t.Context(), tenant, key)
 	if err != nil {

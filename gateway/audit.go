@@ -15,7 +15,7 @@ import (
 )
 
 // ActionRecorder keeps the audit trail of operators' actions in
-// PostgreSQL (a *job.Records is one).
+// PostgreSQL (a *job.Store is one).
 type ActionRecorder interface {
 	RecordAction(ctx context.Context, a job.Action, targets []job.Action) (job.Action, error)
 }

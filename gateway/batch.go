@@ -34,7 +34,7 @@ type BatchOptions struct {
 // BatchSubmitter is what the batch paths need of Options.Jobs: a
 // *job.Submitter is one.
 type BatchSubmitter interface {
-	SubmitBatch(ctx context.Context, b job.Batch) ([]job.Record, error)
+	SubmitBatch(ctx context.Context, b job.Batch) ([]job.Row, error)
 	Batch(ctx context.Context, tenant, id string) (job.BatchState, error)
 }
 

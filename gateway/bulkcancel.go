@@ -17,7 +17,7 @@ import (
 // one. The gateway serves POST /admin/jobs/cancel when its Options.Jobs
 // is also a BulkCanceller.
 type BulkCanceller interface {
-	CancelMatching(ctx context.Context, f job.ListFilter, limit int) ([]job.Record, error)
+	CancelMatching(ctx context.Context, f job.ListFilter, limit int) ([]job.Row, error)
 	CountCancellable(ctx context.Context, f job.ListFilter, limit int) (int, error)
 }
 

@@ -24,8 +24,8 @@ var ErrJobNotCancellable = errors.New("job not cancellable")
 type Canceller interface {
 	// Cancel and CancelByID return the job as the cancel left it, and
 	// whether this cancel found an attempt in flight.
-	Cancel(ctx context.Context, tenant, id string) (job.Record, bool, error)
-	CancelByID(ctx context.Context, id string) (job.Record, bool, error)
+	Cancel(ctx context.Context, tenant, id string) (job.Row, bool, error)
+	CancelByID(ctx context.Context, id string) (job.Row, bool, error)
 }
 
 // handleJobCancel is POST /v1/jobs/{id}/cancel: the tenant that created
@@ -35,7 +35,7 @@ func (g *Gateway) handleJobCancel() http.Handler {
 	return g.tenantChain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		telemetry.SetEndpoint(r, "/v1/jobs/{id}/cancel")
 		tenant := auth.Tenant(r.Context())
-		g.cancelJob(w, r, chi.URLParam(r, "id"), func(c Canceller, id string) (job.Record, bool, error) {
+		g.cancelJob(w, r, chi.URLParam(r, "id"), func(c Canceller, id string) (job.Row, bool, error) {
 			return c.Cancel(r.Context(), tenant, id)
 		}, nil)
 	}))
@@ -55,9 +55,9 @@ func (g *Gateway) handleAdminJobCancel() http.HandlerFunc {
 			g.problems.Write(w, r, err)
 			return
 		}
-		g.cancelJob(w, r, id, func(c Canceller, id string) (job.Record, bool, error) {
+		g.cancelJob(w, r, id, func(c Canceller, id string) (job.Row, bool, error) {
 			return c.CancelByID(r.Context(), id)
-		}, func(rec job.Record) {
+		}, func(rec job.Row) {
 			_, _ = g.audit.Record(r.Context(), r, job.Action{Action: "cancel", Via: "api", Tenant: rec.Tenant, JobID: rec.ID, Reason: reason})
 		})
 	}
@@ -69,7 +69,7 @@ func (g *Gateway) handleAdminJobCancel() http.HandlerFunc {
 // (cancelling: its end decides), 409
 // job-not-cancellable for a job that has succeeded or failed, 404 for no
 // such job. audited, when not nil, records the cancel in the audit trail.
-func (g *Gateway) cancelJob(w http.ResponseWriter, r *http.Request, id string, cancel func(Canceller, string) (job.Record, bool, error), audited func(job.Record)) {
+func (g *Gateway) cancelJob(w http.ResponseWriter, r *http.Request, id string, cancel func(Canceller, string) (job.Row, bool, error), audited func(job.Row)) {
 	c, ok := g.opts.Jobs.(Canceller)
 	if !ok {
 		g.problems.Write(w, r, &problem.Error{Err: ErrNotFound, Detail: "this gateway has no enqueue routes"})

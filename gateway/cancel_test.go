@@ -16,14 +16,14 @@ import (
 // the table of TestCancelAnswers says.
 type fakeCanceller struct {
 	fakeJobs
-	cancel func(tenant *string, id string) (job.Record, bool, error)
+	cancel func(tenant *string, id string) (job.Row, bool, error)
 }
 
-func (f fakeCanceller) Cancel(_ context.Context, tenant, id string) (job.Record, bool, error) {
+func (f fakeCanceller) Cancel(_ context.Context, tenant, id string) (job.Row, bool, error) {
 	return f.cancel(&tenant, id)
 }
 
-func (f fakeCanceller) CancelByID(_ context.Context, id string) (job.Record, bool, error) {
+func (f fakeCanceller) CancelByID(_ context.Context, id string) (job.Row, bool, error) {
 	return f.cancel(nil, id)
 }
 
@@ -32,23 +32,23 @@ func (f fakeCanceller) CancelByID(_ context.Context, id string) (job.Record, boo
 // scoped to the tenant.
 func TestCancelAnswers(t *testing.T) {
 	t.Parallel()
-	jobs := fakeCanceller{cancel: func(tenant *string, id string) (job.Record, bool, error) {
+	jobs := fakeCanceller{cancel: func(tenant *string, id string) (job.Row, bool, error) {
 		if tenant != nil && *tenant != "acme" {
-			return job.Record{}, false, job.ErrNotFound
+			return job.Row{}, false, job.ErrNotFound
 		}
 		switch id {
 		case "job_queued":
-			return job.Record{ID: id, Task: "invoice.create", Status: job.StatusCancelled}, false, nil
+			return job.Row{ID: id, Task: "invoice.create", Status: job.StatusCancelled}, false, nil
 		case "job_running":
-			return job.Record{ID: id, Task: "invoice.create", Status: job.StatusCancelling}, true, nil
+			return job.Row{ID: id, Task: "invoice.create", Status: job.StatusCancelling}, true, nil
 		case "job_cancelling":
-			return job.Record{ID: id, Task: "invoice.create", Status: job.StatusCancelling}, false, nil
+			return job.Row{ID: id, Task: "invoice.create", Status: job.StatusCancelling}, false, nil
 		case "job_done":
-			return job.Record{ID: id, Status: job.StatusSucceeded}, false, job.ErrNotCancellable
+			return job.Row{ID: id, Status: job.StatusSucceeded}, false, job.ErrNotCancellable
 		case "job_down":
-			return job.Record{}, false, errors.New("connection refused")
+			return job.Row{}, false, errors.New("connection refused")
 		}
-		return job.Record{}, false, job.ErrNotFound
+		return job.Row{}, false, job.ErrNotFound
 	}}
 	g := newTestGateway(t, testOptions(jobs))
 	tests := []struct {

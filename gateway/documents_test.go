@@ -22,15 +22,15 @@ import (
 
 // fakeJobs is a gateway.Submitter whose answers the test chooses.
 type fakeJobs struct {
-	submit func(context.Context, job.Request) (job.Record, error)
-	get    func(ctx context.Context, tenant, id string) (job.Record, error)
+	submit func(context.Context, job.Request) (job.Row, error)
+	get    func(ctx context.Context, tenant, id string) (job.Row, error)
 }
 
-func (f fakeJobs) Submit(ctx context.Context, req job.Request) (job.Record, error) {
+func (f fakeJobs) Submit(ctx context.Context, req job.Request) (job.Row, error) {
 	return f.submit(ctx, req)
 }
 
-func (f fakeJobs) Get(ctx context.Context, tenant, id string) (job.Record, error) {
+func (f fakeJobs) Get(ctx context.Context, tenant, id string) (job.Row, error) {
 	return f.get(ctx, tenant, id)
 }
 
@@ -131,20 +131,20 @@ var (
 func TestDocumentsOnTheWire(t *testing.T) {
 	t.Parallel()
 	ref := "inv_2e3e9e48ed0440af9dbf6cce317d08ed"
-	rec := job.Record{
+	rec := job.Row{
 		ID: "job_8971b00d3650c8ca83d47f1920051829", Task: "invoice.create", Status: job.StatusQueued,
 		CreatedAt: created, UpdatedAt: created, Tenant: "acme", Route: "invoices",
 	}
 	done := rec
 	done.Status, done.Attempts, done.ResultRef, done.UpdatedAt = job.StatusSucceeded, 1, &ref, updated
 	g := newTestGateway(t, testOptions(fakeJobs{
-		submit: func(_ context.Context, req job.Request) (job.Record, error) {
+		submit: func(_ context.Context, req job.Request) (job.Row, error) {
 			if _, err := req.Spec.Decode(req.Body); err != nil {
-				return job.Record{}, err
+				return job.Row{}, err
 			}
 			return rec, nil
 		},
-		get: func(context.Context, string, string) (job.Record, error) { return done, nil },
+		get: func(context.Context, string, string) (job.Row, error) { return done, nil },
 	}))
 	auth := []string{"Authorization", "Bearer " + testAPIKey, "X-Request-Id", "req-1"}
 	tests := []struct {

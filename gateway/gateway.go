@@ -90,7 +90,7 @@ type Options struct {
 	// are 404 then).
 	Pauses Pauses
 	// Actions keeps the audit trail of operators' actions (a
-	// *job.Records); nil when the gateway has no database: actions are
+	// *job.Store); nil when the gateway has no database: actions are
 	// then logged and counted only.
 	Actions ActionRecorder
 	// AdminMaxAuthFailures is how many wrong admin tokens one peer may

@@ -17,10 +17,10 @@ import (
 // and no body, and HEAD where no GET is served is still 404.
 func TestHeadAnswersLikeGet(t *testing.T) {
 	t.Parallel()
-	rec := job.Record{ID: "job_1", Task: "invoice.create", Status: job.StatusQueued, Tenant: "acme"}
-	opts := testOptions(fakeJobs{get: func(_ context.Context, tenant, id string) (job.Record, error) {
+	rec := job.Row{ID: "job_1", Task: "invoice.create", Status: job.StatusQueued, Tenant: "acme"}
+	opts := testOptions(fakeJobs{get: func(_ context.Context, tenant, id string) (job.Row, error) {
 		if tenant != rec.Tenant || id != rec.ID {
-			return job.Record{}, job.ErrNotFound
+			return job.Row{}, job.ErrNotFound
 		}
 		return rec, nil
 	}})
@@ -100,8 +100,8 @@ func fetch(t *testing.T, srv *httptest.Server, method, path string, header ...st
 // the client, names the tenant, so there is nothing to challenge.
 func TestUnauthorizedChallenges(t *testing.T) {
 	t.Parallel()
-	jobs := fakeJobs{get: func(context.Context, string, string) (job.Record, error) {
-		return job.Record{}, errors.New("not reached")
+	jobs := fakeJobs{get: func(context.Context, string, string) (job.Row, error) {
+		return job.Row{}, errors.New("not reached")
 	}}
 	g := newTestGateway(t, testOptions(jobs))
 	headerMode := testOptions(jobs)

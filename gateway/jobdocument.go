@@ -7,4 +7,4 @@ import (
 // JobDocument is the job document the gateway shows for j (GET
 // /v1/jobs/{id}, the 202 of an enqueue route): the worker's final-status
 // callbacks carry the same one, so a receiver reads what a poller would.
-func JobDocument(j job.Record) any { return jobDocument(j) }
+func JobDocument(j job.Row) any { return jobDocument(j) }

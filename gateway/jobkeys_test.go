@@ -31,7 +31,7 @@ func shipmentSpec(t *testing.T) *job.Spec {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec.Limits = []job.LimitUse{{Limit: job.Limit{Name: "ship-api", Concurrency: 1}, Key: key}}
+	spec.Limits = []job.FlowLimitUse{{Limit: job.FlowLimit{Name: "ship-api", Concurrency: 1}, Key: key}}
 	return spec
 }
 

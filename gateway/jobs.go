@@ -24,8 +24,8 @@ import (
 // *job.Submitter is one. One that is also a Canceller serves the cancel
 // endpoints.
 type Submitter interface {
-	Submit(ctx context.Context, req job.Request) (job.Record, error)
-	Get(ctx context.Context, tenant, id string) (job.Record, error)
+	Submit(ctx context.Context, req job.Request) (job.Row, error)
+	Get(ctx context.Context, tenant, id string) (job.Row, error)
 }
 
 // EnqueueOptions makes a route an enqueue route.
@@ -119,7 +119,7 @@ func (g *Gateway) handleEnqueue(route string, eo EnqueueOptions, timeout time.Du
 // retry with its key replays: its Location, its ETag and the job
 // document. A batch's items are answered, and stored, with the same one,
 // so that a request sent alone with an item's key replays it.
-func jobAccepted(j job.Record) idempotency.Response {
+func jobAccepted(j job.Row) idempotency.Response {
 	doc := jobDocument(j)
 	var body bytes.Buffer
 	enc := json.NewEncoder(&body)
@@ -148,7 +148,7 @@ func writeResponse(w http.ResponseWriter, resp idempotency.Response) {
 
 // jobDocument is how the enqueue routes and GET /v1/jobs/{id} show a job:
 // the Job of openapi.yaml.
-func jobDocument(j job.Record) openapi.Job {
+func jobDocument(j job.Row) openapi.Job {
 	doc := openapi.Job{
 		Id: j.ID, Task: j.Task, Status: openapi.JobStatus(j.Status), Attempts: j.Attempts,
 		ResultRef: j.ResultRef, Error: j.Error, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,

@@ -44,7 +44,7 @@ func TestJobStatusesAreTheDescribedEnum(t *testing.T) {
 		t.Fatalf("openapi.yaml's JobStatus enum is %q; job.Statuses() is %q", described, defined)
 	}
 	for _, s := range job.Statuses() {
-		got := jobDocument(job.Record{ID: "job_1", Task: "invoice.create", Status: s}).Status
+		got := jobDocument(job.Row{ID: "job_1", Task: "invoice.create", Status: s}).Status
 		if !got.Valid() || string(got) != string(s) {
 			t.Errorf("job status %q is shown as %q (valid %v)", s, got, got.Valid())
 		}
@@ -57,12 +57,12 @@ func TestJobStatusesAreTheDescribedEnum(t *testing.T) {
 // answer is 503 and the key is released.
 func TestEnqueueFailures(t *testing.T) {
 	t.Parallel()
-	recorded := job.Record{ID: "job_1", Task: "invoice.create", Status: job.StatusQueued, Tenant: "acme", Queue: "default"}
+	recorded := job.Row{ID: "job_1", Task: "invoice.create", Status: job.StatusQueued, Tenant: "acme", Queue: "default"}
 	var submits atomic.Int32
-	jobs := fakeJobs{submit: func(_ context.Context, req job.Request) (job.Record, error) {
+	jobs := fakeJobs{submit: func(_ context.Context, req job.Request) (job.Row, error) {
 		submits.Add(1)
 		if req.Key == "no-record" {
-			return job.Record{}, errors.New("enqueue: create job: connection refused")
+			return job.Row{}, errors.New("enqueue: create job: connection refused")
 		}
 		return recorded, fmt.Errorf("%w: %w", job.ErrTaskDeferred, errors.New("enqueue: job_1: dial tcp: connection refused"))
 	}}

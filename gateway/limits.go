@@ -18,7 +18,7 @@ import (
 // configuration) for GET /admin/limits/{name}.
 type Limits interface {
 	// Limit returns the declared limit called name.
-	Limit(name string) (job.Limit, bool)
+	Limit(name string) (job.FlowLimit, bool)
 	// Busiest returns up to n of the limit's recently used key values,
 	// busiest first, as Redis holds them now.
 	Busiest(ctx context.Context, name string, n int) ([]LimitUsage, error)
@@ -49,7 +49,7 @@ func (g *Gateway) handleLimitGet() http.HandlerFunc {
 		if err != nil {
 			name = chi.URLParam(r, "name")
 		}
-		var def job.Limit
+		var def job.FlowLimit
 		ok := false
 		if g.opts.Limits != nil {
 			def, ok = g.opts.Limits.Limit(name)
@@ -93,7 +93,7 @@ func (g *Gateway) handleLimitGet() http.HandlerFunc {
 }
 
 // limitDocument is the LimitState of openapi.yaml.
-func limitDocument(def job.Limit, usage []LimitUsage) openapi.LimitState {
+func limitDocument(def job.FlowLimit, usage []LimitUsage) openapi.LimitState {
 	doc := openapi.LimitState{Name: def.Name, Values: []openapi.LimitValue{}}
 	if def.Concurrency > 0 {
 		doc.Concurrency = &def.Concurrency

@@ -14,11 +14,11 @@ import (
 
 // fakeLimits is a Limits whose answers the test chooses.
 type fakeLimits struct {
-	defs    map[string]job.Limit
+	defs    map[string]job.FlowLimit
 	busiest func(ctx context.Context, name string, n int) ([]LimitUsage, error)
 }
 
-func (f fakeLimits) Limit(name string) (job.Limit, bool) {
+func (f fakeLimits) Limit(name string) (job.FlowLimit, bool) {
 	l, ok := f.defs[name]
 	return l, ok
 }
@@ -32,7 +32,7 @@ func TestLimitGet(t *testing.T) {
 	used := time.Date(2026, 12, 4, 15, 0, 0, 0, time.UTC)
 	var asked int
 	limits := fakeLimits{
-		defs: map[string]job.Limit{"ship-api": {Name: "ship-api", Concurrency: 8, Rate: 20, Period: time.Second, Burst: 5}},
+		defs: map[string]job.FlowLimit{"ship-api": {Name: "ship-api", Concurrency: 8, Rate: 20, Period: time.Second, Burst: 5}},
 		busiest: func(_ context.Context, name string, n int) ([]LimitUsage, error) {
 			asked = n
 			return []LimitUsage{

@@ -22,7 +22,7 @@ import (
 // gateway serves GET /v1/jobs and GET /admin/jobs when its Options.Jobs
 // is also a Lister.
 type Lister interface {
-	List(ctx context.Context, f job.ListFilter, limit int) ([]job.Record, job.Cursor, error)
+	List(ctx context.Context, f job.ListFilter, limit int) ([]job.Row, job.Cursor, error)
 }
 
 // The page size of a job list: limit= defaults to DefaultListLimit and
@@ -89,7 +89,7 @@ func (g *Gateway) listJobs(w http.ResponseWriter, r *http.Request, tenant string
 // answer it, and `idemgate jobs list --json` prints it: each job the
 // document GET /v1/jobs/{id} shows, then the next page's cursor, absent
 // on the last page.
-func JobListDocument(jobs []job.Record, next job.Cursor) openapi.JobList {
+func JobListDocument(jobs []job.Row, next job.Cursor) openapi.JobList {
 	doc := openapi.JobList{Items: make([]openapi.Job, len(jobs))}
 	for i, j := range jobs {
 		doc.Items[i] = jobDocument(j)

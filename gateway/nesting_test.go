@@ -49,7 +49,7 @@ func TestDeepPayloadIsRefused(t *testing.T) {
 	}
 	recorded := func(key string) bool {
 		t.Helper()
-		_, err := job.NewRecords(pool).Get(t.Context(), "acme", job.ID("acme", "deep", run+key))
+		_, err := job.NewStore(pool).Get(t.Context(), "acme", job.ID("acme", "deep", run+key))
 		if err != nil && !errors.Is(err, job.ErrNotFound) {
 			t.Fatal(err)
 		}

@@ -31,12 +31,12 @@ func (s *scheduleJobs) submitted() []job.Request {
 }
 
 func (s *scheduleJobs) fake() fakeJobs {
-	return fakeJobs{submit: func(_ context.Context, req job.Request) (job.Record, error) {
+	return fakeJobs{submit: func(_ context.Context, req job.Request) (job.Row, error) {
 		s.mu.Lock()
 		s.reqs = append(s.reqs, req)
 		s.mu.Unlock()
 		nb := time.Now().Add(600 * time.Hour)
-		return job.Record{ID: job.ID(req.Tenant, req.Route, req.Key), Task: req.Spec.Task, Status: job.StatusScheduled, NotBefore: &nb}, nil
+		return job.Row{ID: job.ID(req.Tenant, req.Route, req.Key), Task: req.Spec.Task, Status: job.StatusScheduled, NotBefore: &nb}, nil
 	}}
 }
 

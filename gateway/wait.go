@@ -131,7 +131,7 @@ func (g *Gateway) watchJob(ctx context.Context, id string, jw jobWait) *job.Watc
 // returns the document to answer with: the job as last read. rec is the
 // job as the handler read it, for the caller's tenant, after watch began;
 // the watch's reads are by id, which names one tenant's job.
-func (g *Gateway) awaitJob(r *http.Request, rec job.Record, jw jobWait, watch *job.Watch) openapi.Job {
+func (g *Gateway) awaitJob(r *http.Request, rec job.Row, jw jobWait, watch *job.Watch) openapi.Job {
 	doc := jobDocument(rec)
 	if watch == nil || jw.done(doc) {
 		return doc

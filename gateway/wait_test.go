@@ -56,7 +56,7 @@ func (s signalledWatcher) Watch(ctx context.Context, id string) *job.Watch {
 type waitEnv struct {
 	g       *Gateway
 	srv     *httptest.Server
-	records *job.Records // on a pool the counter does not see
+	records *job.Store // on a pool the counter does not see
 	pool    *pgxpool.Pool
 	queries *countingTracer // the gateway's and the watcher's queries
 	gets    atomic.Int64    // the gateway's reads done
@@ -80,7 +80,7 @@ func startWait(t *testing.T, listen bool, maxWait time.Duration) *waitEnv {
 	}
 	t.Cleanup(counted.Close)
 	v.pool = testkit.PoolAt(t, dbURL)
-	v.records = job.NewRecords(v.pool)
+	v.records = job.NewStore(v.pool)
 
 	wo := job.WatcherOptions{Poll: 200 * time.Millisecond, Logger: testkit.Logger()}
 	if listen {
@@ -105,8 +105,8 @@ func startWait(t *testing.T, listen bool, maxWait time.Duration) *waitEnv {
 	}
 	v.watcher = signalledWatcher{Watcher: w, watching: make(chan string, 2000)}
 
-	rs := job.NewRecords(counted)
-	opts := testOptions(fakeJobs{get: func(ctx context.Context, tenant, id string) (job.Record, error) {
+	rs := job.NewStore(counted)
+	opts := testOptions(fakeJobs{get: func(ctx context.Context, tenant, id string) (job.Row, error) {
 		defer v.gets.Add(1)
 		return rs.Get(ctx, tenant, id)
 	}})
@@ -394,10 +394,10 @@ func TestWaitEndsWhenTheGatewayDrains(t *testing.T) {
 // and the tag does not depend on the time zone the times are read in.
 func TestJobETagIsTheDocuments(t *testing.T) {
 	t.Parallel()
-	rec := job.Record{ID: "job_1", Task: "invoice.create", Status: job.StatusQueued, Tenant: "acme", CreatedAt: created, UpdatedAt: updated}
+	rec := job.Row{ID: "job_1", Task: "invoice.create", Status: job.StatusQueued, Tenant: "acme", CreatedAt: created, UpdatedAt: updated}
 	g := newTestGateway(t, testOptions(fakeJobs{
-		submit: func(context.Context, job.Request) (job.Record, error) { return rec, nil },
-		get:    func(context.Context, string, string) (job.Record, error) { return rec, nil },
+		submit: func(context.Context, job.Request) (job.Row, error) { return rec, nil },
+		get:    func(context.Context, string, string) (job.Row, error) { return rec, nil },
 	}))
 	posted, _ := serve(t, g.Handler(), http.MethodPost, "/v1/invoices", `{"order_id":"o-1","amount_cents":100,"currency":"EUR"}`,
 		"Authorization", "Bearer "+testAPIKey, "Idempotency-Key", "k1", "Content-Type", "application/json")

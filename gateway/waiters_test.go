@@ -26,7 +26,7 @@ import (
 type jobsEnv struct {
 	g       *Gateway
 	srv     *httptest.Server
-	records *job.Records
+	records *job.Store
 	watcher signalledWatcher
 }
 

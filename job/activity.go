@@ -95,7 +95,7 @@ SELECT at, started, succeeded, failed, p50_secs, p99_secs FROM live
 // the grace, whatever the table's size. A job deleted or re-queued later
 // stays counted in a bucket already kept. The jobs retention deletes the
 // kept buckets past it (DeleteFinished).
-func (s *Records) Activity(ctx context.Context, since, now time.Time, bucket time.Duration) ([]Activity, error) {
+func (s *Store) Activity(ctx context.Context, since, now time.Time, bucket time.Duration) ([]Activity, error) {
 	width := int(bucket / time.Second)
 	if width < 1 || bucket%time.Second != 0 {
 		return nil, fmt.Errorf("job: activity: bucket %s is not a whole number of seconds", bucket)

@@ -34,7 +34,7 @@ SELECT 'job_act_' || i, 'acme', 'invoices', 'k-' || i, 'invoice.create', 'defaul
 
 	now := time.Now()
 	since := now.Add(-3 * time.Hour).Truncate(time.Minute)
-	first := job.NewRecords(pool)
+	first := job.NewStore(pool)
 	before := dbNow(t, pool)
 	acts, err := first.Activity(ctx, since, now, time.Minute)
 	if err != nil {
@@ -92,7 +92,7 @@ SELECT (SELECT count(*) FROM jobs WHERE created_at >= $1 AND created_at < $2),
 	// The jobs of the rolled-up minutes change (retention, a re-queue);
 	// a second reader shows the numbers kept, as the first did.
 	exec(t, pool, `DELETE FROM jobs WHERE id LIKE 'job_act_%'`)
-	second := job.NewRecords(pool)
+	second := job.NewStore(pool)
 	again, err := second.Activity(ctx, since, now, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +154,7 @@ func TestActivityRetention(t *testing.T) {
 INSERT INTO job_activity (at, width_secs, started, succeeded, failed, p50_secs, p99_secs)
 VALUES (date_trunc('hour', now()) - interval '40 days', 3600, 5, 4, 1, 0.5, 2),
        (date_trunc('hour', now()) - interval '2 days', 3600, 5, 4, 1, 0.5, 2)`)
-	if _, err := job.NewRecords(pool).DeleteFinished(t.Context(), job.DefaultRetention, 10, nil); err != nil {
+	if _, err := job.NewStore(pool).DeleteFinished(t.Context(), job.DefaultRetention, 10, nil); err != nil {
 		t.Fatal(err)
 	}
 	var left []time.Time

@@ -49,7 +49,7 @@ func CheckReason(reason string) error {
 // RecordAction writes a, one row per target in targets (each an Action
 // whose Tenant, JobID, Route and Key name it; the rest is a's), and
 // returns a with its ID and At set.
-func (s *Records) RecordAction(ctx context.Context, a Action, targets []Action) (Action, error) {
+func (s *Store) RecordAction(ctx context.Context, a Action, targets []Action) (Action, error) {
 	if err := CheckReason(a.Reason); err != nil {
 		return a, err
 	}
@@ -90,18 +90,18 @@ const maxActionsShown = 100
 
 // ActionsOnJob returns the actions on the job with id, oldest first (at
 // most the newest 100).
-func (s *Records) ActionsOnJob(ctx context.Context, id string) ([]Action, error) {
+func (s *Store) ActionsOnJob(ctx context.Context, id string) ([]Action, error) {
 	return s.actions(ctx, `SELECT * FROM (SELECT `+actionColumns+`, id FROM admin_actions WHERE job_id = $1 ORDER BY id DESC LIMIT $2) a ORDER BY id`, id, maxActionsShown)
 }
 
 // ActionsOnKey returns the actions on the idempotency key (tenant, route,
 // key), oldest first (at most the newest 100).
-func (s *Records) ActionsOnKey(ctx context.Context, tenant, route, key string) ([]Action, error) {
+func (s *Store) ActionsOnKey(ctx context.Context, tenant, route, key string) ([]Action, error) {
 	return s.actions(ctx, `SELECT * FROM (SELECT `+actionColumns+`, id FROM admin_actions
  WHERE tenant = $1 AND route = $2 AND idempotency_key = $3 ORDER BY id DESC LIMIT $4) a ORDER BY id`, tenant, route, key, maxActionsShown)
 }
 
-func (s *Records) actions(ctx context.Context, sql string, args ...any) ([]Action, error) {
+func (s *Store) actions(ctx context.Context, sql string, args ...any) ([]Action, error) {
 	rows, err := s.db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("job: read actions: %w", err)
@@ -126,7 +126,7 @@ func (s *Records) actions(ctx context.Context, sql string, args ...any) ([]Actio
 // than retention, oldest first, and reports how many it deleted: the
 // audit trail is kept as long as jobs are (the retention janitor runs it
 // with the jobs retention).
-func (s *Records) DeleteOldActions(ctx context.Context, retention time.Duration, limit int) (int, error) {
+func (s *Store) DeleteOldActions(ctx context.Context, retention time.Duration, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
 	}

@@ -75,14 +75,14 @@ func (s BatchState) Final() bool {
 // that exists is returned as stored. An error wrapping ErrTaskDeferred
 // comes with every job: they are recorded, some tasks are late, and the
 // relay sends them. Any other error means nothing was recorded.
-func (e *Submitter) SubmitBatch(ctx context.Context, b Batch) ([]Record, error) {
+func (e *Submitter) SubmitBatch(ctx context.Context, b Batch) ([]Row, error) {
 	begin, ok := e.records.db.(interface {
 		Begin(ctx context.Context) (pgx.Tx, error)
 	})
 	if !ok {
 		return nil, errors.New("job: submit batch: the job store cannot begin a transaction")
 	}
-	recs := make([]Record, len(b.Requests))
+	recs := make([]Row, len(b.Requests))
 	for i, req := range b.Requests {
 		if req.Spec == nil {
 			return nil, errors.New("job: submit batch: no job spec")
@@ -91,7 +91,7 @@ func (e *Submitter) SubmitBatch(ctx context.Context, b Batch) ([]Record, error) 
 		if err != nil {
 			return nil, err
 		}
-		recs[i] = Record{
+		recs[i] = Row{
 			ID: ID(req.Tenant, req.Route, req.Key), Tenant: req.Tenant, Route: req.Route, IdempotencyKey: req.Key,
 			Task: req.Spec.Task, Queue: ShardQueue(req.QueueName(), req.Tenant, e.Shards), BusinessKey: p.BusinessKey, Payload: req.Body,
 		}
@@ -137,7 +137,7 @@ ON CONFLICT (tenant, id) DO UPDATE SET job_ids = EXCLUDED.job_ids, items = EXCLU
 		if err := results.Close(); err != nil {
 			return fmt.Errorf("job: submit batch: %w", err)
 		}
-		txRecords := &Records{db: tx}
+		txRecords := &Store{db: tx}
 		for _, i := range again {
 			got, _, err := txRecords.create(ctx, recs[i], b.Requests[i].Spec.effective(b.Requests[i].Schedule))
 			if err != nil {
@@ -160,7 +160,7 @@ ON CONFLICT (tenant, id) DO UPDATE SET job_ids = EXCLUDED.job_ids, items = EXCLU
 // enqueue, the one path a job's task takes, sendConcurrency at a time;
 // then, with Broker, waits once for each queue's replicas. It returns the
 // first failure: the relay sends what was not sent.
-func (e *Submitter) sendAll(ctx context.Context, recs []Record) error {
+func (e *Submitter) sendAll(ctx context.Context, recs []Row) error {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -200,7 +200,7 @@ func (e *Submitter) sendAll(ctx context.Context, recs []Record) error {
 }
 
 // Batch returns tenant's batch with id and counts its jobs by status.
-func (s *Records) Batch(ctx context.Context, tenant, id string) (BatchState, error) {
+func (s *Store) Batch(ctx context.Context, tenant, id string) (BatchState, error) {
 	if !Storable(id) || !Storable(tenant) {
 		return BatchState{}, ErrNotFound
 	}
@@ -246,7 +246,7 @@ func (e *Submitter) Batch(ctx context.Context, tenant, id string) (BatchState, e
 
 // BatchByID returns the batch with id whatever its tenant (operators):
 // its tenant, its jobs counted by status, and those jobs in item order.
-func (s *Records) BatchByID(ctx context.Context, id string) (string, BatchState, []Record, error) {
+func (s *Store) BatchByID(ctx context.Context, id string) (string, BatchState, []Row, error) {
 	if !Storable(id) {
 		return "", BatchState{}, nil, ErrNotFound
 	}
@@ -268,7 +268,7 @@ func (s *Records) BatchByID(ctx context.Context, id string) (string, BatchState,
 		return "", BatchState{}, nil, fmt.Errorf("job: batch jobs: %w", err)
 	}
 	defer rows.Close()
-	var jobs []Record
+	var jobs []Row
 	for rows.Next() {
 		j, err := scanRecord(rows)
 		if err != nil {
@@ -284,7 +284,7 @@ func (s *Records) BatchByID(ctx context.Context, id string) (string, BatchState,
 
 // BatchOf returns the id of the batch job id was submitted in; "" when it
 // was submitted alone.
-func (s *Records) BatchOf(ctx context.Context, id string) (string, error) {
+func (s *Store) BatchOf(ctx context.Context, id string) (string, error) {
 	var batch *string
 	err := s.db.QueryRow(ctx, `SELECT batch_id FROM jobs WHERE id = $1`, id).Scan(&batch)
 	switch {

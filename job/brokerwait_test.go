@@ -32,7 +32,7 @@ func TestBrokerWait(t *testing.T) {
 	ctx := t.Context()
 	run := testkit.Prefix() // keys of this run's own: the database is shared
 	body := `{"order_id":"o-1","amount_cents":1200,"currency":"EUR"}`
-	onReplica := func(j job.Record) bool {
+	onReplica := func(j job.Row) bool {
 		// asynq keeps a task in the hash asynq:{queue}:t:<id>.
 		n, err := replica.Client.Exists(ctx, "asynq:{"+j.Queue+"}:t:"+j.ID).Result()
 		if err != nil {

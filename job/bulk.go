@@ -60,14 +60,14 @@ func (f FailedFilter) args() []any {
 
 // FailedMatching returns at most limit failed jobs that f matches, newest
 // first (the index jobs_status reads them in that order).
-func (s *Records) FailedMatching(ctx context.Context, f FailedFilter, limit int) ([]Record, error) {
+func (s *Store) FailedMatching(ctx context.Context, f FailedFilter, limit int) ([]Row, error) {
 	rows, err := s.db.Query(ctx, `SELECT `+recordColumns+` FROM jobs WHERE `+failedWhere+` ORDER BY updated_at DESC LIMIT $5`,
 		append(f.args(), limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("job: failed jobs: %w", err)
 	}
 	defer rows.Close()
-	var out []Record
+	var out []Row
 	for rows.Next() {
 		j, err := scanRecord(rows)
 		if err != nil {
@@ -80,7 +80,7 @@ func (s *Records) FailedMatching(ctx context.Context, f FailedFilter, limit int)
 
 // CountFailed counts the failed jobs f matches, up to limit: a count of
 // limit means limit or more.
-func (s *Records) CountFailed(ctx context.Context, f FailedFilter, limit int) (int, error) {
+func (s *Store) CountFailed(ctx context.Context, f FailedFilter, limit int) (int, error) {
 	var n int
 	err := s.db.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM jobs WHERE `+failedWhere+` LIMIT $5) m`,
 		append(f.args(), limit)...).Scan(&n)
@@ -104,7 +104,7 @@ type FailedGroup struct {
 // error, the largest groups first, at most limit groups. Reading a
 // bounded number of rows keeps it fast on a table of millions; the
 // counts are then those of the newest jobs.
-func (s *Records) FailedGroups(ctx context.Context, limit int) ([]FailedGroup, error) {
+func (s *Store) FailedGroups(ctx context.Context, limit int) ([]FailedGroup, error) {
 	rows, err := s.db.Query(ctx, `
 SELECT task, COALESCE(last_error, ''), count(*), max(updated_at)
   FROM (SELECT task, last_error, updated_at FROM jobs WHERE status = 'failed' ORDER BY updated_at DESC LIMIT $1) f

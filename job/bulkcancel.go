@@ -30,9 +30,9 @@ func cancellable(f ListFilter) []Status {
 //
 // Each status is one bounded range of an index of migration 00017 (List
 // with that status), so the cost follows limit, not the table's size.
-func (s *Records) CancellableMatching(ctx context.Context, f ListFilter, limit int) ([]Record, error) {
+func (s *Store) CancellableMatching(ctx context.Context, f ListFilter, limit int) ([]Row, error) {
 	f.After = ""
-	var out []Record
+	var out []Row
 	for _, st := range cancellable(f) {
 		f.Status = st
 		page, _, err := s.List(ctx, f, limit)
@@ -41,7 +41,7 @@ func (s *Records) CancellableMatching(ctx context.Context, f ListFilter, limit i
 		}
 		out = append(out, page...)
 	}
-	slices.SortFunc(out, func(a, b Record) int {
+	slices.SortFunc(out, func(a, b Row) int {
 		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
 			return c
 		}
@@ -52,7 +52,7 @@ func (s *Records) CancellableMatching(ctx context.Context, f ListFilter, limit i
 
 // CountCancellable counts the jobs CancellableMatching would return with
 // no limit, up to limit: a count of limit means limit or more.
-func (s *Records) CountCancellable(ctx context.Context, f ListFilter, limit int) (int, error) {
+func (s *Store) CountCancellable(ctx context.Context, f ListFilter, limit int) (int, error) {
 	f.After = ""
 	total := 0
 	for _, st := range cancellable(f) {
@@ -81,12 +81,12 @@ func (s *Records) CountCancellable(ctx context.Context, f ListFilter, limit int)
 // each cancel left them (cancelled, or cancelling when an attempt was in
 // flight). A job that finished or went away meanwhile is skipped. A store
 // that fails stops it: the jobs cancelled so far come with the error.
-func (e *Submitter) CancelMatching(ctx context.Context, f ListFilter, limit int) ([]Record, error) {
+func (e *Submitter) CancelMatching(ctx context.Context, f ListFilter, limit int) ([]Row, error) {
 	jobs, err := e.records.CancellableMatching(ctx, f, limit)
 	if err != nil {
 		return nil, err
 	}
-	var done []Record
+	var done []Row
 	for _, j := range jobs {
 		rec, _, err := e.CancelByID(ctx, j.ID)
 		switch {
@@ -100,7 +100,7 @@ func (e *Submitter) CancelMatching(ctx context.Context, f ListFilter, limit int)
 	return done, nil
 }
 
-// CountCancellable counts as Records.CountCancellable does.
+// CountCancellable counts as Store.CountCancellable does.
 func (e *Submitter) CountCancellable(ctx context.Context, f ListFilter, limit int) (int, error) {
 	return e.records.CountCancellable(ctx, f, limit)
 }

@@ -65,7 +65,7 @@ func CallbackID(jobID string, seq int) string {
 // Callbacks is the outbox of final-status callbacks (the job_callbacks
 // table) and their ledger (job_callback_attempts). Collect turns the jobs
 // that became final into events, whatever made them final (a worker, a
-// cancel, `idemgate dlq`); Claim hands due events to one sender; Settle
+// cancel, `idemgate dlq`); Claim hands due events to one sender; Attempted
 // records each attempt.
 type Callbacks struct{ db DB }
 
@@ -74,7 +74,7 @@ func NewCallbacks(db DB) *Callbacks { return &Callbacks{db: db} }
 
 // Document is how an event's data shows a job: the job document of GET
 // /v1/jobs/{id}.
-type Document func(Record) any
+type Document func(Row) any
 
 // eventBody is a callback's body, the Standard Webhooks payload shape.
 type eventBody struct {
@@ -100,7 +100,7 @@ func (c *Callbacks) Collect(ctx context.Context, tasks []string, limit int, doc 
 	if err != nil {
 		return 0, fmt.Errorf("job: collect callbacks: %w", err)
 	}
-	var picked []Record
+	var picked []Row
 	for rows.Next() {
 		j, err := scanRecord(rows)
 		if err != nil {
@@ -162,7 +162,7 @@ UPDATE jobs j SET callback_for = l.finished_at FROM locked l WHERE j.id = l.job_
 // /v1/jobs/{id} would show it when the job became final, and the job's
 // tenant in it. The callback URL is the task's, shared by every tenant:
 // the signed body says whose job it is.
-func encodeEvent(ev Event, j Record, doc Document) ([]byte, error) {
+func encodeEvent(ev Event, j Row, doc Document) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -240,7 +240,7 @@ func (p PendingCallback) ID() string { return CallbackID(p.JobID, p.Seq) }
 // Claim takes at most limit due events of tasks for one attempt each,
 // oldest due first: it counts the attempt and moves the event's due time
 // lease ahead, so that no other sender takes it meanwhile. A sender that
-// dies before Settle leaves the event due again after lease: it is sent
+// dies before Attempted leaves the event due again after lease: it is sent
 // again, with the same webhook-id and body.
 func (c *Callbacks) Claim(ctx context.Context, tasks []string, limit int, lease time.Duration) ([]PendingCallback, error) {
 	if len(tasks) == 0 || limit <= 0 {
@@ -305,9 +305,9 @@ type CallbackResult struct {
 	StartedAt time.Time
 }
 
-// Settle records an attempt of p: a ledger row always, and the event's new
+// Attempted records an attempt of p: a ledger row always, and the event's new
 // state unless another sender has claimed it since (its lease ran out).
-func (c *Callbacks) Settle(ctx context.Context, p PendingCallback, r CallbackResult) error {
+func (c *Callbacks) Attempted(ctx context.Context, p PendingCallback, r CallbackResult) error {
 	const q = `
 WITH upd AS (
     UPDATE job_callbacks
@@ -322,7 +322,7 @@ VALUES ($1, $2, $3, $8, $9, NULLIF($5, 0), $4, NULLIF($6, ''))`
 	_, err := c.db.Exec(ctx, q, p.JobID, p.Seq, p.Attempt, string(r.Outcome), r.Status, StorableText(r.Error),
 		r.Retry.Seconds(), StorableText(r.Worker), r.StartedAt)
 	if err != nil {
-		return fmt.Errorf("job: settle callback %s: %w", p.ID(), err)
+		return fmt.Errorf("job: record callback attempt %s: %w", p.ID(), err)
 	}
 	return nil
 }

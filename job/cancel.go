@@ -35,15 +35,15 @@ var ErrNotCancellable = errors.New("job: not cancellable")
 // tenant's job, or an unknown id, is ErrNotFound. The jobs row is locked
 // for the cancel's transaction, as the worker's take locks it, so the two
 // are serialised.
-func (s *Records) Cancel(ctx context.Context, tenant, id string) (Record, bool, error) {
+func (s *Store) Cancel(ctx context.Context, tenant, id string) (Row, bool, error) {
 	if !Storable(tenant) {
-		return Record{}, false, ErrNotFound
+		return Row{}, false, ErrNotFound
 	}
 	return s.cancel(ctx, id, &tenant)
 }
 
 // CancelByID is Cancel whatever the job's tenant (operators).
-func (s *Records) CancelByID(ctx context.Context, id string) (Record, bool, error) {
+func (s *Store) CancelByID(ctx context.Context, id string) (Row, bool, error) {
 	return s.cancel(ctx, id, nil)
 }
 
@@ -52,16 +52,16 @@ type beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-func (s *Records) cancel(ctx context.Context, id string, tenant *string) (Record, bool, error) {
+func (s *Store) cancel(ctx context.Context, id string, tenant *string) (Row, bool, error) {
 	if !Storable(id) {
-		return Record{}, false, ErrNotFound
+		return Row{}, false, ErrNotFound
 	}
 	db, ok := s.db.(beginner)
 	if !ok {
-		return Record{}, false, fmt.Errorf("job: cancel %s: the store's database cannot begin a transaction (%T)", id, s.db)
+		return Row{}, false, fmt.Errorf("job: cancel %s: the store's database cannot begin a transaction (%T)", id, s.db)
 	}
 	var (
-		rec      Record
+		rec      Row
 		stopping bool
 	)
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -70,18 +70,18 @@ func (s *Records) cancel(ctx context.Context, id string, tenant *string) (Record
 		return err
 	})
 	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrNotCancellable) {
-		return Record{}, false, fmt.Errorf("job: cancel %s: %w", id, err)
+		return Row{}, false, fmt.Errorf("job: cancel %s: %w", id, err)
 	}
 	return rec, stopping, err
 }
 
 // cancelIn is the cancel's transaction. It returns ErrNotCancellable with
 // the record; the transaction is then rolled back, having changed nothing.
-func cancelIn(ctx context.Context, tx pgx.Tx, id string, tenant *string) (Record, bool, error) {
+func cancelIn(ctx context.Context, tx pgx.Tx, id string, tenant *string) (Row, bool, error) {
 	rec, err := scanRecord(tx.QueryRow(ctx, `SELECT `+recordColumns+` FROM jobs
  WHERE id = $1 AND ($2::text IS NULL OR tenant = $2) FOR UPDATE`, id, tenant))
 	if err != nil {
-		return Record{}, false, err
+		return Row{}, false, err
 	}
 	switch rec.Status {
 	case StatusSucceeded, StatusFailed:
@@ -98,10 +98,10 @@ func cancelIn(ctx context.Context, tx pgx.Tx, id string, tenant *string) (Record
 		case errors.Is(err, pgx.ErrNoRows):
 			// The attempt has already recorded its end: nothing to fence.
 		case err != nil:
-			return Record{}, false, err
+			return Row{}, false, err
 		default:
 			if _, err := fence.Supersede(ctx, tx, resource); err != nil {
-				return Record{}, false, err
+				return Row{}, false, err
 			}
 		}
 		rec, err := scanRecord(tx.QueryRow(ctx, `UPDATE jobs
@@ -120,7 +120,7 @@ UPDATE job_executions e SET status = 'cancelled', finished_at = now(), updated_a
    AND NOT EXISTS (SELECT 1 FROM job_attempts a WHERE a.tenant = e.tenant AND a.key = e.key AND a.outcome IS NULL)`,
 		rec.Tenant, rec.BusinessKey)
 	if err != nil {
-		return Record{}, false, err
+		return Row{}, false, err
 	}
 	rec, err = scanRecord(tx.QueryRow(ctx, `UPDATE jobs
    SET status = 'cancelled', cancel_requested_at = COALESCE(cancel_requested_at, now()),
@@ -132,7 +132,7 @@ UPDATE job_executions e SET status = 'cancelled', finished_at = now(), updated_a
 // Cancelling returns which of ids are being cancelled (cancelling, or
 // already cancelled), in one query: the worker's cancel watcher asks it
 // for the jobs it runs.
-func (s *Records) Cancelling(ctx context.Context, ids []string) ([]string, error) {
+func (s *Store) Cancelling(ctx context.Context, ids []string) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -147,24 +147,24 @@ func (s *Records) Cancelling(ctx context.Context, ids []string) ([]string, error
 	return found, nil
 }
 
-// Cancel is Records.Cancel, and then deletes the task of a job it
+// Cancel is Store.Cancel, and then deletes the task of a job it
 // cancelled from the queue when the Submitter has an Inspector: the task
 // would do nothing (the worker refuses a cancelled job), so this only
 // spares it a delivery. A failure to delete is not the cancel's.
-func (e *Submitter) Cancel(ctx context.Context, tenant, id string) (Record, bool, error) {
+func (e *Submitter) Cancel(ctx context.Context, tenant, id string) (Row, bool, error) {
 	rec, stopping, err := e.records.Cancel(ctx, tenant, id)
 	e.dropTask(rec, err)
 	return rec, stopping, err
 }
 
 // CancelByID is Cancel whatever the job's tenant (operators).
-func (e *Submitter) CancelByID(ctx context.Context, id string) (Record, bool, error) {
+func (e *Submitter) CancelByID(ctx context.Context, id string) (Row, bool, error) {
 	rec, stopping, err := e.records.CancelByID(ctx, id)
 	e.dropTask(rec, err)
 	return rec, stopping, err
 }
 
-func (e *Submitter) dropTask(rec Record, err error) {
+func (e *Submitter) dropTask(rec Row, err error) {
 	if err != nil || rec.Status != StatusCancelled || e.Inspector == nil {
 		return
 	}

@@ -12,7 +12,7 @@ import (
 // jobs_status index read no further than limit rows, so the answer costs
 // the same at a thousand jobs and at millions, where a GROUP BY would
 // read the whole table.
-func (s *Records) CountByStatusUpTo(ctx context.Context, limit int64) (map[Status]int64, error) {
+func (s *Store) CountByStatusUpTo(ctx context.Context, limit int64) (map[Status]int64, error) {
 	upTo := func(where string) string {
 		return `(SELECT count(*) FROM (SELECT 1 FROM jobs WHERE ` + where + ` LIMIT $1) x)`
 	}

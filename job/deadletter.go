@@ -24,7 +24,7 @@ func NewDeadLetters(e *Submitter, inspector *asynq.Inspector) *DeadLetters {
 
 // DeadLetter is one failed job and whether asynq still holds its task.
 type DeadLetter struct {
-	Record
+	Row
 	Archived bool
 }
 
@@ -36,7 +36,7 @@ func (d *DeadLetters) List(ctx context.Context, limit int) ([]DeadLetter, error)
 	}
 	out := make([]DeadLetter, len(jobs))
 	for i, j := range jobs {
-		out[i] = DeadLetter{Record: j}
+		out[i] = DeadLetter{Row: j}
 		info, err := d.inspector.GetTaskInfo(j.Queue, TaskID(j))
 		switch {
 		case err == nil:
@@ -55,28 +55,28 @@ var ErrNotFailed = errors.New("job: not failed")
 // Replay runs a failed job again: its archived task goes back to pending
 // (or, when asynq no longer has it, a new task with the same id is
 // enqueued from the recorded payload) and its record back to queued.
-func (d *DeadLetters) Replay(ctx context.Context, id string) (Record, error) {
+func (d *DeadLetters) Replay(ctx context.Context, id string) (Row, error) {
 	r, err := d.sub.records.ByID(ctx, id)
 	if err != nil {
-		return Record{}, err
+		return Row{}, err
 	}
 	if r.Status != StatusFailed {
-		return Record{}, fmt.Errorf("%w: %s is %s", ErrNotFailed, id, r.Status)
+		return Row{}, fmt.Errorf("%w: %s is %s", ErrNotFailed, id, r.Status)
 	}
 	err = d.inspector.RunTask(r.Queue, TaskID(r))
 	switch {
 	case err == nil:
 	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 		if err := d.sub.enqueue(ctx, r); err != nil {
-			return Record{}, err
+			return Row{}, err
 		}
 	default:
-		return Record{}, fmt.Errorf("job: replay %s: %w", id, err)
+		return Row{}, fmt.Errorf("job: replay %s: %w", id, err)
 	}
 	// The worker may already be running it; only a still-failed record
 	// goes back to queued.
 	if err := d.sub.records.Requeue(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
-		return Record{}, err
+		return Row{}, err
 	}
 	return d.sub.records.ByID(ctx, id)
 }
@@ -106,10 +106,10 @@ var ErrNotBackingOff = errors.New("job: not backing off")
 // pending, and the worker that picks it up moves the record on as for any
 // attempt. A job in any other state, or whose task is not waiting for a
 // retry, is refused with ErrNotBackingOff.
-func (d *DeadLetters) RunNow(ctx context.Context, id string) (Record, error) {
+func (d *DeadLetters) RunNow(ctx context.Context, id string) (Row, error) {
 	r, err := d.sub.records.ByID(ctx, id)
 	if err != nil {
-		return Record{}, err
+		return Row{}, err
 	}
 	if r.Status != StatusRetrying {
 		return r, fmt.Errorf("%w: %s is %s", ErrNotBackingOff, id, r.Status)

@@ -119,7 +119,7 @@ const HeaderDebounce = "debounce"
 // debounced job that later submits changed, "<id>:d<n>" with n the
 // submits folded in. Each change sends a task of its own, with the body
 // and the time it made, and the earlier ones are refused by the take.
-func TaskID(r Record) string {
+func TaskID(r Row) string {
 	if r.Debounce == nil {
 		return r.ID
 	}
@@ -147,15 +147,15 @@ func taskJobID(taskID string) string {
 // submitDebounced records a debounced job: it folds the request into
 // its key's pending job, or inserts a new one (debounceSQL). It reports
 // whether the request was folded into a job another request recorded.
-func (e *Submitter) submitDebounced(ctx context.Context, req Request, p Payload, queue string) (Record, bool, error) {
+func (e *Submitter) submitDebounced(ctx context.Context, req Request, p Payload, queue string) (Row, bool, error) {
 	d := req.Spec.Debounce
 	key, err := d.Value(req.Tenant, p.Data)
 	if err != nil {
-		return Record{}, false, &PayloadError{Kind: ErrInvalid, Fields: []FieldError{{Message: err.Error()}}}
+		return Row{}, false, &PayloadError{Kind: ErrInvalid, Fields: []FieldError{{Message: err.Error()}}}
 	}
 	id := ID(req.Tenant, req.Route, req.Key)
 	for range 3 {
-		var got Record
+		var got Row
 		var how string
 		err := e.records.db.QueryRow(ctx, debounceSQL, id, req.Tenant, req.Route, req.Key, req.Spec.Task, queue,
 			p.BusinessKey, req.Body, key, d.Delay.Seconds(), d.MaxDelay.Seconds(), d.trailing()).
@@ -164,11 +164,11 @@ func (e *Submitter) submitDebounced(ctx context.Context, req Request, p Payload,
 			continue // a concurrent insert of the key's job, or of this id
 		}
 		if err != nil {
-			return Record{}, false, fmt.Errorf("job: debounce: %w", err)
+			return Row{}, false, fmt.Errorf("job: debounce: %w", err)
 		}
 		return got, how == "coalesced", nil
 	}
-	return Record{}, false, errors.New("job: debounce: the job was neither folded, inserted nor found")
+	return Row{}, false, errors.New("job: debounce: the job was neither folded, inserted nor found")
 }
 
 // debounceSQL records a debounced request in one statement: the job its
@@ -238,7 +238,7 @@ func renderTenantKey(t Template, tenant string, data any) (string, error) {
 // spares the task a delivery and a place in the pool's window: the
 // dispatcher drops a superseded version it finds, and the take refuses
 // its task. A failure to take it out is not the submit's.
-func (e *Submitter) dropSuperseded(ctx context.Context, r Record) {
+func (e *Submitter) dropSuperseded(ctx context.Context, r Row) {
 	if r.Debounce == nil || r.Debounce.Coalesced < 2 {
 		return
 	}

@@ -86,7 +86,7 @@ func TestDebounceLeadingKeepsTheFirstBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var last job.Record
+	var last job.Row
 	for i := 1; i <= 3; i++ {
 		if last, err = v.e.Submit(t.Context(), v.debounced("b"+strconv.Itoa(i), 100+i, spec)); err != nil {
 			t.Fatal(err)

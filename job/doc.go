@@ -33,7 +33,7 @@
 // After that the record follows the worker (workers.Deps.Jobs = records):
 // an attempt's start and its success are written into the row by the
 // statements that record them in the execution state, every other change
-// through Records.Follow, and a succeeded job never moves back. Status is the one definition of where a
+// through Store.Follow, and a succeeded job never moves back. Status is the one definition of where a
 // job stands. DeadLetters lists, replays and deletes failed jobs for
 // `idemgate dlq`, from the jobs table, because asynq's archive is bounded.
 // The package does not know how a task is run, and holds no business
@@ -73,8 +73,8 @@
 // dead-letter queue). Callbacks is the outbox of final-status callbacks:
 // Collect makes one event per final status of a job whose Spec declares
 // OnFinal (finished_at set and not yet collected), Claim hands due events
-// to one sender at a time, Settle records each attempt; workers'
-// FinalCallbacks sends them. Records.DeleteFinished is the jobs
+// to one sender at a time, Attempted records each attempt; workers'
+// FinalCallbacks sends them. Store.DeleteFinished is the jobs
 // retention: a job final for longer than it is deleted with its attempt
 // ledger and callbacks, and a failed job's archived tasks with it.
 //

@@ -249,7 +249,7 @@ func (f *Fairness) args(p *fairPool, more ...any) []any {
 // it did. A job with a not_before waits in the delayed set until then.
 // The entry's id is r's TaskID: each version of a debounced job is an
 // entry of its own.
-func (f *Fairness) add(ctx context.Context, u fairUse, r Record) (bool, error) {
+func (f *Fairness) add(ctx context.Context, u fairUse, r Row) (bool, error) {
 	due := int64(0)
 	if r.NotBefore != nil {
 		due = ProcessAt(*r.NotBefore).UnixMilli()
@@ -298,7 +298,7 @@ func (f *Fairness) taskPool(task *asynq.Task) *fairPool {
 }
 
 // Pooled reports whether task is the task of a pooled job, dispatched
-// from its pool: its worker settles it with Done or Back.
+// from its pool: its worker ends it there with Done or Back.
 func (f *Fairness) Pooled(task *asynq.Task) bool { return f.taskPool(task) != nil }
 
 // Started observes the dwell time of a pooled job's task starting: from

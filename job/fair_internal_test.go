@@ -40,7 +40,7 @@ func TestFairDropsSupersededVersion(t *testing.T) {
 	})
 	sub := NewSubmitter(pool, client)
 	sub.Fairness = f
-	var r Record
+	var r Row
 	for i, key := range []string{"k-1", "k-2"} {
 		if r, err = sub.Submit(ctx, Request{Tenant: "acme", Route: "fair", Key: key, Spec: spec,
 			Body: []byte(`{"order_id":"o-1"}`)}); err != nil {

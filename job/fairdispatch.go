@@ -101,7 +101,7 @@ func fairHeaders(p *fairPool, e fairEntry) map[string]string {
 // entryRecords reads the jobs of a pool's entries, by entry id. An entry
 // whose job is gone or finished, or that a later version of its
 // debounced job superseded, is left out: it has nothing to run.
-func (f *Fairness) entryRecords(ctx context.Context, sub *Submitter, ids []string) (map[string]Record, error) {
+func (f *Fairness) entryRecords(ctx context.Context, sub *Submitter, ids []string) (map[string]Row, error) {
 	jobs := make([]string, len(ids))
 	for i, id := range ids {
 		jobs[i] = taskJobID(id)
@@ -110,7 +110,7 @@ func (f *Fairness) entryRecords(ctx context.Context, sub *Submitter, ids []strin
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]Record, len(ids))
+	out := make(map[string]Row, len(ids))
 	for _, id := range ids {
 		if r, ok := records[taskJobID(id)]; ok && !r.Status.Final() && TaskID(r) == id {
 			out[id] = r
@@ -233,7 +233,7 @@ func (f *Fairness) reconcile(ctx context.Context, sub *Submitter, inspector Task
 		}
 		raw, err := f.rdb.HGet(ctx, keys[0], id).Result()
 		if errors.Is(err, redis.Nil) {
-			continue // settled meanwhile
+			continue // finished meanwhile
 		} else if err != nil {
 			return sent, fmt.Errorf("job: fairness pool %s: reconcile: %w", p.Name, err)
 		}

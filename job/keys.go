@@ -11,7 +11,7 @@ import (
 // whose btree refuses an index row above about 2,700 bytes, and the
 // business key is sent as the delivery's Idempotency-Key header.
 // A flow-limit key value has no such bound: a long one is shortened
-// where it names a budget (workers/limit).
+// where it names a budget (workers/flowlimit).
 const MaxKeyBytes = 512
 
 // renderKey renders t as render does, then adds the faults of the key it

@@ -21,7 +21,7 @@ func TestDecodeRefusesKeysThatCannotBeStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Limits = []LimitUse{{Limit: Limit{Name: "ship-api", Concurrency: 1}, Key: acct}}
+	s.Limits = []FlowLimitUse{{Limit: FlowLimit{Name: "ship-api", Concurrency: 1}, Key: acct}}
 	bare := &Spec{Task: "t", BusinessKey: key}
 	long := strings.Repeat("x", MaxKeyBytes)
 	for _, tc := range []struct {

@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// Limit is one declared flow limit (`limits:` in the configuration): how
+// FlowLimit is one declared flow limit (`limits:` in the configuration): how
 // many jobs may run at once, and how many may start per period, for each
 // value of a key the jobs that use it render. Jobs share a limit by name:
 // shipment.book and shipment.cancel using ship-api with the same key value
 // count against the same budget.
-type Limit struct {
+type FlowLimit struct {
 	// Name is how jobs refer to the limit, [a-z0-9_.:-]+, unique. It is the
 	// label of the limit's metrics and the path of its admin endpoint.
 	Name string
@@ -47,7 +47,7 @@ const DefaultBurst = 1
 
 // Interval is the pace of the rate: one start every Period/Rate. It is 0
 // for a limit without a rate.
-func (l Limit) Interval() time.Duration {
+func (l FlowLimit) Interval() time.Duration {
 	if l.Rate <= 0 {
 		return 0
 	}
@@ -56,7 +56,7 @@ func (l Limit) Interval() time.Duration {
 
 // RateString is the rate as the configuration writes it ("20/1s"), or ""
 // for none.
-func (l Limit) RateString() string {
+func (l FlowLimit) RateString() string {
 	if l.Rate <= 0 {
 		return ""
 	}
@@ -101,10 +101,10 @@ func ParseRate(s string) (n int, per time.Duration, err error) {
 	return n, per, nil
 }
 
-// LimitUse is one limit a job uses, resolved: the limit's definition and
+// FlowLimitUse is one limit a job uses, resolved: the limit's definition and
 // the template of the key value its budget is counted per.
-type LimitUse struct {
-	Limit Limit
+type FlowLimitUse struct {
+	Limit FlowLimit
 	// Key forms the key value from the job: {tenant} is the job's tenant,
 	// any other {field} a field its schema requires.
 	Key Template
@@ -115,7 +115,7 @@ type LimitUse struct {
 const tenantField = "tenant"
 
 // KeyFields lists the payload fields the key names ({tenant} is not one).
-func (u LimitUse) KeyFields() []string {
+func (u FlowLimitUse) KeyFields() []string {
 	var out []string
 	for _, f := range u.Key.Fields() {
 		if f != tenantField {
@@ -128,7 +128,7 @@ func (u LimitUse) KeyFields() []string {
 // faults adds the faults of the key value a payload forms: each payload
 // field it names must render, and hold no control character. Its length
 // is not bounded: a long value is shortened where it names a budget.
-func (u LimitUse) faults(data any, faults []FieldError) []FieldError {
+func (u FlowLimitUse) faults(data any, faults []FieldError) []FieldError {
 	return append(faults, u.Key.keyFaults("flow limit's key ("+u.Limit.Name+")", data, "", 0, true)...)
 }
 
@@ -136,7 +136,7 @@ func (u LimitUse) faults(data any, faults []FieldError) []FieldError {
 // (decoded with json.Decoder.UseNumber): {tenant} is tenant, even when the
 // payload has a field called tenant; every other field renders as a
 // business key's does.
-func (u LimitUse) Value(tenant string, data any) (string, error) {
+func (u FlowLimitUse) Value(tenant string, data any) (string, error) {
 	v, err := renderTenantKey(u.Key, tenant, data)
 	if err != nil {
 		return "", fmt.Errorf("limit %s: key %s: %w", u.Limit.Name, u.Key, err)

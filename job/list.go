@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// ListFilter selects jobs for Records.List; a zero field selects every
+// ListFilter selects jobs for Store.List; a zero field selects every
 // job.
 type ListFilter struct {
 	Status Status
@@ -29,7 +29,7 @@ type ListFilter struct {
 	After Cursor
 }
 
-// Cursor is where a page of Records.List ends: the creation time and id of
+// Cursor is where a page of Store.List ends: the creation time and id of
 // its last job, newest first. A job's created_at never changes, so a page
 // that starts after a cursor shows the same jobs however many are inserted
 // (above it) or change status meanwhile: keyset paging, not an offset.
@@ -37,7 +37,7 @@ type ListFilter struct {
 type Cursor string
 
 // cursorOf is the cursor that follows j.
-func cursorOf(j Record) Cursor {
+func cursorOf(j Row) Cursor {
 	raw := strconv.FormatInt(j.CreatedAt.UnixMicro(), 10) + "." + j.ID
 	return Cursor(base64.RawURLEncoding.EncodeToString([]byte(raw)))
 }
@@ -65,7 +65,7 @@ func (c Cursor) parse() (time.Time, string, error) {
 // f sets, so the planner sees which index serves it on every call (a
 // prepared statement that tests each parameter for emptiness would be
 // planned for no filter in particular once its plan is cached).
-func (s *Records) List(ctx context.Context, f ListFilter, limit int) ([]Record, Cursor, error) {
+func (s *Store) List(ctx context.Context, f ListFilter, limit int) ([]Row, Cursor, error) {
 	if limit <= 0 {
 		limit = 50
 	}
@@ -78,7 +78,7 @@ func (s *Records) List(ctx context.Context, f ListFilter, limit int) ([]Record, 
 		return nil, "", fmt.Errorf("job: list jobs: %w", err)
 	}
 	defer rows.Close()
-	var out []Record
+	var out []Row
 	for rows.Next() {
 		j, err := scanRecord(rows)
 		if err != nil {
@@ -166,7 +166,7 @@ func whereClause(conds []string) string {
 	return " WHERE " + strings.Join(conds, " AND ")
 }
 
-// List lists jobs as Records.List does.
-func (e *Submitter) List(ctx context.Context, f ListFilter, limit int) ([]Record, Cursor, error) {
+// List lists jobs as Store.List does.
+func (e *Submitter) List(ctx context.Context, f ListFilter, limit int) ([]Row, Cursor, error) {
 	return e.records.List(ctx, f, limit)
 }

@@ -46,7 +46,7 @@ SELECT 'job_' || lpad(to_hex(i), 32, '0'),
 		b.Fatal(err)
 	}
 	b.Logf("seeded %d jobs in %s", n, time.Since(start).Round(time.Second))
-	records := job.NewRecords(pool)
+	records := job.NewStore(pool)
 	// deep is the cursor of acme's job 90% of the way down its list.
 	var deepAt time.Time
 	var deepID string

@@ -19,7 +19,7 @@ func TestListFilters(t *testing.T) {
 		t.Fatal(err)
 	}
 	v.exec(t, `UPDATE jobs SET created_at = now() - interval '2 hours' WHERE id = $1`, ids[0])
-	records := job.NewRecords(v.pool)
+	records := job.NewStore(v.pool)
 	list := func(f job.ListFilter) []string {
 		t.Helper()
 		jobs, next, err := records.List(ctx, f, 10)
@@ -74,7 +74,7 @@ func TestListStatusAndTimeBounds(t *testing.T) {
 	// scheduled for later; ids[0], ids[4]: queued.
 	v.exec(t, `UPDATE jobs SET status = 'scheduled', not_before = now() - interval '1 second' WHERE id = ANY($1)`, []string{ids[1], ids[3]})
 	v.exec(t, `UPDATE jobs SET status = 'scheduled', not_before = now() + interval '1 hour' WHERE id = $1`, ids[2])
-	records := job.NewRecords(v.pool)
+	records := job.NewStore(v.pool)
 	all := func(f job.ListFilter, limit int) []string {
 		t.Helper()
 		var out []string

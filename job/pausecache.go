@@ -144,7 +144,7 @@ func (c *PauseCache) OpenBreaker(ctx context.Context, limit, key string, failure
 		return p, opened, err
 	}
 	c.Refresh()
-	_, err = NewRecords(c.store.db).RecordAction(ctx, Action{Actor: BreakerActor, Action: "pause", Via: "breaker",
+	_, err = NewStore(c.store.db).RecordAction(ctx, Action{Actor: BreakerActor, Action: "pause", Via: "breaker",
 		Filter: p.Target.String(), Reason: p.Reason}, nil)
 	return p, true, err
 }

@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Record is a job as the jobs table holds it: the source of truth for
+// Row is a job as the jobs table holds it: the source of truth for
 // its status, and what the gateway shows as the job document (GET
 // /v1/jobs/{id}, openapi.Job) and `idemgate dlq` lists.
-type Record struct {
+type Row struct {
 	ID        string
 	Task      string
 	Status    Status
@@ -70,11 +70,11 @@ type DB interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// Records reads and writes the jobs table.
-type Records struct{ db DB }
+// Store reads and writes the jobs table.
+type Store struct{ db DB }
 
-// NewRecords returns the job store on db.
-func NewRecords(db DB) *Records { return &Records{db: db} }
+// NewStore returns the job store on db.
+func NewStore(db DB) *Store { return &Store{db: db} }
 
 // recordColumns are the columns a Record is read from. A scheduled job
 // whose time has come reads as queued: it is due, whether or not a worker
@@ -85,17 +85,17 @@ const recordColumns = `id, tenant, route, idempotency_key, task, queue, business
 	` + debounceColumn
 
 // scanTargets are the destinations of recordColumns, in order.
-func (j *Record) scanTargets() []any {
+func (j *Row) scanTargets() []any {
 	return []any{&j.ID, &j.Tenant, &j.Route, &j.IdempotencyKey, &j.Task, &j.Queue, &j.BusinessKey,
 		&j.Payload, &j.Status, &j.Attempts, &j.ResultRef, &j.Error, &j.CreatedAt, &j.UpdatedAt,
 		&j.NotBefore, &j.CancelRequestedAt, &j.FinishedAt, &j.Debounce}
 }
 
-func scanRecord(row pgx.Row) (Record, error) {
-	var j Record
+func scanRecord(row pgx.Row) (Row, error) {
+	var j Row
 	err := row.Scan(j.scanTargets()...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Record{}, ErrNotFound
+		return Row{}, ErrNotFound
 	}
 	return j, err
 }
@@ -105,22 +105,22 @@ func scanRecord(row pgx.Row) (Record, error) {
 // sc gives, or now() + its delay. A job whose not_before is still ahead is
 // recorded scheduled. An existing job keeps its own: a retry never moves
 // it.
-func (s *Records) create(ctx context.Context, j Record, sc Schedule) (Record, bool, error) {
+func (s *Store) create(ctx context.Context, j Row, sc Schedule) (Row, bool, error) {
 	at, delaySecs := scheduleArgs(sc)
 	for range 3 {
 		var created bool
-		var got Record
+		var got Row
 		err := s.db.QueryRow(ctx, createJobSQL, j.ID, j.Tenant, j.Route, j.IdempotencyKey, j.Task, j.Queue, j.BusinessKey, j.Payload,
 			at, delaySecs, nil).Scan(append(got.scanTargets(), &created)...)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // a concurrent insert our snapshot cannot see yet
 		}
 		if err != nil {
-			return Record{}, false, fmt.Errorf("job: create job: %w", err)
+			return Row{}, false, fmt.Errorf("job: create job: %w", err)
 		}
 		return got, created, nil
 	}
-	return Record{}, false, errors.New("job: create job: the row was neither inserted nor found")
+	return Row{}, false, errors.New("job: create job: the row was neither inserted nor found")
 }
 
 // createJobSQL inserts a job unless its id exists and returns the stored
@@ -144,25 +144,25 @@ UNION ALL
 SELECT ` + recordColumns + `, false FROM jobs WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)`
 
 // Get returns the job with id if it belongs to tenant.
-func (s *Records) Get(ctx context.Context, tenant, id string) (Record, error) {
+func (s *Store) Get(ctx context.Context, tenant, id string) (Row, error) {
 	if !Storable(id) || !Storable(tenant) {
-		return Record{}, ErrNotFound // no row can hold it
+		return Row{}, ErrNotFound // no row can hold it
 	}
 	j, err := scanRecord(s.db.QueryRow(ctx, `SELECT `+recordColumns+` FROM jobs WHERE id = $1 AND tenant = $2`, id, tenant))
 	if err != nil && !errors.Is(err, ErrNotFound) {
-		return Record{}, fmt.Errorf("job: get job: %w", err)
+		return Row{}, fmt.Errorf("job: get job: %w", err)
 	}
 	return j, err
 }
 
 // ByID returns the job with id, whatever its tenant (operators).
-func (s *Records) ByID(ctx context.Context, id string) (Record, error) {
+func (s *Store) ByID(ctx context.Context, id string) (Row, error) {
 	if !Storable(id) {
-		return Record{}, ErrNotFound
+		return Row{}, ErrNotFound
 	}
 	j, err := scanRecord(s.db.QueryRow(ctx, `SELECT `+recordColumns+` FROM jobs WHERE id = $1`, id))
 	if err != nil && !errors.Is(err, ErrNotFound) {
-		return Record{}, fmt.Errorf("job: get job: %w", err)
+		return Row{}, fmt.Errorf("job: get job: %w", err)
 	}
 	return j, err
 }
@@ -177,7 +177,7 @@ func (s *Records) ByID(ctx context.Context, id string) (Record, error) {
 // text (see workers.StatusFunc); an empty one keeps the last. resultRef
 // comes from a receiver's answer: what PostgreSQL's text cannot hold in
 // either (U+0000, bytes that are not UTF-8) is stored as U+FFFD.
-func (s *Records) SetStatus(ctx context.Context, id string, status Status, attempts int, resultRef, lastErr string) error {
+func (s *Store) SetStatus(ctx context.Context, id string, status Status, attempts int, resultRef, lastErr string) error {
 	const next = `(CASE WHEN status <> 'cancelling' OR $2::text IN ('succeeded', 'cancelled') THEN $2::text
 	           WHEN $2::text = 'processing' THEN 'cancelling' ELSE 'cancelled' END)`
 	const q = `
@@ -201,7 +201,7 @@ UPDATE jobs SET status = ` + next + `, attempts = GREATEST(attempts, $3),
 // attempt's start and its success are written in their commits). A task that carries no job id was not
 // submitted through a Submitter: there is no record to keep, and nothing
 // is done. key, the business key, is not needed: the job id names the row.
-func (s *Records) Follow(ctx context.Context, task *asynq.Task, key string, status Status, attempts int, resultRef, lastErr string) error {
+func (s *Store) Follow(ctx context.Context, task *asynq.Task, key string, status Status, attempts int, resultRef, lastErr string) error {
 	id := task.Headers()[HeaderID]
 	if id == "" {
 		return nil
@@ -211,13 +211,13 @@ func (s *Records) Follow(ctx context.Context, task *asynq.Task, key string, stat
 
 // Failed lists failed jobs, newest first, at most limit: FailedMatching
 // with no filter.
-func (s *Records) Failed(ctx context.Context, limit int) ([]Record, error) {
+func (s *Store) Failed(ctx context.Context, limit int) ([]Row, error) {
 	return s.FailedMatching(ctx, FailedFilter{}, limit)
 }
 
 // Delete removes a job record (operators, after dlq delete), and its
 // ledger rows with it: the attempt ledger lives as long as its job.
-func (s *Records) Delete(ctx context.Context, id string) error {
+func (s *Store) Delete(ctx context.Context, id string) error {
 	if !Storable(id) {
 		return ErrNotFound
 	}
@@ -234,7 +234,7 @@ func (s *Records) Delete(ctx context.Context, id string) error {
 
 // Requeue puts a failed job back to queued (dlq replay); ErrNotFound when
 // it is not failed.
-func (s *Records) Requeue(ctx context.Context, id string) error {
+func (s *Store) Requeue(ctx context.Context, id string) error {
 	if !Storable(id) {
 		return ErrNotFound
 	}
@@ -259,7 +259,7 @@ type position struct {
 // processing, retrying, cancelling) and whose record has not changed for olderThan, oldest first,
 // from after, at most limit. The partial index jobs_unfinished (migration
 // 00008) serves it.
-func (s *Records) unfinished(ctx context.Context, olderThan time.Duration, after position, limit int) ([]Record, error) {
+func (s *Store) unfinished(ctx context.Context, olderThan time.Duration, after position, limit int) ([]Row, error) {
 	const q = `SELECT ` + recordColumns + ` FROM jobs
  WHERE status IN ('scheduled', 'queued', 'processing', 'retrying', 'cancelling')
    AND updated_at < now() - make_interval(secs => $1)
@@ -271,7 +271,7 @@ func (s *Records) unfinished(ctx context.Context, olderThan time.Duration, after
 		return nil, fmt.Errorf("job: unfinished jobs: %w", err)
 	}
 	defer rows.Close()
-	var out []Record
+	var out []Row
 	for rows.Next() {
 		j, err := scanRecord(rows)
 		if err != nil {
@@ -306,15 +306,15 @@ func StorableText(s string) string {
 
 // byIDs returns the jobs with ids that exist, by id, whatever their
 // tenant.
-func (s *Records) byIDs(ctx context.Context, ids []string) (map[string]Record, error) {
+func (s *Store) byIDs(ctx context.Context, ids []string) (map[string]Row, error) {
 	rows, err := s.db.Query(ctx, `SELECT `+recordColumns+` FROM jobs WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("job: get jobs: %w", err)
 	}
 	defer rows.Close()
-	out := make(map[string]Record, len(ids))
+	out := make(map[string]Row, len(ids))
 	for rows.Next() {
-		var j Record
+		var j Row
 		if err := rows.Scan(j.scanTargets()...); err != nil {
 			return nil, fmt.Errorf("job: get jobs: %w", err)
 		}

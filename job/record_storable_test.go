@@ -27,7 +27,7 @@ func openSpec(t *testing.T) *job.Spec {
 func TestSubmitRefusesWhatPostgresCannotStore(t *testing.T) {
 	v := setup(t)
 	spec := openSpec(t)
-	submit := func(key, body string) (job.Record, error) {
+	submit := func(key, body string) (job.Row, error) {
 		return v.e.Submit(t.Context(), job.Request{Tenant: "acme", Route: "notes", Key: key, Spec: spec, Queue: v.queue, Body: []byte(body)})
 	}
 	refusedByPostgres := []string{

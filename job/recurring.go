@@ -98,7 +98,7 @@ func FireRoute(id string) string { return "schedule:" + id }
 
 // ScheduleOf returns the schedule id of a job a schedule fired, from its
 // route.
-func ScheduleOf(r Record) (string, bool) { return strings.CutPrefix(r.Route, "schedule:") }
+func ScheduleOf(r Row) (string, bool) { return strings.CutPrefix(r.Route, "schedule:") }
 
 // slotKey is a slot as a fire's idempotency key.
 func slotKey(slot time.Time) string { return slot.UTC().Format(time.RFC3339) }

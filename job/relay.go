@@ -221,10 +221,10 @@ var ErrFinished = errors.New("job: finished")
 // holds it, however recent its record, and reports whether it did. A
 // finished job is returned with an error wrapping ErrFinished; an unknown
 // id is ErrNotFound.
-func (r *Relay) Requeue(ctx context.Context, id string) (Record, bool, error) {
+func (r *Relay) Requeue(ctx context.Context, id string) (Row, bool, error) {
 	j, err := r.sub.records.ByID(ctx, id)
 	if err != nil {
-		return Record{}, false, err
+		return Row{}, false, err
 	}
 	if j.Status.Final() {
 		return j, false, fmt.Errorf("%w: %s is %s", ErrFinished, id, j.Status)
@@ -237,7 +237,7 @@ func (r *Relay) Requeue(ctx context.Context, id string) (Record, bool, error) {
 // this call enqueued it. A pooled job asynq does not hold is filed again
 // in its pool unless the pool holds it (ready, delayed or in flight, the
 // last repaired by the dispatcher's reconcile pass).
-func (r *Relay) redeliver(ctx context.Context, j Record) (bool, error) {
+func (r *Relay) redeliver(ctx context.Context, j Row) (bool, error) {
 	state, err := TaskState(r.inspector, j.Queue, TaskID(j))
 	if err != nil || state != "" {
 		return false, err

@@ -28,17 +28,17 @@ func RerunKey(id string) string { return "rerun:" + id }
 // the declared job of a task. The new job's record says it re-runs id.
 // It returns the new job; an error wrapping ErrTaskDeferred comes with
 // it, as from Submit.
-func (e *Submitter) Rerun(ctx context.Context, id string, spec func(task string) (*Spec, bool)) (Record, error) {
+func (e *Submitter) Rerun(ctx context.Context, id string, spec func(task string) (*Spec, bool)) (Row, error) {
 	old, err := e.records.ByID(ctx, id)
 	if err != nil {
-		return Record{}, err
+		return Row{}, err
 	}
 	if old.Status != StatusCancelled && old.Status != StatusFailed {
-		return Record{}, fmt.Errorf("%w: %s is %s", ErrNotRerunnable, id, old.Status)
+		return Row{}, fmt.Errorf("%w: %s is %s", ErrNotRerunnable, id, old.Status)
 	}
 	s, ok := spec(old.Task)
 	if !ok {
-		return Record{}, fmt.Errorf("%w: %s", ErrUnknownTask, old.Task)
+		return Row{}, fmt.Errorf("%w: %s", ErrUnknownTask, old.Task)
 	}
 	req := Request{Tenant: old.Tenant, Route: old.Route, Key: RerunKey(id), Spec: s, Body: old.Payload}
 	if e.Shards <= 1 {
@@ -49,7 +49,7 @@ func (e *Submitter) Rerun(ctx context.Context, id string, spec func(task string)
 	}
 	rec, subErr := e.Submit(ctx, req)
 	if subErr != nil && !errors.Is(subErr, ErrTaskDeferred) {
-		return Record{}, subErr
+		return Row{}, subErr
 	}
 	// After Submit, so that a re-run that failed half-way links its job
 	// when it is sent again.
@@ -64,7 +64,7 @@ const maxRerunsShown = 20
 
 // Reruns returns the job that job id re-runs ("" when none) and the jobs
 // that re-run it, oldest first (at most 20).
-func (s *Records) Reruns(ctx context.Context, id string) (of string, as []string, err error) {
+func (s *Store) Reruns(ctx context.Context, id string) (of string, as []string, err error) {
 	var ofp *string
 	err = s.db.QueryRow(ctx, `SELECT rerun_of FROM jobs WHERE id = $1`, id).Scan(&ofp)
 	switch {

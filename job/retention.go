@@ -71,7 +71,7 @@ var _ TaskDeleter = (*asynq.Inspector)(nil)
 // with the count of the jobs deleted all the same; the worker refuses to
 // run a task whose job is gone (workers' Deps.Jobs). Nil tasks leaves the
 // queue alone.
-func (s *Records) DeleteFinished(ctx context.Context, retention time.Duration, limit int, tasks TaskDeleter) (int, error) {
+func (s *Store) DeleteFinished(ctx context.Context, retention time.Duration, limit int, tasks TaskDeleter) (int, error) {
 	if limit <= 0 {
 		return 0, nil
 	}
@@ -95,7 +95,7 @@ func (s *Records) DeleteFinished(ctx context.Context, retention time.Duration, l
 		if !failed {
 			continue // only a failed job's task is archived
 		}
-		own := Record{ID: id}
+		own := Row{ID: id}
 		if coalesced != nil {
 			own.Debounce = &Debounced{Coalesced: *coalesced}
 		}
@@ -121,7 +121,7 @@ func (s *Records) DeleteFinished(ctx context.Context, retention time.Duration, l
 	return n, errors.Join(errs...)
 }
 
-// deleteJobSQL deletes one job with its ledger rows (Records.Delete).
+// deleteJobSQL deletes one job with its ledger rows (Store.Delete).
 const deleteJobSQL = `
 WITH gone AS (
     DELETE FROM jobs WHERE id = $1 RETURNING id

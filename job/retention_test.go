@@ -19,7 +19,7 @@ func TestDeleteFinished(t *testing.T) {
 	t.Parallel()
 	v := setup(t)
 	ctx := t.Context()
-	records := job.NewRecords(v.pool)
+	records := job.NewStore(v.pool)
 	ids := v.submit(t, 7)
 	oldOK, oldFailed, oldCancelled, recent, queued, processing, sending := ids[0], ids[1], ids[2], ids[3], ids[4], ids[5], ids[6]
 	for id, s := range map[string]job.Status{
@@ -107,7 +107,7 @@ func TestDeleteFinishedArchivedTasks(t *testing.T) {
 	t.Parallel()
 	v := setup(t)
 	ctx := t.Context()
-	records := job.NewRecords(v.pool)
+	records := job.NewStore(v.pool)
 	ids := v.submit(t, 2)
 	old, recent := ids[0], ids[1]
 	client, err := asynq.ParseRedisURI(testkit.RedisURL(t))

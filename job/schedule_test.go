@@ -56,7 +56,7 @@ func TestSubmitScheduleAtOnce(t *testing.T) {
 	ctx := t.Context()
 	spec := invoiceSpec("invoice.create")
 	spec.Delay = 10 * time.Minute
-	submit := func(key string, sc job.Schedule) job.Record {
+	submit := func(key string, sc job.Schedule) job.Row {
 		t.Helper()
 		j, err := v.e.Submit(ctx, job.Request{Tenant: "acme", Route: "invoices", Key: key, Spec: spec, Queue: v.queue,
 			Body: []byte(`{"order_id":"` + key + `","amount_cents":100,"currency":"EUR"}`), Schedule: sc})

@@ -122,7 +122,7 @@ type SchedulerPass struct {
 	// Elected is false when another scheduler held the pass.
 	Elected bool
 	// Fired are the jobs the pass recorded.
-	Fired []Record
+	Fired []Row
 	// Skipped counts the slots recorded as skipped, by outcome.
 	Skipped map[SlotOutcome]int
 }
@@ -217,7 +217,7 @@ func (s *Scheduler) handle(ctx context.Context, tx pgx.Tx, r Recurring, now time
 			return err
 		}
 	}
-	records := &Records{db: tx}
+	records := &Store{db: tx}
 	batch := &pgx.Batch{}
 	for i, slot := range slots {
 		var jobID *string
@@ -259,12 +259,12 @@ ON CONFLICT DO NOTHING`, r.Tenant, r.ID, slot, outcomes[i], jobID)
 // fireJob records the job of r's slot, keyed by key, unless it exists,
 // and returns it with whether this call created it. Its not_before is
 // the slot plus the slot's jitter.
-func fireJob(ctx context.Context, records *Records, shards int, spec *Spec, r Recurring, slot time.Time, key string) (Record, bool, error) {
+func fireJob(ctx context.Context, records *Store, shards int, spec *Spec, r Recurring, slot time.Time, key string) (Row, bool, error) {
 	req := Request{Tenant: r.Tenant, Route: FireRoute(r.ID), Key: key, Spec: spec, Body: r.Body}
 	if _, err := req.Decode(); err != nil {
-		return Record{}, false, fmt.Errorf("the body no longer fits task %s: %w", r.Task, err)
+		return Row{}, false, fmt.Errorf("the body no longer fits task %s: %w", r.Task, err)
 	}
-	return records.create(ctx, Record{
+	return records.create(ctx, Row{
 		ID: ID(r.Tenant, req.Route, key), Tenant: r.Tenant, Route: req.Route, IdempotencyKey: key,
 		Task: spec.Task, Queue: ShardQueue(req.QueueName(), r.Tenant, shards), BusinessKey: fireKey(r.ID, key), Payload: r.Body,
 	}, ScheduleAt(slot.Add(r.jitterOf(slot))))
@@ -274,19 +274,19 @@ func fireJob(ctx context.Context, records *Records, shards int, spec *Spec, r Re
 // the request's idempotency key: the same key fires once. It sends the
 // job's task as Submit does; ErrTaskDeferred comes with the recorded
 // job when the queue did not take it.
-func (e *Submitter) Trigger(ctx context.Context, specs map[string]*Spec, tenant, id, idemKey string) (Record, error) {
+func (e *Submitter) Trigger(ctx context.Context, specs map[string]*Spec, tenant, id, idemKey string) (Row, error) {
 	r, err := NewSchedules(e.records.db).Get(ctx, tenant, id)
 	if err != nil {
-		return Record{}, err
+		return Row{}, err
 	}
 	spec, ok := specs[r.Task]
 	if !ok {
-		return Record{}, fmt.Errorf("job: trigger schedule %s: task %s is not declared", id, r.Task)
+		return Row{}, fmt.Errorf("job: trigger schedule %s: task %s is not declared", id, r.Task)
 	}
 	r.Jitter = 0
 	rec, _, err := fireJob(ctx, e.records, e.Shards, spec, r, time.Now(), "trigger:"+idemKey)
 	if err != nil {
-		return Record{}, err
+		return Row{}, err
 	}
 	if rec.Status == StatusQueued || rec.Status == StatusScheduled {
 		if err := e.enqueue(ctx, rec); err != nil {
@@ -304,7 +304,7 @@ const MaxBackfill = 1000
 // already keeps its job, and one recorded as skipped fires now. With
 // tenant "", the schedule is found by id alone. It returns the jobs of
 // the slots in order, and sends the tasks of those it created.
-func (e *Submitter) Backfill(ctx context.Context, specs map[string]*Spec, tenant, id string, from, to time.Time) ([]Record, error) {
+func (e *Submitter) Backfill(ctx context.Context, specs map[string]*Spec, tenant, id string, from, to time.Time) ([]Row, error) {
 	r, err := NewSchedules(e.records.db).Find(ctx, tenant, id)
 	if err != nil {
 		return nil, err
@@ -324,10 +324,10 @@ func (e *Submitter) Backfill(ctx context.Context, specs map[string]*Spec, tenant
 		}
 		slots = append(slots, at)
 	}
-	var out, created []Record
+	var out, created []Row
 	err = pgx.BeginFunc(ctx, begin, func(tx pgx.Tx) error {
 		out, created = nil, nil
-		records := &Records{db: tx}
+		records := &Store{db: tx}
 		for _, slot := range slots {
 			rec, isNew, err := fireJob(ctx, records, e.Shards, spec, r, slot, slotKey(slot))
 			if err != nil {

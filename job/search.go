@@ -13,7 +13,7 @@ import (
 // ByIdempotencyKey returns at most limit jobs created by a request with
 // idempotency key key, of any tenant and route, newest first (index
 // jobs_idempotency_key, migration 00022).
-func (s *Records) ByIdempotencyKey(ctx context.Context, key string, limit int) ([]Record, error) {
+func (s *Store) ByIdempotencyKey(ctx context.Context, key string, limit int) ([]Row, error) {
 	if !Storable(key) {
 		return nil, nil
 	}
@@ -22,7 +22,7 @@ func (s *Records) ByIdempotencyKey(ctx context.Context, key string, limit int) (
 
 // ByBusinessKey returns at most limit jobs on business key key, of any
 // tenant, newest first (index jobs_business_key_search, migration 00022).
-func (s *Records) ByBusinessKey(ctx context.Context, key string, limit int) ([]Record, error) {
+func (s *Store) ByBusinessKey(ctx context.Context, key string, limit int) ([]Row, error) {
 	if !Storable(key) {
 		return nil, nil
 	}
@@ -39,7 +39,7 @@ const PayloadScan = 20000
 // than PayloadScan jobs (then only the newest PayloadScan are read). The
 // payload has no index: the statement reads the range of index
 // jobs_created from now back to that time and stops at limit matches.
-func (s *Records) ByPayload(ctx context.Context, field, value string, since time.Time, limit int) ([]Record, time.Time, error) {
+func (s *Store) ByPayload(ctx context.Context, field, value string, since time.Time, limit int) ([]Row, time.Time, error) {
 	values := []any{value}
 	if n, err := json.Number(value).Int64(); err == nil {
 		values = append(values, n) // "42" matches the string and the number
@@ -70,7 +70,7 @@ func (s *Records) ByPayload(ctx context.Context, field, value string, since time
 }
 
 // search runs one bounded search: the jobs matching cond, newest first.
-func (s *Records) search(ctx context.Context, what, cond string, limit int, args ...any) ([]Record, error) {
+func (s *Store) search(ctx context.Context, what, cond string, limit int, args ...any) ([]Row, error) {
 	if limit <= 0 {
 		limit = 50
 	}
@@ -79,7 +79,7 @@ func (s *Records) search(ctx context.Context, what, cond string, limit int, args
 		return nil, fmt.Errorf("job: search by %s: %w", what, err)
 	}
 	defer rows.Close()
-	var out []Record
+	var out []Row
 	for rows.Next() {
 		j, err := scanRecord(rows)
 		if err != nil {

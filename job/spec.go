@@ -38,7 +38,7 @@ type Spec struct {
 	MaxDelay time.Duration
 	// Limits are the flow limits every attempt of the job takes, all or
 	// none, before it starts (limit.go). Default none.
-	Limits []LimitUse
+	Limits []FlowLimitUse
 	// OnFinal, when set, POSTs one signed event per final status the job
 	// reaches; nil means none.
 	OnFinal *Callback

@@ -35,7 +35,7 @@ const MaxRetry = math.MaxInt32
 
 // Submitter submits jobs.
 type Submitter struct {
-	records *Records
+	records *Store
 	client  *asynq.Client
 	// Headers, when set, adds headers to each task (trace context).
 	Headers func(ctx context.Context) map[string]string
@@ -58,16 +58,16 @@ type Submitter struct {
 // NewSubmitter returns a Submitter that writes job rows on db and tasks
 // with client.
 func NewSubmitter(db DB, client *asynq.Client) *Submitter {
-	return &Submitter{records: NewRecords(db), client: client}
+	return &Submitter{records: NewStore(db), client: client}
 }
 
 // Get returns tenant's job with id.
-func (e *Submitter) Get(ctx context.Context, tenant, id string) (Record, error) {
+func (e *Submitter) Get(ctx context.Context, tenant, id string) (Row, error) {
 	return e.records.Get(ctx, tenant, id)
 }
 
 // Records is the record store the Submitter writes.
-func (e *Submitter) Records() *Records { return e.records }
+func (e *Submitter) Records() *Store { return e.records }
 
 // Request is one accepted request to turn into a job.
 type Request struct {
@@ -130,27 +130,27 @@ var ErrTaskDeferred = errors.New("job: recorded, its task deferred to the relay"
 // same job and enqueues nothing new. A *PayloadError means nothing was
 // recorded or enqueued. An error wrapping ErrTaskDeferred comes with the
 // recorded job: it is accepted, and only its task is late.
-func (e *Submitter) Submit(ctx context.Context, req Request) (Record, error) {
+func (e *Submitter) Submit(ctx context.Context, req Request) (Row, error) {
 	if req.Spec == nil {
-		return Record{}, errors.New("job: submit: no job spec")
+		return Row{}, errors.New("job: submit: no job spec")
 	}
 	p, err := req.Decode()
 	if err != nil {
-		return Record{}, err
+		return Row{}, err
 	}
 	queue := ShardQueue(req.QueueName(), req.Tenant, e.Shards)
-	var j Record
+	var j Row
 	var folded bool
 	if req.Spec.Debounce != nil {
 		j, folded, err = e.submitDebounced(ctx, req, p, queue)
 	} else {
-		j, _, err = e.records.create(ctx, Record{
+		j, _, err = e.records.create(ctx, Row{
 			ID: ID(req.Tenant, req.Route, req.Key), Tenant: req.Tenant, Route: req.Route, IdempotencyKey: req.Key,
 			Task: req.Spec.Task, Queue: queue, BusinessKey: p.BusinessKey, Payload: req.Body,
 		}, req.Spec.effective(req.Schedule))
 	}
 	if err != nil {
-		return Record{}, err
+		return Row{}, err
 	}
 	if j.Status == StatusQueued || j.Status == StatusScheduled {
 		// Enqueue even when the record already existed: the gateway may
@@ -175,14 +175,14 @@ func (e *Submitter) Submit(ctx context.Context, req Request) (Record, error) {
 // enqueue sends r's task, or files r in its fairness pool when its job
 // names one. A task asynq already holds under the job id, or a job its
 // pool holds, is not an error: it is the same job.
-func (e *Submitter) enqueue(ctx context.Context, r Record) error {
+func (e *Submitter) enqueue(ctx context.Context, r Row) error {
 	_, err := e.deliver(ctx, r)
 	return err
 }
 
 // deliver is enqueue, reporting whether it sent the task or filed the job
 // as new.
-func (e *Submitter) deliver(ctx context.Context, r Record) (bool, error) {
+func (e *Submitter) deliver(ctx context.Context, r Row) (bool, error) {
 	if u, ok := e.Fairness.pooled(r.Task); ok {
 		return e.Fairness.add(ctx, u, r)
 	}
@@ -194,13 +194,13 @@ func (e *Submitter) deliver(ctx context.Context, r Record) (bool, error) {
 // task is built. A job with a not_before is enqueued to be processed then
 // (asynq.ProcessAt at ProcessAt(not_before); a time past is processed at
 // once), and carries it in HeaderNotBefore.
-func (e *Submitter) send(ctx context.Context, r Record) (bool, error) {
+func (e *Submitter) send(ctx context.Context, r Row) (bool, error) {
 	return e.sendAs(ctx, r, TaskID(r), nil)
 }
 
 // sendAs is send under the TaskID taskID: the job's own id, or a takeover
 // task's (TakeoverTaskID), with the headers extra too (a pooled job's).
-func (e *Submitter) sendAs(ctx context.Context, r Record, taskID string, extra map[string]string) (bool, error) {
+func (e *Submitter) sendAs(ctx context.Context, r Row, taskID string, extra map[string]string) (bool, error) {
 	headers := map[string]string{HeaderID: r.ID, HeaderTenant: r.Tenant}
 	if _, fired := ScheduleOf(r); fired {
 		headers[HeaderBusinessKey] = r.BusinessKey

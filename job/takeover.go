@@ -34,7 +34,7 @@ type Takeover struct {
 // lostJob is a processing job whose latest attempt may have lost its
 // lock.
 type lostJob struct {
-	Record
+	Row
 	resource string
 	token    int64
 }
@@ -67,7 +67,7 @@ func (r *Relay) TakeOver(ctx context.Context) (Takeover, error) {
 			continue
 		}
 		id := TakeoverTaskID(j.ID, j.token)
-		sent, err := r.sub.sendAs(ctx, j.Record, id, nil)
+		sent, err := r.sub.sendAs(ctx, j.Row, id, nil)
 		if err != nil {
 			return p, fmt.Errorf("job: takeover: %w", err)
 		}

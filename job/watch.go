@@ -114,7 +114,7 @@ type Watch struct {
 	ch chan struct{} // buffered 1: a pending signal absorbs later ones
 
 	mu     sync.Mutex
-	latest Record
+	latest Row
 	seen   bool
 }
 
@@ -123,7 +123,7 @@ func (x *Watch) Changed() <-chan struct{} { return x.ch }
 
 // Latest returns the job as last read for the watchers of its id, and
 // false before the first read.
-func (x *Watch) Latest() (Record, bool) {
+func (x *Watch) Latest() (Row, bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return x.latest, x.seen
@@ -150,7 +150,7 @@ func (x *Watch) Stop() {
 	}
 }
 
-func (x *Watch) offer(r Record) {
+func (x *Watch) offer(r Row) {
 	x.mu.Lock()
 	x.latest, x.seen = r, true
 	x.mu.Unlock()
@@ -201,7 +201,7 @@ func (w *Watcher) Watch(ctx context.Context, id string) *Watch {
 // Seen tells the watcher what the caller read of the job after the watch
 // began. A scheduled job's document changes at its time without a write,
 // so nothing notifies it: the watcher reads it then.
-func (x *Watch) Seen(r Record) {
+func (x *Watch) Seen(r Row) {
 	x.w.mu.Lock()
 	defer x.w.mu.Unlock()
 	if _, ok := x.w.watches[x.id]; ok {
@@ -211,7 +211,7 @@ func (x *Watch) Seen(r Record) {
 
 // scheduleLocked sets the read of a scheduled job at its time, once per
 // job. w.mu is held.
-func (w *Watcher) scheduleLocked(r Record) {
+func (w *Watcher) scheduleLocked(r Row) {
 	if r.Status != StatusScheduled || r.NotBefore == nil || w.timers[r.ID] != nil {
 		return
 	}
@@ -355,14 +355,14 @@ func (w *Watcher) pass(ctx context.Context) {
 	}
 }
 
-func (w *Watcher) readJobs(ctx context.Context, ids []string) ([]Record, error) {
+func (w *Watcher) readJobs(ctx context.Context, ids []string) ([]Row, error) {
 	w.reads.Add(1)
 	rows, err := w.db.Query(ctx, `SELECT `+recordColumns+` FROM jobs WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("job: watched jobs: %w", err)
 	}
 	defer rows.Close()
-	var out []Record
+	var out []Row
 	for rows.Next() {
 		j, err := scanRecord(rows)
 		if err != nil {
@@ -378,7 +378,7 @@ func (w *Watcher) readJobs(ctx context.Context, ids []string) ([]Record, error) 
 
 // deliver hands each record to the watchers of its id (and sets the read
 // of one still scheduled at its time).
-func (w *Watcher) deliver(recs []Record) {
+func (w *Watcher) deliver(recs []Row) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, r := range recs {

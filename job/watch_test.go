@@ -23,7 +23,7 @@ import (
 // watchEnv is a jobs table and a running Watcher on it.
 type watchEnv struct {
 	pool    *pgxpool.Pool
-	records *job.Records
+	records *job.Store
 	w       *job.Watcher
 	// pid is the server process of the listener's current connection.
 	pid atomic.Uint32
@@ -36,7 +36,7 @@ func startWatcher(t *testing.T, listen bool, poll time.Duration) *watchEnv {
 	t.Helper()
 	dbURL := testkit.Postgres(t)
 	pool := testkit.PoolAt(t, dbURL)
-	v := &watchEnv{pool: pool, records: job.NewRecords(pool)}
+	v := &watchEnv{pool: pool, records: job.NewStore(pool)}
 	opts := job.WatcherOptions{Poll: poll, Logger: testkit.Logger()}
 	if listen {
 		cc, err := pgx.ParseConfig(dbURL)
@@ -93,7 +93,7 @@ VALUES ($1, 'acme', 'invoices', $2, 'invoice.create', 'default', 'invoice:'||$2,
 
 // await returns the first document the watch receives whose status is
 // want, failing the test after within.
-func await(t *testing.T, x *job.Watch, want job.Status, within time.Duration) job.Record {
+func await(t *testing.T, x *job.Watch, want job.Status, within time.Duration) job.Row {
 	t.Helper()
 	timer := time.NewTimer(within)
 	defer timer.Stop()
@@ -274,7 +274,7 @@ func TestWatcherThroughATransactionPoolerPolls(t *testing.T) {
 	u.RawQuery = q.Encode()
 	pooled := u.String()
 	pool := testkit.PoolAt(t, pooled)
-	v := &watchEnv{pool: pool, records: job.NewRecords(pool)}
+	v := &watchEnv{pool: pool, records: job.NewStore(pool)}
 	var connects atomic.Int32
 	v.w = job.NewWatcher(pool, job.WatcherOptions{Poll: 200 * time.Millisecond, Logger: testkit.Logger(),
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
@@ -389,7 +389,7 @@ func TestUnflaggedWatchIsPolled(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = w.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	v := &watchEnv{pool: pool, records: job.NewRecords(pool), w: w}
+	v := &watchEnv{pool: pool, records: job.NewStore(pool), w: w}
 	v.awaitListening(t, true)
 
 	id := v.insert(t, "unflagged")

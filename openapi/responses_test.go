@@ -212,7 +212,7 @@ func TestJobResponsesMatchSpec(t *testing.T) {
 		}
 	})
 	t.Run("200 succeeded", func(t *testing.T) {
-		jobs.Update(id, func(j *job.Record) {
+		jobs.Update(id, func(j *job.Row) {
 			ref := "inv_2e3e9e48ed0440af9dbf6cce317d08ed"
 			j.Status, j.Attempts, j.ResultRef = job.StatusSucceeded, 1, &ref
 		})
@@ -224,7 +224,7 @@ func TestJobResponsesMatchSpec(t *testing.T) {
 		}
 	})
 	t.Run("200 failed", func(t *testing.T) {
-		jobs.Update(id, func(j *job.Record) {
+		jobs.Update(id, func(j *job.Row) {
 			msg := "partner: card declined"
 			j.Status, j.Attempts, j.ResultRef, j.Error = job.StatusFailed, 10, nil, &msg
 		})

@@ -343,7 +343,7 @@ func (f *FinalCallbacks) attempt(ctx context.Context, p job.PendingCallback) {
 	// a delivered event left unrecorded would be sent again.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := f.store.Settle(sctx, p, r); err != nil {
+	if err := f.store.Attempted(sctx, p, r); err != nil {
 		f.logger.Warn("final callbacks: recording an attempt failed; the event will be sent again",
 			"job_id", p.JobID, "webhook_id", p.ID(), "attempt", p.Attempt, "err", err)
 		return

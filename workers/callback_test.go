@@ -128,12 +128,12 @@ func (c *callbackReceiver) appliedOf(id string) int {
 }
 
 // callbackEnv is a worker running two tasks through the framework, their
-// jobs recorded by a Submitter and followed by Records.Follow: effect.apply
+// jobs recorded by a Submitter and followed by Store.Follow: effect.apply
 // declares on_final, effect.quiet does not.
 type callbackEnv struct {
 	*serverEnv
 	submitter *job.Submitter
-	records   *job.Records
+	records   *job.Store
 	spec      *job.Spec
 	quiet     *job.Spec
 	// transient counts the failures still to come, per order id.
@@ -144,7 +144,7 @@ type callbackEnv struct {
 func newCallbackEnv(t *testing.T, url string, maxAttempts int) *callbackEnv {
 	t.Helper()
 	s := newServerEnv(t)
-	e := &callbackEnv{serverEnv: s, submitter: job.NewSubmitter(s.pool, s.client), records: job.NewRecords(s.pool),
+	e := &callbackEnv{serverEnv: s, submitter: job.NewSubmitter(s.pool, s.client), records: job.NewStore(s.pool),
 		transient: map[string]int{}}
 	e.spec = orderSpec(t, s.queue)
 	var err error
@@ -194,9 +194,9 @@ func (e *callbackEnv) submitAs(t *testing.T, tenant string, spec *job.Spec, orde
 	return rec.ID
 }
 
-func (e *callbackEnv) final(t *testing.T, id string) job.Record {
+func (e *callbackEnv) final(t *testing.T, id string) job.Row {
 	t.Helper()
-	var rec job.Record
+	var rec job.Row
 	testkit.Eventually(t, "job "+id+" final", 60*time.Second, func() bool {
 		var err error
 		rec, err = e.records.ByID(t.Context(), id)
@@ -212,7 +212,7 @@ func (e *callbackEnv) dispatcher(worker string) *FinalCallbacks {
 		DB: e.pool, Specs: []*job.Spec{e.spec, e.quiet}, Worker: worker, Logger: e.deps(nil, time.Second).Logger,
 		Interval: 20 * time.Millisecond, Batch: 4,
 		Backoff: func(int) time.Duration { return 50 * time.Millisecond },
-		Document: func(r job.Record) any {
+		Document: func(r job.Row) any {
 			return map[string]any{"id": r.ID, "status": r.Status, "attempts": r.Attempts}
 		},
 	})
@@ -399,7 +399,7 @@ func TestFinalCallbackSlowReceiver(t *testing.T) {
 	f := NewFinalCallbacks(FinalCallbacksConfig{
 		DB: e.pool, Specs: []*job.Spec{e.spec, e.quiet}, Worker: "w1", Logger: testkit.Logger(),
 		Interval: 20 * time.Millisecond, Concurrency: 4, PerReceiver: 2,
-		Document: func(r job.Record) any { return map[string]any{"id": r.ID, "status": r.Status} },
+		Document: func(r job.Row) any { return map[string]any{"id": r.ID, "status": r.Status} },
 	})
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup

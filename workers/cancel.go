@@ -23,7 +23,7 @@ import (
 var ErrJobCancelled = errors.New("workers: job cancelled")
 
 // CancelCheck returns which of the job ids it is given are being
-// cancelled. job.Records.Cancelling is one.
+// cancelled. job.Store.Cancelling is one.
 type CancelCheck func(ctx context.Context, ids []string) ([]string, error)
 
 // DefaultCancelInterval is how often a CancelWatcher asks, while jobs are

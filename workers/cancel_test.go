@@ -23,7 +23,7 @@ import (
 // watcher that checks every 20ms, run by the test.
 type cancelEnv struct {
 	*env
-	records *job.Records
+	records *job.Store
 	watcher *CancelWatcher
 	tenant  string
 }
@@ -31,7 +31,7 @@ type cancelEnv struct {
 func newCancelEnv(t *testing.T) *cancelEnv {
 	t.Helper()
 	e := &cancelEnv{env: newEnv(t), tenant: "acme"}
-	e.records = job.NewRecords(e.pool)
+	e.records = job.NewStore(e.pool)
 	e.watcher = NewCancelWatcher(e.records.Cancelling, 20*time.Millisecond, testkit.Logger())
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -54,7 +54,7 @@ func (e *cancelEnv) submit(t *testing.T, orderID string, status job.Status) (str
 	return e.submitJob(t, e.tenant, orderID, status)
 }
 
-func (e *cancelEnv) job(t *testing.T, id string) job.Record {
+func (e *cancelEnv) job(t *testing.T, id string) job.Row {
 	t.Helper()
 	rec, err := e.records.ByID(t.Context(), id)
 	if err != nil {
@@ -82,9 +82,9 @@ func (e *cancelEnv) effectCount(t *testing.T, orderID string) int {
 	return len(e.effects(t, "effect:"+orderID))
 }
 
-func (e *cancelEnv) awaitStatus(t *testing.T, id string, want job.Status) job.Record {
+func (e *cancelEnv) awaitStatus(t *testing.T, id string, want job.Status) job.Row {
 	t.Helper()
-	var rec job.Record
+	var rec job.Row
 	testkit.Eventually(t, "job "+id+" "+string(want), 60*time.Second, func() bool {
 		rec = e.job(t, id)
 		return rec.Status == want
@@ -430,7 +430,7 @@ func TestCancelDuringHTTPDelivery(t *testing.T) {
 func TestServerRunsTheCancelWatcher(t *testing.T) {
 	t.Parallel()
 	s := newServerEnv(t)
-	records := job.NewRecords(s.pool)
+	records := job.NewStore(s.pool)
 	watcher := NewCancelWatcher(records.Cancelling, 20*time.Millisecond, testkit.Logger())
 	deps := s.deps(NopObserver{}, 5*time.Second)
 	deps.OnStatus, deps.Cancels = records.Follow, watcher

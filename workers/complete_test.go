@@ -61,7 +61,7 @@ func (e *env) attemptOf(j Job[order]) execution.Attempt {
 // jobDoc is what the job document shows: status, attempts, result.
 func (e *env) jobDoc(t *testing.T, id string) string {
 	t.Helper()
-	rec, err := job.NewRecords(e.pool).ByID(t.Context(), id)
+	rec, err := job.NewStore(e.pool).ByID(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestJobDocumentWrittenWithTheExecution(t *testing.T) {
 	id, task := e.submitJob(t, "acme", "d1", job.StatusQueued)
 	var st statuses
 	deps := e.deps(NopObserver{}, 5*time.Second)
-	deps.Jobs = job.NewRecords(downDB{})
+	deps.Jobs = job.NewStore(downDB{})
 	deps.OnStatus = st.fn
 	var during string
 	var calls atomic.Int64
@@ -149,7 +149,7 @@ func TestCompleteTxCommitsWithTheEffect(t *testing.T) {
 	e := newEnv(t)
 	id, task := e.submitJob(t, "acme", "c1", job.StatusQueued)
 	deps := e.deps(NopObserver{}, 5*time.Second)
-	deps.Jobs = job.NewRecords(e.pool)
+	deps.Jobs = job.NewStore(e.pool)
 	var calls atomic.Int64
 	var failCommit atomic.Bool
 	failCommit.Store(true)
@@ -263,7 +263,7 @@ func killChild(stage string) int {
 		return fail(err)
 	}
 	deps := Deps{
-		DB: pool, Redis: redis.NewClient(opt), Jobs: job.NewRecords(pool),
+		DB: pool, Redis: redis.NewClient(opt), Jobs: job.NewStore(pool),
 		Lock: lock.Options{Prefix: os.Getenv("IDEMGATE_WORKERS_PREFIX"), TTL: 2 * time.Second},
 	}
 	die := func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL); select {} }
@@ -335,7 +335,7 @@ func TestWorkerKilledAroundTheCommit(t *testing.T) {
 			}
 
 			deps := e.deps(NopObserver{}, 5*time.Second)
-			deps.Jobs = job.NewRecords(e.pool)
+			deps.Jobs = job.NewStore(e.pool)
 			var calls atomic.Int64
 			h := Handle(deps, kind, orderKey, orderResource, txEffect(e.pool, "B", &calls, nil, nil))
 			testkit.Eventually(t, "the next delivery to be done", 60*time.Second, func() bool {

@@ -9,7 +9,7 @@ import (
 	"github.com/idemgate/idemgate/job"
 )
 
-// WithFairness makes the Server settle the tasks of pooled jobs with
+// WithFairness makes the Server end the tasks of pooled jobs with
 // their fairness pool (job.Fairness): a task that finishes leaves the
 // pool's window, and one that would be retried goes back to the pool, due
 // after the same delay asynq would have waited, to be tagged at its
@@ -20,7 +20,7 @@ func WithFairness(f *job.Fairness) ServerOption {
 	return func(s *Server) { s.fair = f }
 }
 
-// processPooled runs a pooled job's task and settles it with its pool.
+// processPooled runs a pooled job's task and ends it with its pool.
 func (s *Server) processPooled(ctx context.Context, task *asynq.Task) error {
 	s.fair.Started(task)
 	err := s.handler.ProcessTask(ctx, task)

@@ -50,7 +50,7 @@ func BenchmarkFairLoneTenant(b *testing.B) {
 				var h asynq.Handler = e.recorder()
 				if handler == "idempotent" {
 					deps := e.deps(nil, 30*time.Second)
-					deps.Jobs = job.NewRecords(e.pool)
+					deps.Jobs = job.NewStore(e.pool)
 					h = Handle(deps, fairTask, orderKey, orderResource, func(_ context.Context, j Job[order]) (string, error) {
 						e.started.add(j.Tenant, "")
 						return "", nil

@@ -358,7 +358,7 @@ func TestFairPoolFlushedMidRunLosesNoJob(t *testing.T) {
 	e.submit(t, e.spec, "acme", "a", n/2)
 	e.submit(t, e.spec, "bigco", "b", n/2)
 	deps := e.deps(nil, 5*time.Second)
-	deps.Jobs = job.NewRecords(e.pool)
+	deps.Jobs = job.NewStore(e.pool)
 	var calls atomic.Int64
 	effect := plainEffect(e.pool, "w1", &calls)
 	h := Handle(deps, fairTask, orderKey, orderResource, func(ctx context.Context, j Job[order]) (string, error) {
@@ -491,7 +491,7 @@ type revOrder struct {
 }
 
 // submitRev submits revision rev of order o-1 of acme under key.
-func (e *fairEnv) submitRev(t *testing.T, key string, rev int) job.Record {
+func (e *fairEnv) submitRev(t *testing.T, key string, rev int) job.Row {
 	t.Helper()
 	r, err := e.sub.Submit(t.Context(), job.Request{Tenant: "acme", Route: "fair", Key: key, Spec: e.debounced,
 		Body: fmt.Appendf(nil, `{"order_id":"o-1","rev":%d}`, rev)})
@@ -504,7 +504,7 @@ func (e *fairEnv) submitRev(t *testing.T, key string, rev int) job.Record {
 // revHandler runs the debounced jobs and records each revision it ran.
 func (e *fairEnv) revHandler(obs Observer) (asynq.Handler, func() []int) {
 	deps := e.deps(obs, 5*time.Second)
-	deps.Jobs = job.NewRecords(e.pool)
+	deps.Jobs = job.NewStore(e.pool)
 	var mu sync.Mutex
 	var revs []int
 	key := func(o revOrder) string { return orderKey(order{OrderID: o.OrderID}) }

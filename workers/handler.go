@@ -21,7 +21,7 @@ import (
 
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/execution"
-	"github.com/idemgate/idemgate/workers/limit"
+	"github.com/idemgate/idemgate/workers/flowlimit"
 	"github.com/idemgate/idemgate/workers/lock"
 )
 
@@ -42,7 +42,7 @@ type DB interface {
 // a replayed delivery of a succeeded job, so a record kept from it catches
 // up after a crash. It runs on the handler's goroutine: keep it short. An
 // error it returns is logged, and changes nothing of the job: the execution
-// state, not this report, is the truth. job.Records.Follow is one, but to
+// state, not this report, is the truth. job.Store.Follow is one, but to
 // keep the job documents of submitted jobs set Deps.Jobs instead, which
 // writes the start and the success in the execution state's own commits.
 type StatusFunc func(ctx context.Context, task *asynq.Task, key string, status job.Status, attempts int, resultRef, lastErr string) error
@@ -76,7 +76,7 @@ type Deps struct {
 	// duplicate delivery of a job whose key has succeeded) is written
 	// through Jobs.Follow. Setting OnStatus to Jobs.Follow instead also
 	// works, at one commit more per start and per success.
-	Jobs *job.Records
+	Jobs *job.Store
 	// Worker names this worker in the attempt ledger (job_attempts).
 	// Default "<hostname>:<pid>".
 	Worker string
@@ -134,7 +134,7 @@ type options struct {
 	// aborted, the receiver's answer decides).
 	uninterrupted bool
 	// limits are the flow limits each attempt takes (WithLimits).
-	limits []job.LimitUse
+	limits []job.FlowLimitUse
 }
 
 // WithMaxAttempts overrides Deps.MaxAttempts for one handler.
@@ -155,7 +155,7 @@ type handler[T any] struct {
 	log         *slog.Logger
 	obs         Observer
 	onStatus    StatusFunc
-	jobs        *job.Records
+	jobs        *job.Store
 	worker      string
 	crash       func(string) bool
 	cancels     *CancelWatcher
@@ -329,7 +329,7 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	if id.job == "" {
 		id.job, _ = asynq.GetTaskID(ctx)
 	}
-	var rules []limit.Rule
+	var rules []flowlimit.Rule
 	if h.limits != nil {
 		if rules, err = h.limits.rules(id.tenant, task.Payload()); err != nil {
 			return h.unprocessable(ctx, log, task, err)
@@ -413,7 +413,7 @@ func (h *handler[T]) ProcessTask(ctx context.Context, task *asynq.Task) error {
 // read changes nothing that Take would not decide under the lock.
 func (h *handler[T]) readState(ctx context.Context, log *slog.Logger, task *asynq.Task, id execID, resource string) (lease *lock.Lease, lerr error, done bool, err error) {
 	type state struct {
-		rec execution.Record
+		rec execution.State
 		err error
 	}
 	read := make(chan state, 1)
@@ -444,7 +444,7 @@ func (h *handler[T]) readState(ctx context.Context, log *slog.Logger, task *asyn
 // it. A debounced job's task is left to the take, which alone knows
 // whether a later submit superseded it: read without the job's row, its
 // older body would look like another payload's.
-func decides(rec execution.Record, id execID) bool {
+func decides(rec execution.State, id execID) bool {
 	if id.debounce > 0 {
 		return false
 	}
@@ -453,7 +453,7 @@ func decides(rec execution.Record, id execID) bool {
 
 // answer answers a delivery that rec decides: the job fails when another
 // payload holds its key, and the duplicate of a succeeded job is acked.
-func (h *handler[T]) answer(ctx context.Context, log *slog.Logger, task *asynq.Task, id execID, rec execution.Record) error {
+func (h *handler[T]) answer(ctx context.Context, log *slog.Logger, task *asynq.Task, id execID, rec execution.State) error {
 	if execution.Conflicts(rec, id.sha) {
 		return h.conflict(ctx, log, task, id, rec)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/job"
-	"github.com/idemgate/idemgate/workers/limit"
+	"github.com/idemgate/idemgate/workers/flowlimit"
 	"github.com/idemgate/idemgate/workers/lock"
 )
 
@@ -33,11 +33,11 @@ type LimitedError struct {
 	// Limit and Value name the budget that refused: the limit and its key
 	// value. Both are "" for a pause of a task or a queue.
 	Limit, Value string
-	// Reason is limit.ReasonConcurrency, limit.ReasonRate or ReasonPaused.
+	// Reason is flowlimit.ReasonConcurrency, flowlimit.ReasonRate or ReasonPaused.
 	Reason string
 	// After is when the task is tried again.
 	After time.Duration
-	Err   error // the *limit.RefusedError, or the *PausedError
+	Err   error // the *flowlimit.RefusedError, or the *PausedError
 }
 
 func (e *LimitedError) Error() string {
@@ -71,10 +71,10 @@ func wait(ctx context.Context, freed <-chan struct{}, d time.Duration) (signalle
 
 // behind returns a refusal of the first slot budget of rules for which an
 // older take of this process is in line, or nil when none is.
-func (l *limits) behind(rules []limit.Rule, watches map[string]*limit.Watch) *limit.RefusedError {
+func (l *limits) behind(rules []flowlimit.Rule, watches map[string]*flowlimit.Watch) *flowlimit.RefusedError {
 	for _, r := range rules {
 		if w := watches[r.Name]; w != nil && !w.First() {
-			return &limit.RefusedError{Name: r.Name, Value: limit.ShortValue(r.Value), Reason: limit.ReasonConcurrency}
+			return &flowlimit.RefusedError{Name: r.Name, Value: flowlimit.ShortValue(r.Value), Reason: flowlimit.ReasonConcurrency}
 		}
 	}
 	return nil
@@ -82,12 +82,12 @@ func (l *limits) behind(rules []limit.Rule, watches map[string]*limit.Watch) *li
 
 // watch puts a take in line for every budget of rules with slots, by
 // limit name.
-func (l *limits) watch(rules []limit.Rule) map[string]*limit.Watch {
-	var out map[string]*limit.Watch
+func (l *limits) watch(rules []flowlimit.Rule) map[string]*flowlimit.Watch {
+	var out map[string]*flowlimit.Watch
 	for _, r := range rules {
 		if r.Concurrency > 0 {
 			if out == nil {
-				out = make(map[string]*limit.Watch, len(rules))
+				out = make(map[string]*flowlimit.Watch, len(rules))
 			}
 			out[r.Name] = l.limiter.Watch(r.Name, r.Value)
 		}
@@ -95,20 +95,20 @@ func (l *limits) watch(rules []limit.Rule) map[string]*limit.Watch {
 	return out
 }
 
-func stopWatches(ws map[string]*limit.Watch) {
+func stopWatches(ws map[string]*flowlimit.Watch) {
 	for _, w := range ws {
 		w.Stop()
 	}
 }
 
 // LimitReasons lists the reasons LimitObserver.LimitWaited reports.
-func LimitReasons() []string { return []string{limit.ReasonConcurrency, limit.ReasonRate} }
+func LimitReasons() []string { return []string{flowlimit.ReasonConcurrency, flowlimit.ReasonRate} }
 
 // LimitObserver receives the events of flow limits. An Observer that
 // implements it gets them too; telemetry's WorkerMetrics does.
 type LimitObserver interface {
 	// LimitWaited reports a delivery a limit made wait: the limit's name,
-	// limit.ReasonConcurrency or limit.ReasonRate (of the last refusal),
+	// flowlimit.ReasonConcurrency or flowlimit.ReasonRate (of the last refusal),
 	// and how long it waited: in place until admitted, or in place plus
 	// the delay it was sent back to the queue with.
 	LimitWaited(limit, reason string, wait time.Duration)
@@ -119,7 +119,7 @@ type LimitObserver interface {
 
 // WithLimits makes every attempt of the handler take uses first, all or
 // none (Handlers.Mux passes a job's declared limits).
-func WithLimits(uses ...job.LimitUse) Option {
+func WithLimits(uses ...job.FlowLimitUse) Option {
 	return func(o *options) { o.limits = append(o.limits, uses...) }
 }
 
@@ -127,8 +127,8 @@ func WithLimits(uses ...job.LimitUse) Option {
 // slots its running attempts hold, by resource, so the resource lock's
 // renewal renews them too.
 type limits struct {
-	uses    []job.LimitUse
-	limiter *limit.Limiter
+	uses    []job.FlowLimitUse
+	limiter *flowlimit.Limiter
 	// lease is a slot's lease: the lock's TTL, renewed with the lock.
 	lease time.Duration
 	// busy is the mean delay after full slots; wait bounds a wait in
@@ -137,22 +137,22 @@ type limits struct {
 	rand             func(n int64) int64
 	obs              LimitObserver
 	log              *slog.Logger
-	held             sync.Map // resource → *limit.Hold
+	held             sync.Map // resource → *flowlimit.Hold
 }
 
 // newLimits returns nil for a job without limits. A Redis client the
 // limiter cannot use is a wiring mistake, found at start-up.
-func newLimits(deps Deps, kind string, uses []job.LimitUse, lease time.Duration, obs Observer, log *slog.Logger) *limits {
+func newLimits(deps Deps, kind string, uses []job.FlowLimitUse, lease time.Duration, obs Observer, log *slog.Logger) *limits {
 	if len(uses) == 0 {
 		return nil
 	}
-	client, ok := deps.Redis.(limit.Client)
+	client, ok := deps.Redis.(flowlimit.Client)
 	if !ok {
 		panic(fmt.Sprintf("workers: Handle %s: Deps.Redis (%T) cannot run pipelines, which limits need", kind, deps.Redis))
 	}
 	l := &limits{
 		uses:    uses,
-		limiter: limit.New(client, limit.Options{Prefix: deps.Lock.Prefix}),
+		limiter: flowlimit.New(client, flowlimit.Options{Prefix: deps.Lock.Prefix}),
 		lease:   lease,
 		busy:    deps.LimitBusy,
 		rand:    mathrand.Int64N,
@@ -174,21 +174,21 @@ func newLimits(deps Deps, kind string, uses []job.LimitUse, lease time.Duration,
 
 // rules renders the key value of each limit from the task's tenant and
 // payload.
-func (l *limits) rules(tenant string, raw []byte) ([]limit.Rule, error) {
+func (l *limits) rules(tenant string, raw []byte) ([]flowlimit.Rule, error) {
 	var data any
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	if err := dec.Decode(&data); err != nil {
 		return nil, fmt.Errorf("limits: decode payload: %w", err)
 	}
-	rules := make([]limit.Rule, len(l.uses))
+	rules := make([]flowlimit.Rule, len(l.uses))
 	for i, u := range l.uses {
 		v, err := u.Value(tenant, data)
 		if err != nil {
 			return nil, err
 		}
 		d := u.Limit
-		rules[i] = limit.Rule{Name: d.Name, Value: v, Concurrency: d.Concurrency, Rate: d.Rate, Period: d.Period, Burst: d.Burst}
+		rules[i] = flowlimit.Rule{Name: d.Name, Value: v, Concurrency: d.Concurrency, Rate: d.Rate, Period: d.Period, Burst: d.Burst}
 	}
 	return rules, nil
 }
@@ -207,18 +207,18 @@ func (l *limits) rules(tenant string, raw []byte) ([]limit.Rule, error) {
 // task that may start in 50ms would leave the partner's budget unused.
 // Only a longer wait sends the task back. lctx is the lease's context: a
 // lost lock ends the wait.
-func (h *handler[T]) takeLimits(ctx, lctx context.Context, log *slog.Logger, id execID, resource string, rules []limit.Rule) (*limit.Hold, error) {
+func (h *handler[T]) takeLimits(ctx, lctx context.Context, log *slog.Logger, id execID, resource string, rules []flowlimit.Rule) (*flowlimit.Hold, error) {
 	l := h.limits
 	if l == nil {
 		return nil, nil
 	}
 	var err error
-	holder := limit.Holder(id.job)
+	holder := flowlimit.Holder(id.job)
 	start := time.Now()
 	deadline := start.Add(l.wait)
 	var (
-		hold    *limit.Hold
-		refused *limit.RefusedError // the last refusal
+		hold    *flowlimit.Hold
+		refused *flowlimit.RefusedError // the last refusal
 	)
 	// In line for each slot budget before the first take, so that no
 	// release in this process is missed and its waiters take slots in
@@ -234,14 +234,14 @@ func (h *handler[T]) takeLimits(ctx, lctx context.Context, log *slog.Logger, id 
 		} else {
 			hold, err = l.limiter.Take(lctx, holder, l.lease, rules)
 		}
-		r, ok := errors.AsType[*limit.RefusedError](err)
+		r, ok := errors.AsType[*flowlimit.RefusedError](err)
 		if !ok {
 			break
 		}
 		refused = r
 		pause := refused.RetryAfter
 		var freed <-chan struct{}
-		if w := watches[refused.Name]; w != nil && refused.Reason == limit.ReasonConcurrency {
+		if w := watches[refused.Name]; w != nil && refused.Reason == flowlimit.ReasonConcurrency {
 			// A slot frees when a holder ends. One of this process signals
 			// the oldest waiter at once; the first in line also looks at
 			// Redis now and then for a slot another process freed.
@@ -265,9 +265,9 @@ func (h *handler[T]) takeLimits(ctx, lctx context.Context, log *slog.Logger, id 
 		if waited := time.Since(start); refused != nil && l.obs != nil {
 			l.obs.LimitWaited(refused.Name, refused.Reason, waited)
 		}
-	case errors.As(err, new(*limit.RefusedError)) && lctx.Err() == nil:
+	case errors.As(err, new(*flowlimit.RefusedError)) && lctx.Err() == nil:
 		after := refused.RetryAfter
-		if refused.Reason == limit.ReasonConcurrency {
+		if refused.Reason == flowlimit.ReasonConcurrency {
 			after = l.busy/2 + time.Duration(l.rand(int64(l.busy)))
 		}
 		h.obs.Attempt(h.kind, ClassLimited)
@@ -302,7 +302,7 @@ func (h *handler[T]) takeLimits(ctx, lctx context.Context, log *slog.Logger, id 
 // breakers' counts of an attempt that ran (end) ride on it too. A
 // release that fails frees the lock at its TTL and the slots at their
 // lease's end.
-func (h *handler[T]) releaseWithLimits(ctx context.Context, log *slog.Logger, lease *lock.Lease, resource string, hold *limit.Hold, rules []limit.Rule, end attemptEnd) {
+func (h *handler[T]) releaseWithLimits(ctx context.Context, log *slog.Logger, lease *lock.Lease, resource string, hold *flowlimit.Hold, rules []flowlimit.Rule, end attemptEnd) {
 	l := h.limits
 	slots := l != nil && hold != nil && hold.Slots()
 	breakers := l != nil && end != attemptNotRun && l.hasBreakers()
@@ -345,7 +345,7 @@ func (h *handler[T]) releaseWithLimits(ctx context.Context, log *slog.Logger, le
 
 // abandonLimits forgets the attempt's slots without giving them back, as a
 // worker that died would: they free at their lease's end.
-func (h *handler[T]) abandonLimits(resource string, hold *limit.Hold) {
+func (h *handler[T]) abandonLimits(resource string, hold *flowlimit.Hold) {
 	if h.limits == nil || hold == nil || !hold.Slots() {
 		return
 	}
@@ -373,7 +373,7 @@ func (l *limits) renewed(resource string) {
 	if !ok {
 		return
 	}
-	hold := v.(*limit.Hold)
+	hold := v.(*flowlimit.Hold)
 	ctx, cancel := context.WithTimeout(context.Background(), l.lease/3)
 	defer cancel()
 	n, err := hold.Renew(ctx, l.lease)

@@ -23,7 +23,7 @@ func BenchmarkFlowLimitBacklog(b *testing.B) {
 	p := &partner{hold: func(int) time.Duration { return hold }}
 	srv := httptest.NewServer(p)
 	b.Cleanup(srv.Close)
-	use := limitUse(b, job.Limit{Name: "ship-api", Concurrency: slots}, "{tenant}")
+	use := limitUse(b, job.FlowLimit{Name: "ship-api", Concurrency: slots}, "{tenant}")
 	mux, err := NewHandlers().Mux(s.deps(NopObserver{}, 5*time.Second), []*job.Spec{partnerSpec(b, srv.URL, use)}, HTTPDelivery{})
 	if err != nil {
 		b.Fatal(err)
@@ -57,7 +57,7 @@ func BenchmarkFlowLimitRate(b *testing.B) {
 	p := &partner{hold: func(int) time.Duration { return 0 }}
 	srv := httptest.NewServer(p)
 	b.Cleanup(srv.Close)
-	use := limitUse(b, job.Limit{Name: "ship-api", Rate: 5, Period: time.Second, Burst: 1}, "{tenant}")
+	use := limitUse(b, job.FlowLimit{Name: "ship-api", Rate: 5, Period: time.Second, Burst: 1}, "{tenant}")
 	mux, err := NewHandlers().Mux(s.deps(NopObserver{}, 5*time.Second), []*job.Spec{partnerSpec(b, srv.URL, use)}, HTTPDelivery{})
 	if err != nil {
 		b.Fatal(err)

@@ -18,11 +18,11 @@ import (
 
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/workers/execution"
-	"github.com/idemgate/idemgate/workers/limit"
+	"github.com/idemgate/idemgate/workers/flowlimit"
 )
 
 // partnerSpec is a job delivered over HTTP to url under limits.
-func partnerSpec(t testing.TB, url string, uses ...job.LimitUse) *job.Spec {
+func partnerSpec(t testing.TB, url string, uses ...job.FlowLimitUse) *job.Spec {
 	t.Helper()
 	spec, err := job.NewSpec(kind, []byte(`{
   "type": "object", "required": ["order_id", "account"],
@@ -36,7 +36,7 @@ func partnerSpec(t testing.TB, url string, uses ...job.LimitUse) *job.Spec {
 	return spec
 }
 
-func limitUse(t testing.TB, l job.Limit, key string) job.LimitUse {
+func limitUse(t testing.TB, l job.FlowLimit, key string) job.FlowLimitUse {
 	t.Helper()
 	tmpl, err := job.ParseTemplate(key)
 	if err != nil {
@@ -45,7 +45,7 @@ func limitUse(t testing.TB, l job.Limit, key string) job.LimitUse {
 	if l.Rate > 0 && l.Burst == 0 {
 		l.Burst = job.DefaultBurst
 	}
-	return job.LimitUse{Limit: l, Key: tmpl}
+	return job.FlowLimitUse{Limit: l, Key: tmpl}
 }
 
 func partnerTask(tenant, orderID string) *asynq.Task {
@@ -128,7 +128,7 @@ func TestLimitsHoldAPartnerToItsBudget(t *testing.T) {
 		// the partner late, among those of the next.
 		tolerance = 2
 	)
-	use := limitUse(t, job.Limit{Name: "ship-api", Concurrency: concurrency, Rate: rate, Period: time.Second}, "{tenant}")
+	use := limitUse(t, job.FlowLimit{Name: "ship-api", Concurrency: concurrency, Rate: rate, Period: time.Second}, "{tenant}")
 	spec := partnerSpec(t, srv.URL, use)
 	waits := &limitWaits{}
 	for range 3 {
@@ -244,7 +244,7 @@ func TestLimitedDeliveryIsNotAnAttempt(t *testing.T) {
 	p := &partner{hold: func(int) time.Duration { return 0 }}
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
-	use := limitUse(t, job.Limit{Name: "ship-api", Rate: 1, Period: time.Minute}, "{account}")
+	use := limitUse(t, job.FlowLimit{Name: "ship-api", Rate: 1, Period: time.Minute}, "{account}")
 	deps := e.deps(nil, 5*time.Second)
 	mux, err := NewHandlers().Mux(deps, []*job.Spec{partnerSpec(t, srv.URL, use)}, HTTPDelivery{})
 	if err != nil {
@@ -258,7 +258,7 @@ func TestLimitedDeliveryIsNotAnAttempt(t *testing.T) {
 	if !ok {
 		t.Fatalf("the second job for the same account: %v, want a *LimitedError", err)
 	}
-	if limited.Limit != "ship-api" || limited.Value != "acct-1" || limited.Reason != limit.ReasonRate ||
+	if limited.Limit != "ship-api" || limited.Value != "acct-1" || limited.Reason != flowlimit.ReasonRate ||
 		limited.After <= 58*time.Second || limited.After > time.Minute+time.Minute/50 {
 		t.Errorf("LimitedError = %+v; want ship-api/acct-1's rate, a wait just under a minute and its 2%% margin", limited)
 	}
@@ -301,12 +301,12 @@ func TestLimitsAreReleasedAfterTheAttempt(t *testing.T) {
 		w.WriteHeader(answer)
 	}))
 	t.Cleanup(srv.Close)
-	use := limitUse(t, job.Limit{Name: "ship-api", Concurrency: 1}, "{tenant}")
+	use := limitUse(t, job.FlowLimit{Name: "ship-api", Concurrency: 1}, "{tenant}")
 	mux, err := NewHandlers().Mux(e.deps(nil, 5*time.Second), []*job.Spec{partnerSpec(t, srv.URL, use)}, HTTPDelivery{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	slots, _ := limit.New(e.rdb, limit.Options{Prefix: e.prefix}).Keys("ship-api", "acme")
+	slots, _ := flowlimit.New(e.rdb, flowlimit.Options{Prefix: e.prefix}).Keys("ship-api", "acme")
 	held := func() int64 { n, _ := e.rdb.ZCard(t.Context(), slots).Result(); return n }
 
 	if err := mux.ProcessTask(t.Context(), partnerTask("acme", "o-1")); err == nil || !IsFailure(err) {
@@ -325,8 +325,8 @@ func TestLimitsAreReleasedAfterTheAttempt(t *testing.T) {
 		t.Fatalf("%d slots held after a success, want 0", n)
 	}
 	// A slot held elsewhere does not stop a replay: it never takes one.
-	other := limit.New(e.rdb, limit.Options{Prefix: e.prefix})
-	if _, err := other.Take(t.Context(), "elsewhere", time.Minute, []limit.Rule{{Name: "ship-api", Value: "acme", Concurrency: 1}}); err != nil {
+	other := flowlimit.New(e.rdb, flowlimit.Options{Prefix: e.prefix})
+	if _, err := other.Take(t.Context(), "elsewhere", time.Minute, []flowlimit.Rule{{Name: "ship-api", Value: "acme", Concurrency: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := mux.ProcessTask(t.Context(), partnerTask("acme", "o-1")); err != nil {
@@ -356,7 +356,7 @@ func TestLimitsUnreachableIsTransient(t *testing.T) {
 	t.Cleanup(func() { _ = dead.Close() })
 	deps := e.deps(nil, 5*time.Second)
 	deps.Redis = deadPipelines{Client: e.rdb, dead: dead}
-	use := limitUse(t, job.Limit{Name: "ship-api", Concurrency: 1}, "{tenant}")
+	use := limitUse(t, job.FlowLimit{Name: "ship-api", Concurrency: 1}, "{tenant}")
 	mux, err := NewHandlers().Mux(deps, []*job.Spec{partnerSpec(t, srv.URL, use)}, HTTPDelivery{})
 	if err != nil {
 		t.Fatal(err)
@@ -380,9 +380,9 @@ func TestLimitSlotRenewsWithTheLock(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const ttl = 600 * time.Millisecond
-	spec := partnerSpec(t, "http://unused.invalid", limitUse(t, job.Limit{Name: "ship-api", Concurrency: 1}, "{tenant}"))
+	spec := partnerSpec(t, "http://unused.invalid", limitUse(t, job.FlowLimit{Name: "ship-api", Concurrency: 1}, "{tenant}"))
 	spec.HTTP = nil
-	reader := limit.New(e.rdb, limit.Options{Prefix: e.prefix})
+	reader := flowlimit.New(e.rdb, flowlimit.Options{Prefix: e.prefix})
 	holders := func() int {
 		u, err := reader.Busiest(t.Context(), "ship-api", 1)
 		if err != nil {
@@ -429,7 +429,7 @@ func TestLimitedDeliveryWaitsInPlace(t *testing.T) {
 	p := &partner{hold: func(int) time.Duration { return 0 }}
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
-	use := limitUse(t, job.Limit{Name: "ship-api", Rate: 4, Period: time.Second}, "{tenant}")
+	use := limitUse(t, job.FlowLimit{Name: "ship-api", Rate: 4, Period: time.Second}, "{tenant}")
 	waits := &limitWaits{}
 	mux, err := NewHandlers().Mux(e.deps(waits, 5*time.Second), []*job.Spec{partnerSpec(t, srv.URL, use)}, HTTPDelivery{})
 	if err != nil {

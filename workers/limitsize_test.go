@@ -11,7 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/idemgate/idemgate/job"
-	"github.com/idemgate/idemgate/workers/limit"
+	"github.com/idemgate/idemgate/workers/flowlimit"
 )
 
 // TestLongLimitValuesStaySmallInRedis: a flow limit keyed on a payload
@@ -25,7 +25,7 @@ func TestLongLimitValuesStaySmallInRedis(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
 	t.Cleanup(srv.Close)
 	// One start an hour per account: each value's rate state stays.
-	use := limitUse(t, job.Limit{Name: "ship-accounts", Concurrency: 1, Rate: 1, Period: time.Hour}, "acct:{account}")
+	use := limitUse(t, job.FlowLimit{Name: "ship-accounts", Concurrency: 1, Rate: 1, Period: time.Hour}, "acct:{account}")
 	mux, err := NewHandlers().Mux(e.deps(nil, 5*time.Second), []*job.Spec{partnerSpec(t, srv.URL, use)}, HTTPDelivery{})
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func TestLongLimitValuesStaySmallInRedis(t *testing.T) {
 	if len(keys) != jobs+1 || bytes >= 32<<10 {
 		t.Errorf("%d keys under the limit, %d bytes in all; want %d, well under 32 KiB", len(keys), bytes, jobs+1)
 	}
-	usage, err := limit.New(e.rdb, limit.Options{Prefix: e.prefix}).Busiest(t.Context(), "ship-accounts", jobs)
+	usage, err := flowlimit.New(e.rdb, flowlimit.Options{Prefix: e.prefix}).Busiest(t.Context(), "ship-accounts", jobs)
 	if err != nil || len(usage) != jobs {
 		t.Fatalf("Busiest = %d values, %v; want %d", len(usage), err, jobs)
 	}

@@ -164,13 +164,13 @@ func (e *env) effects(t *testing.T, jobKey string) []effect {
 	return got
 }
 
-func (e *env) record(t *testing.T, key string) execution.Record {
+func (e *env) record(t *testing.T, key string) execution.State {
 	t.Helper()
 	return e.recordOf(t, "", key)
 }
 
 // recordOf is the execution record of tenant's job key.
-func (e *env) recordOf(t *testing.T, tenant, key string) execution.Record {
+func (e *env) recordOf(t *testing.T, tenant, key string) execution.State {
 	t.Helper()
 	rec, err := e.store.Get(t.Context(), tenant, key)
 	if err != nil {

@@ -164,7 +164,7 @@ func (r *run[T]) deadLetter(ctx, fctx context.Context, err error, permanent bool
 }
 
 // replay acks a delivery of a job that has already succeeded.
-func (h *handler[T]) replay(ctx context.Context, log *slog.Logger, task *asynq.Task, rec execution.Record) error {
+func (h *handler[T]) replay(ctx context.Context, log *slog.Logger, task *asynq.Task, rec execution.State) error {
 	h.obs.JobReplay(h.kind)
 	h.status(ctx, task, rec.Key, job.StatusSucceeded, rec.Attempts, rec.ResultRef, "")
 	log.InfoContext(ctx, "job already succeeded: acking the duplicate", "result_ref", rec.ResultRef, "attempt", rec.Attempts)
@@ -211,7 +211,7 @@ func (h *handler[T]) unprocessable(ctx context.Context, log *slog.Logger, task *
 // conflict archives a job whose business key belongs to another payload:
 // it succeeded, or is running, with different data. The key's own
 // execution state is left alone; only this job fails.
-func (h *handler[T]) conflict(ctx context.Context, log *slog.Logger, task *asynq.Task, id execID, rec execution.Record) error {
+func (h *handler[T]) conflict(ctx context.Context, log *slog.Logger, task *asynq.Task, id execID, rec execution.State) error {
 	h.obs.Attempt(h.kind, ClassPermanent)
 	h.obs.JobFinished(h.kind, job.StatusFailed)
 	err := &ConflictError{Task: h.kind, Key: id.key, Status: rec.Status, ResultRef: rec.ResultRef}

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/job"
-	"github.com/idemgate/idemgate/workers/limit"
+	"github.com/idemgate/idemgate/workers/flowlimit"
 )
 
 // Pauses is what a handler asks about pauses (Deps.Pauses). A
@@ -53,14 +53,14 @@ type PauseObserver interface {
 // counting an attempt: a *LimitedError with ReasonPaused (the ledger gets
 // a paused row). It returns nil when nothing pauses the delivery, which
 // costs a look at the in-memory Deps.Pauses and no round trip.
-func (h *handler[T]) bouncePaused(ctx context.Context, log *slog.Logger, id execID, resource string, rules []limit.Rule) error {
+func (h *handler[T]) bouncePaused(ctx context.Context, log *slog.Logger, id execID, resource string, rules []flowlimit.Rule) error {
 	if h.pauses == nil {
 		return nil
 	}
 	queue, _ := asynq.GetQueueName(ctx)
 	var targets []job.PauseTarget
 	for _, r := range rules {
-		targets = append(targets, job.PauseTarget{Kind: job.PauseLimit, Name: r.Name, Key: limit.ShortValue(r.Value)})
+		targets = append(targets, job.PauseTarget{Kind: job.PauseLimit, Name: r.Name, Key: flowlimit.ShortValue(r.Value)})
 	}
 	p, ok := h.pauses.Paused(h.kind, queue, targets)
 	if !ok {
@@ -92,7 +92,7 @@ func (h *handler[T]) bouncePaused(ctx context.Context, log *slog.Logger, id exec
 // breakerCount is one limit's failure count queued with an attempt's
 // release.
 type breakerCount struct {
-	use   job.LimitUse
+	use   job.FlowLimitUse
 	value string
 	cmd   *redis.Cmd
 }
@@ -101,14 +101,14 @@ type breakerCount struct {
 // that declare pause_after: a failure counts toward opening, a success
 // starts the count again. They ride on the release of the lock, so a
 // breaker costs no round trip of its own.
-func (l *limits) breakerWrites(ctx context.Context, pipe redis.Pipeliner, rules []limit.Rule, out attemptEnd) []breakerCount {
+func (l *limits) breakerWrites(ctx context.Context, pipe redis.Pipeliner, rules []flowlimit.Rule, out attemptEnd) []breakerCount {
 	var counts []breakerCount
 	for i, u := range l.uses {
 		b := u.Limit.PauseAfter
 		if b == nil || i >= len(rules) {
 			continue
 		}
-		v := limit.ShortValue(rules[i].Value)
+		v := flowlimit.ShortValue(rules[i].Value)
 		if out == attemptFailed {
 			counts = append(counts, breakerCount{use: u, value: v,
 				cmd: l.limiter.CountFailureIn(ctx, pipe, u.Limit.Name, v, b.Failures, b.Within)})

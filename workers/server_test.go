@@ -324,7 +324,7 @@ func TestServerDeadLetters(t *testing.T) {
 func TestServerRefusesTaskOfDeletedJob(t *testing.T) {
 	t.Parallel()
 	s := newServerEnv(t)
-	records := job.NewRecords(s.pool)
+	records := job.NewStore(s.pool)
 	obs := newRecorder()
 	var calls atomic.Int64
 	deps := s.deps(obs, 20*time.Second)

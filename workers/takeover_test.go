@@ -28,7 +28,7 @@ func TestTakeoverOfAJobWhoseWorkerLostItsLock(t *testing.T) {
 	t.Parallel()
 	s := newServerEnv(t)
 	const ttl = 2 * time.Second
-	records := job.NewRecords(s.pool)
+	records := job.NewStore(s.pool)
 	spec := orderSpec(t, s.queue)
 
 	// Worker A reaches Redis, for its queue and its locks, through a proxy.
@@ -173,7 +173,7 @@ func TestTakeoverOfACancelledJob(t *testing.T) {
 	t.Parallel()
 	s := newServerEnv(t)
 	const ttl = time.Second
-	records := job.NewRecords(s.pool)
+	records := job.NewStore(s.pool)
 	spec := orderSpec(t, s.queue)
 	sub := job.NewSubmitter(s.pool, s.client)
 	j, err := sub.Submit(t.Context(), job.Request{Tenant: "acme", Route: "orders", Key: "k-t2", Spec: spec, Queue: s.queue,

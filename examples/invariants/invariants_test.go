@@ -109,7 +109,7 @@ func newWorld(t *testing.T) *world {
 	prefix := testkit.Prefix()
 	w.partner = httptest.NewServer(w.sim)
 	t.Cleanup(w.partner.Close)
-	records := job.NewRecords(w.pool)
+	records := job.NewStore(w.pool)
 	deps := workers.Deps{
 		DB:    w.pool,
 		Redis: rdb,

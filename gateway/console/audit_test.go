@@ -117,7 +117,7 @@ func TestActionsAreAccountable(t *testing.T) {
 	}
 
 	// explain tells both, text and JSON.
-	x := &explain.Explainer{DB: v.pool, Records: v.store}
+	x := &explain.Explainer{DB: v.pool, Keys: v.store}
 	story, err := x.Job(ctx, id2)
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ type batchView struct {
 	ID, Tenant string
 	Items      int
 	Counts     []statusCount
-	Jobs       []job.Record
+	Jobs       []job.Row
 }
 
 func (c *console) batchURL(id string) string { return c.opts.Prefix + "/batches/" + url.PathEscape(id) }

@@ -60,26 +60,26 @@ type KeyPages interface {
 // Requeuer enqueues a job's task again when the queue lost it
 // (*job.Relay, what `idemgate jobs requeue` runs).
 type Requeuer interface {
-	Requeue(ctx context.Context, id string) (job.Record, bool, error)
+	Requeue(ctx context.Context, id string) (job.Row, bool, error)
 }
 
 // Canceller cancels a job whatever its tenant, or the jobs a filter
 // matches (*job.Submitter, what `idemgate jobs cancel`, POST
 // /admin/jobs/{id}/cancel and POST /admin/jobs/cancel run).
 type Canceller interface {
-	CancelByID(ctx context.Context, id string) (job.Record, bool, error)
-	CancelMatching(ctx context.Context, f job.ListFilter, limit int) ([]job.Record, error)
+	CancelByID(ctx context.Context, id string) (job.Row, bool, error)
+	CancelMatching(ctx context.Context, f job.ListFilter, limit int) ([]job.Row, error)
 	CountCancellable(ctx context.Context, f job.ListFilter, limit int) (int, error)
 }
 
 // DeadLetters replays and deletes failed jobs (*job.DeadLetters, what
 // `idemgate dlq` runs).
 type DeadLetters interface {
-	Replay(ctx context.Context, id string) (job.Record, error)
+	Replay(ctx context.Context, id string) (job.Row, error)
 	Delete(ctx context.Context, id string) error
 	// RunNow runs a job backing off at once (job.ErrNotBackingOff when
 	// it is not).
-	RunNow(ctx context.Context, id string) (job.Record, error)
+	RunNow(ctx context.Context, id string) (job.Row, error)
 }
 
 // Options is what the console reads and acts through. Stories and Keys are
@@ -95,7 +95,7 @@ type Options struct {
 	// delete (idempotency.ReplayCache.Forget); nil when there is none.
 	Forget func(idempotency.Scope)
 	// Jobs reads the jobs table; nil when the gateway has no database.
-	Jobs *job.Records
+	Jobs *job.Store
 	// Requeue and DeadLetters act on jobs; nil leaves their actions out
 	// (the gateway has no Redis).
 	Requeue     Requeuer
@@ -105,7 +105,7 @@ type Options struct {
 	// Rerun submits a cancelled or failed job again as a new job and
 	// returns it (job.Submitter.Rerun with the configured jobs); nil
 	// leaves the action out.
-	Rerun func(ctx context.Context, id string) (job.Record, error)
+	Rerun func(ctx context.Context, id string) (job.Row, error)
 	// MaxBulk is the most jobs a bulk action acts on. Default
 	// job.MaxBulk.
 	MaxBulk int

@@ -35,6 +35,6 @@
 // to bind a token to; every state-changing action is a POST behind a
 // confirmation page that says what it does to the stores.
 //
-//	h, err := console.New(console.Options{Stories: explainer, Keys: store, Jobs: job.NewRecords(pool)})
+//	h, err := console.New(console.Options{Stories: explainer, Keys: store, Jobs: job.NewStore(pool)})
 //	g.AdminMount(console.DefaultPrefix, h)
 package console

@@ -22,7 +22,7 @@ type failedPage struct {
 	Groups               []failedGroup
 	Filter               job.FailedFilter
 	Since, Until         string
-	Jobs                 []job.Record
+	Jobs                 []job.Row
 	CountText            string
 	CanReplay, CanDelete bool
 	ReplayURL, DeleteURL string
@@ -157,7 +157,7 @@ var bulkActions = map[string]struct{ Label, Explains string }{
 
 // bulkTargets reads the filter and the jobs it matches, at most the bound,
 // and how many more match.
-func (c *console) bulkTargets(w http.ResponseWriter, r *http.Request) (string, job.FailedFilter, []job.Record, int, bool) {
+func (c *console) bulkTargets(w http.ResponseWriter, r *http.Request) (string, job.FailedFilter, []job.Row, int, bool) {
 	name := gateway.PathParam(r, "action")
 	if _, ok := bulkActions[name]; !ok {
 		c.fail(w, r, http.StatusNotFound, "No such action on failed jobs.")

@@ -88,7 +88,7 @@ func downConsole(t *testing.T) (*httptest.Server, *memstore.Store) {
 	store := memstore.New()
 	h, err := console.New(console.Options{
 		Stories: &explain.Explainer{DB: pool}, Keys: store, StoreName: "memory",
-		Requests: gateway.NewRecentRequests(time.Now), Jobs: job.NewRecords(pool), Schedules: job.NewSchedules(pool),
+		Requests: gateway.NewRecentRequests(time.Now), Jobs: job.NewStore(pool), Schedules: job.NewSchedules(pool),
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

@@ -22,7 +22,7 @@ type jobsPage struct {
 	// CreatedBefore the time range as the form shows it.
 	OlderThan                   string
 	CreatedAfter, CreatedBefore string
-	Jobs                        []job.Record
+	Jobs                        []job.Row
 	Next                        string
 	NoJobs                      string
 	// Unreadable says PostgreSQL could not be read: the filters stay, the

@@ -46,7 +46,7 @@ type env struct {
 	g         *gateway.Gateway
 	pool      *pgxpool.Pool
 	store     *pgstore.Store
-	records   *job.Records
+	records   *job.Store
 	inspector *asynq.Inspector
 	queue     string
 	public    *httptest.Server
@@ -98,7 +98,7 @@ func setupWith(t *testing.T, adjust func(*console.Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := &explain.Explainer{DB: pool, Records: store, Claims: claimsOf(store)}
+	x := &explain.Explainer{DB: pool, Keys: store, Claims: claimsOf(store)}
 	sum := sha256.Sum256([]byte(adminToken))
 	g, err := gateway.New(gateway.Options{
 		Auth:             auth.Config{Mode: auth.ModeHeader, Header: "Idemgate-Tenant", Tenants: []auth.TenantKeys{{Name: "acme"}, {Name: "globex"}}},
@@ -106,7 +106,7 @@ func setupWith(t *testing.T, adjust func(*console.Options)) *env {
 		StoreName:        "postgres",
 		AdminTokenSHA256: hex.EncodeToString(sum[:]),
 		Jobs:             sub,
-		Actions:          job.NewRecords(pool),
+		Actions:          job.NewStore(pool),
 		Explainer:        x,
 		Logger:           slog.New(slog.DiscardHandler),
 		Routes: []gateway.RouteOptions{
@@ -120,12 +120,12 @@ func setupWith(t *testing.T, adjust func(*console.Options)) *env {
 	t.Cleanup(func() { _ = g.Close(context.Background()) })
 	co := console.Options{
 		Stories: x, Keys: store, StoreName: "postgres", Requests: g.Recent(), KeyRequests: g.KeyHistory(), Routes: []string{"invoices", "pages"},
-		Jobs:        job.NewRecords(pool),
+		Jobs:        job.NewStore(pool),
 		Schedules:   job.NewSchedules(pool),
 		Requeue:     job.NewRelay(sub, inspector, job.RelayOptions{}),
 		DeadLetters: job.NewDeadLetters(sub, inspector),
 		Cancel:      sub,
-		Rerun: func(ctx context.Context, id string) (job.Record, error) {
+		Rerun: func(ctx context.Context, id string) (job.Row, error) {
 			return sub.Rerun(ctx, id, func(task string) (*job.Spec, bool) { return spec, task == spec.Task })
 		},
 		Audit:      g.Audit(),
@@ -139,7 +139,7 @@ func setupWith(t *testing.T, adjust func(*console.Options)) *env {
 		t.Fatal(err)
 	}
 	g.AdminMount(console.DefaultPrefix, h)
-	v := &env{g: g, pool: pool, store: store, records: job.NewRecords(pool), inspector: inspector, queue: queue,
+	v := &env{g: g, pool: pool, store: store, records: job.NewStore(pool), inspector: inspector, queue: queue,
 		public: httptest.NewServer(g.Handler()), admin: httptest.NewServer(g.AdminHandler())}
 	t.Cleanup(v.public.Close)
 	t.Cleanup(v.admin.Close)

@@ -29,7 +29,7 @@ func TestConsoleWithoutDatabase(t *testing.T) {
 	}
 	serve := func(keys console.Keys, path string) (int, string) {
 		t.Helper()
-		h, err := console.New(console.Options{Stories: &explain.Explainer{Records: mem}, Keys: keys, StoreName: "redis"})
+		h, err := console.New(console.Options{Stories: &explain.Explainer{Keys: mem}, Keys: keys, StoreName: "redis"})
 		if err != nil {
 			t.Fatal(err)
 		}

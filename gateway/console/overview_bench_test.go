@@ -43,7 +43,7 @@ func BenchmarkOverviewPage(b *testing.B) {
 			h, err := console.New(console.Options{
 				Stories: &explain.Explainer{DB: pool}, Keys: memstore.New(), StoreName: "memory",
 				Requests: gateway.NewRecentRequests(time.Now),
-				Jobs:     job.NewRecords(pool),
+				Jobs:     job.NewStore(pool),
 				Stuck:    console.StuckJobs(pool, reconcile.Options{StuckAfter: explain.DefaultStuckAfter}),
 				Logger:   slog.New(slog.DiscardHandler),
 			})
@@ -117,7 +117,7 @@ func BenchmarkJobsPage(b *testing.B) {
 			h, err := console.New(console.Options{
 				Stories: &explain.Explainer{DB: pool}, Keys: memstore.New(), StoreName: "memory",
 				Requests: gateway.NewRecentRequests(time.Now),
-				Jobs:     job.NewRecords(pool),
+				Jobs:     job.NewStore(pool),
 				Logger:   slog.New(slog.DiscardHandler),
 			})
 			if err != nil {

@@ -54,7 +54,7 @@ func TestOverviewWithoutPostgreSQL(t *testing.T) {
 	requests := gateway.NewRecentRequests(time.Now)
 	h, err := console.New(console.Options{
 		Stories: &explain.Explainer{DB: pool}, Keys: store, StoreName: "memory", Requests: requests,
-		Jobs:   job.NewRecords(pool),
+		Jobs:   job.NewStore(pool),
 		Stuck:  console.StuckJobs(pool, reconcile.Options{StuckAfter: explain.DefaultStuckAfter}),
 		Logger: slog.New(slog.DiscardHandler),
 	})

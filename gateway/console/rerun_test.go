@@ -61,7 +61,7 @@ func TestRerun(t *testing.T) {
 		t.Errorf("the old job's page does not link to its re-run %s", newID)
 	}
 
-	x := &explain.Explainer{DB: v.pool, Records: v.store}
+	x := &explain.Explainer{DB: v.pool, Keys: v.store}
 	story, err := x.Job(ctx, newID)
 	if err != nil {
 		t.Fatal(err)

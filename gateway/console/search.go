@@ -16,7 +16,7 @@ type searchPage struct {
 	Query string
 	// Kind says what the query was taken as ("payload field order_id").
 	Kind string
-	Jobs []job.Record
+	Jobs []job.Row
 	// Capped: there may be more matches than the page shows.
 	Capped bool
 	// Since bounds a payload search (jobs created after it); Within is
@@ -93,7 +93,7 @@ func (c *console) handleSearch(w http.ResponseWriter, r *http.Request) {
 }
 
 // search finds the jobs p.Query names.
-func (c *console) search(r *http.Request, p *searchPage, within time.Duration) ([]job.Record, error) {
+func (c *console) search(r *http.Request, p *searchPage, within time.Duration) ([]job.Row, error) {
 	ctx := r.Context()
 	m := payloadQuery.FindStringSubmatch(p.Query)
 	if m == nil {
@@ -116,12 +116,12 @@ func (c *console) search(r *http.Request, p *searchPage, within time.Duration) (
 
 // searchKeys finds the job p.Query is the id of, or the jobs it is the
 // idempotency key or business key of.
-func (c *console) searchKeys(r *http.Request, p *searchPage) ([]job.Record, error) {
+func (c *console) searchKeys(r *http.Request, p *searchPage) ([]job.Row, error) {
 	ctx := r.Context()
 	rec, err := c.opts.Jobs.ByID(ctx, p.Query)
 	switch {
 	case err == nil:
-		return []job.Record{rec}, nil
+		return []job.Row{rec}, nil
 	case !errors.Is(err, job.ErrNotFound):
 		return nil, err
 	}
@@ -134,18 +134,18 @@ func (c *console) searchKeys(r *http.Request, p *searchPage) ([]job.Record, erro
 		return nil, err
 	}
 	seen := map[string]bool{}
-	var jobs []job.Record
+	var jobs []job.Row
 	for _, j := range append(byKey, byBusiness...) {
 		if !seen[j.ID] {
 			seen[j.ID] = true
 			jobs = append(jobs, j)
 		}
 	}
-	slices.SortFunc(jobs, func(a, b job.Record) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	slices.SortFunc(jobs, func(a, b job.Row) int { return b.CreatedAt.Compare(a.CreatedAt) })
 	return c.capped(p, jobs), nil
 }
 
-func (c *console) capped(p *searchPage, jobs []job.Record) []job.Record {
+func (c *console) capped(p *searchPage, jobs []job.Row) []job.Row {
 	if len(jobs) > searchCap {
 		p.Capped = true
 		jobs = jobs[:searchCap]

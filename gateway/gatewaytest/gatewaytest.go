@@ -53,7 +53,7 @@ func Options(jobs gateway.Submitter, store idempotency.Store) gateway.Options {
 		StoreName:        "memory",
 		AdminTokenSHA256: sum(AdminToken),
 		Jobs:             jobs,
-		Explainer:        &explain.Explainer{Records: store, NoClaims: "store memory keeps no claim ledger"},
+		Explainer:        &explain.Explainer{Keys: store, NoClaims: "store memory keeps no claim ledger"},
 		OpenAPI:          yamlDoc,
 		OpenAPIJSON:      jsonDoc,
 		Logger:           slog.New(slog.DiscardHandler),

@@ -25,29 +25,29 @@ type Queue struct {
 	Now       func() time.Time
 
 	mu   sync.Mutex
-	jobs map[string]job.Record
+	jobs map[string]job.Row
 }
 
 var _ gateway.Submitter = (*Queue)(nil)
 
 // NewQueue returns an empty queue.
 func NewQueue() *Queue {
-	return &Queue{Now: time.Now, jobs: map[string]job.Record{}}
+	return &Queue{Now: time.Now, jobs: map[string]job.Row{}}
 }
 
 // Submit records the job of req, or returns the one already recorded.
-func (j *Queue) Submit(ctx context.Context, req job.Request) (job.Record, error) {
+func (j *Queue) Submit(ctx context.Context, req job.Request) (job.Row, error) {
 	if j.Before != nil {
 		if err := j.Before(ctx, req); err != nil {
-			return job.Record{}, err
+			return job.Row{}, err
 		}
 	}
 	if req.Spec == nil {
-		return job.Record{}, errors.New("gatewaytest: submit: no job spec")
+		return job.Row{}, errors.New("gatewaytest: submit: no job spec")
 	}
 	p, err := req.Decode()
 	if err != nil {
-		return job.Record{}, err
+		return job.Row{}, err
 	}
 	id := job.ID(req.Tenant, req.Route, req.Key)
 	j.mu.Lock()
@@ -56,7 +56,7 @@ func (j *Queue) Submit(ctx context.Context, req job.Request) (job.Record, error)
 		return rec, nil
 	}
 	now := j.Now().UTC()
-	rec := job.Record{
+	rec := job.Row{
 		ID: id, Task: req.Spec.Task, Status: job.StatusQueued, CreatedAt: now, UpdatedAt: now,
 		Tenant: req.Tenant, Route: req.Route, IdempotencyKey: req.Key, Queue: req.QueueName(),
 		BusinessKey: p.BusinessKey, Payload: append([]byte(nil), req.Body...),
@@ -70,24 +70,24 @@ func (j *Queue) Submit(ctx context.Context, req job.Request) (job.Record, error)
 }
 
 // Get returns tenant's job with id, or job.ErrNotFound.
-func (j *Queue) Get(ctx context.Context, tenant, id string) (job.Record, error) {
+func (j *Queue) Get(ctx context.Context, tenant, id string) (job.Row, error) {
 	if j.BeforeGet != nil {
 		if err := j.BeforeGet(ctx, tenant, id); err != nil {
-			return job.Record{}, err
+			return job.Row{}, err
 		}
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	rec, ok := j.jobs[id]
 	if !ok || rec.Tenant != tenant {
-		return job.Record{}, job.ErrNotFound
+		return job.Row{}, job.ErrNotFound
 	}
 	return rec, nil
 }
 
 // Update changes a recorded job as a worker would (status, attempts,
 // result_ref, error) and reports whether it exists.
-func (j *Queue) Update(id string, change func(*job.Record)) bool {
+func (j *Queue) Update(id string, change func(*job.Row)) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	rec, ok := j.jobs[id]

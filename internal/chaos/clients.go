@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemgate/idemgate/history"
 	"github.com/idemgate/idemgate/internal/testkit/proc"
+	"github.com/idemgate/idemgate/lincheck"
 )
 
 // clientsPerKey is how many clients send each key at once: the original
@@ -56,7 +56,7 @@ type loadResult struct {
 	attempts          []call      // every exchange of every client, in no order
 	// history has every exchange of every client: its key, when it was
 	// sent, when and what it was answered (the key model's Requests).
-	history *history.Recorder
+	history *lincheck.Recorder
 }
 
 // call is one exchange: when it was sent, when it ended, and its
@@ -73,7 +73,7 @@ func runLoad(ctx context.Context, l load, keys []string) *loadResult {
 	defer transport.CloseIdleConnections()
 	client := &http.Client{Transport: transport, Timeout: l.attemptTimeout}
 
-	res := &loadResult{start: time.Now(), keys: make([]keyResult, len(keys)), history: history.NewRecorder()}
+	res := &loadResult{start: time.Now(), keys: make([]keyResult, len(keys)), history: lincheck.NewRecorder()}
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
@@ -129,14 +129,14 @@ func runLoad(ctx context.Context, l load, keys []string) *loadResult {
 // between the gateways as a load balancer would. It returns nil when no
 // final answer came before ctx ended. Each exchange goes into rec and
 // record.
-func (l load) send(ctx context.Context, client *http.Client, rec *history.Recorder, key string, c int, record func(call)) *answer {
+func (l load) send(ctx context.Context, client *http.Client, rec *lincheck.Recorder, key string, c int, record func(call)) *answer {
 	body := l.body(key)
 	for attempt := 0; ; attempt++ {
 		url := l.gateways[(c+attempt)%len(l.gateways)] + l.path
 		sent := time.Now()
-		done := rec.Begin(c, key, history.Request{})
+		done := rec.Begin(c, key, lincheck.Request{})
 		status, retryAfter, id := l.exchange(ctx, client, url, key, body)
-		done(history.Answer{Status: status, ID: id})
+		done(lincheck.Answer{Status: status, ID: id})
 		now := time.Now()
 		if ctx.Err() == nil {
 			record(call{sent: sent, at: now, status: status})
@@ -216,7 +216,7 @@ func runMixed(ctx context.Context, l load, keys []string) *loadResult {
 		keys:       append(rp.keys, rj.keys...),
 		successes:  append(rp.successes, rj.successes...),
 		attempts:   append(rp.attempts, rj.attempts...),
-		history:    history.NewRecorder(),
+		history:    lincheck.NewRecorder(),
 	}
 	for _, op := range append(rp.history.Operations(), rj.history.Operations()...) {
 		res.history.Add(op)

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/idemgate/idemgate/history"
+	"github.com/idemgate/idemgate/lincheck"
 )
 
 // guarantee is one promise the suite checks: the measured value must be 0
@@ -56,8 +56,8 @@ const splitAnswers = "0 split answers"
 
 // keyRules is what the key model checks in a scenario: tokens always,
 // answers where the split-answer guarantee holds.
-func keyRules(scenario string) history.KeyRules {
-	rules := history.KeyRules{Answers: true, Tokens: true}
+func keyRules(scenario string) lincheck.KeyRules {
+	rules := lincheck.KeyRules{Answers: true, Tokens: true}
 	for _, g := range guarantees {
 		if g.name == splitAnswers && slices.Contains(g.except, scenario) {
 			rules.Answers = false

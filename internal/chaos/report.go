@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/idemgate/idemgate/history"
+	"github.com/idemgate/idemgate/lincheck"
 )
 
 // Row is what one scenario measured. A nil count was not measured: the
@@ -160,7 +160,7 @@ func (r *Row) checkHistory(res *loadResult, applied map[string][]Application) {
 	if res.history != nil {
 		ops = append(ops, res.history.Operations()...)
 	}
-	result := history.Check(history.KeyModel(keyRules(r.Scenario)), ops, historyTimeout)
+	result := lincheck.Check(lincheck.KeyModel(keyRules(r.Scenario)), ops, historyTimeout)
 	n := len(result.Violating)
 	r.HistoryViolations = &n
 	if !result.Ok() || len(result.Unchecked) > 0 {
@@ -170,11 +170,11 @@ func (r *Row) checkHistory(res *loadResult, applied map[string][]Application) {
 
 // applications are the upstream's applications as the key model's Apply
 // operations: instants, at their arrival.
-func applications(applied map[string][]Application) []history.Operation {
-	var ops []history.Operation
+func applications(applied map[string][]Application) []lincheck.Operation {
+	var ops []lincheck.Operation
 	for key, apps := range applied {
 		for _, a := range apps {
-			ops = append(ops, history.Operation{Client: -1, Key: key, Input: history.Apply{Token: a.Token}, Call: a.At, Return: a.At})
+			ops = append(ops, lincheck.Operation{Client: -1, Key: key, Input: lincheck.Apply{Token: a.Token}, Call: a.At, Return: a.At})
 		}
 	}
 	return ops

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/history"
+	"github.com/idemgate/idemgate/lincheck"
 )
 
 // TestMeasure checks each count on hand-made outcomes, so that a fault
@@ -79,9 +79,9 @@ func TestMeasureHistory(t *testing.T) {
 	load := func() (*loadResult, map[string][]Application) {
 		t0 := time.Now()
 		at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-		res := &loadResult{start: t0, lastLaunch: at(0), history: history.NewRecorder()}
+		res := &loadResult{start: t0, lastLaunch: at(0), history: lincheck.NewRecorder()}
 		exchange := func(c int, from, to int, status int, id string) {
-			res.history.Add(history.Operation{Client: c, Key: "k", Input: history.Request{}, Output: history.Answer{Status: status, ID: id}, Call: at(from), Return: at(to)})
+			res.history.Add(lincheck.Operation{Client: c, Key: "k", Input: lincheck.Request{}, Output: lincheck.Answer{Status: status, ID: id}, Call: at(from), Return: at(to)})
 		}
 		exchange(0, 0, 100, 201, "ch_1")
 		exchange(1, 0, 50, 503, "")

@@ -11,7 +11,7 @@ import (
 // cliAudit keeps the actions an operator takes from the command line in
 // the audit trail (admin_actions), as the admin API and the console do.
 type cliAudit struct {
-	records *job.Records
+	records *job.Store
 	getenv  func(string) string
 	stderr  io.Writer
 }

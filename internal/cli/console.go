@@ -40,7 +40,7 @@ func mountConsole(g *gateway.Gateway, cfg *config.Config, deps gatewayDeps, opts
 		co.Fairness = f
 	}
 	if deps.pool != nil {
-		co.Jobs = job.NewRecords(deps.pool)
+		co.Jobs = job.NewStore(deps.pool)
 		co.Schedules = job.NewSchedules(deps.pool)
 		stuck := reconcile.Options{StuckAfter: defaultStuckAfter}
 		if cfg.RedisURL != "" {
@@ -64,7 +64,7 @@ func mountConsole(g *gateway.Gateway, cfg *config.Config, deps gatewayDeps, opts
 			}
 			co.Requeue = job.NewRelay(sub, inspector, job.RelayOptions{})
 			co.Cancel = sub
-			co.Rerun = func(ctx context.Context, id string) (job.Record, error) { return sub.Rerun(ctx, id, cfg.Job) }
+			co.Rerun = func(ctx context.Context, id string) (job.Row, error) { return sub.Rerun(ctx, id, cfg.Job) }
 			co.DeadLetters = job.NewDeadLetters(sub, inspector)
 			co.QueuesPath = queuesPath
 		}

@@ -155,7 +155,7 @@ func explainerOn(ext extension.Set, cfg *config.Config, svc *services, pool *pgx
 		}
 	}
 	if store != nil {
-		x.Records = store
+		x.Keys = store
 	}
 	switch st := store.(type) {
 	case *pgstore.Store:
@@ -259,7 +259,7 @@ func explainBatch(ctx context.Context, ext extension.Set, fs configFlags, getenv
 	if err != nil {
 		return err
 	}
-	tenant, st, jobs, err := job.NewRecords(pool).BatchByID(ctx, id)
+	tenant, st, jobs, err := job.NewStore(pool).BatchByID(ctx, id)
 	if errors.Is(err, job.ErrNotFound) {
 		return fmt.Errorf("explain: no batch %q", id)
 	}

@@ -81,7 +81,7 @@ func listJobs(ctx context.Context, cfg *config.Config, cl *closers, f job.ListFi
 	if err != nil {
 		return err
 	}
-	jobs, next, err := job.NewRecords(pool).List(ctx, f, limit)
+	jobs, next, err := job.NewStore(pool).List(ctx, f, limit)
 	if errors.Is(err, job.ErrBadCursor) {
 		return usagef("jobs list: --cursor: not a cursor a list printed; start again without one")
 	}

@@ -303,7 +303,7 @@ func gatewayOptions(cfg *config.Config, deps gatewayDeps, logger *slog.Logger) (
 		opts.Jobs = deps.jobs
 	}
 	if deps.pool != nil {
-		opts.Actions = job.NewRecords(deps.pool)
+		opts.Actions = job.NewStore(deps.pool)
 		opts.Pauses = pauseAdmin{Pauses: job.NewPauses(deps.pool), cfg: cfg}
 	}
 	if deps.redis != nil {

@@ -196,7 +196,7 @@ func runPauseOrResume(ctx context.Context, ext extension.Set, verb string, args 
 		}
 		return err
 	}
-	if _, err := job.NewRecords(pool).RecordAction(ctx, job.Action{Actor: *pf.by, Action: verb, Via: "cli",
+	if _, err := job.NewStore(pool).RecordAction(ctx, job.Action{Actor: *pf.by, Action: verb, Via: "cli",
 		Filter: t.String(), Reason: *pf.reason}, nil); err != nil {
 		return fmt.Errorf("%s: done, but not recorded in the audit trail: %w", verb, err)
 	}

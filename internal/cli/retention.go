@@ -20,7 +20,7 @@ import (
 // executions_retention and the ledger rows of tasks that ran without a
 // job, which have no job to go with.
 type retentionJanitor struct {
-	jobs       *job.Records
+	jobs       *job.Store
 	tasks      job.TaskDeleter
 	executions *execution.Store
 	jobsFor    time.Duration
@@ -30,7 +30,7 @@ type retentionJanitor struct {
 }
 
 func newRetentionJanitor(pool *pgxpool.Pool, tasks job.TaskDeleter, cfg *config.Config, m *telemetry.RetentionMetrics) retentionJanitor {
-	j := retentionJanitor{jobs: job.NewRecords(pool), tasks: tasks, executions: execution.New(pool), jobsFor: cfg.JobsRetention, metrics: m}
+	j := retentionJanitor{jobs: job.NewStore(pool), tasks: tasks, executions: execution.New(pool), jobsFor: cfg.JobsRetention, metrics: m}
 	if cfg.ExecutionsRetention != nil {
 		j.execFor = *cfg.ExecutionsRetention
 	}

@@ -146,7 +146,7 @@ func buildWorker(ctx context.Context, ext extension.Set, cfg *config.Config, log
 	}
 	relay := job.NewRelay(sub, inspector, relayOpts)
 	deps.Observer = metrics
-	records := job.NewRecords(pool)
+	records := job.NewStore(pool)
 	// The job documents: written with the execution state at an
 	// attempt's start and success, through records.Follow otherwise.
 	deps.Jobs = records

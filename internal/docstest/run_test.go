@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testkit/proc"
 	"github.com/idemgate/idemgate/internal/testkit"
+	"github.com/idemgate/idemgate/internal/testkit/proc"
 	"github.com/idemgate/idemgate/migrations"
 )
 

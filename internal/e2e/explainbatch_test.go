@@ -31,7 +31,7 @@ func TestExplainBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := job.NewRecords(pool).SetStatus(t.Context(), recs[1].ID, job.StatusSucceeded, 1, "", ""); err != nil {
+	if err := job.NewStore(pool).SetStatus(t.Context(), recs[1].ID, job.StatusSucceeded, 1, "", ""); err != nil {
 		t.Fatal(err)
 	}
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/testkit"
-	"github.com/idemgate/idemgate/workers/limit"
+	"github.com/idemgate/idemgate/workers/flowlimit"
 )
 
 // TestLimitsAdminEndpoint runs `idemgate serve` with a declared limit and
@@ -29,8 +29,8 @@ func TestLimitsAdminEndpoint(t *testing.T) {
 		"limits:\n  - {name: "+name+", concurrency: 4, rate: 20/1s}\n")
 	g := startGateway(t, cfg)
 
-	held, err := limit.New(testkit.Redis(t), limit.Options{}).Take(t.Context(), "job_1#a", time.Minute,
-		[]limit.Rule{{Name: name, Value: "acme", Concurrency: 4, Rate: 20, Period: time.Second, Burst: 1}})
+	held, err := flowlimit.New(testkit.Redis(t), flowlimit.Options{}).Take(t.Context(), "job_1#a", time.Minute,
+		[]flowlimit.Rule{{Name: name, Value: "acme", Concurrency: 4, Rate: 20, Period: time.Second, Burst: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,8 +27,8 @@ func (e *notFoundError) Is(target error) bool { return target == ErrNotFound }
 // --stuck-after.
 const DefaultStuckAfter = 15 * time.Minute
 
-// Records reads idempotency records; every idempotency.Store does.
-type Records interface {
+// KeyReader reads idempotency records; every idempotency.Store does.
+type KeyReader interface {
 	Get(ctx context.Context, scope idempotency.Scope) (idempotency.Record, error)
 }
 
@@ -39,8 +39,8 @@ type Explainer struct {
 	// nil when there is no database (a gateway on store memory without
 	// database_url): a key's story then has no job, and Job finds none.
 	DB job.DB
-	// Records is the idempotency store; nil leaves the record out.
-	Records Records
+	// Keys is the idempotency store; nil leaves the record out.
+	Keys KeyReader
 	// Claims reads a record's claim ledger; nil when the store keeps none,
 	// and NoClaims says why.
 	Claims   func(ctx context.Context, scope idempotency.Scope) ([]openapi.StoryClaim, error)
@@ -69,7 +69,7 @@ func (x *Explainer) Job(ctx context.Context, id string) (*Story, error) {
 	if x.DB == nil {
 		return nil, &notFoundError{"no job " + id + ": jobs are kept in PostgreSQL and this process has no database_url"}
 	}
-	j, err := job.NewRecords(x.DB).ByID(ctx, id)
+	j, err := job.NewStore(x.DB).ByID(ctx, id)
 	switch {
 	case errors.Is(err, job.ErrNotFound):
 		return nil, &notFoundError{"no job " + id}
@@ -101,11 +101,11 @@ func (x *Explainer) Key(ctx context.Context, scope idempotency.Scope) (*Story, e
 	if err := x.addRecord(ctx, s, scope); err != nil {
 		return nil, err
 	}
-	var j job.Record
+	var j job.Row
 	effectsKnown := false
 	err := job.ErrNotFound
 	if x.DB != nil {
-		j, err = job.NewRecords(x.DB).Get(ctx, scope.Tenant, job.ID(scope.Tenant, scope.Route, scope.Key))
+		j, err = job.NewStore(x.DB).Get(ctx, scope.Tenant, job.ID(scope.Tenant, scope.Route, scope.Key))
 	}
 	switch {
 	case errors.Is(err, job.ErrNotFound):
@@ -132,8 +132,8 @@ func (x *Explainer) Key(ctx context.Context, scope idempotency.Scope) (*Story, e
 func (x *Explainer) addRecord(ctx context.Context, s *Story, scope idempotency.Scope) error {
 	// Lists are empty, never null, in the JSON document.
 	s.Claims, s.Attempts, s.Effects = []openapi.StoryClaim{}, []openapi.StoryAttempt{}, []openapi.StoryEffect{}
-	if x.Records != nil {
-		rec, err := x.Records.Get(ctx, scope)
+	if x.Keys != nil {
+		rec, err := x.Keys.Get(ctx, scope)
 		switch {
 		case errors.Is(err, idempotency.ErrNotFound):
 		case err != nil:
@@ -167,7 +167,7 @@ func (x *Explainer) addRecord(ctx context.Context, s *Story, scope idempotency.S
 // addJob adds the job, its execution, attempts and effects, and reports
 // whether the effects come from the business tables of the job's task: then
 // none means its effect is missing, which the verdict must tell.
-func (x *Explainer) addJob(ctx context.Context, s *Story, j job.Record) (bool, error) {
+func (x *Explainer) addJob(ctx context.Context, s *Story, j job.Row) (bool, error) {
 	s.Job = &openapi.StoryJob{
 		Id: j.ID, Tenant: j.Tenant, Route: j.Route, IdempotencyKey: j.IdempotencyKey, Task: j.Task, Queue: j.Queue,
 		BusinessKey: j.BusinessKey, Status: openapi.JobStatus(j.Status), Attempts: j.Attempts, ResultRef: j.ResultRef,
@@ -177,7 +177,7 @@ func (x *Explainer) addJob(ctx context.Context, s *Story, j job.Record) (bool, e
 	if d := j.Debounce; d != nil {
 		s.Job.Debounce = &openapi.StoryDebounce{Key: d.Key, Coalesced: d.Coalesced, FirstAt: d.FirstAt, LastAt: d.LastAt, Until: d.Until}
 	}
-	of, as, err := job.NewRecords(x.DB).Reruns(ctx, j.ID)
+	of, as, err := job.NewStore(x.DB).Reruns(ctx, j.ID)
 	if err != nil {
 		return false, fmt.Errorf("explain: %w", err)
 	}
@@ -294,7 +294,7 @@ func counted(e execution.Entry) bool {
 // the job of the ledger's succeeded row (the latest), or this job when it
 // succeeded and the ledger no longer shows it. Effects another job wrote
 // are marked as its; without a succeeded row nothing is attributed.
-func attributeEffects(s *Story, j job.Record) {
+func attributeEffects(s *Story, j job.Row) {
 	owner := ""
 	for _, a := range s.Attempts {
 		if a.Outcome == openapi.StoryAttemptOutcome(execution.OutcomeSucceeded) {
@@ -322,7 +322,7 @@ func (x *Explainer) addActions(ctx context.Context, s *Story, jobID string, scop
 	if x.DB == nil {
 		return nil
 	}
-	records := job.NewRecords(x.DB)
+	records := job.NewStore(x.DB)
 	var all []job.Action
 	if jobID != "" {
 		as, err := records.ActionsOnJob(ctx, jobID)

@@ -106,7 +106,7 @@ func TestReportingAnErrorNeedsNoIdempotency(t *testing.T) {
 func TestLibrariesImportNoProductPackage(t *testing.T) {
 	t.Parallel()
 	product := regexp.MustCompile(`^(gateway|telemetry|cmd|config|examples|migrations|internal)(/|$)`)
-	got := slices.DeleteFunc(matching(deps(t, "middleware/...", "workers/...", "job", "receiver", "client", "extension", "reconcile", "ijson", "history"), product),
+	got := slices.DeleteFunc(matching(deps(t, "middleware/...", "workers/...", "job", "receiver", "client", "extension", "reconcile", "ijson", "lincheck"), product),
 		func(p string) bool { return p == "internal/yamljson" })
 	if len(got) > 0 {
 		t.Fatalf("the libraries import product packages: %v", got)

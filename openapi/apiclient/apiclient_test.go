@@ -226,7 +226,7 @@ func TestRoundTrip(t *testing.T) {
 
 			if !tg.real() {
 				// Play the worker.
-				tg.jobs.Update(doc.Id, func(j *job.Record) {
+				tg.jobs.Update(doc.Id, func(j *job.Row) {
 					ref := "ref_" + id
 					j.Status, j.Attempts, j.ResultRef = job.StatusSucceeded, 1, &ref
 				})

@@ -166,7 +166,7 @@ func Attempts(ctx context.Context, db Querier, tenant, key string) ([]Entry, err
 // without a job (job id "", enqueued by hand) and ended more than
 // retention ago, oldest first, and reports how many it deleted. The rows
 // of a job live as long as the job: the jobs retention deletes them with
-// it (job.Records.DeleteFinished). Unfinished rows stay until a later
+// it (job.Store.DeleteFinished). Unfinished rows stay until a later
 // attempt ends them.
 func (s *Store) DeleteEndedAttempts(ctx context.Context, retention time.Duration, limit int) (int, error) {
 	if limit <= 0 {

@@ -44,8 +44,8 @@ var (
 // accident (a whole response body) and is cut.
 const maxErrorLen = 2048
 
-// Record is one job's execution state.
-type Record struct {
+// State is one job's execution state.
+type State struct {
 	// Tenant and Key identify the job: business keys are scoped to the
 	// tenant that submitted them. Tasks enqueued without a tenant have "".
 	Tenant       string
@@ -133,9 +133,9 @@ func jobOrder(tenant, key string) string { return tenant + "\x00" + key }
 const columns = `tenant, key, task, resource, status, coalesce(result_ref, ''), attempt_count,
 	fencing_token, coalesce(last_error, ''), coalesce(payload_sha256, ''), created_at, updated_at, finished_at`
 
-func scan(row pgx.Row) (Record, error) {
+func scan(row pgx.Row) (State, error) {
 	var (
-		r        Record
+		r        State
 		finished *time.Time
 	)
 	err := row.Scan(&r.Tenant, &r.Key, &r.Task, &r.Resource, &r.Status, &r.ResultRef, &r.Attempts,
@@ -148,13 +148,13 @@ func scan(row pgx.Row) (Record, error) {
 
 // Get returns the record of tenant's job key, or an error wrapping
 // ErrNotFound.
-func (s *Store) Get(ctx context.Context, tenant, key string) (Record, error) {
+func (s *Store) Get(ctx context.Context, tenant, key string) (State, error) {
 	r, err := scan(s.db.QueryRow(ctx, `SELECT `+columns+` FROM job_executions WHERE tenant = $1 AND key = $2`, tenant, key))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return Record{}, fmt.Errorf("execution: get %q: %w", key, ErrNotFound)
+		return State{}, fmt.Errorf("execution: get %q: %w", key, ErrNotFound)
 	case err != nil:
-		return Record{}, fmt.Errorf("execution: get %q: %w", key, err)
+		return State{}, fmt.Errorf("execution: get %q: %w", key, err)
 	}
 	return r, nil
 }
@@ -204,7 +204,7 @@ SELECT ` + columns + ` FROM taken`
 // recorded for the same resource (a *fence.StaleTokenError: a newer attempt
 // owns the job), and one whose payload differs from the key's (ErrConflict,
 // with the record). A failed job starts again from attempt 1.
-func (s *Store) MarkProcessing(ctx context.Context, a Attempt) (Record, error) {
+func (s *Store) MarkProcessing(ctx context.Context, a Attempt) (State, error) {
 	const query = `
 WITH taken AS (
 INSERT INTO job_executions AS e (tenant, key, task, resource, status, attempt_count, fencing_token, payload_sha256)
@@ -215,17 +215,17 @@ SELECT $1::text, $2::text, $3::text, $4::text, 'processing', 1, $5::bigint, NULL
 		return r, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return Record{}, fmt.Errorf("execution: mark %q processing: %w", a.Key, err)
+		return State{}, fmt.Errorf("execution: mark %q processing: %w", a.Key, err)
 	}
 	return s.refused(ctx, "mark processing", a, a.Token)
 }
 
 // refused explains why an attempt could not take the job: it has
 // succeeded, another payload holds it, or a newer token owns it.
-func (s *Store) refused(ctx context.Context, op string, a Attempt, token int64) (Record, error) {
+func (s *Store) refused(ctx context.Context, op string, a Attempt, token int64) (State, error) {
 	cur, err := s.Get(ctx, a.Tenant, a.Key)
 	if err != nil {
-		return Record{}, fmt.Errorf("execution: %s %q: %w", op, a.Key, err)
+		return State{}, fmt.Errorf("execution: %s %q: %w", op, a.Key, err)
 	}
 	switch {
 	case Conflicts(cur, a.PayloadSHA256):
@@ -240,7 +240,7 @@ func (s *Store) refused(ctx context.Context, op string, a Attempt, token int64) 
 // key: the key has succeeded or is processing under another payload (a
 // failed or cancelled one is released). Rows without a hash, and attempts
 // without one, never conflict.
-func Conflicts(rec Record, sha string) bool {
+func Conflicts(rec State, sha string) bool {
 	return rec.Status != job.StatusFailed && rec.Status != job.StatusCancelled && rec.PayloadSHA256 != "" && sha != "" && rec.PayloadSHA256 != sha
 }
 
@@ -256,7 +256,7 @@ func Conflicts(rec Record, sha string) bool {
 // same statement locks that row first and, once the job is taken, moves a
 // scheduled, queued or retrying job to processing with the attempt's
 // number, so the job document shows the start in the take's own commit;
-// a cancel (job.Records.Cancel, which locks
+// a cancel (job.Store.Cancel, which locks
 // the row too) either commits before the take and finds it refused, or
 // waits and finds the job processing. A job cancelled or being cancelled
 // is refused with ErrCancelled, and nothing starts: no token is drawn, the
@@ -270,7 +270,7 @@ func Conflicts(rec Record, sha string) bool {
 // (a.Debounce is not the row's debounce_coalesced) is refused with
 // ErrSuperseded: the job is not taken, so it keeps waiting for the task
 // of its latest version.
-func (s *Store) Take(ctx context.Context, a Attempt) (Record, error) {
+func (s *Store) Take(ctx context.Context, a Attempt) (State, error) {
 	query := `
 WITH job AS (
     SELECT status, debounce_coalesced FROM jobs WHERE id = $6::text FOR UPDATE
@@ -305,7 +305,7 @@ UNION ALL
 SELECT $2, $3, $4, $1, '', '', 0, 0::bigint, '', '', now(), now(), NULL::timestamptz FROM gate WHERE gate.gone
 UNION ALL
 SELECT $2, $3, $4, $1, 'superseded', '', 0, 0::bigint, '', '', now(), now(), NULL::timestamptz FROM gate WHERE gate.ok AND gate.superseded`
-	var r Record
+	var r State
 	err := s.queryRow(ctx, jobOrder(a.Tenant, a.Key), query, func(row pgx.Row) error {
 		var err error
 		r, err = scan(row)
@@ -313,16 +313,16 @@ SELECT $2, $3, $4, $1, 'superseded', '', 0, 0::bigint, '', '', now(), now(), NUL
 	}, a.Resource, a.Tenant, a.Key, a.Task, a.PayloadSHA256, a.JobID, a.Worker, a.JobRecorded, a.Debounce)
 	switch {
 	case err == nil && r.FencingToken == 0 && r.Status == "":
-		return Record{}, fmt.Errorf("execution: take %q: job %s: %w", a.Key, a.JobID, ErrNoJob)
+		return State{}, fmt.Errorf("execution: take %q: job %s: %w", a.Key, a.JobID, ErrNoJob)
 	case err == nil && r.FencingToken == 0 && r.Status == superseded:
-		return Record{}, fmt.Errorf("execution: take %q: job %s: %w", a.Key, a.JobID, ErrSuperseded)
+		return State{}, fmt.Errorf("execution: take %q: job %s: %w", a.Key, a.JobID, ErrSuperseded)
 	case err == nil && r.FencingToken == 0:
 		return r, fmt.Errorf("execution: take %q: %w", a.Key, ErrCancelled)
 	case err == nil:
 		return r, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return Record{}, fmt.Errorf("execution: take %q: %w", a.Key, err)
+		return State{}, fmt.Errorf("execution: take %q: %w", a.Key, err)
 	}
 	// Only a token issued outside the fence (a hand-written row) can be
 	// older than the one recorded.
@@ -393,7 +393,7 @@ SELECT count(*) FROM done`
 // markSucceededSQL records a success: the execution, the attempt's ledger
 // row and the job's document (the jobs row the ledger names, if there is
 // one) in one statement, so one commit. The job document moves as
-// job.Records.SetStatus would move it: a cancelling job ends succeeded
+// job.Store.SetStatus would move it: a cancelling job ends succeeded
 // (its attempt did the effect), a succeeded or cancelled one stays.
 const markSucceededSQL = `
 WITH done AS (

@@ -266,7 +266,7 @@ func TestMarkUnavailableGivesTheAttemptBack(t *testing.T) {
 		VALUES ('job_u1', 'acme', 'charges', 'k1', 'payment.charge', 'default', 'payment:1', '{}')`); err != nil {
 		t.Fatal(err)
 	}
-	take := func() execution.Record {
+	take := func() execution.State {
 		t.Helper()
 		rec, err := store.Take(ctx, a)
 		if err != nil {

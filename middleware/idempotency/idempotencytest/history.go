@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/history"
+	"github.com/idemgate/idemgate/lincheck"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
@@ -40,8 +40,8 @@ const (
 //
 // An error other than ErrNotOwner or ErrNotFound is returned as an error:
 // the model cannot tell what such a call did.
-func CheckHistory(ctx context.Context, s idempotency.Store) (history.Result, error) {
-	rec := history.NewRecorder()
+func CheckHistory(ctx context.Context, s idempotency.Store) (lincheck.Result, error) {
+	rec := lincheck.NewRecorder()
 	c := &caller{s: s, rec: rec}
 	var wg sync.WaitGroup
 	for i := range historyScopes {
@@ -54,15 +54,15 @@ func CheckHistory(ctx context.Context, s idempotency.Store) (history.Result, err
 	}
 	wg.Wait()
 	if err := errors.Join(c.errs...); err != nil {
-		return history.Result{}, err
+		return lincheck.Result{}, err
 	}
-	return history.Check(StoreModel(), rec.Operations(), historyCheck), nil
+	return lincheck.Check(StoreModel(), rec.Operations(), historyCheck), nil
 }
 
 // caller makes recorded calls to a store.
 type caller struct {
 	s   idempotency.Store
-	rec *history.Recorder
+	rec *lincheck.Recorder
 
 	mu   sync.Mutex
 	errs []error
@@ -166,7 +166,7 @@ func (c *caller) expire(ctx context.Context, scope idempotency.Scope) {
 	// compare leases with their own time, on this host.
 	time.Sleep(3 * shortLease)
 	now := time.Now()
-	c.rec.Add(history.Operation{Client: -1, Key: scopeKey(scope), Input: call{op: "expire"}, Output: result{}, Call: now, Return: now})
+	c.rec.Add(lincheck.Operation{Client: -1, Key: scopeKey(scope), Input: call{op: "expire"}, Output: result{}, Call: now, Return: now})
 	var wg sync.WaitGroup
 	wg.Go(func() { c.end(ctx, 0, scope, "complete", owner) })
 	for w := 1; w <= historyWorkers; w++ {

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idemgate/idemgate/history"
+	"github.com/idemgate/idemgate/lincheck"
 	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
@@ -62,8 +62,8 @@ type record struct {
 //   - Get returns ErrNotFound before the first claim, then the record:
 //     state, token, fingerprint, the owner while in flight, the response
 //     once completed.
-func StoreModel() history.Model {
-	return history.Model{
+func StoreModel() lincheck.Model {
+	return lincheck.Model{
 		Name:     "store model",
 		Init:     func() any { return record{} },
 		Step:     func(state, input, output any) (bool, any) { return step(state.(record), input.(call), output.(result)) },

@@ -27,7 +27,7 @@ import (
 // (github.com/riverqueue/river), a PostgreSQL-only job queue, doing the
 // same work: each job writes one effect row into PostgreSQL. idemgate's
 // side runs as `idemgate worker` does (workers.Handle, the job document
-// kept current through job.Records.Follow); River's side writes the
+// kept current through job.Store.Follow); River's side writes the
 // effect and completes the job in one transaction (river.JobCompleteTx),
 // River's own exactly-once pattern, with a 1 ms fetch cooldown. Both use
 // the same concurrency (asynq concurrency, River MaxWorkers), the same
@@ -249,7 +249,7 @@ func insertRiverJobs(ctx context.Context, client *river.Client[pgx.Tx], queue st
 // prepareEffects makes idemgate's side as `idemgate worker` sees a
 // submitted job: an empty effects table, and a queued job document for
 // each of the n jobs, whose id the task carries (job.HeaderID), so that
-// job.Records.Follow keeps it current. pool's search_path is the bench
+// job.Store.Follow keeps it current. pool's search_path is the bench
 // schema, migrated.
 func prepareEffects(ctx context.Context, pool *pgxpool.Pool, queue string, n int) error {
 	const docs = `

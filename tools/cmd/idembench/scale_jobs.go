@@ -162,7 +162,7 @@ type jobsVerdict struct {
 // largest count, so that RunJanitor goes on at once while any kind came
 // back full.
 type jobsJanitor struct {
-	jobs       *job.Records
+	jobs       *job.Store
 	executions *execution.Store
 	retention  time.Duration
 	jobsGone   atomic.Int64
@@ -273,7 +273,7 @@ func runJobsGrowth(ctx context.Context, pool *pgxpool.Pool, o jobsOptions, prefi
 	fmt.Fprintf(log, "jobs: %d final jobs of backlog written (half past the %v retention), %d jobs to keep; writing %.0f final jobs/s for %v, janitor every %v, batch %d\n",
 		rep.Backlog, o.retention, 7*jobsKeptEach, o.rate, o.duration, o.interval, o.batch)
 
-	jan := &jobsJanitor{jobs: job.NewRecords(pool), executions: execution.New(pool), retention: o.retention}
+	jan := &jobsJanitor{jobs: job.NewStore(pool), executions: execution.New(pool), retention: o.retention}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var (

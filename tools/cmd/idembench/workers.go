@@ -163,7 +163,7 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 			// current at every status change. The effect and the
 			// success commit together (Job.CompleteTx), as River's side
 			// does with JobCompleteTx.
-			deps.Jobs = job.NewRecords(pool)
+			deps.Jobs = job.NewStore(pool)
 			work = func(ctx context.Context, j workers.Job[benchPayload]) (string, error) {
 				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 					if _, err := tx.Exec(ctx, insertEffect, j.Payload.ID); err != nil {

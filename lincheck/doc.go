@@ -1,4 +1,4 @@
-// Package history records what clients and servers did, operation by
+// Package lincheck records what clients and servers did, operation by
 // operation, and checks it against a model of idemgate's promise with a
 // linearizability checker (github.com/anishathalye/porcupine).
 //
@@ -22,11 +22,11 @@
 // reports each violating key with the shortest sub-history it found that
 // still violates the model:
 //
-//	rec := history.NewRecorder()
-//	done := rec.Begin(client, key, history.Request{})
+//	rec := lincheck.NewRecorder()
+//	done := rec.Begin(client, key, lincheck.Request{})
 //	… // the call
-//	done(history.Answer{Status: 201, ID: chargeID})
-//	rec.Add(history.Operation{Client: -1, Key: key, Input: history.Apply{Token: t}, Call: at, Return: at})
-//	res := history.Check(history.KeyModel(history.KeyRules{Answers: true, Tokens: true}), rec.Operations(), 10*time.Second)
+//	done(lincheck.Answer{Status: 201, ID: chargeID})
+//	rec.Add(lincheck.Operation{Client: -1, Key: key, Input: lincheck.Apply{Token: t}, Call: at, Return: at})
+//	res := lincheck.Check(lincheck.KeyModel(lincheck.KeyRules{Answers: true, Tokens: true}), rec.Operations(), 10*time.Second)
 //	if !res.Ok() { fmt.Print(res) }
-package history
+package lincheck

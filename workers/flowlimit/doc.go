@@ -1,4 +1,4 @@
-// Package limit enforces flow limits shared by every worker through Redis:
+// Package flowlimit enforces flow limits shared by every worker through Redis:
 // for each value of a limit's key (a tenant, a partner account), at most
 // Concurrency attempts at once and at most Rate starts per Period, with a
 // Burst above the even pace.
@@ -28,13 +28,13 @@
 // empty. Limits pace calls; they never decide whether an effect happens
 // (fencing tokens and the execution state do that).
 //
-//	l := limit.New(rdb, limit.Options{})
-//	hold, err := l.Take(ctx, limit.Holder(jobID), 30*time.Second, []limit.Rule{
+//	l := flowlimit.New(rdb, flowlimit.Options{})
+//	hold, err := l.Take(ctx, flowlimit.Holder(jobID), 30*time.Second, []flowlimit.Rule{
 //		{Name: "ship-api", Value: "acme", Concurrency: 8, Rate: 20, Period: time.Second, Burst: 5},
 //	})
-//	var refused *limit.RefusedError
+//	var refused *flowlimit.RefusedError
 //	if errors.As(err, &refused) {
 //		// try again after refused.RetryAfter (rate), or a little later (slots)
 //	}
 //	defer hold.Release(context.WithoutCancel(ctx))
-package limit
+package flowlimit

@@ -1,10 +1,10 @@
-package limit_test
+package flowlimit_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/workers/limit"
+	"github.com/idemgate/idemgate/workers/flowlimit"
 )
 
 // TestReleaseHandsTheSlotToTheOldestWaiter: a release in this process
@@ -13,15 +13,15 @@ import (
 func TestReleaseHandsTheSlotToTheOldestWaiter(t *testing.T) {
 	t.Parallel()
 	l := newLimiter(t)
-	rule := limit.Rule{Name: "ship", Value: "acme", Concurrency: 1}
-	other := limit.Rule{Name: "ship", Value: "globex", Concurrency: 1}
+	rule := flowlimit.Rule{Name: "ship", Value: "acme", Concurrency: 1}
+	other := flowlimit.Rule{Name: "ship", Value: "globex", Concurrency: 1}
 	held := mustTake(t, l, "a", time.Minute, rule)
 	otherHeld := mustTake(t, l, "x", time.Minute, other)
 
 	first, second := l.Watch("ship", "acme"), l.Watch("ship", "acme")
 	defer first.Stop()
 	defer second.Stop()
-	if _, err := l.Take(t.Context(), "b", time.Minute, []limit.Rule{rule}); refusal(t, err).Reason != limit.ReasonConcurrency {
+	if _, err := l.Take(t.Context(), "b", time.Minute, []flowlimit.Rule{rule}); refusal(t, err).Reason != flowlimit.ReasonConcurrency {
 		t.Fatalf("take of a full budget: %v, want the concurrency refusal", err)
 	}
 
@@ -56,7 +56,7 @@ func TestReleaseHandsTheSlotToTheOldestWaiter(t *testing.T) {
 func TestStoppedWatchLeavesTheLine(t *testing.T) {
 	t.Parallel()
 	l := newLimiter(t)
-	rule := limit.Rule{Name: "ship", Value: "initech", Concurrency: 1}
+	rule := flowlimit.Rule{Name: "ship", Value: "initech", Concurrency: 1}
 	held := mustTake(t, l, "a", time.Minute, rule)
 	gone, next := l.Watch("ship", "initech"), l.Watch("ship", "initech")
 	defer next.Stop()

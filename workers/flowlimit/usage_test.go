@@ -1,4 +1,4 @@
-package limit_test
+package flowlimit_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/internal/testkit"
-	"github.com/idemgate/idemgate/workers/limit"
+	"github.com/idemgate/idemgate/workers/flowlimit"
 )
 
 // commandCount counts the commands a client sends, by name, pipelined
@@ -67,11 +67,11 @@ func TestBusiestReadsWhatTopNeeds(t *testing.T) {
 	rdb := testkit.Redis(t)
 	count := &commandCount{n: map[string]int{}}
 	rdb.AddHook(count)
-	l := limit.New(rdb, limit.Options{Prefix: testkit.Prefix()})
+	l := flowlimit.New(rdb, flowlimit.Options{Prefix: testkit.Prefix()})
 	const values = 20
 	for i := range values {
 		// One take per value, in order: acct-19 is the most recently used.
-		rule := limit.Rule{Name: "ship-api", Value: fmt.Sprintf("acct-%d", i), Concurrency: 2}
+		rule := flowlimit.Rule{Name: "ship-api", Value: fmt.Sprintf("acct-%d", i), Concurrency: 2}
 		h := mustTake(t, l, "job_"+rule.Value, time.Minute, rule)
 		if i != values-2 {
 			if err := h.Release(t.Context()); err != nil {
@@ -88,8 +88,8 @@ func TestBusiestReadsWhatTopNeeds(t *testing.T) {
 	if len(usage) != 1 || usage[0].Value != "acct-18" || len(usage[0].Holders) != 1 {
 		t.Fatalf("Busiest(1) = %+v, want acct-18, which holds a slot", usage)
 	}
-	if got := count.get("get"); got != limit.BusiestWindow {
-		t.Errorf("Busiest(1) read the rate state of %d values, want %d of %d", got, limit.BusiestWindow, values)
+	if got := count.get("get"); got != flowlimit.BusiestWindow {
+		t.Errorf("Busiest(1) read the rate state of %d values, want %d of %d", got, flowlimit.BusiestWindow, values)
 	}
 	count.reset()
 	if usage, err := l.Busiest(t.Context(), "ship-api", 1000); err != nil || len(usage) != values {
@@ -106,26 +106,26 @@ func TestBusiestReadsWhatTopNeeds(t *testing.T) {
 // distinct budgets.
 func TestLongValuesAreShortened(t *testing.T) {
 	t.Parallel()
-	exact := strings.Repeat("a", limit.MaxValueBytes)
-	if got := limit.ShortValue(exact); got != exact {
+	exact := strings.Repeat("a", flowlimit.MaxValueBytes)
+	if got := flowlimit.ShortValue(exact); got != exact {
 		t.Errorf("a value of MaxValueBytes became %q", got)
 	}
 	long1, long2 := strings.Repeat("b", 100_000)+"1", strings.Repeat("b", 100_000)+"2"
-	s1, s2 := limit.ShortValue(long1), limit.ShortValue(long2)
-	if s1 == s2 || !strings.HasPrefix(s1, strings.Repeat("b", limit.MaxValueBytes)+"~") || len(s1) != limit.MaxValueBytes+1+32 {
+	s1, s2 := flowlimit.ShortValue(long1), flowlimit.ShortValue(long2)
+	if s1 == s2 || !strings.HasPrefix(s1, strings.Repeat("b", flowlimit.MaxValueBytes)+"~") || len(s1) != flowlimit.MaxValueBytes+1+32 {
 		t.Errorf("ShortValue: %q and %q", s1, s2)
 	}
 	// A cut never splits a character.
-	if s := limit.ShortValue(strings.Repeat("a", limit.MaxValueBytes-1) + strings.Repeat("é", 10)); !strings.HasPrefix(s, strings.Repeat("a", limit.MaxValueBytes-1)+"~") {
+	if s := flowlimit.ShortValue(strings.Repeat("a", flowlimit.MaxValueBytes-1) + strings.Repeat("é", 10)); !strings.HasPrefix(s, strings.Repeat("a", flowlimit.MaxValueBytes-1)+"~") {
 		t.Errorf("ShortValue split a character: %q", s)
 	}
 
 	l := newLimiter(t)
-	one := limit.Rule{Name: "ship-api", Value: long1, Concurrency: 1}
-	two := limit.Rule{Name: "ship-api", Value: long2, Concurrency: 1}
+	one := flowlimit.Rule{Name: "ship-api", Value: long1, Concurrency: 1}
+	two := flowlimit.Rule{Name: "ship-api", Value: long2, Concurrency: 1}
 	mustTake(t, l, "job_1", time.Minute, one)
 	mustTake(t, l, "job_2", time.Minute, two)
-	_, err := l.Take(t.Context(), "job_3", time.Minute, []limit.Rule{one})
+	_, err := l.Take(t.Context(), "job_3", time.Minute, []flowlimit.Rule{one})
 	if ref := refusal(t, err); ref.Value != s1 {
 		t.Errorf("refused %q, want the short value %q", ref.Value, s1)
 	}

@@ -1,11 +1,11 @@
-package history_test
+package lincheck_test
 
 import (
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/history"
+	"github.com/idemgate/idemgate/lincheck"
 )
 
 // at is a point in a test's history, ms after t0.
@@ -13,18 +13,18 @@ var t0 = time.Now()
 
 func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 
-func request(client int, key string, from, to int, status int, id string) history.Operation {
-	return history.Operation{Client: client, Key: key, Input: history.Request{}, Output: history.Answer{Status: status, ID: id}, Call: at(from), Return: at(to)}
+func request(client int, key string, from, to int, status int, id string) lincheck.Operation {
+	return lincheck.Operation{Client: client, Key: key, Input: lincheck.Request{}, Output: lincheck.Answer{Status: status, ID: id}, Call: at(from), Return: at(to)}
 }
 
-func apply(key string, ms int, token int64) history.Operation {
-	return history.Operation{Client: -1, Key: key, Input: history.Apply{Token: token}, Call: at(ms), Return: at(ms)}
+func apply(key string, ms int, token int64) lincheck.Operation {
+	return lincheck.Operation{Client: -1, Key: key, Input: lincheck.Apply{Token: token}, Call: at(ms), Return: at(ms)}
 }
 
-var both = history.KeyRules{Answers: true, Tokens: true}
+var both = lincheck.KeyRules{Answers: true, Tokens: true}
 
 func TestKeyModelAcceptsRetriesAndReplays(t *testing.T) {
-	ops := []history.Operation{
+	ops := []lincheck.Operation{
 		request(0, "a", 0, 50, 503, ""),
 		apply("a", 10, 7),
 		request(1, "a", 5, 60, 409, ""),
@@ -38,13 +38,13 @@ func TestKeyModelAcceptsRetriesAndReplays(t *testing.T) {
 		apply("b", 5, 3),
 		request(0, "b", 0, 20, 202, "job_1"),
 	}
-	if res := history.Check(history.KeyModel(both), ops, 5*time.Second); !res.Ok() {
+	if res := lincheck.Check(lincheck.KeyModel(both), ops, 5*time.Second); !res.Ok() {
 		t.Fatalf("a correct history was refused:\n%s", res)
 	}
 }
 
 func TestKeyModelSplitAnswer(t *testing.T) {
-	ops := []history.Operation{
+	ops := []lincheck.Operation{
 		request(0, "a", 0, 50, 201, "ch_1"),
 		apply("a", 10, 7),
 		request(1, "a", 5, 40, 503, ""),
@@ -54,7 +54,7 @@ func TestKeyModelSplitAnswer(t *testing.T) {
 		request(2, "a", 150, 160, 201, "ch_1"),
 		request(0, "ok", 0, 10, 201, "ch_3"),
 	}
-	res := history.Check(history.KeyModel(both), ops, 5*time.Second)
+	res := lincheck.Check(lincheck.KeyModel(both), ops, 5*time.Second)
 	if res.Ok() || len(res.Violating) != 1 || res.Violating[0] != "a" {
 		t.Fatalf("a split answer was not found, or not only on key a:\n%s", res)
 	}
@@ -70,7 +70,7 @@ func TestKeyModelSplitAnswer(t *testing.T) {
 
 	// With the answers rule off (a store documented to lose records) the
 	// same history is accepted: its tokens rise.
-	if res := history.Check(history.KeyModel(history.KeyRules{Tokens: true}), ops, 5*time.Second); !res.Ok() {
+	if res := lincheck.Check(lincheck.KeyModel(lincheck.KeyRules{Tokens: true}), ops, 5*time.Second); !res.Ok() {
 		t.Errorf("tokens only: refused a history whose tokens rise:\n%s", res)
 	}
 }
@@ -87,11 +87,11 @@ func TestKeyModelTokens(t *testing.T) {
 		{"no token twice", []int64{0, 0}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var ops []history.Operation
+			var ops []lincheck.Operation
 			for i, tok := range tc.tokens {
 				ops = append(ops, apply("k", 10*i, tok), request(i, "k", 10*i, 10*i+5, 503, ""))
 			}
-			res := history.Check(history.KeyModel(both), ops, 5*time.Second)
+			res := lincheck.Check(lincheck.KeyModel(both), ops, 5*time.Second)
 			if res.Ok() == tc.violate {
 				t.Fatalf("violation = %v, want %v:\n%s", !res.Ok(), tc.violate, res)
 			}
@@ -103,14 +103,14 @@ func TestKeyModelTokens(t *testing.T) {
 }
 
 func TestRecorderConcurrent(t *testing.T) {
-	rec := history.NewRecorder()
+	rec := lincheck.NewRecorder()
 	done := make(chan struct{})
 	for c := range 8 {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			for range 50 {
-				end := rec.Begin(c, "k", history.Request{})
-				end(history.Answer{Status: 201, ID: "ch_1"})
+				end := rec.Begin(c, "k", lincheck.Request{})
+				end(lincheck.Answer{Status: 201, ID: "ch_1"})
 			}
 		}()
 	}
@@ -126,7 +126,7 @@ func TestRecorderConcurrent(t *testing.T) {
 			t.Fatalf("an operation returned before its call: %+v", op)
 		}
 	}
-	if res := history.Check(history.KeyModel(both), ops, 5*time.Second); !res.Ok() {
+	if res := lincheck.Check(lincheck.KeyModel(both), ops, 5*time.Second); !res.Ok() {
 		t.Fatalf("%s", res)
 	}
 }

@@ -1,4 +1,4 @@
-package history
+package lincheck
 
 import (
 	"fmt"

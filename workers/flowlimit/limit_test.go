@@ -1,4 +1,4 @@
-package limit_test
+package flowlimit_test
 
 import (
 	"errors"
@@ -10,26 +10,26 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/internal/testkit"
-	"github.com/idemgate/idemgate/workers/limit"
+	"github.com/idemgate/idemgate/workers/flowlimit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newLimiter(t *testing.T) *limit.Limiter {
+func newLimiter(t *testing.T) *flowlimit.Limiter {
 	t.Helper()
-	return limit.New(testkit.Redis(t), limit.Options{Prefix: testkit.Prefix()})
+	return flowlimit.New(testkit.Redis(t), flowlimit.Options{Prefix: testkit.Prefix()})
 }
 
-func refusal(t *testing.T, err error) *limit.RefusedError {
+func refusal(t *testing.T, err error) *flowlimit.RefusedError {
 	t.Helper()
-	ref, ok := errors.AsType[*limit.RefusedError](err)
+	ref, ok := errors.AsType[*flowlimit.RefusedError](err)
 	if !ok {
 		t.Fatalf("take: %v, want a *RefusedError", err)
 	}
 	return ref
 }
 
-func mustTake(t *testing.T, l *limit.Limiter, holder string, lease time.Duration, rules ...limit.Rule) *limit.Hold {
+func mustTake(t *testing.T, l *flowlimit.Limiter, holder string, lease time.Duration, rules ...flowlimit.Rule) *flowlimit.Hold {
 	t.Helper()
 	h, err := l.Take(t.Context(), holder, lease, rules)
 	if err != nil {
@@ -41,11 +41,11 @@ func mustTake(t *testing.T, l *limit.Limiter, holder string, lease time.Duration
 func TestRateWaitIsExact(t *testing.T) {
 	t.Parallel()
 	l := newLimiter(t)
-	rule := limit.Rule{Name: "api", Value: "acme", Rate: 2, Period: time.Second}
+	rule := flowlimit.Rule{Name: "api", Value: "acme", Rate: 2, Period: time.Second}
 	mustTake(t, l, "a", time.Second, rule)
-	_, err := l.Take(t.Context(), "b", time.Second, []limit.Rule{rule})
+	_, err := l.Take(t.Context(), "b", time.Second, []flowlimit.Rule{rule})
 	ref := refusal(t, err)
-	if ref.Reason != limit.ReasonRate || ref.Name != "api" || ref.Value != "acme" {
+	if ref.Reason != flowlimit.ReasonRate || ref.Name != "api" || ref.Value != "acme" {
 		t.Fatalf("refused %+v, want the rate of api/acme", ref)
 	}
 	// The second start is due one interval (500ms and its 2% margin,
@@ -61,29 +61,29 @@ func TestRateWaitIsExact(t *testing.T) {
 func TestRateBurst(t *testing.T) {
 	t.Parallel()
 	l := newLimiter(t)
-	rule := limit.Rule{Name: "api", Value: "acme", Rate: 1, Period: 100 * time.Second, Burst: 3}
+	rule := flowlimit.Rule{Name: "api", Value: "acme", Rate: 1, Period: 100 * time.Second, Burst: 3}
 	for i := range 3 {
 		mustTake(t, l, "h"+string(rune('0'+i)), time.Second, rule)
 	}
-	_, err := l.Take(t.Context(), "h3", time.Second, []limit.Rule{rule})
+	_, err := l.Take(t.Context(), "h3", time.Second, []flowlimit.Rule{rule})
 	ref := refusal(t, err)
 	// Three at once spent the burst: the fourth waits one interval, the
 	// even pace of 100s and its 2% margin, less the moments since.
-	if ref.Reason != limit.ReasonRate || ref.RetryAfter <= 100*time.Second || ref.RetryAfter > 102*time.Second {
+	if ref.Reason != flowlimit.ReasonRate || ref.RetryAfter <= 100*time.Second || ref.RetryAfter > 102*time.Second {
 		t.Fatalf("fourth start refused %+v, want the rate with a wait in (100s, 102s]", ref)
 	}
 	// Another key value has its own budget.
-	mustTake(t, l, "h4", time.Second, limit.Rule{Name: "api", Value: "globex", Rate: 1, Period: 100 * time.Second, Burst: 3})
+	mustTake(t, l, "h4", time.Second, flowlimit.Rule{Name: "api", Value: "globex", Rate: 1, Period: 100 * time.Second, Burst: 3})
 }
 
 func TestConcurrencySlots(t *testing.T) {
 	t.Parallel()
 	l := newLimiter(t)
-	rule := limit.Rule{Name: "api", Value: "acme", Concurrency: 2}
+	rule := flowlimit.Rule{Name: "api", Value: "acme", Concurrency: 2}
 	a := mustTake(t, l, "a", time.Minute, rule)
 	mustTake(t, l, "b", time.Minute, rule)
-	_, err := l.Take(t.Context(), "c", time.Minute, []limit.Rule{rule})
-	if ref := refusal(t, err); ref.Reason != limit.ReasonConcurrency || ref.RetryAfter != 0 {
+	_, err := l.Take(t.Context(), "c", time.Minute, []flowlimit.Rule{rule})
+	if ref := refusal(t, err); ref.Reason != flowlimit.ReasonConcurrency || ref.RetryAfter != 0 {
 		t.Fatalf("third holder refused %+v, want full slots", ref)
 	}
 	if err := a.Release(t.Context()); err != nil {
@@ -102,15 +102,15 @@ func TestConcurrencySlots(t *testing.T) {
 func TestExpiredLeaseFreesAKilledHoldersSlot(t *testing.T) {
 	t.Parallel()
 	l := newLimiter(t)
-	rule := limit.Rule{Name: "api", Value: "acme", Concurrency: 1}
+	rule := flowlimit.Rule{Name: "api", Value: "acme", Concurrency: 1}
 	// The holder dies at once: it never renews nor releases.
 	mustTake(t, l, "dead", 300*time.Millisecond, rule)
-	if _, err := l.Take(t.Context(), "next", time.Minute, []limit.Rule{rule}); refusal(t, err).Reason != limit.ReasonConcurrency {
+	if _, err := l.Take(t.Context(), "next", time.Minute, []flowlimit.Rule{rule}); refusal(t, err).Reason != flowlimit.ReasonConcurrency {
 		t.Fatal("the slot should be held until the lease ends")
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := l.Take(t.Context(), "next", time.Minute, []limit.Rule{rule})
+		_, err := l.Take(t.Context(), "next", time.Minute, []flowlimit.Rule{rule})
 		if err == nil {
 			break
 		}
@@ -125,7 +125,7 @@ func TestExpiredLeaseFreesAKilledHoldersSlot(t *testing.T) {
 func TestRenewedLeaseKeepsTheSlot(t *testing.T) {
 	t.Parallel()
 	l := newLimiter(t)
-	rule := limit.Rule{Name: "api", Value: "acme", Concurrency: 1}
+	rule := flowlimit.Rule{Name: "api", Value: "acme", Concurrency: 1}
 	const lease = time.Second
 	h := mustTake(t, l, "alive", lease, rule)
 	end := time.Now().Add(2 * lease)
@@ -134,7 +134,7 @@ func TestRenewedLeaseKeepsTheSlot(t *testing.T) {
 		if err != nil || n != 1 {
 			t.Fatalf("Renew = %d, %v; want the one slot renewed", n, err)
 		}
-		if _, err := l.Take(t.Context(), "other", lease, []limit.Rule{rule}); refusal(t, err).Reason != limit.ReasonConcurrency {
+		if _, err := l.Take(t.Context(), "other", lease, []flowlimit.Rule{rule}); refusal(t, err).Reason != flowlimit.ReasonConcurrency {
 			t.Fatal("a renewed slot was taken by another")
 		}
 		time.Sleep(lease / 5)
@@ -152,11 +152,11 @@ func TestRenewedLeaseKeepsTheSlot(t *testing.T) {
 func TestTakeIsAllOrNothing(t *testing.T) {
 	t.Parallel()
 	l := newLimiter(t)
-	partner := limit.Rule{Name: "partner", Value: "acme", Concurrency: 1, Rate: 1, Period: time.Minute}
-	account := limit.Rule{Name: "account", Value: "acct-1", Concurrency: 1}
+	partner := flowlimit.Rule{Name: "partner", Value: "acme", Concurrency: 1, Rate: 1, Period: time.Minute}
+	account := flowlimit.Rule{Name: "account", Value: "acct-1", Concurrency: 1}
 	mustTake(t, l, "first", time.Minute, account)
-	_, err := l.Take(t.Context(), "second", time.Minute, []limit.Rule{partner, account})
-	if ref := refusal(t, err); ref.Name != "account" || ref.Reason != limit.ReasonConcurrency {
+	_, err := l.Take(t.Context(), "second", time.Minute, []flowlimit.Rule{partner, account})
+	if ref := refusal(t, err); ref.Name != "account" || ref.Reason != flowlimit.ReasonConcurrency {
 		t.Fatalf("refused %+v, want account's slots", ref)
 	}
 	// The refused take left partner's slot and its one start per minute
@@ -167,15 +167,15 @@ func TestTakeIsAllOrNothing(t *testing.T) {
 func TestConcurrentTakesNeverOverrun(t *testing.T) {
 	t.Parallel()
 	l := newLimiter(t)
-	rule := limit.Rule{Name: "api", Value: "acme", Concurrency: 3}
+	rule := flowlimit.Rule{Name: "api", Value: "acme", Concurrency: 3}
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
-		holds []*limit.Hold
+		holds []*flowlimit.Hold
 	)
 	for i := range 50 {
 		wg.Go(func() {
-			h, err := l.Take(t.Context(), limit.Holder("job-"+string(rune('A'+i))), time.Minute, []limit.Rule{rule})
+			h, err := l.Take(t.Context(), flowlimit.Holder("job-"+string(rune('A'+i))), time.Minute, []flowlimit.Rule{rule})
 			if err != nil {
 				refusal(t, err)
 				return
@@ -215,7 +215,7 @@ func keySlot(key string) int {
 
 func TestKeysOfOneValueShareASlot(t *testing.T) {
 	t.Parallel()
-	l := limit.New(testkit.Redis(t), limit.Options{})
+	l := flowlimit.New(testkit.Redis(t), flowlimit.Options{})
 	if got := keySlot("123456789"); got != 0x31C3%16384 {
 		t.Fatalf("keySlot check value = %d", got)
 	}
@@ -241,11 +241,11 @@ func TestKeysOfOneValueShareASlot(t *testing.T) {
 // refusal gives back what the others took.
 func TestClusterTakeIsAllOrNothing(t *testing.T) {
 	t.Parallel()
-	l := limit.New(testkit.RedisCluster(t), limit.Options{Prefix: testkit.Prefix()})
-	partner := limit.Rule{Name: "partner", Value: "acme", Concurrency: 1, Rate: 1, Period: time.Minute}
-	account := limit.Rule{Name: "account", Value: "acct-1", Concurrency: 1}
+	l := flowlimit.New(testkit.RedisCluster(t), flowlimit.Options{Prefix: testkit.Prefix()})
+	partner := flowlimit.Rule{Name: "partner", Value: "acme", Concurrency: 1, Rate: 1, Period: time.Minute}
+	account := flowlimit.Rule{Name: "account", Value: "acct-1", Concurrency: 1}
 	mustTake(t, l, "first", time.Minute, account)
-	_, err := l.Take(t.Context(), "second", time.Minute, []limit.Rule{partner, account})
+	_, err := l.Take(t.Context(), "second", time.Minute, []flowlimit.Rule{partner, account})
 	if ref := refusal(t, err); ref.Name != "account" {
 		t.Fatalf("refused %+v, want account's slots", ref)
 	}

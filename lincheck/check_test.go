@@ -1,17 +1,17 @@
-package history_test
+package lincheck_test
 
 import (
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/history"
+	"github.com/idemgate/idemgate/lincheck"
 )
 
 // counter is a model that is not monotone: a read of 2 is explained only
 // with both increments before it.
-func counter() history.Model {
-	return history.Model{
+func counter() lincheck.Model {
+	return lincheck.Model{
 		Name: "counter",
 		Init: func() any { return 0 },
 		Step: func(state, input, output any) (bool, any) {
@@ -31,10 +31,10 @@ func counter() history.Model {
 // a witness of the original's violation and not of one of its own (the
 // second increment alone, "inc → 2", would break the model too).
 func TestTrimKeepsWhatTheVerdictNeeds(t *testing.T) {
-	op := func(c int, in string, out int, from, to int) history.Operation {
-		return history.Operation{Client: c, Key: "k", Input: in, Output: out, Call: at(from), Return: at(to)}
+	op := func(c int, in string, out int, from, to int) lincheck.Operation {
+		return lincheck.Operation{Client: c, Key: "k", Input: in, Output: out, Call: at(from), Return: at(to)}
 	}
-	ops := []history.Operation{
+	ops := []lincheck.Operation{
 		op(0, "inc", 1, 0, 10),
 		op(1, "read", 1, 12, 14),
 		op(0, "inc", 2, 20, 30),
@@ -43,7 +43,7 @@ func TestTrimKeepsWhatTheVerdictNeeds(t *testing.T) {
 		op(0, "inc", 3, 60, 70),  // after a quiet moment: cut
 		op(1, "read", 3, 80, 90),
 	}
-	res := history.Check(counter(), ops, 5*time.Second)
+	res := lincheck.Check(counter(), ops, 5*time.Second)
 	if res.Ok() {
 		t.Fatalf("a stale read was explained:\n%s", res)
 	}
