@@ -19,24 +19,7 @@ import (
 //	go test -run '^$' -bench BenchmarkFlowLimitBacklog -benchtime 200x ./workers/
 func BenchmarkFlowLimitBacklog(b *testing.B) {
 	const hold, slots = 200 * time.Millisecond, 2
-	s := newServerEnv(b)
-	p := &partner{hold: func(int) time.Duration { return hold }}
-	srv := httptest.NewServer(p)
-	b.Cleanup(srv.Close)
-	use := limitUse(b, job.FlowLimit{Name: "ship-api", Concurrency: slots}, "{tenant}")
-	mux, err := NewHandlers().Mux(s.deps(NopObserver{}, 5*time.Second), []*job.Spec{partnerSpec(b, srv.URL, use)}, HTTPDelivery{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	for i := range b.N {
-		s.enqueue(b, partnerTask("acme", fmt.Sprintf("o-%04d", i)))
-	}
-	b.ResetTimer()
-	start := time.Now()
-	s.start(b, mux, Config{Concurrency: 10})
-	s.waitSucceeded(b, b.N)
-	elapsed := time.Since(start)
-	b.StopTimer()
+	s, _, elapsed := runFlowLimited(b, hold, job.FlowLimit{Name: "ship-api", Concurrency: slots})
 	var limited int
 	if err := s.pool.QueryRow(b.Context(), `SELECT count(*) FROM job_attempts WHERE outcome = 'limited'`).Scan(&limited); err != nil {
 		b.Fatal(err)
@@ -53,11 +36,22 @@ func BenchmarkFlowLimitBacklog(b *testing.B) {
 //
 //	go test -run '^$' -bench BenchmarkFlowLimitRate -benchtime 60x ./workers/
 func BenchmarkFlowLimitRate(b *testing.B) {
+	_, p, _ := runFlowLimited(b, 0, job.FlowLimit{Name: "ship-api", Rate: 5, Period: time.Second, Burst: 1})
+	p.mu.Lock()
+	starts := p.starts
+	p.mu.Unlock()
+	b.ReportMetric(float64(maxStartsWithin(starts, time.Second)), "starts/s-max")
+}
+
+// runFlowLimited runs b.N jobs for one partner that holds each call for
+// hold, under limit keyed by tenant, through one worker with 10
+// goroutines, and returns how long they took from the worker's start.
+func runFlowLimited(b *testing.B, hold time.Duration, limit job.FlowLimit) (*serverEnv, *partner, time.Duration) {
 	s := newServerEnv(b)
-	p := &partner{hold: func(int) time.Duration { return 0 }}
+	p := &partner{hold: func(int) time.Duration { return hold }}
 	srv := httptest.NewServer(p)
 	b.Cleanup(srv.Close)
-	use := limitUse(b, job.FlowLimit{Name: "ship-api", Rate: 5, Period: time.Second, Burst: 1}, "{tenant}")
+	use := limitUse(b, limit, "{tenant}")
 	mux, err := NewHandlers().Mux(s.deps(NopObserver{}, 5*time.Second), []*job.Spec{partnerSpec(b, srv.URL, use)}, HTTPDelivery{})
 	if err != nil {
 		b.Fatal(err)
@@ -66,23 +60,16 @@ func BenchmarkFlowLimitRate(b *testing.B) {
 		s.enqueue(b, partnerTask("acme", fmt.Sprintf("o-%04d", i)))
 	}
 	b.ResetTimer()
+	start := time.Now()
 	s.start(b, mux, Config{Concurrency: 10})
-	s.waitSucceeded(b, b.N)
-	b.StopTimer()
-	p.mu.Lock()
-	starts := p.starts
-	p.mu.Unlock()
-	b.ReportMetric(float64(maxStartsWithin(starts, time.Second)), "starts/s-max")
-}
-
-// waitSucceeded waits until n jobs have succeeded, for at most 5 minutes.
-func (s *serverEnv) waitSucceeded(tb testing.TB, n int) {
-	tb.Helper()
-	testkit.Eventually(tb, fmt.Sprintf("%d jobs succeeded", n), 5*time.Minute, func() bool {
+	testkit.Eventually(b, fmt.Sprintf("%d jobs succeeded", b.N), 5*time.Minute, func() bool {
 		var done int
-		if err := s.pool.QueryRow(tb.Context(), `SELECT count(*) FROM job_executions WHERE status = 'succeeded'`).Scan(&done); err != nil {
-			tb.Fatal(err)
+		if err := s.pool.QueryRow(b.Context(), `SELECT count(*) FROM job_executions WHERE status = 'succeeded'`).Scan(&done); err != nil {
+			b.Fatal(err)
 		}
-		return done >= n
+		return done >= b.N
 	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	return s, p, elapsed
 }
