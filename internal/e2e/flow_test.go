@@ -19,7 +19,7 @@ import (
 
 	"github.com/idemgate/idemgate/examples/partnersim"
 	"github.com/idemgate/idemgate/internal/testkit"
-	"github.com/idemgate/idemgate/internal/topology"
+	"github.com/idemgate/idemgate/internal/testkit/topology"
 	"github.com/idemgate/idemgate/job"
 )
 

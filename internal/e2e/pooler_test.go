@@ -10,7 +10,7 @@ import (
 
 	"github.com/idemgate/idemgate"
 	"github.com/idemgate/idemgate/internal/testkit"
-	"github.com/idemgate/idemgate/internal/topology"
+	"github.com/idemgate/idemgate/internal/testkit/topology"
 )
 
 // Through a transaction pooler, a database_url that leaves pgx's cache of

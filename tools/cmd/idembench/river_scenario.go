@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/chaos"
+	"github.com/idemgate/idemgate/internal/e2e/chaos"
 )
 
 // riverRound is one round of the river scenario at one concurrency:

@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idemgate/idemgate/internal/chaos"
+	"github.com/idemgate/idemgate/internal/e2e/chaos"
 )
 
 func TestMain(m *testing.M) {

@@ -18,7 +18,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/idemgate/idemgate/internal/chaos"
+	"github.com/idemgate/idemgate/internal/e2e/chaos"
 )
 
 func main() {
