@@ -1,9 +1,9 @@
 package gatewaytest
 
 import (
+	"embed"
 	"encoding/json"
 
-	"github.com/idemgate/idemgate/examples/schemas"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/openapi"
 )
@@ -31,16 +31,19 @@ func EnqueueRoutes() []EnqueueRoute {
 	}
 }
 
-// exampleSchema is the schema examples/schemas declares for task, the
-// file deploy/local/idemgate.yaml reads. A missing one is a bug in this
-// package: it panics.
+// exampleSchema is the schema of task as this package keeps it: a copy
+// of examples/schemas' (TestSchemasAreTheExamples keeps them equal). A
+// missing one is a bug in this package: it panics.
 func exampleSchema(task string) json.RawMessage {
-	doc, err := schemas.Read(task)
+	doc, err := schemaFiles.ReadFile("schemas/" + task + ".json")
 	if err != nil {
 		panic("gatewaytest: " + err.Error())
 	}
 	return doc
 }
+
+//go:embed schemas/*.json
+var schemaFiles embed.FS
 
 // Spec compiles r's job declaration. The declarations are this package's
 // own and the example schemas, so a failure is a bug here: it panics.
