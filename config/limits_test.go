@@ -158,14 +158,7 @@ func TestLimitsValidate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := Parse([]byte(enqueueBase+tc.yaml), "x.yaml", nil)
-			if err == nil {
-				t.Fatal("Parse accepted the configuration")
-			}
-			got := strings.Split(err.Error(), "\n")
-			if !slices.Equal(got, tc.want) {
-				t.Errorf("problems:\n%s\nwant:\n%s", err, strings.Join(tc.want, "\n"))
-			}
+			wantProblems(t, enqueueBase+tc.yaml, "x.yaml", tc.want)
 		})
 	}
 }

@@ -1,8 +1,6 @@
 package config
 
 import (
-	"slices"
-	"strings"
 	"testing"
 	"time"
 )
@@ -79,14 +77,7 @@ func TestRedisWait(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := Parse([]byte(tc.yaml), "x.yaml", nil, WithDefaultJobs(exampleJobs(t)))
-			if err == nil {
-				t.Fatal("Parse accepted the configuration")
-			}
-			got := strings.Split(err.Error(), "\n")
-			if !slices.Equal(got, tc.want) {
-				t.Errorf("problems:\n%s\nwant:\n%s", err, strings.Join(tc.want, "\n"))
-			}
+			wantProblems(t, tc.yaml, "x.yaml", tc.want, WithDefaultJobs(exampleJobs(t)))
 		})
 	}
 }

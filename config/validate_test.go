@@ -1,7 +1,6 @@
 package config
 
 import (
-	"slices"
 	"strings"
 	"testing"
 )
@@ -260,14 +259,7 @@ func TestValidate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := Parse([]byte(tc.yaml), "x.yaml", nil, WithDefaultJobs(exampleJobs(t)))
-			if err == nil {
-				t.Fatal("Parse accepted the configuration")
-			}
-			got := strings.Split(err.Error(), "\n")
-			if !slices.Equal(got, tc.want) {
-				t.Errorf("problems:\n%s\nwant:\n%s", err, strings.Join(tc.want, "\n"))
-			}
+			wantProblems(t, tc.yaml, "x.yaml", tc.want, WithDefaultJobs(exampleJobs(t)))
 		})
 	}
 }
