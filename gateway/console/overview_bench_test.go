@@ -38,20 +38,7 @@ import (
 func BenchmarkOverviewPage(b *testing.B) {
 	for _, n := range benchJobCounts(b) {
 		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
-			pool := testkit.Pool(b)
-			seedJobs(b, pool, n)
-			h, err := console.New(console.Options{
-				Stories: &explain.Explainer{DB: pool}, Keys: memstore.New(), StoreName: "memory",
-				Requests: gateway.NewRecentRequests(time.Now),
-				Jobs:     job.NewStore(pool),
-				Stuck:    console.StuckJobs(pool, reconcile.Options{StuckAfter: explain.DefaultStuckAfter}),
-				Logger:   slog.New(slog.DiscardHandler),
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv := httptest.NewServer(h)
-			b.Cleanup(srv.Close)
+			srv := seededConsole(b, n, true)
 			get := func() {
 				resp, err := http.Get(srv.URL + console.DefaultPrefix + "/")
 				if err != nil {
@@ -78,6 +65,30 @@ func BenchmarkOverviewPage(b *testing.B) {
 // seedJobs inserts n jobs: 1% queued and 1% retrying, changed in the
 // last ten minutes (none stuck), 4% failed, 2% cancelled and the rest
 // succeeded, finished over the last 30 days; then it vacuums and analyzes
+
+// seededConsole serves the console over a schema of its own seeded with
+// n jobs; stuck adds the overview's stuck-jobs check.
+func seededConsole(b *testing.B, n int, stuck bool) *httptest.Server {
+	pool := testkit.Pool(b)
+	seedJobs(b, pool, n)
+	opts := console.Options{
+		Stories: &explain.Explainer{DB: pool}, Keys: memstore.New(), StoreName: "memory",
+		Requests: gateway.NewRecentRequests(time.Now),
+		Jobs:     job.NewStore(pool),
+		Logger:   slog.New(slog.DiscardHandler),
+	}
+	if stuck {
+		opts.Stuck = console.StuckJobs(pool, reconcile.Options{StuckAfter: explain.DefaultStuckAfter})
+	}
+	h, err := console.New(opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	b.Cleanup(srv.Close)
+	return srv
+}
+
 // the table, as autovacuum would.
 func seedJobs(b testing.TB, pool *pgxpool.Pool, n int) {
 	b.Helper()
@@ -112,19 +123,7 @@ SELECT 'job_' || md5(i::text), 'tenant-' || (i % 20), 'invoices', 'k-' || i, 'in
 func BenchmarkJobsPage(b *testing.B) {
 	for _, n := range benchJobCounts(b) {
 		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
-			pool := testkit.Pool(b)
-			seedJobs(b, pool, n)
-			h, err := console.New(console.Options{
-				Stories: &explain.Explainer{DB: pool}, Keys: memstore.New(), StoreName: "memory",
-				Requests: gateway.NewRecentRequests(time.Now),
-				Jobs:     job.NewStore(pool),
-				Logger:   slog.New(slog.DiscardHandler),
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv := httptest.NewServer(h)
-			b.Cleanup(srv.Close)
+			srv := seededConsole(b, n, false)
 			noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 			mid := time.Now().Add(-15 * 24 * time.Hour).UTC().Format("2006-01-02T15:04:05")
 			for _, list := range []string{"/jobs", "/jobs?status=failed", "/jobs?tenant=tenant-3&status=failed",

@@ -246,16 +246,9 @@ type batchJob struct {
 // explainBatch prints a batch: its tenant, its jobs counted by status and
 // each job; `idemgate explain --job` tells one job's whole story.
 func explainBatch(ctx context.Context, ext extension.Set, fs configFlags, getenv func(string) string, id string, asJSON bool, stdout io.Writer) error {
-	cfg, err := fs.load(ext, getenv, false)
-	if err != nil {
-		return err
-	}
-	if cfg.DatabaseURL == "" {
-		return usagef("explain: database_url is required")
-	}
 	var cl closers
 	defer cl.close()
-	pool, err := newServices(cfg, &cl).postgres(ctx)
+	pool, err := explainDatabase(ctx, ext, fs, getenv, &cl)
 	if err != nil {
 		return err
 	}
@@ -315,16 +308,9 @@ type scheduleSlot struct {
 // explainSchedule prints a recurring schedule and its last slots, newest
 // first: each fired with its job and status, or skipped with the reason.
 func explainSchedule(ctx context.Context, ext extension.Set, fs configFlags, getenv func(string) string, tenant, id string, last int, asJSON bool, stdout io.Writer) error {
-	cfg, err := fs.load(ext, getenv, false)
-	if err != nil {
-		return err
-	}
-	if cfg.DatabaseURL == "" {
-		return usagef("explain: database_url is required")
-	}
 	var cl closers
 	defer cl.close()
-	pool, err := newServices(cfg, &cl).postgres(ctx)
+	pool, err := explainDatabase(ctx, ext, fs, getenv, &cl)
 	if err != nil {
 		return err
 	}
@@ -367,4 +353,17 @@ func explainSchedule(ctx context.Context, ext extension.Set, fs configFlags, get
 		}
 	}
 	return nil
+}
+
+// explainDatabase opens the configuration's PostgreSQL for an explain
+// that reads jobs alone; cl closes it.
+func explainDatabase(ctx context.Context, ext extension.Set, fs configFlags, getenv func(string) string, cl *closers) (*pgxpool.Pool, error) {
+	cfg, err := fs.load(ext, getenv, false)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.DatabaseURL == "" {
+		return nil, usagef("explain: database_url is required")
+	}
+	return newServices(cfg, cl).postgres(ctx)
 }
