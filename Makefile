@@ -64,7 +64,7 @@ test: node lint ## start the services, then make lint, go vet and go test -race 
 	  $(GO) build -o bin/idemgate-examples ./examples/cmd/idemgate-examples; \
 	  (cd deploy/manifests && $(GO) vet ./... && IDEMGATE_BIN=$(CURDIR)/bin/idemgate IDEMGATE_EXAMPLES_BIN=$(CURDIR)/bin/idemgate-examples $(GO) test -count=1 ./...); \
 	  (cd sdk/typescript && IDEMGATE_BIN=$(CURDIR)/bin/idemgate npm test --silent); \
-	  $(GO) test -race -count=1 -timeout 20m ./...; \
+	  $(GO) test -race -count=1 -timeout 30m ./...; \
 	  (cd tools && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 20m ./...); \
 	  if command -v $(MKDOCS) >/dev/null; then $(MAKE) --no-print-directory docs; else echo "mkdocs is not installed: the documentation site is not built (apt-get install mkdocs mkdocs-material)"; fi
 
