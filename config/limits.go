@@ -21,8 +21,8 @@ type Limit struct {
 	Concurrency *int `yaml:"concurrency"`
 	// Rate is how many attempts may start per period per key value, as
 	// "N/duration": "20/1s", "100/1m". Default none: no rate limit. At
-	// least one of concurrency and rate. Starts are paced a 50th slower
-	// than period/N, so a receiver counting per period sees at most N.
+	// least one of concurrency and rate. Starts are paced as N per period
+	// and 50ms, so a receiver counting per period sees at most N.
 	Rate string `yaml:"rate"`
 	// Burst is how many starts may come at once above the even pace of
 	// one every period/N, at least 1; it needs a rate. Default

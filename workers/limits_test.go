@@ -259,8 +259,8 @@ func TestLimitedDeliveryIsNotAnAttempt(t *testing.T) {
 		t.Fatalf("the second job for the same account: %v, want a *LimitedError", err)
 	}
 	if limited.Limit != "ship-api" || limited.Value != "acct-1" || limited.Reason != flowlimit.ReasonRate ||
-		limited.After <= 58*time.Second || limited.After > time.Minute+time.Minute/50 {
-		t.Errorf("LimitedError = %+v; want ship-api/acct-1's rate, a wait just under a minute and its 2%% margin", limited)
+		limited.After <= 58*time.Second || limited.After > time.Minute+50*time.Millisecond {
+		t.Errorf("LimitedError = %+v; want ship-api/acct-1's rate, a wait just under a minute and its 50ms", limited)
 	}
 	if IsFailure(err) {
 		t.Error("IsFailure(limited) = true; a limit is not a failure of the job")

@@ -19,6 +19,10 @@
 // none, in one round trip, on Redis's own clock (TIME), so workers whose
 // clocks disagree share one pace. The scripts are this package's own.
 //
+// Starts are paced as Rate per Period and 50ms, so that a receiver
+// counting per Period sees at most Rate while the starts' trip to it
+// varies by less than that.
+//
 // The takes of one process that wait for the slots of one budget form a
 // line (Watch): a slot released in that process goes to the oldest at
 // once, and only the first in line looks at Redis for slots other

@@ -34,10 +34,10 @@ type Rule struct {
 	// Concurrency is how many holders the budget allows at once; 0 means
 	// no concurrency limit.
 	Concurrency int
-	// Rate starts per Period; 0 means no rate limit. Starts are paced a
-	// 50th slower than Period/Rate, so that a receiver counting starts by
-	// Period never sees more than Rate (Burst aside) for a trip time that
-	// varies by less than that margin.
+	// Rate starts per Period; 0 means no rate limit. Starts are paced as
+	// Rate per Period and 50ms, so that a receiver counting starts per
+	// Period sees at most Rate (Burst aside) when their trip to it varies
+	// by less than 50ms. A Period under 500ms gets a tenth of it instead.
 	Rate   int
 	Period time.Duration
 	// Burst is how many starts may come at once above the even pace of
@@ -45,15 +45,23 @@ type Rule struct {
 	Burst int
 }
 
-// interval is the pace of starts: Period/Rate, plus a 50th of it. The
-// 2% spares a Rate+1st start in one Period at the receiver when the
-// starts' trip from Redis to the receiver varies by up to 2% of Period.
+// interval is the pace of starts: Period/Rate, spread over a Period
+// longer by its receiverMargin.
 func (r Rule) interval() time.Duration {
 	if r.Rate <= 0 || r.Period <= 0 {
 		return 0
 	}
-	even := r.Period / time.Duration(r.Rate)
-	return even + even/50
+	return (r.Period + receiverMargin(r.Period)) / time.Duration(r.Rate)
+}
+
+// receiverMargin is how much later than Period/Rate apart a rule paces
+// its starts, over one Period: 50ms, or a tenth of a Period shorter than
+// half a second. Starts leave Redis exactly paced and reach the receiver
+// after a trip that varies (a PostgreSQL take, the call itself); with the
+// margin, a receiver counting starts per Period sees at most Rate when
+// that trip varies by less than it.
+func receiverMargin(period time.Duration) time.Duration {
+	return min(50*time.Millisecond, period/10)
 }
 
 func (r Rule) burst() int { return max(r.Burst, 1) }

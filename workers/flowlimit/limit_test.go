@@ -48,10 +48,10 @@ func TestRateWaitIsExact(t *testing.T) {
 	if ref.Reason != flowlimit.ReasonRate || ref.Name != "api" || ref.Value != "acme" {
 		t.Fatalf("refused %+v, want the rate of api/acme", ref)
 	}
-	// The second start is due one interval (500ms and its 2% margin,
-	// 510ms) after the first; the wait is what is left of it, never more.
-	if ref.RetryAfter <= 0 || ref.RetryAfter > 510*time.Millisecond {
-		t.Fatalf("RetryAfter = %s, want in (0, 510ms]", ref.RetryAfter)
+	// The second start is due one interval ((1s + 50ms)/2, 525ms) after
+	// the first; the wait is what is left of it, never more.
+	if ref.RetryAfter <= 0 || ref.RetryAfter > 525*time.Millisecond {
+		t.Fatalf("RetryAfter = %s, want in (0, 525ms]", ref.RetryAfter)
 	}
 	// Waiting exactly that long is enough.
 	time.Sleep(ref.RetryAfter)
@@ -61,19 +61,19 @@ func TestRateWaitIsExact(t *testing.T) {
 func TestRateBurst(t *testing.T) {
 	t.Parallel()
 	l := newLimiter(t)
-	rule := flowlimit.Rule{Name: "api", Value: "acme", Rate: 1, Period: 100 * time.Second, Burst: 3}
+	rule := flowlimit.Rule{Name: "api", Value: "acme", Rate: 1, Period: 10 * time.Second, Burst: 3}
 	for i := range 3 {
 		mustTake(t, l, "h"+string(rune('0'+i)), time.Second, rule)
 	}
 	_, err := l.Take(t.Context(), "h3", time.Second, []flowlimit.Rule{rule})
 	ref := refusal(t, err)
-	// Three at once spent the burst: the fourth waits one interval, the
-	// even pace of 100s and its 2% margin, less the moments since.
-	if ref.Reason != flowlimit.ReasonRate || ref.RetryAfter <= 100*time.Second || ref.RetryAfter > 102*time.Second {
-		t.Fatalf("fourth start refused %+v, want the rate with a wait in (100s, 102s]", ref)
+	// Three at once spent the burst: the fourth waits one interval (10s
+	// and the receiver's 50ms), less the moments since.
+	if ref.Reason != flowlimit.ReasonRate || ref.RetryAfter < 9*time.Second || ref.RetryAfter > 10050*time.Millisecond {
+		t.Fatalf("fourth start refused %+v, want the rate with a wait of about 10s", ref)
 	}
 	// Another key value has its own budget.
-	mustTake(t, l, "h4", time.Second, flowlimit.Rule{Name: "api", Value: "globex", Rate: 1, Period: 100 * time.Second, Burst: 3})
+	mustTake(t, l, "h4", time.Second, flowlimit.Rule{Name: "api", Value: "globex", Rate: 1, Period: 10 * time.Second, Burst: 3})
 }
 
 func TestConcurrencySlots(t *testing.T) {
