@@ -200,7 +200,7 @@ var (
 // listener.
 func exampleSite(t *testing.T, port int, gateways []string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "nginx", "idemgate.conf"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "nginx", "idemgate.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
