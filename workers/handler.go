@@ -161,10 +161,13 @@ type handler[T any] struct {
 	cancels     *CancelWatcher
 	// uninterrupted: see options.
 	uninterrupted bool
-	limits        *limits
-	pauses        Pauses
-	pauseRecheck  time.Duration
-	rand          func(n int64) int64
+	// flushLater: the take need not wait for its WAL flush, the effect's
+	// commit flushes it (HandleTx, execution.Attempt.FlushLater).
+	flushLater   bool
+	limits       *limits
+	pauses       Pauses
+	pauseRecheck time.Duration
+	rand         func(n int64) int64
 }
 
 // Handle returns the asynq handler of the task kind (a stable name such as
@@ -490,6 +493,7 @@ func (h *handler[T]) attempt(id execID, resource string) execution.Attempt {
 	return execution.Attempt{
 		Tenant: id.tenant, Key: id.key, Task: h.kind, Resource: resource, PayloadSHA256: id.sha,
 		JobID: id.job, JobRecorded: id.recorded, Worker: h.worker, Debounce: id.debounce,
+		FlushLater: h.flushLater,
 	}
 }
 

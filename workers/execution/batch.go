@@ -55,6 +55,22 @@ func WithBatching(lanes, maxBatch int) Option {
 	}
 }
 
+// Queued first in every batch, local to its implicit transaction (the
+// connection keeps its own settings):
+//
+//   - batchSettingsSQL gives the batch's statements their generic plan at
+//     once. They are point writes whose generic plan PostgreSQL settles on
+//     after five custom ones per connection anyway; each of those five
+//     costs several milliseconds of planning for the take's ten CTEs over
+//     the jobs table's indexes, a quarter of PostgreSQL's CPU per job in
+//     a run of a few thousand jobs on a fresh pool (BENCHMARKS.md);
+//   - flushLaterSQL adds synchronous_commit off: the batch's commit
+//     returns before its WAL flush (Attempt.FlushLater).
+const (
+	batchSettingsSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
+	flushLaterSQL    = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('synchronous_commit', 'off', true)`
+)
+
 // write is one statement of a batch that returns one row.
 type write struct {
 	ctx   context.Context
@@ -62,6 +78,10 @@ type write struct {
 	args  []any
 	order string
 	scan  func(pgx.Row) error
+	// flushLater: the write's commit need not wait for its WAL flush
+	// (Attempt.FlushLater). A batch skips the wait only when all of its
+	// writes allow it.
+	flushLater bool
 
 	err   error // the scan's error, once done
 	again bool  // the batch failed: run the statement on its own
@@ -90,14 +110,16 @@ func (c *committer) do(w *write) error {
 		c.busy++
 		c.mu.Unlock()
 		c.lead([]*write{w})
-		return w.err
-	}
-	c.pending = append(c.pending, w)
-	c.mu.Unlock()
-	if batch := <-w.next; batch != nil {
-		c.lead(batch)
+	} else {
+		c.pending = append(c.pending, w)
+		c.mu.Unlock()
+		if batch := <-w.next; batch != nil {
+			c.lead(batch)
+		}
 	}
 	if w.again {
+		// On its own, the write waits for its flush: the batch's failure
+		// may have been the connection's, and nothing is lost by waiting.
 		w.err = w.scan(c.db.QueryRow(w.ctx, w.sql, w.args...))
 	}
 	return w.err
@@ -132,7 +154,7 @@ func (c *committer) handOff() {
 // the one running it, which reads its own result when lead returns.
 func (c *committer) run(batch []*write) {
 	self := batch[0]
-	if len(batch) == 1 {
+	if len(batch) == 1 && !self.flushLater {
 		// Bounded like a batch: the writes queued behind this lane wait
 		// for it.
 		ctx, cancel := context.WithTimeout(self.ctx, batchTimeout)
@@ -154,6 +176,11 @@ func (c *committer) run(batch []*write) {
 	slices.SortStableFunc(batch, func(a, b *write) int { return cmp.Compare(a.order, b.order) })
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(self.ctx), batchTimeout)
 	var b pgx.Batch
+	if slices.ContainsFunc(batch, func(w *write) bool { return !w.flushLater }) {
+		b.Queue(batchSettingsSQL)
+	} else {
+		b.Queue(flushLaterSQL)
+	}
 	for _, w := range batch {
 		b.Queue(w.sql, w.args...).QueryRow(func(row pgx.Row) error {
 			w.err = w.scan(row)

@@ -93,6 +93,16 @@ type Attempt struct {
 	// (job.HeaderDebounce); 0 for any other task. Take refuses the
 	// attempt with ErrSuperseded when the job's row holds another.
 	Debounce int
+	// FlushLater lets Take's commit return before its WAL flush. It is
+	// safe only when the token reaches nothing outside the database
+	// before a synchronous commit that follows the take: PostgreSQL
+	// flushes its WAL in order, so that commit makes the take durable
+	// too, and a take lost in a crash before it lost only what its token
+	// never touched (a token drawn again after a restart is higher: the
+	// clock floor). A token that leaves first (an HTTP delivery, a call to
+	// a partner) needs the flush, and a Store without batching always
+	// waits for it.
+	FlushLater bool
 }
 
 // DB is the part of a PostgreSQL handle the store uses. *pgxpool.Pool,
@@ -121,10 +131,16 @@ func New(db DB, opts ...Option) *Store {
 // in a batch shared with other callers when batching is on (order is the
 // job the statement writes, which sorts the batch), on its own otherwise.
 func (s *Store) queryRow(ctx context.Context, order, sql string, scan func(pgx.Row) error, args ...any) error {
+	return s.write(ctx, order, false, sql, scan, args...)
+}
+
+// write is queryRow whose commit, when flushLater, does not wait for its
+// WAL flush (Attempt.FlushLater); only a batching Store can say so.
+func (s *Store) write(ctx context.Context, order string, flushLater bool, sql string, scan func(pgx.Row) error, args ...any) error {
 	if s.batch == nil {
 		return scan(s.db.QueryRow(ctx, sql, args...))
 	}
-	return s.batch.do(&write{ctx: ctx, sql: sql, args: args, order: order, scan: scan})
+	return s.batch.do(&write{ctx: ctx, sql: sql, args: args, order: order, scan: scan, flushLater: flushLater})
 }
 
 // jobOrder is the sort key of a job's row in a batch.
@@ -306,7 +322,7 @@ SELECT $2, $3, $4, $1, '', '', 0, 0::bigint, '', '', now(), now(), NULL::timesta
 UNION ALL
 SELECT $2, $3, $4, $1, 'superseded', '', 0, 0::bigint, '', '', now(), now(), NULL::timestamptz FROM gate WHERE gate.ok AND gate.superseded`
 	var r State
-	err := s.queryRow(ctx, jobOrder(a.Tenant, a.Key), query, func(row pgx.Row) error {
+	err := s.write(ctx, jobOrder(a.Tenant, a.Key), a.FlushLater, query, func(row pgx.Row) error {
 		var err error
 		r, err = scan(row)
 		return err
@@ -545,4 +561,52 @@ func clip(s string) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// completeOrRefuseSQL is markSucceededSQL that refuses in the server: when
+// no execution changed (a newer token owns the job, or it left
+// processing), job_complete_refused (migration 00030) raises SQLSTATE
+// refusedCode and aborts the transaction, so that a COMMIT sent behind it
+// in the same round trip rolls back instead.
+var completeOrRefuseSQL = strings.Replace(markSucceededSQL, "SELECT count(*) FROM done",
+	"SELECT CASE WHEN count(*) = 0 THEN job_complete_refused($1, $2, $3) ELSE count(*) END FROM done", 1)
+
+// refusedCode is the SQLSTATE of job_complete_refused.
+const refusedCode = "IG001"
+
+// Conn is a connection holding an open transaction: *pgx.Conn satisfies
+// it.
+type Conn interface {
+	DB
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// CompleteAndCommit is CompleteTx followed by COMMIT, in one round trip
+// (with the batches' settings, batchSettingsSQL, in front), on conn, which holds the transaction that wrote the job's effect: the
+// effect and the record of its success commit together, or neither does.
+// When the attempt no longer owns the job the server refuses the
+// completion, the transaction is rolled back, and the error is
+// CompleteTx's (a *fence.StaleTokenError, ErrSucceeded, ErrNotProcessing).
+// Any other error leaves the outcome to the caller: the connection may
+// have been lost after the commit reached the server, and it must not be
+// used again.
+func CompleteAndCommit(ctx context.Context, conn Conn, tenant, key string, token int64, resultRef string) error {
+	var b pgx.Batch
+	var n int64
+	b.Queue(batchSettingsSQL)
+	b.Queue(completeOrRefuseSQL, tenant, key, token, job.StorableText(resultRef), string(OutcomeSucceeded), "").
+		QueryRow(func(row pgx.Row) error { return row.Scan(&n) })
+	b.Queue("COMMIT")
+	err := conn.SendBatch(ctx, &b).Close()
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != refusedCode {
+		if err != nil {
+			return fmt.Errorf("execution: complete %q and commit: %w", key, err)
+		}
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+		return fmt.Errorf("execution: complete %q: refused, then rollback: %w", key, err)
+	}
+	return (&Store{db: conn}).marked(ctx, "succeeded", tenant, key, token, job.StatusSucceeded, 0, nil)
 }

@@ -161,23 +161,21 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 		if *mode == "effect" {
 			// As `idemgate worker` runs it: the job document kept
 			// current at every status change. The effect and the
-			// success commit together (Job.CompleteTx), as River's side
-			// does with JobCompleteTx.
+			// success commit together in the transaction the framework
+			// opens for it (workers.HandleTx), as River's side commits
+			// its effect with JobCompleteTx.
 			deps.Jobs = job.NewStore(pool)
-			work = func(ctx context.Context, j workers.Job[benchPayload]) (string, error) {
-				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, insertEffect, j.Payload.ID); err != nil {
-						return err
-					}
-					return j.CompleteTx(ctx, tx, "ok")
-				})
-				return "ok", err
-			}
 		}
-		h = workers.Handle(deps, benchTask,
-			func(p benchPayload) string { return "bench:" + p.ID },
-			func(p benchPayload) string { return "res:" + p.ID },
-			work)
+		key := func(p benchPayload) string { return "bench:" + p.ID }
+		resource := func(p benchPayload) string { return "res:" + p.ID }
+		h = workers.Handle(deps, benchTask, key, resource, work)
+		if *mode == "effect" {
+			h = workers.HandleTx(deps, benchTask, key, resource,
+				func(ctx context.Context, tx pgx.Tx, j workers.Job[benchPayload]) (string, error) {
+					_, err := tx.Exec(ctx, insertEffect, j.Payload.ID)
+					return "ok", err
+				})
+		}
 	}
 	var failed atomic.Int64
 	times := newHandlerTimes(*jobs)
