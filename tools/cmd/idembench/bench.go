@@ -166,7 +166,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		if err := svc.migrate(ctx, o, upURL); err != nil {
 			return err
 		}
-		fmt.Fprintf(log, "scenario river: workers.Handle writing one effect row (job documents kept current) vs River (effect + JobCompleteTx in one transaction), %d jobs per run, concurrency %v\n", o.jobs, o.riverConcurrency)
+		fmt.Fprintf(log, "scenario river: workers.HandleTx writing one effect row (job documents kept current) vs River (effect + JobCompleteTx in one transaction), %d jobs per run, concurrency %v\n", o.jobs, o.riverConcurrency)
 		rounds, err := runRiverScenario(ctx, o, svc, log)
 		rep.River = rounds
 		if err != nil {

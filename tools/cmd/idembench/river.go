@@ -26,7 +26,7 @@ import (
 // The river scenario puts idemgate's worker next to River
 // (github.com/riverqueue/river), a PostgreSQL-only job queue, doing the
 // same work: each job writes one effect row into PostgreSQL. idemgate's
-// side runs as `idemgate worker` does (workers.Handle, the job document
+// side runs as `idemgate worker` does (workers.HandleTx, the job document
 // kept current through job.Store.Follow); River's side writes the
 // effect and completes the job in one transaction (river.JobCompleteTx),
 // River's own exactly-once pattern, with a 1 ms fetch cooldown. Both use

@@ -37,7 +37,11 @@ import (
 const benchTask = "bench.noop"
 
 // workerModes are the sides `idembench worker -mode` runs.
-var workerModes = []string{"raw", "wrapped", "effect", "river"}
+var workerModes = []string{"raw", "wrapped", "effect", "effect-completetx", "river"}
+
+// writesEffect says whether mode's handler writes an effect row a job,
+// with its job documents kept current.
+func writesEffect(mode string) bool { return mode == "effect" || mode == "effect-completetx" }
 
 type benchPayload struct {
 	ID string `json:"id"`
@@ -70,7 +74,7 @@ type workerResult struct {
 func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stdout)
-	mode := fs.String("mode", "raw", "raw (no-op handler), wrapped (workers.Handle around the no-op), effect (workers.Handle writing one effect row, job documents kept current) or river (River writing the same row, JobCompleteTx in its transaction)")
+	mode := fs.String("mode", "raw", "raw (no-op handler), wrapped (workers.Handle around the no-op), effect (workers.HandleTx writing one effect row, job documents kept current), effect-completetx (the same through workers.Handle and Job.CompleteTx) or river (River writing the same row, JobCompleteTx in its transaction)")
 	jobs := fs.Int("jobs", 2000, "jobs to enqueue and process")
 	concurrency := fs.Int("concurrency", 10, "asynq concurrency (worker.concurrency)")
 	queue := fs.String("queue", "idembench", "asynq queue, unique per run")
@@ -123,7 +127,7 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 		return asynq.NewTask(benchTask, payload, asynq.Queue(*queue), asynq.MaxRetry(job.MaxRetry))
 	}
 	if prepare {
-		if *mode == "effect" {
+		if writesEffect(*mode) {
 			if err := prepareEffects(ctx, pool, *queue, *jobs); err != nil {
 				return err
 			}
@@ -135,7 +139,7 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 		}
 	}
 	if !work {
-		if check && *mode == "effect" {
+		if check && writesEffect(*mode) {
 			return checkEffects(ctx, pool, *queue, *jobs)
 		}
 		return nil
@@ -158,23 +162,38 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 		deps := workers.Config{Concurrency: *concurrency}.Deps(pool, lockRdb)
 		deps.Lock.Prefix = "idembench:"
 		work := func(context.Context, workers.Job[benchPayload]) (string, error) { return "ok", nil }
-		if *mode == "effect" {
+		if writesEffect(*mode) {
 			// As `idemgate worker` runs it: the job document kept
-			// current at every status change. The effect and the
-			// success commit together in the transaction the framework
-			// opens for it (workers.HandleTx), as River's side commits
-			// its effect with JobCompleteTx.
+			// current at every status change.
 			deps.Jobs = job.NewStore(pool)
 		}
 		key := func(p benchPayload) string { return "bench:" + p.ID }
 		resource := func(p benchPayload) string { return "res:" + p.ID }
-		h = workers.Handle(deps, benchTask, key, resource, work)
-		if *mode == "effect" {
+		switch *mode {
+		case "effect":
+			// The effect and the success commit together in the
+			// transaction the framework opens for it (HandleTx: three
+			// round trips), as River's side commits its effect with
+			// JobCompleteTx.
 			h = workers.HandleTx(deps, benchTask, key, resource,
 				func(ctx context.Context, tx pgx.Tx, j workers.Job[benchPayload]) (string, error) {
 					_, err := tx.Exec(ctx, insertEffect, j.Payload.ID)
 					return "ok", err
 				})
+		case "effect-completetx":
+			// The same in the function's own transaction, completed
+			// with Job.CompleteTx (five round trips).
+			h = workers.Handle(deps, benchTask, key, resource, func(ctx context.Context, j workers.Job[benchPayload]) (string, error) {
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, insertEffect, j.Payload.ID); err != nil {
+						return err
+					}
+					return j.CompleteTx(ctx, tx, "ok")
+				})
+				return "ok", err
+			})
+		default:
+			h = workers.Handle(deps, benchTask, key, resource, work)
 		}
 	}
 	var failed atomic.Int64
@@ -221,7 +240,7 @@ func runWorkerChild(ctx context.Context, args []string, stdout io.Writer) error 
 		return fmt.Errorf("worker: %d of %d jobs done (%d handler errors) before %v", processed.Load(), *jobs, failed.Load(), err)
 	}
 	_ = asynq.NewInspectorFromRedisClient(enqRdb).DeleteQueue(*queue, true)
-	if check && *mode == "effect" {
+	if check && writesEffect(*mode) {
 		if err := checkEffects(ctx, pool, *queue, *jobs); err != nil {
 			return err
 		}
