@@ -66,6 +66,13 @@ func HandleTx[T any](deps Deps, kind string, key, resource func(T) string, fn Tx
 	h := newHandler(deps, kind, func(_ []byte, p T) (string, string, error) { return key(p), resource(p), nil },
 		func(ctx context.Context, j Job[T]) (string, error) { return runInTx(ctx, pool, j, fn) }, opts...)
 	h.flushLater = true
+	// One lane: a batch of takes that need not wait for their flush is
+	// back in a fraction of a millisecond, and the takes queued behind it
+	// then share the next one (at concurrency 10, 2.3 takes a batch
+	// instead of 1.4 with two lanes, so 1.4 commits a job instead of
+	// 1.7). A batch held up by a row lock gives its lane back after the
+	// batch lock timeout.
+	h.store = execution.New(deps.DB, execution.WithBatching(1, execution.DefaultBatchMax))
 	return h
 }
 

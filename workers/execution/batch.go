@@ -63,12 +63,19 @@ func WithBatching(lanes, maxBatch int) Option {
 //     after five custom ones per connection anyway; each of those five
 //     costs several milliseconds of planning for the take's ten CTEs over
 //     the jobs table's indexes, a quarter of PostgreSQL's CPU per job in
-//     a run of a few thousand jobs on a fresh pool (BENCHMARKS.md);
+//     a run of a few thousand jobs on a fresh pool (BENCHMARKS.md). It
+//     also bounds the batch's wait for a row lock (batchLockTimeout): a
+//     statement that waits for one (a newer attempt's take behind an
+//     older attempt's open transaction, a cancel) fails the batch, which
+//     frees its lane, and waits again on its own, as long as it takes,
+//     while the lane carries the other writers' batches;
 //   - flushLaterSQL adds synchronous_commit off: the batch's commit
 //     returns before its WAL flush (Attempt.FlushLater).
 const (
-	batchSettingsSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
-	flushLaterSQL    = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('synchronous_commit', 'off', true)`
+	batchSettingsSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('lock_timeout', '` + batchLockTimeout + `', true)`
+	flushLaterSQL    = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('lock_timeout', '` + batchLockTimeout + `', true),
+       set_config('synchronous_commit', 'off', true)`
+	batchLockTimeout = "1s"
 )
 
 // write is one statement of a batch that returns one row.

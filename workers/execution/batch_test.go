@@ -197,3 +197,65 @@ func TestBatchedWriteKeepsItsRefusal(t *testing.T) {
 		t.Error("no batch was sent: the test proves nothing")
 	}
 }
+
+// TestBlockedTakeGivesItsLaneBack: a take that waits for a row lock (here
+// a cancel's open transaction on its job) holds up its batch only for the
+// batch lock timeout; the lane then carries the other writers' takes
+// while the blocked one waits on its own, and it completes once the lock
+// is gone.
+func TestBlockedTakeGivesItsLaneBack(t *testing.T) {
+	t.Parallel()
+	pool := testkit.Pool(t)
+	ctx := t.Context()
+	for _, id := range []string{"job-blocked", "job-free"} {
+		if _, err := pool.Exec(ctx, `INSERT INTO jobs (id, tenant, route, idempotency_key, task, queue, business_key, payload, status)
+VALUES ($1, 'acme', 'orders', $1, 'invoice.create', 'default', $1, '{}', 'queued')`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(context.WithoutCancel(ctx))
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM jobs WHERE id = 'job-blocked' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	store := execution.New(pool, execution.WithBatching(1, 64))
+	take := func(id string) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := store.Take(ctx, execution.Attempt{Tenant: "acme", Key: id, Task: "invoice.create", Resource: "order:" + id,
+				JobID: id, JobRecorded: true, Worker: "w", FlushLater: true})
+			done <- err
+		}()
+		return done
+	}
+	blocked := take("job-blocked")
+	testkit.Eventually(t, "the blocked take to wait for the row lock", 10*time.Second, func() bool {
+		var waiting bool
+		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%WITH job AS%')`).Scan(&waiting)
+		return err == nil && waiting
+	})
+	select {
+	case err := <-take("job-free"):
+		if err != nil {
+			t.Fatalf("take of the free job: %v", err)
+		}
+	case <-time.After(8 * time.Second):
+		// The lane comes back after the batch lock timeout (1s); without
+		// it, only the batch timeout (10s) would free it.
+		t.Fatal("the free job's take waited behind the blocked one")
+	}
+	select {
+	case err := <-blocked:
+		t.Fatalf("the blocked take returned (%v) while its row was locked", err)
+	default:
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-blocked; err != nil {
+		t.Fatalf("the blocked take, once the lock was gone: %v", err)
+	}
+}

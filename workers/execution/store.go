@@ -571,6 +571,10 @@ func clip(s string) string {
 var completeOrRefuseSQL = strings.Replace(markSucceededSQL, "SELECT count(*) FROM done",
 	"SELECT CASE WHEN count(*) = 0 THEN job_complete_refused($1, $2, $3) ELSE count(*) END FROM done", 1)
 
+// genericPlansSQL gives the completion its generic plan at once, as
+// batchSettingsSQL does a batch's statements.
+const genericPlansSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
+
 // refusedCode is the SQLSTATE of job_complete_refused.
 const refusedCode = "IG001"
 
@@ -582,7 +586,7 @@ type Conn interface {
 }
 
 // CompleteAndCommit is CompleteTx followed by COMMIT, in one round trip
-// (with the batches' settings, batchSettingsSQL, in front), on conn, which holds the transaction that wrote the job's effect: the
+// (behind genericPlansSQL), on conn, which holds the transaction that wrote the job's effect: the
 // effect and the record of its success commit together, or neither does.
 // When the attempt no longer owns the job the server refuses the
 // completion, the transaction is rolled back, and the error is
@@ -593,7 +597,7 @@ type Conn interface {
 func CompleteAndCommit(ctx context.Context, conn Conn, tenant, key string, token int64, resultRef string) error {
 	var b pgx.Batch
 	var n int64
-	b.Queue(batchSettingsSQL)
+	b.Queue(genericPlansSQL)
 	b.Queue(completeOrRefuseSQL, tenant, key, token, job.StorableText(resultRef), string(OutcomeSucceeded), "").
 		QueryRow(func(row pgx.Row) error { return row.Scan(&n) })
 	b.Queue("COMMIT")
