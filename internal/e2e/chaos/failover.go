@@ -89,7 +89,9 @@ func sentinelFailover(ctx context.Context, e *env) error {
 // standby. The processes find it through their multi-host URL.
 func promoteStandby(ctx context.Context, e *env) error {
 	ha := e.dep.pgHA
-	ha.crash()
+	if err := ha.crash(); err != nil {
+		return err
+	}
 	if !proc.Sleep(ctx, time.Second) {
 		return ctx.Err()
 	}

@@ -282,10 +282,11 @@ func (ha *pgHA) URL(db string) string {
 }
 
 // crash is the primary's host dying with the lag's tail of WAL unsent.
-func (ha *pgHA) crash() {
+func (ha *pgHA) crash() error {
 	ha.lag.Freeze()
-	ha.primary.Kill()
+	err := ha.primary.Kill()
 	ha.lag.DropHeld()
+	return err
 }
 
 // promote is pg_ctl promote on the standby, waiting until it accepts writes.
@@ -301,13 +302,5 @@ func (ha *pgHA) close() {
 	}
 	if ha.lag != nil {
 		_ = ha.lag.Close()
-	}
-}
-
-// Kill ends the postmaster and its backends at once (SIGKILL to the
-// process group): the host's crash.
-func (pg *Postgres) Kill() {
-	if pg.p != nil {
-		pg.p.Kill()
 	}
 }

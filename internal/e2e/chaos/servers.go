@@ -143,7 +143,8 @@ type Postgres struct {
 	dir    string // owned by the server's user
 	data   string
 	port   int
-	extra  []string            // more postgres -c settings (replicas.go)
+	extra  []string            // more postgres -c settings (StartPostgres, replicas.go)
+	held   []int               // processes of the cluster HoldWALWriter stopped
 	as     *syscall.Credential // nil: the suite's own user
 	log    *os.File
 	p      *proc.Proc
@@ -151,10 +152,15 @@ type Postgres struct {
 
 // StartPostgres creates a cluster in dir (initdb) and starts it on a free
 // port. As root, the server runs as the postgres user, which then owns dir.
-func StartPostgres(ctx context.Context, dir string) (*Postgres, error) {
+// Each of settings ("name=value") is passed to every start of the
+// postmaster as a -c option.
+func StartPostgres(ctx context.Context, dir string, settings ...string) (*Postgres, error) {
 	pg, err := newPostgres(dir)
 	if err != nil {
 		return nil, err
+	}
+	for _, s := range settings {
+		pg.extra = append(pg.extra, "-c", s)
 	}
 	if err := pg.run(ctx, "initdb", "-D", pg.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"); err != nil {
 		_ = pg.log.Close()
@@ -303,8 +309,76 @@ func (pg *Postgres) CreateDatabase(ctx context.Context, name string) error {
 	return err
 }
 
+// Kill ends the cluster at once, as the crash of its host would: SIGKILL
+// to the postmaster and to every process it forked, and it returns once
+// all of them are gone. The next Start runs crash recovery: what was
+// written to the WAL files survives, what was still in shared memory (the
+// WAL of a commit made with synchronous_commit off that nobody flushed
+// yet) is lost.
+//
+// The backends are not in the postmaster's process group (each calls
+// setsid), so signalling the group alone would leave them running,
+// answering their clients and writing WAL, until they noticed the
+// postmaster's death. Every process is stopped (SIGSTOP) before the first
+// dies, so that none of them acts on another's death.
+func (pg *Postgres) Kill() error {
+	if pg.p == nil || pg.p.Exited() {
+		return nil
+	}
+	postmaster := pg.p.Pid()
+	// Stopped, the postmaster forks nothing more, and restarts nothing.
+	if err := syscall.Kill(postmaster, syscall.SIGSTOP); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("postgres: stop the postmaster: %w", err)
+	}
+	children, err := proc.Children(postmaster)
+	if err != nil {
+		pg.p.Kill()
+		return fmt.Errorf("postgres: list the postmaster's children: %w", err)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGKILL} {
+		for _, pid := range children {
+			_ = syscall.Kill(pid, sig) // ESRCH: it is already gone
+		}
+	}
+	pg.p.Kill()
+	pg.held = nil
+	return proc.WaitGone(children, 30*time.Second)
+}
+
+// HoldWALWriter stops the WAL writer (SIGSTOP) until the cluster is
+// killed or closed. A commit made with synchronous_commit off then stays
+// in shared memory until a backend's synchronous commit writes it, and a
+// Kill meanwhile loses it for certain: without the hold, the WAL writer
+// would write it within wal_writer_delay.
+func (pg *Postgres) HoldWALWriter() error {
+	if pg.p == nil || pg.p.Exited() {
+		return errors.New("postgres: not running")
+	}
+	children, err := proc.Children(pg.p.Pid())
+	if err != nil {
+		return fmt.Errorf("postgres: list the postmaster's children: %w", err)
+	}
+	for _, pid := range children {
+		if proc.Command(pid) != "postgres: walwriter" {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return fmt.Errorf("postgres: stop the WAL writer: %w", err)
+		}
+		pg.held = append(pg.held, pid)
+		return nil
+	}
+	return errors.New("postgres: no WAL writer among the postmaster's children")
+}
+
 // Close stops the server for good: an immediate shutdown, then SIGKILL.
 func (pg *Postgres) Close() {
+	for _, pid := range pg.held {
+		// A stopped process would ignore the shutdown until the
+		// postmaster's SIGKILL, seconds later.
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
+	pg.held = nil
 	if pg.p != nil {
 		pg.p.Stop(syscall.SIGQUIT, 10*time.Second)
 	}

@@ -1,12 +1,14 @@
 package proc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -186,4 +188,82 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// Children lists the processes whose parent is pid, read from /proc: the
+// processes a server forked, which may have left its process group (a
+// PostgreSQL backend calls setsid).
+func Children(pid int) ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, ok := parentOf(child); ok && ppid == pid {
+			out = append(out, child)
+		}
+	}
+	return out, nil
+}
+
+// parentOf reads pid's parent from /proc/pid/stat; false when pid is gone.
+func parentOf(pid int) (int, bool) {
+	st, ok := stat(pid)
+	if !ok || len(st) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.Atoi(st[1])
+	return ppid, err == nil
+}
+
+// stat is /proc/pid/stat's fields after the command name (the state,
+// then the parent, ...); false when pid is gone. The name, in
+// parentheses, may hold spaces and parentheses itself: the fields start
+// after its last closing one.
+func stat(pid int) ([]string, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil, false
+	}
+	return strings.Fields(string(b[i+1:])), true
+}
+
+// Command is pid's command line as ps shows it, its arguments joined by
+// spaces: a server that rewrites it (PostgreSQL's "postgres: walwriter")
+// shows what the process is. "" when pid is gone.
+func Command(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+}
+
+// WaitGone waits up to d until every process of pids is gone: exited, or
+// a zombie (dead, its memory released, waiting for a parent that may
+// never reap it, an orphan's adoptive init).
+func WaitGone(pids []int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for _, pid := range pids {
+		for {
+			st, ok := stat(pid)
+			if !ok || (len(st) > 0 && st[0] == "Z") {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("process %d (%s) still running after %s", pid, Command(pid), d)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return nil
 }
