@@ -71,19 +71,22 @@ func newEnv(t testing.TB) *env {
 	t.Helper()
 	e := &env{pool: testkit.Pool(t), rdb: testkit.Redis(t), prefix: testkit.Prefix()}
 	e.store = execution.New(e.pool)
-	_, err := e.pool.Exec(t.Context(), `
+	if _, err := e.pool.Exec(t.Context(), effectsTable); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// effectsTable holds the test business functions' effects, one row per
+// write: no unique key, so that an effect applied twice shows as two rows.
+const effectsTable = `
 CREATE TABLE effects (
     id       bigserial PRIMARY KEY,
     job_key  text   NOT NULL,
     resource text   NOT NULL,
     token    bigint NOT NULL,
     worker   text   NOT NULL
-)`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
+)`
 
 // deps is a worker's dependencies; each worker of a test gets its own, as
 // separate processes would.
