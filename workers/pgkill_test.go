@@ -20,6 +20,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/e2e/chaos"
 	"github.com/idemgate/idemgate/internal/testkit"
+	"github.com/idemgate/idemgate/internal/testkit/faultproxy"
 	"github.com/idemgate/idemgate/job"
 	"github.com/idemgate/idemgate/migrations"
 	"github.com/idemgate/idemgate/workers/execution"
@@ -320,6 +321,77 @@ func TestPostgresKilled(t *testing.T) {
 			t.Fatalf("the function ran %d times, want once: the duplicate is acked from the state", len(seen))
 		}
 		e.checkOnce(t, id, "effect:c1", seen, 0)
+	})
+
+	// Killed after the completion and its COMMIT reached PostgreSQL and
+	// committed, before their answer reached the worker (a proxy holds
+	// what the server sends, and loses it with the kill): the worker
+	// cannot tell a commit from a rollback, and its delivery fails. After
+	// the restart the effect and the success are there, and the next
+	// delivery is acked from the state without running the function.
+	t.Run("answer to the commit lost", func(t *testing.T) {
+		e := k.env(t)
+		id, task := e.submitJob(t, "acme", "f1", job.StatusQueued)
+		proxy, err := faultproxy.New(k.pg.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = proxy.Close() })
+		// One connection, which a first job leaves with the statements
+		// prepared: pgx prepares a statement new to a connection in a
+		// round trip of its own, which would wait for a held answer
+		// before the completion and COMMIT went out.
+		pool := testkit.PoolAt(t, chaos.URL(proxy.Addr(), "idemgate")+"&pool_max_conns=1")
+		var seen []int64
+		h := HandleTx(k.deps(e, pool), kind, orderKey, orderResource,
+			func(ctx context.Context, tx pgx.Tx, j Job[order]) (string, error) {
+				if err := insertEffect(ctx, tx, j, "A"); err != nil {
+					return "", err
+				}
+				if j.Key == "effect:f1" {
+					seen = append(seen, j.Token)
+					if len(seen) == 1 {
+						// What PostgreSQL answers from now on is held.
+						proxy.SetDelay(time.Hour)
+					}
+				}
+				return fmt.Sprintf("effect-%d", j.Token), nil
+			})
+		if _, first := e.submitJob(t, "acme", "f0", job.StatusQueued); h.ProcessTask(t.Context(), first) != nil {
+			t.Fatal("the first job failed")
+		}
+		done := make(chan struct{})
+		var delivered error
+		go func() {
+			defer close(done)
+			delivered = h.ProcessTask(t.Context(), task)
+		}()
+		defer func() { proxy.CloseConns(); <-done }()
+		testkit.Eventually(t, "the success committed", 60*time.Second, func() bool {
+			rec, err := e.store.Get(t.Context(), "acme", "effect:f1")
+			return err == nil && rec.Status == job.StatusSucceeded
+		})
+		proxy.Freeze()
+		if err := k.kill(t); err != nil {
+			t.FailNow()
+		}
+		proxy.DropHeld()
+		proxy.SetDelay(0)
+		proxy.Thaw()
+		<-done
+		if delivered == nil {
+			t.Fatal("the delivery whose commit went unanswered was acked")
+		}
+		k.restart(t)
+		e.checkOnce(t, id, "effect:f1", seen, 0)
+		deliverThrough(t, h, task)
+		if len(seen) != 1 {
+			t.Fatalf("the function ran %d times, want once: the next delivery is acked from the state", len(seen))
+		}
+		e.checkOnce(t, id, "effect:f1", seen, 0)
+		if got, want := e.outcomes(t, id), []string{"succeeded"}; !slices.Equal(got, want) {
+			t.Fatalf("ledger = %q, want %q", got, want)
+		}
 	})
 
 	// Handle's take waits for its WAL flush, as a function that sends the
