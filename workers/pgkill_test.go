@@ -178,8 +178,9 @@ func increasing(tokens []int64) bool {
 // checkOnce checks what a user sees of job id with key once it is done:
 // one effect, written under the last token the function was given, and
 // the job succeeded under it; every token the function saw is new and
-// higher than the one before; no ledger row carries lost, and the last
-// ends succeeded under the effect's token.
+// higher than the one before; no ledger row carries lost (a token whose
+// take the kill lost; 0 for none), and the last ends succeeded under the
+// effect's token.
 func (e *env) checkOnce(t *testing.T, id, key string, seen []int64, lost int64) {
 	t.Helper()
 	effects := e.effects(t, key)
