@@ -1,0 +1,313 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemgate/idemgate/internal/testkit"
+	"github.com/idemgate/idemgate/workers/lock"
+)
+
+// trips counts the lock's round trips as go-redis sends them, and can hold
+// them at the client until the test lets them go.
+type trips struct {
+	mu   sync.Mutex
+	sent [][]string // the lock's commands of each round trip, by name
+	hold chan struct{}
+}
+
+func (*trips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (tr *trips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		tr.record([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+
+func (tr *trips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if hold := tr.record(cmds); hold != nil {
+			<-hold
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// record notes a round trip that carries lock commands; a connection's
+// handshake (HELLO, CLIENT SETINFO) is not one of them.
+func (tr *trips) record(cmds []redis.Cmder) chan struct{} {
+	var names []string
+	for _, c := range cmds {
+		if n := c.Name(); n == "set" || n == "evalsha" || n == "eval" {
+			names = append(names, n)
+		}
+	}
+	if names == nil {
+		return nil
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.sent = append(tr.sent, names)
+	return tr.hold
+}
+
+// holdAll makes the round trips that start from now wait until the
+// function it returns is called, or the test ends.
+func (tr *trips) holdAll(t *testing.T) (letGo func()) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	hold := make(chan struct{})
+	tr.hold = hold
+	letGo = sync.OnceFunc(func() {
+		tr.pass()
+		close(hold)
+	})
+	t.Cleanup(letGo)
+	return letGo
+}
+
+// pass lets the round trips that start from now go through.
+func (tr *trips) pass() {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.hold = nil
+}
+
+// sizes returns how many lock commands each round trip since the
+// mark'th carried.
+func (tr *trips) sizes(mark int) []int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var n []int
+	for _, s := range tr.sent[mark:] {
+		n = append(n, len(s))
+	}
+	return n
+}
+
+func (tr *trips) count() int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return len(tr.sent)
+}
+
+// countedLocker returns a Locker on a client of its own whose round trips
+// tr counts, its scripts already loaded in Redis.
+func countedLocker(t *testing.T) (*lock.Locker, *redis.Client, *trips) {
+	t.Helper()
+	rdb := testkit.Redis(t)
+	tr := &trips{}
+	rdb.AddHook(tr)
+	l := newLocker(t, rdb, lock.Options{Prefix: testkit.Prefix(), TTL: time.Minute})
+	t.Cleanup(l.Wait)
+	// Load the scripts, so that no round trip in the test retries one
+	// after NOSCRIPT.
+	lease, err := l.Acquire(t.Context(), "warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return l, rdb, tr
+}
+
+// waitQueued waits until n of l's commands wait for a round trip.
+func waitQueued(t *testing.T, l *lock.Locker, n int) {
+	t.Helper()
+	testkit.Eventually(t, fmt.Sprintf("%d commands queued", n), 15*time.Second, func() bool { return lock.Queued(l) == n })
+}
+
+// waitHeldAndQueued waits until each of calls commands is in a round trip
+// held at the client (since the mark'th) or queued behind the Locker's two
+// round trips.
+func waitHeldAndQueued(t *testing.T, l *lock.Locker, tr *trips, mark, calls int) {
+	t.Helper()
+	testkit.Eventually(t, "two round trips held, the other commands queued", 15*time.Second, func() bool {
+		sizes, queued := tr.sizes(mark), lock.Queued(l)
+		return sum(sizes)+queued == calls && (len(sizes) == 2 || queued == 0)
+	})
+}
+
+// Concurrent Acquires, then concurrent Releases, that queue up while
+// round trips are on the wire share the next round trip, and each still
+// gets its own answer.
+func TestConcurrentCallsShareRoundTrips(t *testing.T) {
+	t.Parallel()
+	l, rdb, tr := countedLocker(t)
+	const jobs = 20
+	leases := make([]*lock.Lease, jobs)
+	errs := make([]error, jobs)
+
+	// The first calls take the Locker's two round trips, held at the
+	// client; the others queue behind them and go out together.
+	mark := tr.count()
+	letGo := tr.holdAll(t)
+	var wg sync.WaitGroup
+	for i := range jobs {
+		wg.Go(func() { leases[i], errs[i] = l.Acquire(t.Context(), fmt.Sprint("order:", i)) })
+	}
+	waitHeldAndQueued(t, l, tr, mark, jobs)
+	letGo()
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Acquire #%d: %v", i, err)
+		}
+		if got := rdb.Get(t.Context(), l.Key(fmt.Sprint("order:", i))).Val(); got == "" {
+			t.Fatalf("order:%d has no lock key after its Acquire", i)
+		}
+	}
+	if got := tr.sizes(mark); len(got) > 3 || sum(got) != jobs {
+		t.Fatalf("%d Acquires went out in round trips of %v commands, want all of them in at most 3", jobs, got)
+	}
+
+	mark = tr.count()
+	letGo = tr.holdAll(t)
+	for i := range jobs {
+		wg.Go(func() { errs[i] = leases[i].Release(t.Context()) })
+	}
+	waitHeldAndQueued(t, l, tr, mark, jobs)
+	letGo()
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Release #%d: %v", i, err)
+		}
+		if n := rdb.Exists(t.Context(), l.Key(fmt.Sprint("order:", i))).Val(); n != 0 {
+			t.Fatalf("order:%d still locked after its Release", i)
+		}
+	}
+	if got := tr.sizes(mark); len(got) > 3 || sum(got) != jobs {
+		t.Fatalf("%d Releases went out in round trips of %v commands, want all of them in at most 3", jobs, got)
+	}
+}
+
+// A lone call goes out at once, in a round trip of its own: it waits for
+// no other call, not even while another round trip is on the wire.
+func TestLoneCallIsNotDelayed(t *testing.T) {
+	t.Parallel()
+	l, _, tr := countedLocker(t)
+
+	mark := tr.count()
+	lease, err := l.Acquire(t.Context(), "order:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.sizes(mark); !slices.Equal(got, []int{1, 1}) {
+		t.Fatalf("a lone Acquire and Release went out in round trips of %v commands, want [1 1]", got)
+	}
+
+	// One round trip held on the wire: the next call takes the other
+	// slot and is answered while the first still waits.
+	letGo := tr.holdAll(t)
+	held := make(chan error, 1)
+	go func() {
+		lease, err := l.Acquire(t.Context(), "order:2")
+		if err == nil {
+			err = lease.Release(context.WithoutCancel(t.Context()))
+		}
+		held <- err
+	}()
+	testkit.Eventually(t, "the first Acquire on the wire", 15*time.Second, func() bool { return tr.count() == mark+3 })
+	tr.pass()
+	lease, err = l.Acquire(t.Context(), "order:3")
+	if err != nil {
+		t.Fatalf("Acquire while another round trip is held: %v", err)
+	}
+	select {
+	case err := <-held:
+		t.Fatalf("the held Acquire returned (%v) before it was let go", err)
+	default:
+	}
+	letGo()
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A caller whose context ends while its command is queued returns at
+// once. Its Acquire is dropped, never sent; its Release is sent all the
+// same, so the resource is free without waiting for the TTL.
+func TestQueuedCallersLeave(t *testing.T) {
+	t.Parallel()
+	l, rdb, _ := countedLocker(t)
+	tr := &trips{}
+	rdb.AddHook(tr)
+	toRelease, err := l.Acquire(t.Context(), "order:w")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Both round trips held on the wire, one call in each.
+	mark := tr.count()
+	letGo := tr.holdAll(t)
+	onWire := make([]*lock.Lease, 2)
+	var wg sync.WaitGroup
+	for i := range onWire {
+		wg.Go(func() {
+			var err error
+			if onWire[i], err = l.Acquire(t.Context(), fmt.Sprint("order:", i)); err != nil {
+				t.Errorf("held Acquire: %v", err)
+			}
+		})
+		testkit.Eventually(t, "a round trip on the wire", 15*time.Second, func() bool { return tr.count() == mark+i+1 })
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	acquired := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(ctx, "order:z")
+		acquired <- err
+	}()
+	waitQueued(t, l, 1)
+	rctx, rcancel := context.WithCancel(t.Context())
+	released := make(chan error, 1)
+	go func() { released <- toRelease.Release(rctx) }()
+	waitQueued(t, l, 2)
+	cancel()
+	rcancel()
+	if err := <-acquired; !errors.Is(err, context.Canceled) {
+		t.Fatalf("queued Acquire whose context ended: %v, want context.Canceled", err)
+	}
+	if err := <-released; !errors.Is(err, context.Canceled) {
+		t.Fatalf("queued Release whose context ended: %v, want context.Canceled", err)
+	}
+
+	letGo()
+	wg.Wait()
+	l.Wait()
+	if n := rdb.Exists(t.Context(), l.Key("order:z")).Val(); n != 0 {
+		t.Fatal("the Acquire whose caller left was sent: order:z is locked for nobody")
+	}
+	if n := rdb.Exists(t.Context(), toRelease.Key()).Val(); n != 0 {
+		t.Fatal("the Release whose caller left was not sent: order:w stays locked until its TTL")
+	}
+	for _, lease := range onWire {
+		if lease != nil {
+			_ = lease.Release(t.Context())
+		}
+	}
+}
+
+func sum(s []int) int {
+	n := 0
+	for _, v := range s {
+		n += v
+	}
+	return n
+}
