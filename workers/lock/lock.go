@@ -135,13 +135,13 @@ func New(client Client, opts Options) (*Locker, error) {
 		release: redis.NewScript(releaseSource),
 	}
 	if p, ok := client.(pipelineClient); ok {
-		l.pipe = newPipeliner(p, defaultPipelines)
+		l.pipe = newPipeliner(p)
 	}
 	return l, nil
 }
 
 // Wait returns once none of the Locker's round trips is on the wire. The
-// goroutines that send them end by themselves once nothing is queued; a
+// goroutine that sends them ends by itself once nothing is queued; a
 // process that must leave nothing running calls Wait after its last call.
 // The Locker stays usable.
 func (l *Locker) Wait() {

@@ -10,14 +10,16 @@ import (
 
 // Round trips. Every job takes its lock (SET NX) and releases it (a
 // script), and a long one renews it: each a round trip of its own, a write
-// and a read syscall on both sides of the connection. Commands of one
-// Locker that arrive while its round trips are on the wire go together in
-// the next pipeline: one write, one read and one pass of Redis's event loop
-// for many. Each command keeps its own reply and error; a pipeline is not
-// a transaction and needs none, since each command touches one key.
-// Nobody waits for a pipeline to fill: a command that finds a slot free
-// starts a sender, which sends it at once, so a lone job pays nothing
-// more than a goroutine's start.
+// and a read syscall on both sides of the connection. A Locker keeps one
+// round trip on the wire at a time, and commands that arrive meanwhile go
+// together in the next one, as a pipeline: one write, one read and one
+// pass of Redis's event loop for many. Each command keeps its own reply
+// and error; a pipeline is not a transaction and needs none, since each
+// command touches one key. Nobody waits for a pipeline to fill: a command
+// that finds nothing on the wire starts the sender, which sends it at
+// once, so a lone job pays nothing more than a goroutine's start. A
+// command that arrives while a round trip is out waits for it, less than
+// a round trip, where a job's database writes take milliseconds.
 //
 // A caller waits for its reply or for its context, whichever ends first.
 // A command whose caller has left while it was queued is dropped, never
@@ -32,13 +34,8 @@ import (
 // (never, while it carries a release); on the wire, the client's read and
 // write timeouts bound it. The redisstore package's pipeliner works the
 // same way; docs/design/batching.md compares the batchers.
-const (
-	// defaultPipelines is how many round trips of one Locker may be on
-	// the wire at once.
-	defaultPipelines = 2
-	// maxPipeline bounds the commands of one round trip.
-	maxPipeline = 64
-)
+// maxPipeline bounds the commands of one round trip.
+const maxPipeline = 64
 
 // pipelineClient is a client that can pipeline. Every go-redis client
 // can; a Client that cannot sends each command on its own.
@@ -65,23 +62,22 @@ type call struct {
 }
 
 // pipeliner sends a Locker's commands, sharing round trips between those
-// that queue up. Its senders are the Locker's: each ends when the queue is
-// empty, and Locker.Wait waits for them.
+// that queue up. Its sender is the Locker's: it ends when the queue is
+// empty, and Locker.Wait waits for it.
 type pipeliner struct {
 	client pipelineClient
-	slots  int
 
 	mu      sync.Mutex
 	queue   []*call
-	sending int        // senders running, each with at most one round trip on the wire
-	idle    *sync.Cond // signalled when sending drops to 0
+	sending bool       // the sender runs, with at most one round trip on the wire
+	idle    *sync.Cond // signalled when the sender stops
 
 	// What went out: commands, and the round trips that carried them.
 	commands, trips atomic.Int64
 }
 
-func newPipeliner(client pipelineClient, slots int) *pipeliner {
-	p := &pipeliner{client: client, slots: slots}
+func newPipeliner(client pipelineClient) *pipeliner {
+	p := &pipeliner{client: client}
 	p.idle = sync.NewCond(&p.mu)
 	return p
 }
@@ -96,10 +92,8 @@ func (p *pipeliner) run(c *call) *call {
 	c.done = make(chan struct{})
 	p.mu.Lock()
 	p.queue = append(p.queue, c)
-	start := p.sending < p.slots
-	if start {
-		p.sending++
-	}
+	start := !p.sending
+	p.sending = true
 	p.mu.Unlock()
 	if start {
 		go p.send()
@@ -119,7 +113,7 @@ func (p *pipeliner) run(c *call) *call {
 	}
 }
 
-// send sends round trips until the queue is empty, then frees its slot.
+// send sends round trips until the queue is empty.
 func (p *pipeliner) send() {
 	for {
 		batch := p.take()
@@ -132,7 +126,7 @@ func (p *pipeliner) send() {
 
 // take removes up to maxPipeline commands from the queue, dropping those
 // whose caller has left (releases excepted), and returns them. When none
-// is left it frees the sender's slot and returns nil.
+// is left it marks the sender stopped and returns nil.
 func (p *pipeliner) take() []*call {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -147,10 +141,8 @@ func (p *pipeliner) take() []*call {
 		batch = append(batch, c)
 	}
 	if len(batch) == 0 {
-		p.sending--
-		if p.sending == 0 {
-			p.idle.Broadcast()
-		}
+		p.sending = false
+		p.idle.Broadcast()
 		return nil
 	}
 	return batch
@@ -202,11 +194,11 @@ func (c *call) sendContext() context.Context {
 	return c.ctx
 }
 
-// wait returns once no sender is running.
+// wait returns once the sender has stopped.
 func (p *pipeliner) wait() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for p.sending > 0 {
+	for p.sending {
 		p.idle.Wait()
 	}
 }

@@ -126,20 +126,20 @@ func waitQueued(t *testing.T, l *lock.Locker, n int) {
 	testkit.Eventually(t, fmt.Sprintf("%d commands queued", n), 15*time.Second, func() bool { return lock.Queued(l) == n })
 }
 
-// waitHeldAndQueued waits until each of calls commands is in a round trip
-// held at the client (since the mark'th) or queued behind the Locker's two
-// round trips.
+// waitHeldAndQueued waits until the Locker's round trip (the first since
+// the mark'th) is held at the client and each of calls commands is in it
+// or queued behind it.
 func waitHeldAndQueued(t *testing.T, l *lock.Locker, tr *trips, mark, calls int) {
 	t.Helper()
-	testkit.Eventually(t, "two round trips held, the other commands queued", 15*time.Second, func() bool {
-		sizes, queued := tr.sizes(mark), lock.Queued(l)
-		return sum(sizes)+queued == calls && (len(sizes) == 2 || queued == 0)
+	testkit.Eventually(t, "a round trip held, the other commands queued", 15*time.Second, func() bool {
+		sizes := tr.sizes(mark)
+		return len(sizes) == 1 && sizes[0]+lock.Queued(l) == calls
 	})
 }
 
-// Concurrent Acquires, then concurrent Releases, that queue up while
-// round trips are on the wire share the next round trip, and each still
-// gets its own answer.
+// Concurrent Acquires, then concurrent Releases, that queue up while a
+// round trip is on the wire share the next round trip, and each still gets
+// its own answer.
 func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 	t.Parallel()
 	l, rdb, tr := countedLocker(t)
@@ -147,8 +147,8 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 	leases := make([]*lock.Lease, jobs)
 	errs := make([]error, jobs)
 
-	// The first calls take the Locker's two round trips, held at the
-	// client; the others queue behind them and go out together.
+	// The first calls take the Locker's round trip, held at the client;
+	// the others queue behind it and go out together.
 	mark := tr.count()
 	letGo := tr.holdAll(t)
 	var wg sync.WaitGroup
@@ -166,8 +166,8 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 			t.Fatalf("order:%d has no lock key after its Acquire", i)
 		}
 	}
-	if got := tr.sizes(mark); len(got) > 3 || sum(got) != jobs {
-		t.Fatalf("%d Acquires went out in round trips of %v commands, want all of them in at most 3", jobs, got)
+	if got := tr.sizes(mark); len(got) > 2 || sum(got) != jobs {
+		t.Fatalf("%d Acquires went out in round trips of %v commands, want all of them in at most 2", jobs, got)
 	}
 
 	mark = tr.count()
@@ -186,8 +186,8 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 			t.Fatalf("order:%d still locked after its Release", i)
 		}
 	}
-	if got := tr.sizes(mark); len(got) > 3 || sum(got) != jobs {
-		t.Fatalf("%d Releases went out in round trips of %v commands, want all of them in at most 3", jobs, got)
+	if got := tr.sizes(mark); len(got) > 2 || sum(got) != jobs {
+		t.Fatalf("%d Releases went out in round trips of %v commands, want all of them in at most 2", jobs, got)
 	}
 }
 
@@ -209,34 +209,32 @@ func TestLoneCallIsNotDelayed(t *testing.T) {
 		t.Fatalf("a lone Acquire and Release went out in round trips of %v commands, want [1 1]", got)
 	}
 
-	// One round trip held on the wire: the next call takes the other
-	// slot and is answered while the first still waits.
+	// A call that arrives while a round trip is held on the wire goes
+	// out in the very next one, alone: it waits for the wire, never for
+	// company.
+	mark = tr.count()
 	letGo := tr.holdAll(t)
 	held := make(chan error, 1)
 	go func() {
-		lease, err := l.Acquire(t.Context(), "order:2")
-		if err == nil {
-			err = lease.Release(context.WithoutCancel(t.Context()))
-		}
+		_, err := l.Acquire(t.Context(), "order:2")
 		held <- err
 	}()
-	testkit.Eventually(t, "the first Acquire on the wire", 15*time.Second, func() bool { return tr.count() == mark+3 })
+	testkit.Eventually(t, "the first Acquire on the wire", 15*time.Second, func() bool { return tr.count() == mark+1 })
 	tr.pass()
-	lease, err = l.Acquire(t.Context(), "order:3")
-	if err != nil {
-		t.Fatalf("Acquire while another round trip is held: %v", err)
-	}
-	select {
-	case err := <-held:
-		t.Fatalf("the held Acquire returned (%v) before it was let go", err)
-	default:
-	}
+	next := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(t.Context(), "order:3")
+		next <- err
+	}()
+	waitQueued(t, l, 1)
 	letGo()
-	if err := <-held; err != nil {
-		t.Fatal(err)
+	for _, done := range []chan error{held, next} {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := lease.Release(t.Context()); err != nil {
-		t.Fatal(err)
+	if got := tr.sizes(mark); !slices.Equal(got, []int{1, 1}) {
+		t.Fatalf("an Acquire held on the wire and the one behind it went out in round trips of %v commands, want [1 1]", got)
 	}
 }
 
@@ -253,20 +251,18 @@ func TestQueuedCallersLeave(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Both round trips held on the wire, one call in each.
+	// A round trip held on the wire.
 	mark := tr.count()
 	letGo := tr.holdAll(t)
-	onWire := make([]*lock.Lease, 2)
+	var onWire *lock.Lease
 	var wg sync.WaitGroup
-	for i := range onWire {
-		wg.Go(func() {
-			var err error
-			if onWire[i], err = l.Acquire(t.Context(), fmt.Sprint("order:", i)); err != nil {
-				t.Errorf("held Acquire: %v", err)
-			}
-		})
-		testkit.Eventually(t, "a round trip on the wire", 15*time.Second, func() bool { return tr.count() == mark+i+1 })
-	}
+	wg.Go(func() {
+		var err error
+		if onWire, err = l.Acquire(t.Context(), "order:0"); err != nil {
+			t.Errorf("held Acquire: %v", err)
+		}
+	})
+	testkit.Eventually(t, "a round trip on the wire", 15*time.Second, func() bool { return tr.count() == mark+1 })
 
 	ctx, cancel := context.WithCancel(t.Context())
 	acquired := make(chan error, 1)
@@ -297,10 +293,8 @@ func TestQueuedCallersLeave(t *testing.T) {
 	if n := rdb.Exists(t.Context(), toRelease.Key()).Val(); n != 0 {
 		t.Fatal("the Release whose caller left was not sent: order:w stays locked until its TTL")
 	}
-	for _, lease := range onWire {
-		if lease != nil {
-			_ = lease.Release(t.Context())
-		}
+	if onWire != nil {
+		_ = onWire.Release(t.Context())
 	}
 }
 
