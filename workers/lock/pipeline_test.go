@@ -101,7 +101,7 @@ func (tr *trips) count() int {
 
 // countedLocker returns a Locker on a client of its own whose round trips
 // tr counts, its scripts already loaded in Redis.
-func countedLocker(t *testing.T) (*lock.Locker, *redis.Client, *trips) {
+func countedLocker(t testing.TB) (*lock.Locker, *redis.Client, *trips) {
 	t.Helper()
 	rdb := testkit.Redis(t)
 	tr := &trips{}
