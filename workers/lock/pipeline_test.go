@@ -305,3 +305,43 @@ func sum(s []int) int {
 	}
 	return n
 }
+
+// On a Redis Cluster, a pipeline of lock commands spans slots: go-redis
+// splits it by node, and every concurrent Acquire and Release still gets
+// its own answer.
+func TestClusterPipelinesSpanSlots(t *testing.T) {
+	t.Parallel()
+	rdb := testkit.RedisCluster(t)
+	l := newLocker(t, rdb, lock.Options{Prefix: testkit.Prefix(), TTL: time.Minute})
+	t.Cleanup(l.Wait)
+	const jobs = 30
+	resources := make([]string, jobs)
+	leases := make([]*lock.Lease, jobs)
+	errs := make([]error, jobs)
+	for i := range resources {
+		resources[i] = fmt.Sprint("order:", i)
+	}
+	var wg sync.WaitGroup
+	for i := range jobs {
+		wg.Go(func() { leases[i], errs[i] = l.Acquire(t.Context(), resources[i]) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("Acquire on the cluster: %v", err)
+	}
+	held, err := l.Held(t.Context(), resources)
+	if err != nil || slices.Contains(held, false) {
+		t.Fatalf("after the Acquires: Held = %v, %v; want all held", held, err)
+	}
+	for i := range jobs {
+		wg.Go(func() { errs[i] = leases[i].Release(t.Context()) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("Release on the cluster: %v", err)
+	}
+	held, err = l.Held(t.Context(), resources)
+	if err != nil || slices.Contains(held, true) {
+		t.Fatalf("after the Releases: Held = %v, %v; want none held", held, err)
+	}
+}
