@@ -334,14 +334,34 @@ func TestLimitsAreReleasedAfterTheAttempt(t *testing.T) {
 	}
 }
 
-// deadPipelines is a Redis client whose locks work but whose pipelines,
-// which limits use, cannot reach Redis.
-type deadPipelines struct {
-	*redis.Client
-	dead *redis.Client
+// limitsUnreachable is a hook under which a client's pipelines that carry
+// a limit's keys fail as if Redis were down, while its other commands,
+// the lock's among them, reach Redis.
+type limitsUnreachable struct{}
+
+func (limitsUnreachable) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (limitsUnreachable) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (limitsUnreachable) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !slices.ContainsFunc(cmds, namesALimit) {
+			return next(ctx, cmds)
+		}
+		err := errors.New("dial tcp: connect: connection refused")
+		for _, c := range cmds {
+			c.SetErr(err)
+		}
+		return err
+	}
 }
 
-func (d deadPipelines) Pipeline() redis.Pipeliner { return d.dead.Pipeline() }
+// namesALimit reports whether c names a key of a limit's.
+func namesALimit(c redis.Cmder) bool {
+	return slices.ContainsFunc(c.Args(), func(a any) bool {
+		s, ok := a.(string)
+		return ok && strings.Contains(s, ":limit:{")
+	})
+}
 
 // TestLimitsUnreachableIsTransient: when the limits cannot be asked, the
 // attempt does not start (it would run unlimited) and is retried as a
@@ -352,10 +372,11 @@ func TestLimitsUnreachableIsTransient(t *testing.T) {
 	p := &partner{hold: func(int) time.Duration { return 0 }}
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
-	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	t.Cleanup(func() { _ = dead.Close() })
+	limitsDown := redis.NewClient(e.rdb.Options())
+	t.Cleanup(func() { _ = limitsDown.Close() })
+	limitsDown.AddHook(limitsUnreachable{})
 	deps := e.deps(nil, 5*time.Second)
-	deps.Redis = deadPipelines{Client: e.rdb, dead: dead}
+	deps.Redis = limitsDown
 	use := limitUse(t, job.FlowLimit{Name: "ship-api", Concurrency: 1}, "{tenant}")
 	mux, err := NewHandlers().Mux(deps, []*job.Spec{partnerSpec(t, srv.URL, use)}, HTTPDelivery{})
 	if err != nil {

@@ -11,6 +11,11 @@
 // lease must stop writing then. Release stops the goroutine and deletes the
 // key if it is still ours; for a lease already lost it does nothing.
 //
+// The commands of one Locker's concurrent callers share round trips: one
+// is on the wire at a time, and those that arrive meanwhile go together in
+// the next pipeline (pipeline.go), so a busy worker pays far less than two
+// round trips a job for its locks and a lone job pays nothing more.
+//
 // A lock limits concurrency; it is not a proof of ownership. A process can
 // pause past its TTL and wake up still believing it holds the lock, so
 // writes that must not come from a stale owner are also fenced (see package

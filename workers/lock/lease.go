@@ -67,35 +67,40 @@ func (l *Lease) Err() error {
 // Release stops renewing, waits for the renewal goroutine to return and
 // deletes the key if it is still ours. For a lease already lost, or already
 // released, it deletes nothing and returns nil: the key may belong to the
-// next owner by now. It reports only a failure to reach Redis.
+// next owner by now. It reports only a failure to reach Redis, or the end
+// of ctx; a release still queued when ctx ends is sent all the same, so
+// the resource is free at once rather than at the TTL.
 func (l *Lease) Release(ctx context.Context) error {
 	l.stop(ErrReleased)
-	if err := l.locker.release.Run(ctx, l.locker.client, []string{l.key}, l.token).Err(); err != nil {
+	if err := l.locker.do(l.releaseCall(ctx, nil)).cmd.Err(); err != nil {
 		return fmt.Errorf("lock: release %s: %w", l.key, err)
 	}
 	return nil
 }
 
+// releaseCall is the release script, sent even if ctx ends before it goes
+// out (see pipeline.go), with more's writes after it.
+func (l *Lease) releaseCall(ctx context.Context, more func(redis.Pipeliner)) *call {
+	return &call{ctx: ctx, keep: true, script: l.locker.release, keys: []string{l.key}, args: []any{l.token}, more: more}
+}
+
 // ReleaseWith is Release with more writes in the same round trip: more
-// queues them on the pipeline that deletes the lock (the worker gives a
-// job's flow-limit slots back this way). A client that cannot pipeline
+// queues them on the pipeline that deletes the lock, right after the
+// release (the worker gives a job's flow-limit slots back this way). Like
+// the release, they are sent even if ctx ends first. A client that cannot pipeline
 // releases the lock alone, and more is not run: ReleaseWith reports
 // false, and the caller sends its writes itself.
 func (l *Lease) ReleaseWith(ctx context.Context, more func(redis.Pipeliner)) (bool, error) {
-	p, ok := l.locker.client.(interface{ Pipeline() redis.Pipeliner })
-	if !ok {
+	if l.locker.pipe == nil {
 		return false, l.Release(ctx)
 	}
 	l.stop(ErrReleased)
-	pipe := p.Pipeline()
-	released := l.locker.release.Eval(ctx, pipe, []string{l.key}, l.token)
-	more(pipe)
-	_, err := pipe.Exec(ctx)
-	if rerr := released.Err(); rerr != nil {
-		return true, fmt.Errorf("lock: release %s: %w", l.key, rerr)
+	c := l.locker.do(l.releaseCall(ctx, more))
+	if err := c.cmd.Err(); err != nil {
+		return true, fmt.Errorf("lock: release %s: %w", l.key, err)
 	}
-	if err != nil {
-		return true, fmt.Errorf("lock: release %s: with it: %w", l.key, err)
+	if c.moreErr != nil {
+		return true, fmt.Errorf("lock: release %s: with it: %w", l.key, c.moreErr)
 	}
 	return true, nil
 }
@@ -139,7 +144,7 @@ func (l *Lease) renewLoop() {
 			return
 		}
 		start := time.Now()
-		n, err := l.locker.renew.Run(l.ctx, l.locker.client, []string{l.key}, l.token, opts.TTL.Milliseconds()).Int64()
+		n, err := l.locker.do(&call{ctx: l.ctx, script: l.locker.renew, keys: []string{l.key}, args: []any{l.token, opts.TTL.Milliseconds()}}).cmd.Int64()
 		switch {
 		case l.ctx.Err() != nil:
 			// Released, abandoned or expired while the call was in flight.

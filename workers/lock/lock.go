@@ -114,6 +114,9 @@ type Locker struct {
 	opts    Options
 	renew   *redis.Script
 	release *redis.Script
+	// pipe shares round trips between concurrent commands (pipeline.go);
+	// nil for a client that cannot pipeline.
+	pipe *pipeliner
 }
 
 // New returns a Locker on client. It reports every invalid option at once.
@@ -125,12 +128,40 @@ func New(client Client, opts Options) (*Locker, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Locker{
+	l := &Locker{
 		client:  client,
 		opts:    opts,
 		renew:   redis.NewScript(renewSource),
 		release: redis.NewScript(releaseSource),
-	}, nil
+	}
+	if p, ok := client.(pipelineClient); ok {
+		l.pipe = newPipeliner(p)
+	}
+	return l, nil
+}
+
+// Wait returns once none of the Locker's round trips is on the wire. The
+// goroutine that sends them ends by itself once nothing is queued; a
+// process that must leave nothing running calls Wait after its last call.
+// The Locker stays usable.
+func (l *Locker) Wait() {
+	if l.pipe != nil {
+		l.pipe.wait()
+	}
+}
+
+// do sends c: with the commands of other callers when the client can
+// pipeline, else as a round trip of its own.
+func (l *Locker) do(c *call) *call {
+	if l.pipe != nil {
+		return l.pipe.run(c)
+	}
+	if c.script != nil {
+		c.cmd = c.script.Run(c.ctx, l.client, c.keys, c.args...)
+	} else {
+		c.cmd = l.client.Do(c.ctx, c.args...)
+	}
+	return c
 }
 
 // TTL is the lock TTL in use.
@@ -207,7 +238,7 @@ func (l *Locker) Acquire(ctx context.Context, resource string) (*Lease, error) {
 
 // set is `SET key token NX PX ttl`.
 func (l *Locker) set(ctx context.Context, key, token string) (bool, error) {
-	err := l.client.Do(ctx, "set", key, token, "nx", "px", l.opts.TTL.Milliseconds()).Err()
+	err := l.do(&call{ctx: ctx, args: []any{"set", key, token, "nx", "px", l.opts.TTL.Milliseconds()}}).cmd.Err()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return false, nil

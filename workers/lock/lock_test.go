@@ -18,7 +18,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newLocker(t *testing.T, rdb lock.Client, opts lock.Options) *lock.Locker {
+func newLocker(t testing.TB, rdb lock.Client, opts lock.Options) *lock.Locker {
 	t.Helper()
 	l, err := lock.New(rdb, opts)
 	if err != nil {
