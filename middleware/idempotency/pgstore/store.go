@@ -45,7 +45,7 @@ type Store struct {
 	pool         *pgxpool.Pool
 	channel      string
 	log          *slog.Logger
-	flushers     int
+	lanes        int
 	maxBatch     int
 	batchTimeout time.Duration
 	batch        *batcher // nil: batching off
@@ -129,7 +129,7 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 		channel:        DefaultChannel,
 		log:            slog.Default(),
 		watchers:       make(map[string]map[*watcher]struct{}),
-		flushers:       defaultFlushers,
+		lanes:          defaultLanes,
 		maxBatch:       defaultMaxBatch,
 		batchTimeout:   defaultBatchTimeout,
 		resolveTimeout: defaultResolveTimeout,
@@ -137,8 +137,8 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	for _, opt := range opts {
 		opt(s)
 	}
-	if s.flushers > 0 && s.maxBatch > 1 {
-		s.batch = newBatcher(pool, s.flushers, s.maxBatch, s.batchTimeout)
+	if s.lanes > 0 && s.maxBatch > 1 {
+		s.batch = newBatcher(pool, s.lanes, s.maxBatch, s.batchTimeout)
 	}
 	return s
 }
