@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/internal/headerjson"
 )
 
 var _ idempotency.ItemStore = (*Store)(nil)
@@ -125,9 +126,7 @@ func (s *Store) completePipeline(ctx context.Context, items []idempotency.ItemCo
 		it := items[i]
 		var headers json.RawMessage
 		if it.Response.Header != nil {
-			if headers, err = json.Marshal(it.Response.Header); err != nil {
-				return err
-			}
+			headers = headerjson.Append(make([]byte, 0, headerjson.Size(it.Response.Header)), it.Response.Header)
 		}
 		body := it.Response.Body
 		if it.Response.BodyOmitted {

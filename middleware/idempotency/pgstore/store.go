@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/internal/headerjson"
 )
 
 var (
@@ -351,10 +352,7 @@ func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner str
 	// (\x…), which jsonb refuses. nil is SQL NULL: no headers.
 	var headers json.RawMessage
 	if resp.Header != nil {
-		var err error
-		if headers, err = json.Marshal(resp.Header); err != nil {
-			return fmt.Errorf("pgstore: complete: headers: %w", err)
-		}
+		headers = headerjson.Append(make([]byte, 0, headerjson.Size(resp.Header)), resp.Header)
 	}
 	body := resp.Body
 	if resp.BodyOmitted {

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/internal/headerjson"
 )
 
 var (
@@ -187,10 +188,7 @@ func (s *Store) Renew(ctx context.Context, scope idempotency.Scope, owner string
 // Complete stores resp and ends the owner's claim. The record then lives
 // for retention from now.
 func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner string, resp idempotency.Response, retention time.Duration) error {
-	header, err := json.Marshal(resp.Header)
-	if err != nil {
-		return fmt.Errorf("redisstore: complete: encode header: %w", err)
-	}
+	header := headerjson.Append(make([]byte, 0, headerjson.Size(resp.Header)), resp.Header)
 	body, omitted := resp.Body, "0"
 	if resp.BodyOmitted {
 		body, omitted = nil, "1"
