@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
 // Batching. Every request writes twice (claim, complete), and with
@@ -89,7 +91,7 @@ type op struct {
 	args []any
 	// order sorts a batch: statements lock rows in one global order, so two
 	// batches never wait for each other in a cycle.
-	order string
+	order idempotency.Scope
 	scan  func(pgx.Row) error // a query; nil for an Exec
 	tag   pgconn.CommandTag
 	err   error // the result, read once wake has said so
@@ -232,7 +234,7 @@ func pass(batch []*op) bool {
 // of its callers because self's had gone before the batch was sent.
 func (b *batcher) run(self *op, batch []*op) bool {
 	if len(batch) > 1 {
-		slices.SortStableFunc(batch, func(x, y *op) int { return cmp.Compare(x.order, y.order) })
+		slices.SortStableFunc(batch, func(x, y *op) int { return compareScopes(x.order, y.order) })
 	}
 	batch = waiting(self, batch)
 	if self.ctx.Err() != nil {

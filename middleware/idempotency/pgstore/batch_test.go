@@ -59,7 +59,7 @@ func TestBatchFallsBackWhenAStatementFails(t *testing.T) {
 
 	// Hold the only lane with a slow batch so that the next statements
 	// queue up and go out together, one of them doomed (division by zero).
-	slow := &op{sql: "SELECT pg_sleep(0.3)", order: ""}
+	slow := &op{sql: "SELECT pg_sleep(0.3)"}
 	slowDone := make(chan error, 1)
 	go func() { slowDone <- s.batch.do(context.Background(), slow) }()
 	time.Sleep(50 * time.Millisecond)
@@ -74,7 +74,7 @@ func TestBatchFallsBackWhenAStatementFails(t *testing.T) {
 	}
 	var badErr error
 	wg.Go(func() {
-		bad := &op{sql: "SELECT 1/0", order: "zzz", scan: func(r pgx.Row) error { var n int; return r.Scan(&n) }}
+		bad := &op{sql: "SELECT 1/0", order: idempotency.Scope{Tenant: "zzz"}, scan: func(r pgx.Row) error { var n int; return r.Scan(&n) }}
 		badErr = s.batch.do(ctx, bad)
 	})
 	wg.Wait()
@@ -132,7 +132,7 @@ func pendingOps(b *batcher) int {
 
 // selectOp is a statement that reads n back into *got.
 func selectOp(n int, got *int) *op {
-	return &op{sql: "SELECT $1::int", args: []any{n}, order: fmt.Sprint(n),
+	return &op{sql: "SELECT $1::int", args: []any{n}, order: idempotency.Scope{Key: fmt.Sprint(n)},
 		scan: func(r pgx.Row) error { return r.Scan(got) }}
 }
 
@@ -215,7 +215,7 @@ func TestBatchRerunWhenItsLeaderGivesUpMidFlight(t *testing.T) {
 	wg.Go(func() { firstErr = s.batch.do(firstCtx, first) })
 	eventually(t, "first leads", func() bool { return busyLanes(s.batch) == 1 })
 
-	// lead sorts first (order ""), so it holds the batch up on the wire.
+	// lead sorts first (the zero scope), so it holds the batch up on the wire.
 	leadCtx, cancelLead := context.WithCancel(t.Context())
 	defer cancelLead()
 	lead := &op{sql: "SELECT pg_sleep(30)"}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -27,7 +26,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []idempotency.ClaimRequest) 
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(scopeOrder(reqs[a].Scope), scopeOrder(reqs[b].Scope)) })
+	slices.SortFunc(order, func(a, b int) int { return compareScopes(reqs[a].Scope, reqs[b].Scope) })
 	settled := make([]bool, len(reqs))
 	if err := s.claimPipeline(ctx, reqs, order, results, settled); err != nil && ctx.Err() != nil {
 		return nil, err
@@ -104,7 +103,7 @@ func (s *Store) CompleteMany(ctx context.Context, items []idempotency.ItemComple
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int {
-		return strings.Compare(scopeOrder(items[a].Scope), scopeOrder(items[b].Scope))
+		return compareScopes(items[a].Scope, items[b].Scope)
 	})
 	if err := s.completePipeline(ctx, items, order, errs); err == nil {
 		return errs

@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
 // A write is sent through the batcher or on a connection of its own; either
@@ -16,7 +18,7 @@ import (
 // on), else on its own. It reports the backend the statement was sent to,
 // 0 when it never left the process, so that a write whose context ended
 // while it may have committed can be settled (resolve).
-func (s *Store) exec(ctx context.Context, viaBatch bool, order, sql string, args ...any) (pgconn.CommandTag, uint32, error) {
+func (s *Store) exec(ctx context.Context, viaBatch bool, order idempotency.Scope, sql string, args ...any) (pgconn.CommandTag, uint32, error) {
 	if viaBatch && s.batch != nil {
 		o := &op{sql: sql, args: args, order: order}
 		if err := s.batch.do(ctx, o); err != nil {
@@ -34,7 +36,7 @@ func (s *Store) exec(ctx context.Context, viaBatch bool, order, sql string, args
 }
 
 // queryRow is exec for a statement that returns one row.
-func (s *Store) queryRow(ctx context.Context, viaBatch bool, order, sql string, scan func(pgx.Row) error, args ...any) (uint32, error) {
+func (s *Store) queryRow(ctx context.Context, viaBatch bool, order idempotency.Scope, sql string, scan func(pgx.Row) error, args ...any) (uint32, error) {
 	if viaBatch && s.batch != nil {
 		o := &op{sql: sql, args: args, order: order, scan: scan}
 		err := s.batch.do(ctx, o)
