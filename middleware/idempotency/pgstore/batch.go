@@ -263,10 +263,12 @@ func (b *batcher) run(self *op, batch []*op) bool {
 	}
 	defer conn.Release()
 	// Nothing but this stands between the statements and the wire now.
-	if batch = sending(self, batch, conn.Conn().PgConn().PID()); self.state.Load() == gaveUp {
+	// Self goes first: a batch handed on must hold no op marked sent.
+	if batch = waiting(self, batch); self.ctx.Err() != nil {
 		self.err = self.ctx.Err()
 		return len(batch) == 0 || !pass(batch)
 	}
+	batch = sending(self, batch, conn.Conn().PgConn().PID())
 	b.statements.Add(int64(len(batch)))
 	b.batches.Add(1)
 	results, err := send(ctx, conn, batch)
@@ -320,14 +322,12 @@ func gone(o *op, lead bool) bool {
 }
 
 // sending marks the ops of batch as sent to the backend pid and returns
-// them, reusing batch, without those whose callers have given up.
+// them, reusing batch, without those whose callers have given up. Self,
+// the leader's, is sent whatever its context says by now: a leader that
+// gives up from here on ends the batch (run).
 func sending(self *op, batch []*op, pid uint32) []*op {
 	return slices.DeleteFunc(batch, func(o *op) bool {
 		if o == self {
-			if o.ctx.Err() != nil {
-				o.state.Store(gaveUp)
-				return true
-			}
 			o.state.Store(pid)
 			return false
 		}
