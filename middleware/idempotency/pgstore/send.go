@@ -13,12 +13,6 @@ import (
 // A write is sent through the batcher or on a connection of its own; either
 // way the store learns which backend it went to, which is what settling a
 // write whose deadline passed mid-commit needs (ambiguous.go).
-//
-// The statements every request runs (claim, complete, release) take their
-// arguments as pointers, into one struct or into the call's own
-// parameters. pgx reads through a pointer as through the value, and a
-// pointer goes into an interface as it is, where a string, a slice or a
-// duration is copied to the heap, one allocation each.
 
 // exec runs a write through the batcher when viaBatch (and batching is
 // on), else on its own. It reports the backend the statement was sent to,

@@ -262,9 +262,8 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	}
 	races, lost, viaBatch := 0, 0, true
 	for {
-		// Arguments as pointers (send.go).
 		pid, err := s.queryRow(ctx, viaBatch, sc, claimSQL, scan,
-			&req.Scope.Tenant, &req.Scope.Route, &req.Scope.Key, &req.Fingerprint, &req.Owner, &req.Lease, &req.Retention, &s.instance)
+			sc.Tenant, sc.Route, sc.Key, req.Fingerprint, req.Owner, req.Lease, req.Retention, s.instance)
 		if ambiguous(ctx, err, pid) {
 			return s.resolveClaim(ctx, pid, req, err)
 		}
@@ -355,23 +354,17 @@ func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner str
 	if resp.Header != nil {
 		headers = headerjson.Append(make([]byte, 0, headerjson.Size(resp.Header)), resp.Header)
 	}
-	a := &struct {
-		scope     idempotency.Scope
-		owner, id string
-		headers   json.RawMessage
-		body      []byte
-		retention time.Duration
-	}{scope: scope, owner: owner, id: scopeID(scope), headers: headers, body: resp.Body, retention: retention}
+	body := resp.Body
 	if resp.BodyOmitted {
-		a.body = nil
+		body = nil
 	}
+	id := scopeID(scope)
 	lost, viaBatch := 0, true
 	for {
-		// Arguments as pointers (send.go).
 		tag, pid, err := s.exec(ctx, viaBatch, scope, completeSQL,
-			&a.scope.Tenant, &a.scope.Route, &a.scope.Key, &a.owner,
-			resp.Status, &a.headers, &a.body, resp.BodyOmitted, &a.retention,
-			lost > 0, &s.channel, &a.id)
+			scope.Tenant, scope.Route, scope.Key, owner,
+			resp.Status, headers, body, resp.BodyOmitted, retention,
+			lost > 0, s.channel, id)
 		if ambiguous(ctx, err, pid) {
 			return s.resolveEnd(ctx, pid, "complete", scope, owner, idempotency.StateCompleted, err)
 		}
@@ -434,15 +427,11 @@ func (s *Store) MarkUnknown(ctx context.Context, scope idempotency.Scope, owner 
 }
 
 func (s *Store) end(ctx context.Context, op string, scope idempotency.Scope, owner string, state idempotency.State) error {
-	a := &struct {
-		scope                 idempotency.Scope
-		owner, state, id, why string
-	}{scope: scope, owner: owner, state: string(state), id: scopeID(scope), why: idempotency.ReleaseReason(ctx)}
+	id := scopeID(scope)
 	lost, viaBatch := 0, true
 	for {
-		// Arguments as pointers (send.go).
 		tag, pid, err := s.exec(ctx, viaBatch, scope, endSQL,
-			&a.scope.Tenant, &a.scope.Route, &a.scope.Key, &a.owner, &a.state, lost > 0, &s.channel, &a.id, &a.why)
+			scope.Tenant, scope.Route, scope.Key, owner, string(state), lost > 0, s.channel, id, idempotency.ReleaseReason(ctx))
 		if ambiguous(ctx, err, pid) {
 			return s.resolveEnd(ctx, pid, op, scope, owner, state, err)
 		}
