@@ -1,6 +1,3 @@
-// Package headerjson encodes an http.Header as encoding/json does, byte
-// for byte, without reflection: the stores write a response's header with
-// every completion, on the request path.
 package headerjson
 
 import (
