@@ -91,13 +91,24 @@ func newProxy(target *url.URL, transport http.RoundTripper, timeout time.Duratio
 			in, out := pr.In, pr.Out
 			dropOwnedHeaders(out.Header, stripHeader)
 			pr.SetURL(target)
-			pr.SetXForwarded()
 			// The gateway's own headers share one backing array, each
 			// value capped so that an Add cannot reach the next.
-			vs := make([]string, 0, 3)
+			vs := make([]string, 0, 6)
 			set := func(name, value string) {
 				vs = append(vs, value)
 				out.Header[name] = vs[len(vs)-1 : len(vs) : len(vs)]
+			}
+			// What pr.SetXForwarded writes, in the shared array rather
+			// than a slice each. dropOwnedHeaders removed any the client
+			// sent, so there is no earlier X-Forwarded-For to extend.
+			if ip, _, err := net.SplitHostPort(in.RemoteAddr); err == nil {
+				set("X-Forwarded-For", ip)
+			}
+			set("X-Forwarded-Host", in.Host)
+			if in.TLS == nil {
+				set("X-Forwarded-Proto", "http")
+			} else {
+				set("X-Forwarded-Proto", "https")
 			}
 			tenant := auth.Tenant(in.Context())
 			if tenant != "" {
@@ -200,10 +211,22 @@ func upstreamKey(in *http.Request, tenant string, idem idempotency.Config) (stri
 // headers SetXForwarded writes.
 func dropOwnedHeaders(h http.Header, stripHeader string) {
 	for name := range h {
+		if !isASCII(name) {
+			if readAsHasPrefix(name, "idemgate-") || sameReadAs(name, idempotency.HeaderKey) || sameReadAs(name, HeaderFencingToken) ||
+				stripHeader != "" && sameReadAs(name, stripHeader) ||
+				sameReadAs(name, "forwarded") || sameReadAs(name, "x-forwarded-for") || sameReadAs(name, "x-forwarded-host") || sameReadAs(name, "x-forwarded-proto") {
+				delete(h, name)
+			}
+			continue
+		}
+		// The common case, without testing name for ASCII once per
+		// owned name.
 		switch {
-		case readAsHasPrefix(name, "idemgate-"), sameReadAs(name, idempotency.HeaderKey), sameReadAs(name, HeaderFencingToken),
+		case len(name) >= len("idemgate-") && sameASCIIReadAs(name[:len("idemgate-")], "idemgate-"),
+			sameASCIIReadAs(name, idempotency.HeaderKey), sameASCIIReadAs(name, HeaderFencingToken),
 			stripHeader != "" && sameReadAs(name, stripHeader),
-			sameReadAs(name, "forwarded"), sameReadAs(name, "x-forwarded-for"), sameReadAs(name, "x-forwarded-host"), sameReadAs(name, "x-forwarded-proto"):
+			sameASCIIReadAs(name, "forwarded"), sameASCIIReadAs(name, "x-forwarded-for"),
+			sameASCIIReadAs(name, "x-forwarded-host"), sameASCIIReadAs(name, "x-forwarded-proto"):
 			delete(h, name)
 		}
 	}
@@ -215,8 +238,12 @@ func dropOwnedHeaders(h http.Header, stripHeader string) {
 // answers it gives, and only there.
 func dropReplayMarks(h http.Header) {
 	for name := range h {
-		if sameReadAs(name, idempotency.HeaderReplayed) || sameReadAs(name, idempotency.HeaderReplayedX) || sameReadAs(name, idempotency.HeaderBodyOmitted) ||
-			sameReadAs(name, idempotency.HeaderKeyExpires) {
+		same := sameASCIIReadAs
+		if !isASCII(name) {
+			same = sameReadAs
+		}
+		if same(name, idempotency.HeaderReplayed) || same(name, idempotency.HeaderReplayedX) || same(name, idempotency.HeaderBodyOmitted) ||
+			same(name, idempotency.HeaderKeyExpires) {
 			delete(h, name)
 		}
 	}
@@ -232,6 +259,11 @@ func sameReadAs(a, b string) bool {
 	if !isASCII(a) || !isASCII(b) {
 		return readAs(a) == readAs(b) // Unicode case folding can change lengths
 	}
+	return sameASCIIReadAs(a, b)
+}
+
+// sameASCIIReadAs is sameReadAs for a and b known to be ASCII.
+func sameASCIIReadAs(a, b string) bool {
 	if len(a) != len(b) {
 		return false
 	}

@@ -210,6 +210,7 @@ func TestOwnedHeadersInOtherSpellings(t *testing.T) {
 		"Authorization": "Bearer " + testAPIKey, "Idempotency-Key": "us-1",
 		"Idemgate_Tenant": "globex", "Idempotency_Fencing_Token": "99", "Idempotency_Key": "other",
 		"IDEMGATE_TASK": "x", "X_Forwarded_For": "10.0.0.1", "X-Custom_Header": "kept",
+		"X-Forwarded-For": "10.0.0.2", "X-Forwarded-Proto": "https",
 	} {
 		req.Header[name] = []string{v} // as spelt, not canonicalised
 	}
@@ -233,6 +234,13 @@ func TestOwnedHeadersInOtherSpellings(t *testing.T) {
 	}
 	if h.Get(HeaderTenant) != "acme" || tokenOf(h.Get(HeaderFencingToken)) == 0 || h.Get("Idempotency-Key") != "acme:us-1" || h.Get("X-Custom_Header") != "kept" {
 		t.Errorf("the upstream got %v", h)
+	}
+	// The forwarding headers are the gateway's account of the client,
+	// never the client's own.
+	xff, host, proto := h.Values("X-Forwarded-For"), h.Values("X-Forwarded-Host"), h.Values("X-Forwarded-Proto")
+	if len(xff) != 1 || xff[0] != "127.0.0.1" || len(host) != 1 || host[0] != strings.TrimPrefix(srv.URL, "http://") ||
+		len(proto) != 1 || proto[0] != "http" {
+		t.Errorf("the upstream got X-Forwarded-For %q, X-Forwarded-Host %q, X-Forwarded-Proto %q", xff, host, proto)
 	}
 }
 

@@ -15,15 +15,23 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
 // Batching. Every request writes twice (claim, complete), and with
 // synchronous_commit each write waits for its own WAL flush: the flush, not
 // the statement, sets the pace. The batcher coalesces the claims and
-// completions that arrive while another batch is in flight into one round
+// completions that arrive while other batches are in flight into one round
 // trip run as one implicit transaction, so one commit and one WAL flush
-// serve them all. Nobody waits for a batch to fill: a flusher takes what is
-// queued the moment it is free, so a lone request goes at once.
+// serve them all. Nobody waits for a batch to fill: a caller that finds a
+// lane free sends its statement at once, so a lone request goes at once.
+//
+// A batch runs on the goroutine of one of its callers, which waits for its
+// result anyway: the caller that found a lane free leads its own statement,
+// and a leader that is done hands the statements queued meanwhile to one of
+// their callers, which leads them. So the Store starts no goroutine for
+// batching and a Store dropped without Close leaves nothing running.
 //
 // A result is handed back only after the batch has committed, so a record
 // is durable before the response that depends on it is sent, exactly as
@@ -36,40 +44,42 @@ import (
 // Deadlines. A caller waits for its batch only as long as its context
 // lets it: then it returns ctx's error, as it would from a statement of
 // its own cancelled mid-flight. A statement whose caller has given up
-// before its batch holds a connection is dropped, never sent. A batch runs
-// under a context that ends when every one of its callers has given up
-// (nobody would read its results, and pgx then gives up a connection that
-// stopped answering) or when the batch timeout passes, whichever is first,
-// so a flusher is never held for longer by a network that stopped
-// answering.
+// before its batch holds a connection is dropped, never sent, and a leader
+// that gives up before then hands its batch to another of its callers. A
+// batch runs under its leader's context, bounded by the batch timeout: one
+// context per batch, not a watch on every caller's. A leader that gives up
+// once the batch is sent ends it (pgx then gives up a connection that
+// stopped answering), and the batch's other callers still waiting run
+// their statements again on their own, told that the batch may have
+// committed.
 //
-// Two flushers, not more: with synchronous_commit every batch waits for
+// Two lanes, not more: with synchronous_commit every batch waits for
 // its WAL flush, so fewer batches in flight carry more statements each,
 // for fewer commits. Measured with 64 clients on one gateway CPU, against
-// four flushers in alternating runs: 0.13-0.15 commits per request
+// four lanes in alternating runs: 0.13-0.15 commits per request
 // instead of 0.28, 2,683-3,113 requests/s instead of 2,250-2,853, p99
 // 35-44 ms instead of 43-75 ms, and about a tenth less gateway CPU per
-// request. One flusher did as well on throughput, but a batch held up
+// request. One lane did as well on throughput, but a batch held up
 // (a row lock, a slow network) would then hold up every other.
 const (
-	defaultFlushers     = 2
+	defaultLanes        = 2
 	defaultMaxBatch     = 64
 	defaultBatchTimeout = 30 * time.Second
 )
 
-// WithBatching sets how many batches may be in flight at once (flushers)
-// and how many statements one may carry (max). flushers 0 turns batching
-// off: every statement is its own round trip and commit.
-func WithBatching(flushers, max int) Option {
-	return func(s *Store) { s.flushers, s.maxBatch = flushers, max }
+// WithBatching sets how many batches may be in flight at once (lanes) and
+// how many statements one may carry (max). lanes 0 turns batching off:
+// every statement is its own round trip and commit.
+func WithBatching(lanes, max int) Option {
+	return func(s *Store) { s.lanes, s.maxBatch = lanes, max }
 }
 
-// WithBatchTimeout bounds a batch's round trip, whatever its callers'
-// contexts allow (default 30s; 0 leaves it to them), so that a connection
-// that stopped answering holds a flusher no longer. It matters only for
-// callers without a deadline, since a batch ends when all of its callers
-// have given up. When it passes, every caller still waiting runs its
-// statement again on its own, under its own context.
+// WithBatchTimeout bounds a batch's round trip, whatever its leader's
+// context allows (default 30s; 0 leaves it to that context), so that a
+// connection that stopped answering holds a lane no longer. It matters
+// only for leaders without an earlier deadline. When it passes, every
+// caller still waiting runs its statement again on its own, under its own
+// context.
 func WithBatchTimeout(d time.Duration) Option {
 	return func(s *Store) { s.batchTimeout = d }
 }
@@ -81,21 +91,30 @@ type op struct {
 	args []any
 	// order sorts a batch: statements lock rows in one global order, so two
 	// batches never wait for each other in a cycle.
-	order string
+	order idempotency.Scope
 	scan  func(pgx.Row) error // a query; nil for an Exec
 	tag   pgconn.CommandTag
-	done  chan error // buffered 1
-	// backend is the PostgreSQL backend the statement was sent to, set
-	// by the flusher just before sending it, or gaveUp, set by a caller
-	// whose context ended while the statement was still queued: whichever
-	// comes first wins, so a caller that gives up knows whether its
-	// statement may run (see ambiguous.go).
-	backend atomic.Uint32
+	err   error // the result, read once wake has said so
+	// wake receives nil once err is set, or the batch the caller must now
+	// lead. Made only when the op queues (buffered 1): a leader that
+	// found its lane free needs none.
+	wake chan []*op
+	one  [1]*op // the batch of a leader that found its lane free
+	// state is 0 while the op waits, leads when its caller was handed a
+	// batch to lead, the PostgreSQL backend it was sent to, or gaveUp, set
+	// by a caller whose context ended before the statement was sent: the
+	// first change wins, so a caller that gives up knows whether its
+	// statement may run (see ambiguous.go) and a batch is never handed to
+	// a caller that has gone.
+	state atomic.Uint32
 }
 
-// gaveUp marks an op whose caller gave up before it was sent; no backend
-// has that pid.
-const gaveUp = ^uint32(0)
+// gaveUp marks an op whose caller gave up before it was sent, and leads
+// one whose caller must lead a batch; no backend has either pid.
+const (
+	gaveUp = ^uint32(0)
+	leads  = ^uint32(0) - 1
+)
 
 // batchError tells a caller its statement must run again on its own.
 // committed is true when the batch may have committed.
@@ -109,192 +128,227 @@ func (e *batchError) Unwrap() error { return e.err }
 
 type batcher struct {
 	pool    *pgxpool.Pool
-	queue   chan *op
+	lanes   int
 	max     int
 	timeout time.Duration // 0: none
 
-	mu     sync.RWMutex
-	closed bool
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	busy    int   // batches in flight, or being led
+	pending []*op // waiting for a lane
 
 	// What went out: statements and the batches (round trips, commits)
 	// that carried them.
 	statements, batches atomic.Int64
 }
 
-func newBatcher(pool *pgxpool.Pool, flushers, max int, timeout time.Duration) *batcher {
-	b := &batcher{pool: pool, queue: make(chan *op, flushers*max), max: max, timeout: timeout}
-	for range flushers {
-		b.wg.Go(b.flush)
-	}
-	return b
+func newBatcher(pool *pgxpool.Pool, lanes, max int, timeout time.Duration) *batcher {
+	return &batcher{pool: pool, lanes: lanes, max: max, timeout: timeout}
 }
 
 // do runs o in a batch and returns its error once the batch has
-// committed, or ctx's error as soon as ctx ends; then o.backend says
-// whether the statement was sent (a pid) or not (gaveUp). It reports
-// false, running nothing, when the batcher is closed.
-func (b *batcher) do(ctx context.Context, o *op) (error, bool) {
-	b.mu.RLock()
-	if b.closed {
-		b.mu.RUnlock()
-		return nil, false
-	}
+// committed, or ctx's error as soon as ctx ends; then sentTo(o) says
+// whether the statement was sent (a pid) or not (0).
+func (b *batcher) do(ctx context.Context, o *op) error {
 	o.ctx = ctx
-	o.done = make(chan error, 1)
-	select {
-	case b.queue <- o:
-	case <-ctx.Done():
-		b.mu.RUnlock()
-		o.backend.Store(gaveUp)
-		return ctx.Err(), true
-	}
-	b.mu.RUnlock()
-	select {
-	case err := <-o.done:
-		return err, true
-	case <-ctx.Done():
-		select {
-		case err := <-o.done: // the result came with the deadline: it stands
-			return err, true
-		default:
-		}
-		// Still queued, the statement is dropped (run). Sent, it may
-		// still run and commit: o.backend names the backend, so the
-		// caller can settle what became of it.
-		o.backend.CompareAndSwap(0, gaveUp)
-		return ctx.Err(), true
-	}
-}
-
-// close stops the flushers once every queued statement has run.
-func (b *batcher) close() {
 	b.mu.Lock()
-	if !b.closed {
-		b.closed = true
-		close(b.queue)
+	if b.busy < b.lanes {
+		b.busy++
+		b.mu.Unlock()
+		o.one[0] = o
+		b.lead(o, o.one[:])
+		return o.err
 	}
+	o.wake = make(chan []*op, 1)
+	b.pending = append(b.pending, o)
 	b.mu.Unlock()
-	b.wg.Wait()
-}
-
-func (b *batcher) flush() {
-	ops := make([]*op, 0, b.max)
-	for first := range b.queue {
-		ops = append(ops[:0], first)
-	drain:
-		for len(ops) < b.max {
-			select {
-			case o, ok := <-b.queue:
-				if !ok {
-					break drain
-				}
-				ops = append(ops, o)
-			default:
-				break drain
-			}
+	select {
+	case batch := <-o.wake:
+		if batch != nil {
+			b.lead(o, batch)
 		}
-		b.run(ops)
+		return o.err
+	case <-ctx.Done():
+	}
+	if o.state.CompareAndSwap(0, gaveUp) {
+		// Queued, or in a batch not yet sent: the statement is dropped.
+		return ctx.Err()
+	}
+	switch o.state.Load() {
+	case gaveUp: // a leader found the context ended first
+		return ctx.Err()
+	case leads:
+		// Handed a batch as the context ended: lead hands it on.
+		b.lead(o, <-o.wake)
+		return ctx.Err()
+	}
+	select {
+	case <-o.wake: // the result came with the deadline: it stands
+		return o.err
+	default:
+		// Sent, it may still run and commit: sentTo(o) names the
+		// backend, so the caller can settle what became of it.
+		return ctx.Err()
 	}
 }
 
-// run sends ops as one batch and hands each its result.
-func (b *batcher) run(ops []*op) {
-	if len(ops) > 1 {
-		slices.SortStableFunc(ops, func(x, y *op) int { return cmp.Compare(x.order, y.order) })
+// lead runs batch, which holds self, on self's goroutine and then hands
+// the lane on (handOff). When self's caller has gone before the batch is
+// sent, it hands the batch to another of its callers instead.
+func (b *batcher) lead(self *op, batch []*op) {
+	if b.run(self, batch) {
+		b.handOff()
 	}
-	if ops = waiting(ops); len(ops) == 0 {
-		return
+}
+
+// handOff ends a lead: it hands the lane, with the statements queued
+// meanwhile, to one of their callers that is still waiting, or takes the
+// lane back when nobody is.
+func (b *batcher) handOff() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for len(b.pending) > 0 {
+		n := min(len(b.pending), b.max)
+		next := slices.Clone(b.pending[:n])
+		b.pending = slices.Delete(b.pending, 0, n)
+		if pass(next) {
+			return
+		}
 	}
-	ctx, cancel := b.context(ops)
+	b.busy--
+}
+
+// pass hands batch to the first of its callers still waiting, reporting
+// false when they have all gone.
+func pass(batch []*op) bool {
+	for _, o := range batch {
+		if o.state.CompareAndSwap(0, leads) {
+			o.wake <- batch
+			return true
+		}
+	}
+	return false
+}
+
+// run sends batch as one round trip and hands each caller its result. It
+// reports false when it passed the batch, and with it the lane, to another
+// of its callers because self's had gone before the batch was sent.
+func (b *batcher) run(self *op, batch []*op) bool {
+	if len(batch) > 1 {
+		slices.SortStableFunc(batch, func(x, y *op) int { return compareScopes(x.order, y.order) })
+	}
+	batch = waiting(self, batch)
+	if self.ctx.Err() != nil {
+		self.err = self.ctx.Err()
+		return len(batch) == 0 || !pass(batch)
+	}
+	ctx, cancel := b.context(self.ctx)
 	defer cancel()
 	conn, err := b.pool.Acquire(ctx)
 	if err != nil {
-		if len(ops) == 1 && ctx.Err() == nil {
-			ops[0].done <- err // the statement's own error, as in send
-			return
+		switch {
+		case self.ctx.Err() != nil:
+			// Self gave up waiting for a connection: nothing was sent,
+			// and the others may still go together.
+			self.err = self.ctx.Err()
+			return !pass(waiting(self, batch))
+		case len(batch) == 1 && ctx.Err() == nil:
+			self.err = err // the statement's own error, as in send
+		default:
+			// Nothing was sent (or the batch timeout passed first):
+			// each caller still waiting runs its statement on its own,
+			// under its own context.
+			deliver(self, batch, nil, &batchError{err: err})
 		}
-		// Nothing was sent: each caller still waiting runs its
-		// statement on its own, under its own context.
-		for _, o := range ops {
-			o.done <- &batchError{err: err}
-		}
-		return
+		return true
 	}
 	defer conn.Release()
 	// Nothing but this stands between the statements and the wire now.
-	if ops = sending(ops, conn.Conn().PgConn().PID()); len(ops) == 0 {
-		return
+	// Self goes first: a batch handed on must hold no op marked sent.
+	if batch = waiting(self, batch); self.ctx.Err() != nil {
+		self.err = self.ctx.Err()
+		return len(batch) == 0 || !pass(batch)
 	}
-	b.statements.Add(int64(len(ops)))
+	batch = sending(self, batch, conn.Conn().PgConn().PID())
+	b.statements.Add(int64(len(batch)))
 	b.batches.Add(1)
-	results, err := send(ctx, conn, ops)
-	for i, o := range ops {
+	results, err := send(ctx, conn, batch)
+	if err != nil && self.ctx.Err() != nil {
+		// Self gave up mid-flight, as it would have on its own; the
+		// others learn that the batch may have committed.
+		deliver(self, batch, nil, err)
+		self.err = self.ctx.Err()
+		return true
+	}
+	deliver(self, batch, results, err)
+	return true
+}
+
+// deliver sets each op's result, results[i] or err when not nil, and wakes
+// every caller but self's.
+func deliver(self *op, batch []*op, results []error, err error) {
+	for i, o := range batch {
 		if err != nil {
-			o.done <- err
-			continue
+			o.err = err
+		} else {
+			o.err = results[i]
 		}
-		o.done <- results[i]
+		if o != self {
+			o.wake <- nil
+		}
 	}
 }
 
-// waiting hands ops whose callers have given up their context's error, so
-// that they are never sent, and returns the others, reusing ops.
-func waiting(ops []*op) []*op {
-	return slices.DeleteFunc(ops, func(o *op) bool {
-		if err := o.ctx.Err(); err != nil {
-			o.done <- err
-			return true
-		}
-		return false
+// waiting returns the ops of batch whose callers are still waiting,
+// reusing batch. Self stays while its caller waits; the others' callers
+// return on their own.
+func waiting(self *op, batch []*op) []*op {
+	return slices.DeleteFunc(batch, func(o *op) bool {
+		return gone(o, o == self)
 	})
 }
 
-// sending marks ops as sent to the backend pid and returns them, reusing
-// ops, without those whose callers have given up (handed their context's
-// error when still waiting for it).
-func sending(ops []*op, pid uint32) []*op {
-	return slices.DeleteFunc(ops, func(o *op) bool {
-		if err := o.ctx.Err(); err != nil {
-			if o.backend.CompareAndSwap(0, gaveUp) {
-				o.done <- err
-			}
+// gone marks o given up when its caller's context has ended, so that it is
+// never sent, and reports whether it was given up. A leader's op (lead)
+// is in state leads or 0.
+func gone(o *op, lead bool) bool {
+	if o.ctx.Err() != nil {
+		if lead {
+			o.state.Store(gaveUp)
 			return true
 		}
-		return !o.backend.CompareAndSwap(0, pid)
+		o.state.CompareAndSwap(0, gaveUp)
+	}
+	return o.state.Load() == gaveUp
+}
+
+// sending marks the ops of batch as sent to the backend pid and returns
+// them, reusing batch, without those whose callers have given up. Self,
+// the leader's, is sent whatever its context says by now: a leader that
+// gives up from here on ends the batch (run).
+func sending(self *op, batch []*op, pid uint32) []*op {
+	return slices.DeleteFunc(batch, func(o *op) bool {
+		if o == self {
+			o.state.Store(pid)
+			return false
+		}
+		if o.ctx.Err() != nil {
+			o.state.CompareAndSwap(0, gaveUp)
+		}
+		return !o.state.CompareAndSwap(0, pid)
 	})
 }
 
-// context is what a batch of ops runs under: a context that ends when
-// every caller's has ended, or when the batch timeout passes. A batch of
-// one runs under its caller's context, bounded by the timeout.
-func (b *batcher) context(ops []*op) (context.Context, context.CancelFunc) {
-	withTimeout := func(parent context.Context) (context.Context, context.CancelFunc) {
-		if b.timeout > 0 {
-			return context.WithTimeout(parent, b.timeout)
-		}
-		return context.WithCancel(parent)
+// context is what a batch led by a caller whose context is parent runs
+// under: parent, bounded by the batch timeout. A parent whose deadline
+// comes first serves as it is, with no timer of the batch's own.
+func (b *batcher) context(parent context.Context) (context.Context, context.CancelFunc) {
+	if b.timeout <= 0 {
+		return parent, func() {}
 	}
-	if len(ops) == 1 {
-		return withTimeout(ops[0].ctx)
+	if d, ok := parent.Deadline(); ok && time.Until(d) <= b.timeout {
+		return parent, func() {}
 	}
-	ctx, cancel := withTimeout(context.Background())
-	var left atomic.Int64
-	left.Store(int64(len(ops)))
-	stops := make([]func() bool, len(ops))
-	for i, o := range ops {
-		stops[i] = context.AfterFunc(o.ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		})
-	}
-	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
-		cancel()
-	}
+	return context.WithTimeout(parent, b.timeout)
 }
 
 // send runs ops on conn under ctx. Results are read in full, and the batch

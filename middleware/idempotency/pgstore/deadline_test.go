@@ -110,7 +110,7 @@ func TestCallsEndAtTheirDeadline(t *testing.T) {
 }
 
 // TestBatchGivesUpWithItsCallers: a batch held up by a network that stopped
-// answering ends when its callers give up, so the flusher is free again
+// answering ends when its leader gives up, so the lane is free again
 // while the network is still frozen, and a statement queued behind it
 // whose caller gave up is never sent, not even once the network answers.
 func TestBatchGivesUpWithItsCallers(t *testing.T) {
@@ -127,7 +127,7 @@ func TestBatchGivesUpWithItsCallers(t *testing.T) {
 	}
 
 	proxy.Freeze()
-	// a takes the only flusher and waits on the frozen network...
+	// a takes the only lane and waits on the frozen network...
 	batches := s.batch.batches.Load()
 	aDone := make(chan error, 1)
 	go func() {
@@ -152,9 +152,11 @@ func TestBatchGivesUpWithItsCallers(t *testing.T) {
 			t.Fatalf("claim of %s on a frozen network: %v, want context.DeadlineExceeded", name, err)
 		}
 	}
-	// Close waits for the flusher to finish the queue: it is not stuck
-	// on a's batch, and b has had its turn.
-	returns(t, "Close on a frozen network", func() error { s.Close(); return nil })
+	// a handed the lane on before it returned: nothing holds it while the
+	// network is still frozen, and b, which gave up, is not queued.
+	if busy, queued := busyLanes(s.batch), pendingOps(s.batch); busy != 0 || queued != 0 {
+		t.Fatalf("once its callers gave up: %d lanes busy, %d statements queued", busy, queued)
+	}
 
 	proxy.Thaw()
 	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
@@ -167,12 +169,12 @@ func TestBatchGivesUpWithItsCallers(t *testing.T) {
 	}
 }
 
-// TestBatchTimeoutFreesTheFlusher: callers without a deadline do not hold
-// the flusher on a network that stopped answering: their batch is given up
-// at the batch timeout, so Close returns while the network is still
+// TestBatchTimeoutFreesTheLane: callers without a deadline do not hold
+// the lane on a network that stopped answering: their batch is given up
+// at the batch timeout, so the lane is free while the network is still
 // frozen, and each caller runs its statement again on its own, which
 // succeeds once the network answers.
-func TestBatchTimeoutFreesTheFlusher(t *testing.T) {
+func TestBatchTimeoutFreesTheLane(t *testing.T) {
 	t.Parallel()
 	pool, proxy := proxiedPool(t, func(cfg *pgxpool.Config) {
 		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
@@ -200,8 +202,10 @@ func TestBatchTimeoutFreesTheFlusher(t *testing.T) {
 			t.Fatalf("a's batch was not sent within %s", waitFor)
 		}
 	}
-	go claim("b") // queued behind a's batch, or on its own after Close
-	returns(t, "Close on a frozen network", func() error { s.Close(); return nil })
+	go claim("b") // queued behind a's batch, or leading one of its own
+	eventually(t, "the lane is free on a frozen network", func() bool {
+		return busyLanes(s.batch) == 0 && pendingOps(s.batch) == 0
+	})
 
 	proxy.Thaw()
 	for range 2 {

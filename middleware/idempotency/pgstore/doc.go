@@ -17,9 +17,10 @@
 // only after the commit that holds it, and when a batch fails each of its
 // statements runs again on its own. Every call returns its context's error
 // once the context ends, batched or not; a statement whose caller gave up
-// before its batch was sent is never sent, and a batch stuck on a network
-// that stopped answering ends when all of its callers have given up, or at
-// the batch timeout (WithBatchTimeout). A write whose context ended after
+// before its batch was sent is never sent. A batch runs on the goroutine
+// of one of its callers, so batching starts no goroutine, and a batch
+// stuck on a network that stopped answering ends when its leader gives up,
+// or at the batch timeout (WithBatchTimeout). A write whose context ended after
 // it was sent may have committed (a commit waiting for a synchronous
 // standby has, locally): the Store ends the backend that ran it and reads
 // the row back, so the caller learns what happened instead of a guess
@@ -38,7 +39,7 @@
 // find its end by polling.
 //
 //	store := pgstore.New(pool) // a *pgxpool.Pool on a migrated database
-//	defer store.Close()        // stops the batcher and the LISTEN connection Watch opened
+//	defer store.Close()        // stops the LISTEN connection Watch opened
 //
 //	ctx, cancel := context.WithCancel(ctx)
 //	var wg sync.WaitGroup

@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/internal/headerjson"
 )
 
 var _ idempotency.ItemStore = (*Store)(nil)
@@ -26,7 +26,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []idempotency.ClaimRequest) 
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(scopeOrder(reqs[a].Scope), scopeOrder(reqs[b].Scope)) })
+	slices.SortFunc(order, func(a, b int) int { return compareScopes(reqs[a].Scope, reqs[b].Scope) })
 	settled := make([]bool, len(reqs))
 	if err := s.claimPipeline(ctx, reqs, order, results, settled); err != nil && ctx.Err() != nil {
 		return nil, err
@@ -103,7 +103,7 @@ func (s *Store) CompleteMany(ctx context.Context, items []idempotency.ItemComple
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int {
-		return strings.Compare(scopeOrder(items[a].Scope), scopeOrder(items[b].Scope))
+		return compareScopes(items[a].Scope, items[b].Scope)
 	})
 	if err := s.completePipeline(ctx, items, order, errs); err == nil {
 		return errs
@@ -125,9 +125,7 @@ func (s *Store) completePipeline(ctx context.Context, items []idempotency.ItemCo
 		it := items[i]
 		var headers json.RawMessage
 		if it.Response.Header != nil {
-			if headers, err = json.Marshal(it.Response.Header); err != nil {
-				return err
-			}
+			headers = headerjson.Append(make([]byte, 0, headerjson.Size(it.Response.Header)), it.Response.Header)
 		}
 		body := it.Response.Body
 		if it.Response.BodyOmitted {

@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgate/idemgate/middleware/idempotency"
 )
 
 // A write is sent through the batcher or on a connection of its own; either
@@ -16,15 +18,13 @@ import (
 // on), else on its own. It reports the backend the statement was sent to,
 // 0 when it never left the process, so that a write whose context ended
 // while it may have committed can be settled (resolve).
-func (s *Store) exec(ctx context.Context, viaBatch bool, order, sql string, args ...any) (pgconn.CommandTag, uint32, error) {
+func (s *Store) exec(ctx context.Context, viaBatch bool, order idempotency.Scope, sql string, args ...any) (pgconn.CommandTag, uint32, error) {
 	if viaBatch && s.batch != nil {
 		o := &op{sql: sql, args: args, order: order}
-		if err, ok := s.batch.do(ctx, o); ok {
-			if err != nil {
-				return pgconn.CommandTag{}, sentTo(o), err
-			}
-			return o.tag, sentTo(o), nil
+		if err := s.batch.do(ctx, o); err != nil {
+			return pgconn.CommandTag{}, sentTo(o), err
 		}
+		return o.tag, sentTo(o), nil
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -36,12 +36,11 @@ func (s *Store) exec(ctx context.Context, viaBatch bool, order, sql string, args
 }
 
 // queryRow is exec for a statement that returns one row.
-func (s *Store) queryRow(ctx context.Context, viaBatch bool, order, sql string, scan func(pgx.Row) error, args ...any) (uint32, error) {
+func (s *Store) queryRow(ctx context.Context, viaBatch bool, order idempotency.Scope, sql string, scan func(pgx.Row) error, args ...any) (uint32, error) {
 	if viaBatch && s.batch != nil {
 		o := &op{sql: sql, args: args, order: order, scan: scan}
-		if err, ok := s.batch.do(ctx, o); ok {
-			return sentTo(o), err
-		}
+		err := s.batch.do(ctx, o)
+		return sentTo(o), err
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -53,7 +52,7 @@ func (s *Store) queryRow(ctx context.Context, viaBatch bool, order, sql string, 
 
 // sentTo is the backend o was sent to, 0 when it was not.
 func sentTo(o *op) uint32 {
-	if pid := o.backend.Load(); pid != gaveUp {
+	if pid := o.state.Load(); pid != gaveUp && pid != leads {
 		return pid
 	}
 	return 0

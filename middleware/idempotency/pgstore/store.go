@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -23,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/internal/headerjson"
 )
 
 var (
@@ -45,7 +47,7 @@ type Store struct {
 	pool         *pgxpool.Pool
 	channel      string
 	log          *slog.Logger
-	flushers     int
+	lanes        int
 	maxBatch     int
 	batchTimeout time.Duration
 	batch        *batcher // nil: batching off
@@ -129,7 +131,7 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 		channel:        DefaultChannel,
 		log:            slog.Default(),
 		watchers:       make(map[string]map[*watcher]struct{}),
-		flushers:       defaultFlushers,
+		lanes:          defaultLanes,
 		maxBatch:       defaultMaxBatch,
 		batchTimeout:   defaultBatchTimeout,
 		resolveTimeout: defaultResolveTimeout,
@@ -137,8 +139,8 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	for _, opt := range opts {
 		opt(s)
 	}
-	if s.flushers > 0 && s.maxBatch > 1 {
-		s.batch = newBatcher(pool, s.flushers, s.maxBatch, s.batchTimeout)
+	if s.lanes > 0 && s.maxBatch > 1 {
+		s.batch = newBatcher(pool, s.lanes, s.maxBatch, s.batchTimeout)
 	}
 	return s
 }
@@ -258,10 +260,9 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 			&r.lease, &r.status, &r.headers, &r.body, &r.omitted,
 			&r.rec.CreatedAt, &r.rec.UpdatedAt, &r.rec.ExpiresAt)
 	}
-	order := scopeOrder(sc)
 	races, lost, viaBatch := 0, 0, true
 	for {
-		pid, err := s.queryRow(ctx, viaBatch, order, claimSQL, scan,
+		pid, err := s.queryRow(ctx, viaBatch, sc, claimSQL, scan,
 			sc.Tenant, sc.Route, sc.Key, req.Fingerprint, req.Owner, req.Lease, req.Retention, s.instance)
 		if ambiguous(ctx, err, pid) {
 			return s.resolveClaim(ctx, pid, req, err)
@@ -351,10 +352,7 @@ func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner str
 	// (\x…), which jsonb refuses. nil is SQL NULL: no headers.
 	var headers json.RawMessage
 	if resp.Header != nil {
-		var err error
-		if headers, err = json.Marshal(resp.Header); err != nil {
-			return fmt.Errorf("pgstore: complete: headers: %w", err)
-		}
+		headers = headerjson.Append(make([]byte, 0, headerjson.Size(resp.Header)), resp.Header)
 	}
 	body := resp.Body
 	if resp.BodyOmitted {
@@ -363,7 +361,7 @@ func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner str
 	id := scopeID(scope)
 	lost, viaBatch := 0, true
 	for {
-		tag, pid, err := s.exec(ctx, viaBatch, scopeOrder(scope), completeSQL,
+		tag, pid, err := s.exec(ctx, viaBatch, scope, completeSQL,
 			scope.Tenant, scope.Route, scope.Key, owner,
 			resp.Status, headers, body, resp.BodyOmitted, retention,
 			lost > 0, s.channel, id)
@@ -432,7 +430,7 @@ func (s *Store) end(ctx context.Context, op string, scope idempotency.Scope, own
 	id := scopeID(scope)
 	lost, viaBatch := 0, true
 	for {
-		tag, pid, err := s.exec(ctx, viaBatch, scopeOrder(scope), endSQL,
+		tag, pid, err := s.exec(ctx, viaBatch, scope, endSQL,
 			scope.Tenant, scope.Route, scope.Key, owner, string(state), lost > 0, s.channel, id, idempotency.ReleaseReason(ctx))
 		if ambiguous(ctx, err, pid) {
 			return s.resolveEnd(ctx, pid, op, scope, owner, state, err)
@@ -591,10 +589,12 @@ func (r *row) record(scope idempotency.Scope) (idempotency.Record, error) {
 	return rec, nil
 }
 
-// scopeOrder is the order in which batched statements lock rows: the
-// primary key's.
-func scopeOrder(s idempotency.Scope) string {
-	return s.Tenant + "\x00" + s.Route + "\x00" + s.Key
+// compareScopes is the order in which batched statements lock rows: by
+// tenant, route, then key, byte by byte. Every batch and pipeline uses
+// it, so none waits for another in a cycle. Comparing the fields builds
+// no string.
+func compareScopes(a, b idempotency.Scope) int {
+	return cmp.Or(strings.Compare(a.Tenant, b.Tenant), strings.Compare(a.Route, b.Route), strings.Compare(a.Key, b.Key))
 }
 
 // row0 resets a row before a scan.

@@ -121,14 +121,11 @@ func (s *Store) unwatch(id string, w *watcher) {
 	}
 }
 
-// Close stops the listener connection and waits for its goroutine, and
-// stops the batcher once the statements queued have run (or were dropped,
-// their callers gone); later statements run on their own. Watch channels then stay quiet; the pool is left open.
-// Close may be called more than once.
+// Close stops the listener connection and waits for its goroutine. Watch
+// channels then stay quiet; the pool is left open. Batches run on their
+// callers' goroutines, so there is nothing of theirs to stop, and the
+// Store's other calls still work. Close may be called more than once.
 func (s *Store) Close() {
-	if s.batch != nil {
-		s.batch.close()
-	}
 	s.mu.Lock()
 	s.closed = true
 	cancel := s.cancel

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/middleware/idempotency"
+	"github.com/idemgate/idemgate/middleware/idempotency/internal/headerjson"
 )
 
 var (
@@ -130,8 +131,18 @@ func millis(d time.Duration) int64 {
 // stands in the way. One script, one round trip.
 func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	sc := req.Scope
-	vals, err := s.hot(ctx, s.scripts.claim, true, []string{s.key(sc)},
-		sc.Tenant, sc.Route, sc.Key, req.Fingerprint, req.Owner, millis(req.Lease), millis(req.Retention), s.wait.flag()).Slice()
+	// The script's key and arguments in one allocation, the arguments as
+	// pointers: go-redis writes a *string or an *int64 as the value, and a
+	// pointer goes into an interface as it is, where a string or an
+	// integer is copied to the heap, one allocation each.
+	a := &struct {
+		req              idempotency.ClaimRequest
+		keys             [1]string
+		lease, retention int64
+		flag             string
+	}{req: req, keys: [1]string{s.key(sc)}, lease: millis(req.Lease), retention: millis(req.Retention), flag: s.wait.flag()}
+	vals, err := s.hot(ctx, s.scripts.claim, true, a.keys[:],
+		&a.req.Scope.Tenant, &a.req.Scope.Route, &a.req.Scope.Key, &a.req.Fingerprint, &a.req.Owner, &a.lease, &a.retention, &a.flag).Slice()
 	if err != nil {
 		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
@@ -187,16 +198,21 @@ func (s *Store) Renew(ctx context.Context, scope idempotency.Scope, owner string
 // Complete stores resp and ends the owner's claim. The record then lives
 // for retention from now.
 func (s *Store) Complete(ctx context.Context, scope idempotency.Scope, owner string, resp idempotency.Response, retention time.Duration) error {
-	header, err := json.Marshal(resp.Header)
-	if err != nil {
-		return fmt.Errorf("redisstore: complete: encode header: %w", err)
-	}
-	body, omitted := resp.Body, "0"
+	header := headerjson.Append(make([]byte, 0, headerjson.Size(resp.Header)), resp.Header)
+	body := resp.Body
+	// The script's key and arguments in one allocation, as in Claim;
+	// go-redis reads no []byte through a pointer, so the header and the
+	// body go as they are.
+	a := &struct {
+		keys                 [1]string
+		owner, omitted, flag string
+		retention            int64
+	}{keys: [1]string{s.key(scope)}, owner: owner, omitted: "0", flag: s.wait.flag(), retention: millis(retention)}
 	if resp.BodyOmitted {
-		body, omitted = nil, "1"
+		body, a.omitted = nil, "1"
 	}
-	n, err := s.hot(ctx, s.scripts.complete, true, []string{s.key(scope)},
-		owner, resp.Status, header, body, omitted, millis(retention), s.wait.flag()).Int64()
+	n, err := s.hot(ctx, s.scripts.complete, true, a.keys[:],
+		&a.owner, resp.Status, header, body, &a.omitted, &a.retention, &a.flag).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)
 	}
