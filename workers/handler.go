@@ -135,10 +135,27 @@ type options struct {
 	uninterrupted bool
 	// limits are the flow limits each attempt takes (WithLimits).
 	limits []job.FlowLimitUse
+	// flushLater: the takes need not wait for their WAL flush, the
+	// effect's synchronous commit flushes them (HandleTx).
+	flushLater bool
 }
 
 // WithMaxAttempts overrides Deps.MaxAttempts for one handler.
 func WithMaxAttempts(n int) Option { return func(o *options) { o.maxAttempts = n } }
+
+// takeLanes is how many batches of takes (and successes) a handler's
+// store has in flight. Takes that need not wait for their flush get one
+// lane: such a batch is back in a fraction of a millisecond, and the takes
+// queued behind it share the next one (at concurrency 10, 2.3 takes a
+// batch instead of 1.4 with two lanes, so 1.4 commits a job instead of
+// 1.7). A batch held up by a row lock gives its lane back after the batch
+// lock timeout.
+func takeLanes(flushLater bool) int {
+	if flushLater {
+		return 1
+	}
+	return execution.DefaultBatchLanes
+}
 
 // identity derives a job's business key and resource from its payload,
 // both still unscoped by tenant.
@@ -273,7 +290,7 @@ func newHandler[T any](deps Deps, kind string, identify identity[T], fn Func[T],
 		identify:    identify,
 		fn:          fn,
 		db:          deps.DB,
-		store:       execution.New(deps.DB, execution.WithBatching(execution.DefaultBatchLanes, execution.DefaultBatchMax)),
+		store:       execution.New(deps.DB, execution.WithBatching(takeLanes(o.flushLater), execution.DefaultBatchMax)),
 		locker:      locker,
 		maxAttempts: o.maxAttempts,
 		log:         log.With("task", kind),
@@ -289,6 +306,7 @@ func newHandler[T any](deps Deps, kind string, identify identity[T], fn Func[T],
 
 		pauseRecheck:  cmp.Or(deps.PauseRecheck, DefaultPauseRecheck),
 		uninterrupted: o.uninterrupted,
+		flushLater:    o.flushLater,
 	}
 }
 

@@ -63,17 +63,12 @@ func HandleTx[T any](deps Deps, kind string, key, resource func(T) string, fn Tx
 	if !ok {
 		panic(fmt.Sprintf("workers: HandleTx %s: Deps.DB (%T) hands out no connections: give it a *pgxpool.Pool", kind, deps.DB))
 	}
-	h := newHandler(deps, kind, func(_ []byte, p T) (string, string, error) { return key(p), resource(p), nil },
-		func(ctx context.Context, j Job[T]) (string, error) { return runInTx(ctx, pool, j, fn) }, opts...)
-	h.flushLater = true
-	// One lane: a batch of takes that need not wait for their flush is
-	// back in a fraction of a millisecond, and the takes queued behind it
-	// then share the next one (at concurrency 10, 2.3 takes a batch
-	// instead of 1.4 with two lanes, so 1.4 commits a job instead of
-	// 1.7). A batch held up by a row lock gives its lane back after the
-	// batch lock timeout.
-	h.store = execution.New(deps.DB, execution.WithBatching(1, execution.DefaultBatchMax))
-	return h
+	// The takes need not wait for their flush: fn's transaction commits
+	// synchronously after them (TxFunc).
+	flushLater := func(o *options) { o.flushLater = true }
+	return newHandler(deps, kind, func(_ []byte, p T) (string, string, error) { return key(p), resource(p), nil },
+		func(ctx context.Context, j Job[T]) (string, error) { return runInTx(ctx, pool, j, fn) },
+		append([]Option{flushLater}, opts...)...)
 }
 
 // runInTx runs fn in a transaction of its own and ends it.
@@ -86,16 +81,11 @@ func runInTx[T any](ctx context.Context, pool Acquirer, j Job[T], fn TxFunc[T]) 
 		return "", err
 	case tx.conn == nil:
 		return ref, nil // nothing written: the framework records the success
-	case j.completion != nil && j.completion.done:
-		// fn completed the job itself (Job.CompleteTx): only COMMIT is left.
-		if _, err := tx.conn.Exec(ctx, "COMMIT"); err != nil {
+	case j.completion == nil || j.completion.done:
+		// fn completed the job itself (Job.CompleteTx), or the Job was
+		// made by hand (a unit test of fn): only COMMIT is left.
+		if err := tx.tx.Commit(ctx); err != nil {
 			return "", fmt.Errorf("workers: commit %s: %w", j.Key, err)
-		}
-		return ref, nil
-	case j.completion == nil:
-		// A Job made by hand (a unit test of fn): commit the effect alone.
-		if _, err := tx.conn.Exec(ctx, "COMMIT"); err != nil {
-			return "", err
 		}
 		return ref, nil
 	}

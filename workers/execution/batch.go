@@ -72,10 +72,13 @@ func WithBatching(lanes, maxBatch int) Option {
 //   - flushLaterSQL adds synchronous_commit off: the batch's commit
 //     returns before its WAL flush (Attempt.FlushLater).
 const (
-	batchSettingsSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('lock_timeout', '` + batchLockTimeout + `', true)`
-	flushLaterSQL    = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('lock_timeout', '` + batchLockTimeout + `', true),
-       set_config('synchronous_commit', 'off', true)`
+	batchSettingsSQL = `SELECT ` + genericPlans + `, set_config('lock_timeout', '` + batchLockTimeout + `', true)`
+	flushLaterSQL    = batchSettingsSQL + `, set_config('synchronous_commit', 'off', true)`
 	batchLockTimeout = "1s"
+
+	// genericPlans is the setting that gives a transaction's statements
+	// their generic plan (batchSettingsSQL, genericPlansSQL).
+	genericPlans = `set_config('plan_cache_mode', 'force_generic_plan', true)`
 )
 
 // write is one statement of a batch that returns one row.

@@ -573,7 +573,7 @@ var completeOrRefuseSQL = strings.Replace(markSucceededSQL, "SELECT count(*) FRO
 
 // genericPlansSQL gives the completion its generic plan at once, as
 // batchSettingsSQL does a batch's statements.
-const genericPlansSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
+const genericPlansSQL = `SELECT ` + genericPlans
 
 // refusedCode is the SQLSTATE of job_complete_refused.
 const refusedCode = "IG001"
